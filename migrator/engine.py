@@ -1,0 +1,290 @@
+"""Migrates files: pre-filter, read, split by kind, run the rules, reassemble.
+
+The engine receives rules; it knows nothing about any particular one. Work is
+spread over a process pool (spawn-safe: workers rebuild the rule set from a
+picklable :class:`RuleSelection`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import importlib
+import io
+import os
+import time
+import tokenize
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from migrator.discover import Candidate
+from migrator.filekinds import UnitSyntaxError
+from migrator.filekinds.markdown import transform_markdown
+from migrator.filekinds.notebook import NotebookError, transform_notebook
+from migrator.model import MARKER_PREFIX, FileResult, Finding
+from migrator.python_engine import run_python
+from migrator.rules import Owners, PythonRule, Rule, TextRule
+from migrator.text_engine import run_text
+
+MAX_BYTES = 5 * 1024 * 1024
+SKIPPED_RULE = "NM990"
+PYTHON_KINDS = ("python", "notebook", "markdown")
+
+
+class SelectionError(ValueError):
+    """An unknown rule id or prefix in --select/--ignore."""
+
+
+@dataclass(frozen=True)
+class RuleSelection:
+    """Picklable description of the rules to run: where to load them, which to keep."""
+
+    loader: str = "codemods:all_rules"
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+
+    def load_all(self) -> tuple[Rule, ...]:
+        module, _, attr = self.loader.partition(":")
+        return tuple(getattr(importlib.import_module(module), attr)())
+
+    def resolve(self) -> tuple[Rule, ...]:
+        rules = self.load_all()
+        ids = [r.id for r in rules]
+        for pattern in (self.select or ()) + self.ignore:
+            if not any(i.startswith(pattern) for i in ids):
+                raise SelectionError(f"unknown rule or prefix: {pattern}")
+        chosen = [
+            r
+            for r in rules
+            if (self.select is None or any(r.id.startswith(p) for p in self.select))
+            and not any(r.id.startswith(p) for p in self.ignore)
+        ]
+        return tuple(chosen)
+
+
+def parse_ids(values: Iterable[str] | None) -> tuple[str, ...]:
+    out: list[str] = []
+    for value in values or ():
+        out.extend(p.strip().upper() for p in value.split(",") if p.strip())
+    return tuple(out)
+
+
+class RuleSet:
+    """Rules of one run, grouped for the engine."""
+
+    def __init__(self, chosen: Sequence[Rule], everything: Sequence[Rule]) -> None:
+        self.python = [r for r in chosen if isinstance(r, PythonRule)]
+        self.text = [r for r in chosen if isinstance(r, TextRule)]
+        self.ids = {r.id for r in chosen}
+        # ownership is global: ignoring the rule that owns a name does not hand it to another
+        self.owners = Owners(everything)
+        self.triggers: dict[str, tuple[bytes, ...]] = {}
+        for kind in ("python", "notebook", "markdown", "shell", "requirements", "pyproject", "dockerfile"):
+            trig: set[str] = {MARKER_PREFIX}
+            for r in chosen:
+                applies = kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds)
+                if applies and isinstance(r, (PythonRule, TextRule)):
+                    trig.update(r.triggers or ("",))
+            self.triggers[kind] = tuple(t.encode() for t in sorted(trig))
+
+    def wanted(self, kind: str, data: bytes) -> bool:
+        return any(t in data for t in self.triggers.get(kind, ()))
+
+    @classmethod
+    def from_selection(cls, selection: RuleSelection) -> RuleSet:
+        return cls(selection.resolve(), selection.load_all())
+
+
+# ------------------------------------------------------------------ one file
+
+
+def _decode(data: bytes, kind: str) -> tuple[str, str, bool]:
+    """(text, encoding, had_bom). Python honours a PEP 263 cookie."""
+    bom = data.startswith(codecs.BOM_UTF8)
+    body = data[3:] if bom else data
+    encoding = "utf-8"
+    if kind == "python":
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:
+            raise UnicodeError(str(exc)) from exc
+        if encoding == "utf-8-sig":
+            encoding = "utf-8"
+    return body.decode(encoding), encoding, bom
+
+
+def _encode(text: str, encoding: str, bom: bool) -> bytes:
+    data = text.encode(encoding)
+    return codecs.BOM_UTF8 + data if bom else data
+
+
+def migrate_text(text: str, kind: str, rules: RuleSet) -> tuple[str, list[Finding]]:
+    """Run the rules over the decoded text of one file. Raises UnitSyntaxError/NotebookError."""
+
+    def py(source: str) -> tuple[str, list[Finding]]:
+        return run_python(source, rules.python, rules.owners)
+
+    def sh(source: str) -> tuple[str, list[Finding]]:
+        return run_text(source, "shell", rules.text)
+
+    if kind == "python":
+        return py(text)
+    if kind == "notebook":
+        return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE)
+    if kind == "markdown":
+        return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
+    return run_text(text, kind, rules.text)
+
+
+def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> FileResult:
+    """Migrate one file in memory. Never raises for a problem with the file itself."""
+    result = FileResult(candidate.display, candidate.kind, "unchanged")
+    try:
+        if data is None:
+            data = candidate.path.read_bytes()
+    except FileNotFoundError:
+        return _error(result, "file vanished before it could be read")
+    except PermissionError:
+        return _error(result, "permission denied")
+    except IsADirectoryError:
+        return _error(result, "is a directory")
+    except OSError as exc:
+        return _error(result, f"cannot read: {exc.strerror or exc}")
+    if not rules.wanted(candidate.kind, data):
+        return result
+    if len(data) > MAX_BYTES:
+        result.status = "skipped"
+        result.error = f"file is larger than {MAX_BYTES // (1024 * 1024)} MB; not migrated"
+        return result
+    if b"\x00" in data[:8192]:
+        return _error(result, "binary file (contains NUL bytes)")
+    try:
+        text, encoding, bom = _decode(data, candidate.kind)
+    except (UnicodeError, LookupError) as exc:
+        return _error(result, f"cannot decode: {exc}")
+    result.old_text = text
+    try:
+        new_text, findings = migrate_text(text, candidate.kind, rules)
+    except UnitSyntaxError as exc:
+        hint = " (Python 2 code is not supported)" if _looks_like_python2(text) else ""
+        return _error(result, f"syntax error: {exc}{hint}")
+    except NotebookError as exc:
+        return _error(result, f"invalid notebook: {exc}")
+    except RecursionError:
+        return _error(result, "too deeply nested to parse")
+    result.findings = findings
+    result.new_text = new_text
+    if new_text != text:
+        try:
+            result.new_bytes = _encode(new_text, encoding, bom)
+        except UnicodeError as exc:
+            return _error(result, f"the migrated text cannot be encoded as {encoding}: {exc}")
+        result.status = "changed"
+    return result
+
+
+def _looks_like_python2(text: str) -> bool:
+    import re
+
+    return bool(re.search(r"^\s*print\s+[^\s(=]", text, re.M) or re.search(r"^\s*except\s+\w+\s*,\s*\w+\s*:", text, re.M))
+
+
+def _error(result: FileResult, reason: str) -> FileResult:
+    result.status = "error"
+    result.error = reason
+    result.findings = []
+    result.new_text = None
+    result.new_bytes = None
+    return result
+
+
+# ------------------------------------------------------------------ many files
+
+_WORKER_RULES: RuleSet | None = None
+
+
+@lru_cache(maxsize=8)
+def _ruleset_for(selection: RuleSelection) -> RuleSet:
+    return RuleSet.from_selection(selection)
+
+
+def _worker_init(selection: RuleSelection) -> None:
+    global _WORKER_RULES
+    _WORKER_RULES = _ruleset_for(selection)
+
+
+def _worker_process(candidate: Candidate, data: bytes) -> FileResult:
+    assert _WORKER_RULES is not None
+    return safe_process(candidate, _WORKER_RULES, data)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+MIN_FILES_PER_WORKER = 8
+
+
+def run(
+    candidates: Sequence[Candidate],
+    selection: RuleSelection,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[FileResult]:
+    """Migrate every candidate in memory (nothing is written here)."""
+    rules = _ruleset_for(selection)
+    results: dict[int, FileResult] = {}
+    work: list[tuple[int, Candidate, bytes]] = []
+    total = len(candidates)
+    done = 0
+    for i, cand in enumerate(candidates):
+        try:
+            data = cand.path.read_bytes()
+        except OSError:
+            results[i] = process(cand, rules)  # reports the read error
+            done += 1
+            continue
+        if not rules.wanted(cand.kind, data):
+            results[i] = FileResult(cand.display, cand.kind, "unchanged")
+            done += 1
+            continue
+        work.append((i, cand, data))
+    if progress:
+        progress(done, total)
+    jobs = max(1, min(jobs or default_jobs(), 32, len(work) // MIN_FILES_PER_WORKER))
+    if jobs == 1:
+        for i, cand, data in work:
+            results[i] = safe_process(cand, rules, data)
+            done += 1
+            if progress:
+                progress(done, total)
+    else:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(selection,)) as pool:
+            futures = {pool.submit(_worker_process, cand, data): i for i, cand, data in work}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                try:
+                    results[i] = fut.result()
+                except Exception as exc:  # a crash inside a rule: report, keep going
+                    cand = candidates[i]
+                    results[i] = _error(FileResult(cand.display, cand.kind, "unchanged"), f"internal error: {exc!r}")
+                done += 1
+                if progress:
+                    progress(done, total)
+    return [results[i] for i in range(total)]
+
+
+def safe_process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> FileResult:
+    """:func:`process`, turning a crash inside a rule into an error result."""
+    try:
+        return process(candidate, rules, data)
+    except Exception as exc:  # a bug in a rule must not stop the run
+        return _error(FileResult(candidate.display, candidate.kind, "unchanged"), f"internal error: {exc!r}")

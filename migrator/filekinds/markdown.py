@@ -1,0 +1,240 @@
+"""Markdown / MDX: migrate the code inside fenced code blocks, keep every other byte as it was.
+
+Fences follow CommonMark (``` or ~~~, three or more, closing fence of the same character and at least
+the same length, an unclosed fence runs to the end of the document). The language comes from the
+first word of the info string. Python blocks go through the same IPython-aware path as notebook cells
+(``!pip install ...`` lines are migrated by the shell rules); shell blocks go to the shell rules;
+console transcripts (``$ cmd`` / ``# cmd`` prompts followed by output) have only their commands
+migrated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from difflib import SequenceMatcher
+
+from migrator.filekinds.notebook import (
+    RunUnit,
+    mentions_neuron,
+    migrate_python_unit,
+    split_lines,
+)
+from migrator.model import MARKER_RE, Finding
+
+SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
+
+PYTHON_LANGS = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
+SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh"})
+CONSOLE_LANGS = frozenset({"console", "shell-session", "shellsession"})
+
+_OPEN_RE = re.compile(r"^( *)(`{3,}|~{3,})(.*)$")
+_PROMPTS = ("$ ", "# ")
+
+
+@dataclasses.dataclass
+class _Block:
+    fence_line: int  # 0-based index of the opening fence line
+    start: int  # first content line (0-based)
+    end: int  # one past the last content line
+    indent: int  # spaces before the opening fence
+    lang: str
+
+
+def _body(line: str) -> tuple[str, str]:
+    if line.endswith("\r\n"):
+        return line[:-2], "\r\n"
+    if line.endswith("\n"):
+        return line[:-1], "\n"
+    return line, ""
+
+
+def _language(info: str) -> str:
+    info = info.strip()
+    if info.startswith("{"):
+        info = info[1:].split("}", 1)[0]
+    word = info.split()[0] if info.split() else ""
+    word = word.split("{", 1)[0].lstrip(".")
+    return word.lower()
+
+
+def _find_blocks(lines: list[str]) -> list[_Block]:
+    blocks: list[_Block] = []
+    i = 0
+    while i < len(lines):
+        body, _ = _body(lines[i])
+        m = _OPEN_RE.match(body)
+        if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
+            i += 1
+            continue
+        indent, fence = len(m.group(1)), m.group(2)
+        max_indent = 3 if indent <= 3 else indent + 3
+        close_re = re.compile(
+            r"^ {0,%d}%s{%d,}[ \t]*$" % (max_indent, re.escape(fence[0]), len(fence))
+        )
+        j = i + 1
+        while j < len(lines) and not close_re.match(_body(lines[j])[0]):
+            j += 1
+        blocks.append(_Block(i, i + 1, j, indent, _language(m.group(3))))
+        i = j + 1
+    return blocks
+
+
+def _console(
+    bodies: list[str], run_shell: RunUnit
+) -> tuple[list[str], list[tuple[Finding, int, int]]]:
+    """Migrate the prompted commands of a console transcript.
+
+    Returns the new lines and findings as (finding, 0-based line index in ``bodies``, column offset).
+    """
+    out: list[str] = []
+    findings: list[tuple[Finding, int, int]] = []
+    pending: list[int] = []  # prompt lines holding a marker comment, waiting for their command
+    i = 0
+    while i < len(bodies):
+        line = bodies[i]
+        prompt = line[:2] if line.startswith(_PROMPTS) else None
+        if prompt is None:
+            out.extend(bodies[k] for k in pending)
+            pending = []
+            out.append(line)
+            i += 1
+            continue
+        if MARKER_RE.search(line[2:]) and line[2:].lstrip().startswith("#"):
+            pending.append(i)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(bodies) and bodies[j - 1].endswith("\\"):
+            j += 1
+        idx = pending + list(range(i, j))
+        offsets = [2 if k <= i else 0 for k in idx]
+        unit_lines = [bodies[k][off:] for k, off in zip(idx, offsets)]
+        unit = "\n".join(unit_lines) + "\n"
+        new, fs = run_shell(unit)
+        for f in fs:
+            n = min(max(f.line, 1), len(idx)) - 1
+            findings.append((f, idx[n], offsets[n]))
+        if new == unit:
+            out.extend(bodies[k] for k in idx)
+        else:
+            prev = ""
+            for ln in (_body(x)[0] for x in split_lines(new)):
+                out.append(ln if prev.endswith("\\") else (prompt + ln if ln.strip() else ln))
+                prev = ln
+        pending = []
+        i = j
+    out.extend(bodies[k] for k in pending)
+    return out, findings
+
+
+def _is_console(lang: str, bodies: list[str]) -> bool:
+    if lang in CONSOLE_LANGS:
+        return True
+    first = next((b for b in bodies if b.strip()), "")
+    return first.startswith("$ ")
+
+
+def transform_markdown(
+    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990"
+) -> tuple[str, list[Finding]]:
+    """Migrate the fenced Python and shell code blocks of a Markdown (or MDX) document.
+
+    Returns ``text`` itself when nothing changed; otherwise only lines inside code blocks differ.
+    Findings' lines are 1-based lines of the whole document.
+    """
+    lines = split_lines(text)
+    findings: list[Finding] = []
+    replacements: list[tuple[int, int, list[str]]] = []
+    for block in _find_blocks(lines):
+        lang = block.lang
+        if lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS:
+            continue
+        raw = lines[block.start : block.end]
+        if not raw:
+            continue
+        stripped = []
+        removed = []
+        for line in raw:
+            body, _ = _body(line)
+            k = min(block.indent, len(body) - len(body.lstrip(" ")))
+            stripped.append(body[k:])
+            removed.append(k)
+        content = "\n".join(stripped) + "\n"
+        if not content.strip():
+            continue
+
+        new_bodies: list[str] | None = None
+        block_findings: list[tuple[Finding, int, int]] = []  # (finding, 0-based content line, col)
+
+        def local(fs: list[Finding]) -> list[tuple[Finding, int, int]]:
+            res = []
+            for f in fs:
+                n = min(max(f.line, 1), len(raw)) - 1
+                res.append((f, n, removed[n]))
+            return res
+
+        if lang in PYTHON_LANGS:
+            doctest = any(s.lstrip().startswith(">>>") for s in stripped)
+            failed = doctest
+            if not doctest:
+                res = migrate_python_unit(content, run_python, run_shell)
+                failed = res.python_failed
+                block_findings = local(res.findings)
+                if res.text != content:
+                    new_bodies = [_body(x)[0] for x in split_lines(res.text)]
+            if failed and mentions_neuron(content):
+                findings.append(
+                    Finding(
+                        line=block.fence_line + 1, column=block.indent + 1, rule=skipped_rule,
+                        message=SKIP_BLOCK_MESSAGE, fix="manual",
+                    )
+                )
+        elif _is_console(lang, stripped):
+            out, fs = _console(stripped, run_shell)
+            block_findings = [(f, n, off + removed[n]) for f, n, off in fs]
+            if out != stripped:
+                new_bodies = out
+        else:
+            new, fs = run_shell(content)
+            block_findings = local(fs)
+            if new != content:
+                new_bodies = [_body(x)[0] for x in split_lines(new)]
+
+        for f, n, col in block_findings:
+            findings.append(
+                dataclasses.replace(f, line=block.start + n + 1, column=f.column + col, cell=None)
+            )
+        if new_bodies is not None and new_bodies != stripped:
+            new_raw = _reassemble(raw, stripped, new_bodies, block, lines)
+            replacements.append((block.start, block.end, new_raw))
+
+    if not replacements:
+        return text, findings
+    out_lines = list(lines)
+    for start, end, new_lines in reversed(replacements):
+        out_lines[start:end] = new_lines
+    new_text = "".join(out_lines)
+    return (text if new_text == text else new_text), findings
+
+
+def _reassemble(
+    raw: list[str], old: list[str], new: list[str], block: _Block, lines: list[str]
+) -> list[str]:
+    """New raw lines of a block: unchanged lines keep their exact bytes (indentation, line
+    ending); new lines get the fence indentation and the block's line ending."""
+    ending = _body(lines[block.fence_line])[1] or "\n"
+    pad = " " * block.indent
+    out: list[str] = []
+    sm = SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            out.extend(raw[i1:i2])
+        else:
+            out.extend((pad + b if b.strip() else b) + ending for b in new[j1:j2])
+    at_eof = block.end == len(lines)
+    if out and at_eof and not _body(raw[-1])[1]:
+        out[-1] = _body(out[-1])[0]  # the document ended without a newline: keep it that way
+    elif out and not _body(out[-1])[1]:
+        out[-1] += ending
+    return out

@@ -1,0 +1,573 @@
+"""Jupyter notebooks (``.ipynb``): migrate code cells, keep every other byte as it was.
+
+The notebook is parsed with the :mod:`json` module only to find the code cells. The new text is
+produced *surgically*: the JSON text of each changed cell's ``source`` value is replaced inside the
+original text, so outputs, metadata, ids, key order, indentation and escapes of everything else stay
+byte-identical. The new ``source`` value is written in the representation the original used (a list of
+lines, formatted like its siblings, or a single string).
+
+Python cells keep IPython syntax out of the parser's way: line magics (``%matplotlib inline``), shell
+escapes (``!pip install ...``, ``files = !ls``) are replaced by placeholder lines that keep the line
+count, the cell is migrated, and the lines are put back -- shell escapes after their command has been
+migrated by the shell rules. ``%%bash`` / ``%%sh`` / ``%%script bash`` cells go to the shell rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from json.decoder import scanstring
+from typing import Callable, Iterator
+
+from migrator.filekinds import UnitSyntaxError
+from migrator.model import MARKER_RE, Finding
+
+RunUnit = Callable[[str], "tuple[str, list[Finding]]"]
+
+SKIP_CELL_MESSAGE = "cell could not be parsed as Python; migrate it by hand"
+
+#: Cell magics whose body is shell text.
+_SHELL_CELL_MAGICS = (("%%bash",), ("%%sh",), ("%%script", "bash"), ("%%script", "sh"))
+#: Cell magics whose body is Python (the magic line is protected like a line magic).
+_PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+_MAGIC_TAG_RE = re.compile(r"#\s*__nm_magic_(\d+)(_cont)?__\s*$")
+_ASSIGN_RE = re.compile(r"([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*=\s*)(?=[!%])")
+
+
+class NotebookError(Exception):
+    """The text is not valid JSON or not an nbformat-4 notebook (the message says why)."""
+
+
+# --------------------------------------------------------------------------------------------
+# small text helpers
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on "\\n" only, keeping the endings (unlike str.splitlines, which also splits on \\x0c,
+    \\u2028, ...)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+def _strip_nl(line: str) -> tuple[str, str]:
+    if line.endswith("\n"):
+        return line[:-1], "\n"
+    return line, ""
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def mentions_neuron(text: str) -> bool:
+    low = text.lower()
+    return "neuron" in low or "xla" in low
+
+
+# --------------------------------------------------------------------------------------------
+# Python units with IPython syntax
+
+
+@dataclasses.dataclass
+class _Magic:
+    start: int  # 0-based index of the first line of the block (markers included)
+    lines: list[str]  # original lines of the block, with endings
+    indent: str
+    shell: bool  # a `!cmd` / `var = !cmd` block (else: kept verbatim)
+    prefix: str = ""  # text between the indentation and the command: "!", "!!", "files = !"
+    n_markers: int = 0  # leading marker comment lines that belong to the shell unit
+
+    @property
+    def count(self) -> int:
+        return len(self.lines)
+
+
+class _PyScan:
+    """Just enough of a Python tokenizer to know whether a line starts a new statement."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.delim: str | None = None
+        self.continued = False
+
+    @property
+    def at_statement_start(self) -> bool:
+        return self.depth == 0 and self.delim is None and not self.continued
+
+    def feed(self, line: str) -> None:
+        body, _ = _strip_nl(line)
+        i, n = 0, len(body)
+        delim = self.delim
+        escaped_eol = False
+        in_comment = False
+        while i < n:
+            c = body[i]
+            if delim is not None:
+                if c == "\\":
+                    if i + 1 >= n:
+                        escaped_eol = True
+                    i += 2
+                    continue
+                if body.startswith(delim, i):
+                    i += len(delim)
+                    delim = None
+                    continue
+                i += 1
+                continue
+            if c == "#":
+                in_comment = True
+                break
+            if c in "\"'":
+                if body.startswith(c * 3, i):
+                    delim = c * 3
+                    i += 3
+                else:
+                    delim = c
+                    i += 1
+                continue
+            if c in "([{":
+                self.depth += 1
+            elif c in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        if delim in ('"', "'") and not escaped_eol:
+            delim = None  # unterminated single-quoted string: the tokenizer would give up here
+        self.delim = delim
+        self.continued = delim is None and not in_comment and body.endswith("\\")
+
+
+def _find_magics(lines: list[str]) -> list[_Magic]:
+    magics: list[_Magic] = []
+    scan = _PyScan()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not scan.at_statement_start:
+            scan.feed(line)
+            i += 1
+            continue
+        indent = _indent_of(line)
+        rest = line[len(indent) :]
+        m = _ASSIGN_RE.match(rest)
+        head = rest[m.end() :] if m else rest
+        if head.startswith(("!", "%")):
+            j = i + 1  # backslash continuation lines belong to the same block
+            while j < len(lines) and _strip_nl(lines[j - 1])[0].endswith("\\"):
+                j += 1
+            block = lines[i:j]
+            if head.startswith("!"):
+                bang = "!!" if head.startswith("!!") else "!"
+                prefix = (m.group(1) if m else "") + bang
+                # marker comments just above belong to the shell unit (so that a second run sees
+                # them and does not add the same marker again)
+                start = i
+                while (
+                    start - 1 >= 0
+                    and MARKER_RE.search(lines[start - 1].strip())
+                    and lines[start - 1].lstrip().startswith("#")
+                    and not (magics and magics[-1].start + magics[-1].count > start - 1)
+                ):
+                    start -= 1
+                magics.append(
+                    _Magic(start, lines[start:j], indent, True, prefix, n_markers=i - start)
+                )
+            else:
+                magics.append(_Magic(i, block, indent, False))
+            i = j
+            continue
+        scan.feed(line)
+        i += 1
+    return magics
+
+
+def _protect(lines: list[str], magics: list[_Magic]) -> str:
+    out = list(lines)
+    for n, mg in enumerate(magics):
+        for k in range(mg.count):
+            _, nl = _strip_nl(lines[mg.start + k])
+            if k == mg.n_markers:
+                out[mg.start + k] = f"{mg.indent}pass  # __nm_magic_{n}__{nl}"
+            else:
+                out[mg.start + k] = f"{mg.indent}# __nm_magic_{n}_cont__{nl}"
+    return "".join(out)
+
+
+def _run_shell_magic(
+    mg: _Magic, run_shell: RunUnit
+) -> tuple[list[str] | None, list[Finding]]:
+    """Migrate one `!cmd` block. Returns (new body lines without indentation, or None when
+    unchanged; findings with lines relative to the block)."""
+    unit_lines: list[str] = []
+    col_offsets: list[int] = []
+    for k, line in enumerate(mg.lines):
+        body, _ = _strip_nl(line)
+        if k < mg.n_markers:
+            unit_lines.append(body.lstrip(" \t"))
+            col_offsets.append(len(_indent_of(body)))
+        elif k == mg.n_markers:
+            unit_lines.append(body[len(mg.indent) + len(mg.prefix) :])
+            col_offsets.append(len(mg.indent) + len(mg.prefix))
+        else:
+            unit_lines.append(body)
+            col_offsets.append(0)
+    unit = "\n".join(unit_lines) + "\n"
+    new, findings = run_shell(unit)
+    out_findings = []
+    for f in findings:
+        k = min(max(f.line, 1), len(col_offsets)) - 1
+        out_findings.append(dataclasses.replace(f, line=k + 1, column=f.column + col_offsets[k]))
+    if new == unit:
+        return None, out_findings
+    return [_strip_nl(x)[0] for x in split_lines(new)], out_findings
+
+
+def _render_shell_magic(mg: _Magic, new_lines: list[str], indent: str) -> list[str]:
+    """Put `!`, the assignment and the indentation back in front of migrated shell lines."""
+    out: list[str] = []
+    seen_command = False
+    prev = ""
+    for line in new_lines:
+        if prev.endswith("\\"):
+            out.append(line)  # continuation of the previous command
+        elif not line.strip():
+            out.append("")
+        elif line.lstrip().startswith("#"):
+            out.append(indent + line.lstrip())
+        else:
+            out.append(indent + (mg.prefix if not seen_command else "!") + line)
+            seen_command = True
+        prev = line
+    if not seen_command:
+        # the command went away; keep the block valid Python where a statement is needed
+        out = [x for x in out if x.strip()]
+        if indent:
+            out.append(indent + "pass")
+    return out
+
+
+@dataclasses.dataclass
+class UnitResult:
+    text: str
+    findings: list[Finding]
+    python_failed: bool  # run_python raised UnitSyntaxError (the Python part was left alone)
+
+
+def migrate_python_unit(source: str, run_python: RunUnit, run_shell: RunUnit) -> UnitResult:
+    """Migrate Python source that may contain IPython line magics and `!` shell escapes.
+
+    Findings' lines are 1-based within ``source``; the cell field is left as the callbacks set it.
+    """
+    lines = split_lines(source)
+    magics = _find_magics(lines)
+    protected = _protect(lines, magics) if magics else source
+
+    failed = False
+    try:
+        new_py, py_findings = run_python(protected)
+    except UnitSyntaxError:
+        new_py, py_findings, failed = protected, [], True
+
+    if not magics:
+        return UnitResult(new_py, list(py_findings), failed)
+
+    findings = list(py_findings)
+    shell_results: list[list[str] | None] = []
+    for mg in magics:
+        if mg.shell:
+            new_lines, fs = _run_shell_magic(mg, run_shell)
+            findings.extend(dataclasses.replace(f, line=f.line + mg.start) for f in fs)
+        else:
+            new_lines = None
+        shell_results.append(new_lines)
+
+    restored = _restore(new_py, magics, shell_results)
+    if restored is None and new_py != protected:
+        # a rule moved or dropped a placeholder: give up the Python changes of this unit
+        findings = [f for f in findings if f not in py_findings]
+        restored = _restore(protected, magics, shell_results)
+    assert restored is not None
+    return UnitResult(restored, findings, failed)
+
+
+def _restore(
+    new_py: str, magics: list[_Magic], shell_results: list[list[str] | None]
+) -> str | None:
+    new_lines = split_lines(new_py)
+    heads: dict[int, int] = {}
+    for idx, line in enumerate(new_lines):
+        m = _MAGIC_TAG_RE.search(line)
+        if m and not m.group(2):
+            n = int(m.group(1))
+            if n in heads or n >= len(magics):
+                return None
+            heads[n] = idx
+    if len(heads) != len(magics):
+        return None
+    out: list[str] = []
+    for idx, line in enumerate(new_lines):
+        m = _MAGIC_TAG_RE.search(line)
+        if m is None or int(m.group(1)) >= len(magics):
+            out.append(line)
+            continue
+        if m.group(2):
+            continue  # continuation placeholder: the head line brings the whole block back
+        n = int(m.group(1))
+        mg = magics[n]
+        _, nl = _strip_nl(line)
+        indent = _indent_of(line)
+        if shell_results[n] is None and indent == mg.indent:
+            block = list(mg.lines)
+        elif shell_results[n] is None:
+            block = [
+                indent + ln[len(mg.indent) :] if k <= mg.n_markers else ln
+                for k, ln in enumerate(mg.lines)
+            ]
+        else:
+            rendered = _render_shell_magic(mg, shell_results[n], indent)
+            block = [x + "\n" for x in rendered]
+        if block:
+            last, _ = _strip_nl(block[-1])
+            block[-1] = last + nl
+        out.extend(block)
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# cells
+
+
+def _shell_cell(first_line: str) -> bool:
+    words = tuple(first_line.split())
+    return any(words[: len(m)] == m for m in _SHELL_CELL_MAGICS)
+
+
+def migrate_code_cell(
+    source: str, index: int, run_python: RunUnit, run_shell: RunUnit, skipped_rule: str
+) -> tuple[str, list[Finding]]:
+    """Migrate one code cell; findings carry ``cell=index`` and lines within the cell."""
+    lines = split_lines(source)
+    if not lines:
+        return source, []
+    first = lines[0].strip()
+    findings: list[Finding] = []
+    if first.startswith("%%"):
+        if _shell_cell(first):
+            body = "".join(lines[1:])
+            if not body.strip():
+                return source, []
+            new_body, fs = run_shell(body)
+            findings = [dataclasses.replace(f, line=f.line + 1, cell=index) for f in fs]
+            if new_body == body:
+                return source, findings
+            if not lines[0].endswith("\n"):
+                lines[0] += "\n"
+            return lines[0] + new_body, findings
+        if first.split()[0] not in _PYTHON_CELL_MAGICS:
+            return source, []  # another language (%%writefile, %%html, %%javascript, ...)
+    if not source.strip():
+        return source, []
+    res = migrate_python_unit(source, run_python, run_shell)
+    findings = [dataclasses.replace(f, cell=index) for f in res.findings]
+    if res.python_failed and mentions_neuron(source):
+        findings.append(
+            Finding(
+                line=1, column=1, rule=skipped_rule, message=SKIP_CELL_MESSAGE, fix="manual",
+                cell=index,
+            )
+        )
+    findings.sort(key=lambda f: (f.line, f.column, f.rule))
+    return res.text, findings
+
+
+# --------------------------------------------------------------------------------------------
+# JSON positions
+
+
+_WS_RE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _ws(text: str, i: int) -> int:
+    return _WS_RE.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _members(text: str, i: int) -> Iterator[tuple[str, int, int]]:
+    """(key, value start, value end) of the object starting at ``text[i] == '{'``."""
+    i = _ws(text, i + 1)
+    if text[i] == "}":
+        return
+    while True:
+        key, i = scanstring(text, i + 1)
+        i = _ws(text, i)
+        i = _ws(text, i + 1)  # ':'
+        _, end = _DECODER.raw_decode(text, i)
+        yield key, i, end
+        i = _ws(text, end)
+        if text[i] != ",":
+            return
+        i = _ws(text, i + 1)
+
+
+def _elements(text: str, i: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each element of the array starting at ``text[i] == '['``."""
+    i = _ws(text, i + 1)
+    if text[i] == "]":
+        return
+    while True:
+        _, end = _DECODER.raw_decode(text, i)
+        yield i, end
+        i = _ws(text, end)
+        if text[i] != ",":
+            return
+        i = _ws(text, i + 1)
+
+
+def _source_spans(text: str, start: int) -> dict[int, tuple[int, int]]:
+    """Cell index -> (start, end) of its "source" value in ``text``."""
+    spans: dict[int, tuple[int, int]] = {}
+    top = _ws(text, start)
+    for key, vs, _ in _members(text, top):
+        if key != "cells" or text[vs] != "[":
+            continue
+        spans = {}
+        for idx, (es, _) in enumerate(_elements(text, vs)):
+            if text[es] != "{":
+                continue
+            for k2, s2, e2 in _members(text, es):
+                if k2 == "source":
+                    spans[idx] = (s2, e2)
+    return spans
+
+
+def _detect_ensure_ascii(text: str) -> bool:
+    if not text.isascii():
+        return False
+    for m in re.finditer(r"(?<!\\)(?:\\\\)*\\u([0-9a-fA-F]{4})", text):
+        if int(m.group(1), 16) > 127:
+            return True
+    return False  # nothing to tell: Jupyter's own choice
+
+
+def _indent_unit(text: str, start: int) -> str | None:
+    """Whitespace one nesting level adds, or None for single-line (compact) JSON."""
+    top = _ws(text, start)
+    gap = text[top + 1 : _ws(text, top + 1)]
+    if "\n" not in gap:
+        return None
+    return gap.rsplit("\n", 1)[1]
+
+
+def _line_indent(text: str, pos: int) -> str:
+    bol = text.rfind("\n", 0, pos) + 1
+    return _indent_of(text[bol:pos])
+
+
+def _render_source(
+    text: str, span: tuple[int, int], new_source: str, ensure_ascii: bool, unit: str | None
+) -> str:
+    s, e = span
+    old = text[s:e]
+    if old.startswith('"'):
+        return json.dumps(new_source, ensure_ascii=ensure_ascii)
+    elems = list(_elements(text, s))
+    raw_by_value: dict[str, str] = {}
+    for es, ee in elems:
+        raw_by_value.setdefault(json.loads(text[es:ee]), text[es:ee])
+    if elems:
+        open_ws = text[s + 1 : elems[0][0]]
+        close_ws = text[elems[-1][1] : e - 1]
+        sep = text[elems[0][1] : elems[1][0]] if len(elems) > 1 else "," + open_ws
+    elif unit is None:
+        open_ws, close_ws, sep = "", "", ", "
+    else:
+        base = _line_indent(text, s)
+        open_ws, close_ws = "\n" + base + unit, "\n" + base
+        sep = "," + open_ws
+    raws = [
+        raw_by_value.get(x) or json.dumps(x, ensure_ascii=ensure_ascii)
+        for x in split_lines(new_source)
+    ]
+    if not raws:
+        return "[]"
+    return "[" + open_ws + sep.join(raws) + close_ws + "]"
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+
+def _is_python_notebook(nb: dict) -> bool:
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return True
+    langs = []
+    ks = meta.get("kernelspec")
+    if isinstance(ks, dict) and isinstance(ks.get("language"), str):
+        langs.append(ks["language"])
+    li = meta.get("language_info")
+    if isinstance(li, dict) and isinstance(li.get("name"), str):
+        langs.append(li["name"])
+    return all(x.strip().lower() in ("python", "python3", "ipython", "ipython3") for x in langs)
+
+
+def transform_notebook(
+    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990"
+) -> tuple[str, list[Finding]]:
+    """Migrate the code cells of an nbformat-4 notebook.
+
+    Returns ``text`` itself when nothing changed; otherwise a text in which only the "source"
+    values of changed cells differ. Findings carry the 0-based cell index (among all cells) and
+    1-based lines within the cell.
+    """
+    start = 1 if text.startswith("\ufeff") else 0
+    try:
+        nb = json.loads(text[start:])
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise NotebookError(f"invalid JSON: {exc}".splitlines()[0]) from None
+    if not isinstance(nb, dict):
+        raise NotebookError("not a notebook: the top-level JSON value is not an object")
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        if "worksheets" in nb:
+            raise NotebookError(
+                "not a notebook this tool reads: nbformat 3 (convert it to nbformat 4)"
+            )
+        raise NotebookError("not a notebook: no \"cells\" list")
+    if not _is_python_notebook(nb):
+        return text, []
+
+    findings: list[Finding] = []
+    changed: dict[int, str] = {}
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source")
+        if isinstance(src, list) and all(isinstance(x, str) for x in src):
+            source = "".join(src)
+        elif isinstance(src, str):
+            source = src
+        else:
+            continue
+        new_source, cell_findings = migrate_code_cell(
+            source, index, run_python, run_shell, skipped_rule
+        )
+        findings.extend(cell_findings)
+        if new_source != source:
+            changed[index] = new_source
+
+    if not changed:
+        return text, findings
+
+    spans = _source_spans(text, start)
+    ensure_ascii = _detect_ensure_ascii(text)
+    unit = _indent_unit(text, start)
+    out = text
+    for index in sorted(changed, reverse=True):
+        s, e = spans[index]
+        out = out[:s] + _render_source(text, (s, e), changed[index], ensure_ascii, unit) + out[e:]
+    return out, findings

@@ -1,0 +1,370 @@
+"""Import resolution (once per module, shared by every rule) and the import fix-up.
+
+Resolution walks statements only (never expressions), so it costs little next to
+the parse. It maps every name bound by an import to its qualified name:
+
+    import optimum.neuron as on                 on       -> optimum.neuron
+    from optimum import neuron                  neuron   -> optimum.neuron
+    from optimum.neuron import NeuronTrainer as T   T    -> optimum.neuron.NeuronTrainer
+    import optimum.neuron                       optimum  -> optimum
+
+The fix-up runs once after every rule's edits were applied: it drops import
+aliases that became dead (or that a rule asked to drop) and inserts the imports
+rules asked for, in place of the import they replace when there is one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def build_dotted(path: str) -> cst.BaseExpression:
+    parts = path.split(".")
+    expr: cst.BaseExpression = cst.Name(parts[0])
+    for p in parts[1:]:
+        expr = cst.Attribute(value=expr, attr=cst.Name(p))
+    return expr
+
+
+@dataclass(eq=False)
+class Binding:
+    """One name bound by one import alias."""
+
+    local: str
+    qualified: str
+    alias: cst.ImportAlias | None  # None for `from x import *`
+    statement: cst.Import | cst.ImportFrom
+    line: cst.SimpleStatementLine
+    toplevel: bool
+    is_from: bool
+
+    @property
+    def module(self) -> str:
+        """The module the binding was imported from (``from M import x`` / ``import M``)."""
+        if self.is_from:
+            return self.qualified.rsplit(".", 1)[0]
+        return self.qualified
+
+
+@dataclass
+class ImportIndex:
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    #: names defined at module level other than by imports (defs, classes, assignments)
+    defined: set[str] = field(default_factory=set)
+    star_imports: list[Binding] = field(default_factory=list)
+    #: the last top-level statement of the module's leading import block (or docstring/__future__)
+    header_end: cst.CSTNode | None = None
+
+    def resolve_name(self, name: str) -> str | None:
+        found = self.bindings.get(name)
+        if not found:
+            return None
+        return found[0].qualified
+
+    def resolve(self, node: cst.BaseExpression) -> str | None:
+        """Qualified name of a Name/Attribute chain whose root is an imported name."""
+        if isinstance(node, cst.Name):
+            return self.resolve_name(node.value)
+        if isinstance(node, cst.Attribute):
+            base = self.resolve(node.value)
+            if base is not None:
+                return f"{base}.{node.attr.value}"
+        return None
+
+    def local_for(self, qualified: str) -> str | None:
+        """A local name already bound to ``qualified`` (from any import)."""
+        for name, bs in self.bindings.items():
+            if any(b.qualified == qualified for b in bs):
+                return name
+        return None
+
+    def is_free(self, name: str, qualified: str | None = None) -> bool:
+        """True when ``name`` can be bound at module level without clashing."""
+        if name in self.defined:
+            return False
+        bs = self.bindings.get(name)
+        if not bs:
+            return True
+        return qualified is not None and all(b.qualified == qualified for b in bs)
+
+    def all_bindings(self):
+        for bs in self.bindings.values():
+            yield from bs
+
+
+def _module_name(node: cst.BaseExpression) -> str:
+    return dotted(node) or ""
+
+
+def index_imports(module: cst.Module) -> ImportIndex:
+    index = ImportIndex()
+    leading = True
+    for pos, stmt in enumerate(module.body):
+        is_header = False
+        if isinstance(stmt, cst.SimpleStatementLine):
+            small = stmt.body
+            if all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in small):
+                is_header = True
+            elif pos == 0 and len(small) == 1 and isinstance(small[0], cst.Expr) and isinstance(
+                small[0].value, (cst.SimpleString, cst.ConcatenatedString)
+            ):
+                is_header = True  # docstring
+        if leading:
+            if is_header:
+                index.header_end = stmt
+            else:
+                leading = False
+        _index_statement(index, stmt, toplevel=True)
+    return index
+
+
+def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> None:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = _module_name(alias.name)
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        local, qual = alias.asname.name.value, full
+                    else:
+                        local = full.split(".")[0]
+                        qual = local
+                    _bind(index, Binding(local, qual, alias, small, stmt, toplevel, False))
+            elif isinstance(small, cst.ImportFrom):
+                if small.relative or small.module is None:
+                    continue
+                mod = _module_name(small.module)
+                if isinstance(small.names, cst.ImportStar):
+                    index.star_imports.append(Binding("*", mod + ".*", None, small, stmt, toplevel, True))
+                    continue
+                for alias in small.names:
+                    name = _module_name(alias.name)
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        local = alias.asname.name.value
+                    else:
+                        local = name
+                    _bind(index, Binding(local, f"{mod}.{name}", alias, small, stmt, toplevel, True))
+            elif toplevel and isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = (
+                    [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                )
+                for t in targets:
+                    if isinstance(t, cst.Name):
+                        index.defined.add(t.value)
+        return
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and toplevel:
+        index.defined.add(stmt.name.value)
+    for block in _blocks(stmt):
+        for inner in block:
+            _index_statement(index, inner, toplevel=False)
+
+
+def _blocks(stmt: cst.CSTNode):
+    """Statement sequences directly inside a compound statement."""
+    if isinstance(stmt, cst.If):
+        yield stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+        if stmt.orelse is not None:
+            if isinstance(stmt.orelse, cst.If):
+                yield (stmt.orelse,)
+            else:
+                yield stmt.orelse.body.body if isinstance(stmt.orelse.body, cst.IndentedBlock) else ()
+        return
+    body = getattr(stmt, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        yield body.body
+    for name in ("orelse", "finalbody"):
+        part = getattr(stmt, name, None)
+        if part is not None and isinstance(getattr(part, "body", None), cst.IndentedBlock):
+            yield part.body.body
+    for handler in getattr(stmt, "handlers", ()) or ():
+        if isinstance(handler.body, cst.IndentedBlock):
+            yield handler.body.body
+    for case in getattr(stmt, "cases", ()) or ():
+        if isinstance(case.body, cst.IndentedBlock):
+            yield case.body.body
+
+
+def _bind(index: ImportIndex, b: Binding) -> None:
+    index.bindings.setdefault(b.local, []).append(b)
+
+
+# --------------------------------------------------------------------------- fix-up
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    module: str
+    name: str | None  # None: `import module [as asname]`
+    asname: str | None
+    anchor: cst.SimpleStatementLine | None  # original line the new import replaces/precedes
+    order: int = 0  # position of the replaced alias in the anchor line (keeps the file's order)
+
+
+def _new_import_lines(requests: list[ImportRequest]) -> list[cst.SimpleStatementLine]:
+    """Group requests into statements: one `from M import a, b` per module, in order."""
+    lines: list[cst.SimpleStatementLine] = []
+    from_groups: dict[str, list[ImportRequest]] = {}
+    order: list[tuple[str, str]] = []
+    for r in sorted(requests, key=lambda r: r.order):
+        if r.name is None:
+            key = ("import", f"{r.module} {r.asname}")
+            if key not in order:
+                order.append(key)
+                from_groups[key[1]] = [r]
+        else:
+            key = ("from", r.module)
+            if key not in order:
+                order.append(key)
+                from_groups[r.module] = []
+            group = from_groups[r.module]
+            if all((g.name, g.asname) != (r.name, r.asname) for g in group):
+                group.append(r)
+    for kind, key in order:
+        if kind == "import":
+            r = from_groups[key][0]
+            alias = cst.ImportAlias(
+                name=build_dotted(r.module),  # type: ignore[arg-type]
+                asname=cst.AsName(name=cst.Name(r.asname)) if r.asname else None,
+            )
+            lines.append(cst.SimpleStatementLine(body=[cst.Import(names=[alias])]))
+        else:
+            group = from_groups[key]
+            aliases = [
+                cst.ImportAlias(
+                    name=cst.Name(g.name),  # type: ignore[arg-type]
+                    asname=cst.AsName(name=cst.Name(g.asname)) if g.asname and g.asname != g.name else None,
+                )
+                for g in group
+            ]
+            lines.append(
+                cst.SimpleStatementLine(
+                    body=[cst.ImportFrom(module=build_dotted(key), names=aliases)]  # type: ignore[arg-type]
+                )
+            )
+    return lines
+
+
+def _without_aliases(small: cst.BaseSmallStatement, drop: set[int]) -> cst.BaseSmallStatement | None:
+    """The import statement without the aliases whose id() is in ``drop`` (None if empty)."""
+    if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small.names, cst.ImportStar):
+        return small
+    keep = [a for a in small.names if id(a) not in drop]
+    if len(keep) == len(small.names):
+        return small
+    if not keep:
+        return None
+    parenthesized = isinstance(small, cst.ImportFrom) and small.lpar is not None
+    if not parenthesized:
+        keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return small.with_changes(names=keep)
+
+
+class ImportFixer(cst.CSTTransformer):
+    """Applies alias removals and import insertions, visiting statements only."""
+
+    def __init__(
+        self,
+        removals: set[int],
+        requests: list[ImportRequest],
+        header_end: cst.CSTNode | None,
+        original_lines: dict[int, cst.SimpleStatementLine],
+    ) -> None:
+        super().__init__()
+        self.removals = removals
+        self.by_anchor: dict[int, list[ImportRequest]] = {}
+        self.top: list[ImportRequest] = []
+        for r in requests:
+            if r.anchor is not None:
+                self.by_anchor.setdefault(id(r.anchor), []).append(r)
+            else:
+                self.top.append(r)
+        self.header_end = header_end
+        # maps id(new line node) -> id(original line node) for lines the main pass rebuilt
+        self.original_lines = original_lines
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, (cst.Module, cst.IndentedBlock, cst.BaseCompoundStatement, cst.Else,
+                                 cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase))
+
+    def _fix_body(self, body, is_module: bool):
+        out = []
+        pending_leading: list[cst.EmptyLine] = []
+        changed = False
+        for stmt in body:
+            orig_id = self.original_lines.get(id(stmt), id(stmt))
+            new_stmts = []
+            anchored = self.by_anchor.get(orig_id)
+            if anchored:
+                new_stmts.extend(_new_import_lines(anchored))
+            kept_stmt = stmt
+            if isinstance(stmt, cst.SimpleStatementLine) and self.removals:
+                smalls = []
+                for small in stmt.body:
+                    s = _without_aliases(small, self.removals)
+                    if s is not None:
+                        smalls.append(s)
+                if len(smalls) != len(stmt.body) or any(a is not b for a, b in zip(smalls, stmt.body)):
+                    if smalls:
+                        smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+                        kept_stmt = stmt.with_changes(body=smalls)
+                    else:
+                        kept_stmt = None
+            if anchored or kept_stmt is not stmt:
+                changed = True
+                leading = list(pending_leading) + list(stmt.leading_lines)
+                pending_leading = []
+                if new_stmts:
+                    new_stmts[0] = new_stmts[0].with_changes(leading_lines=leading)
+                    if kept_stmt is not None:
+                        kept_stmt = kept_stmt.with_changes(leading_lines=[])
+                    leading = []
+                if kept_stmt is not None:
+                    if leading:
+                        kept_stmt = kept_stmt.with_changes(leading_lines=leading)
+                    new_stmts.append(kept_stmt)
+                elif leading:
+                    pending_leading = leading  # keep comments above a removed import
+                out.extend(new_stmts)
+            else:
+                if pending_leading:
+                    stmt = stmt.with_changes(leading_lines=pending_leading + list(stmt.leading_lines))
+                    pending_leading = []
+                out.append(stmt)
+            if is_module and self.top and orig_id == id(self.header_end):
+                out.extend(_new_import_lines(self.top))
+                self.top = []
+                changed = True
+        if is_module and self.top:
+            # no import header: insert at the top (after a docstring if the header is one)
+            out[0:0] = _new_import_lines(self.top)
+            self.top = []
+            changed = True
+        return out, changed
+
+    def leave_Module(self, original_node, updated_node):
+        body, changed = self._fix_body(updated_node.body, True)
+        if not body and updated_node.body:
+            body = []
+        return updated_node.with_changes(body=body) if changed else updated_node
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        body, changed = self._fix_body(updated_node.body, False)
+        if not changed:
+            return updated_node
+        if not body:
+            body = [cst.SimpleStatementLine(body=[cst.Pass()])]
+        return updated_node.with_changes(body=body)

@@ -1,0 +1,148 @@
+"""Plain data shared by the engine, the rules and the reports.
+
+Nothing in here knows about a particular rule or a particular output format.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Fix = Literal["applied", "manual"]
+Status = Literal["changed", "unchanged", "error", "skipped"]
+
+#: File kinds, as named in the JSON report (CONTRACT.md).
+KINDS = ("python", "notebook", "shell", "requirements", "pyproject", "dockerfile", "markdown")
+
+#: `# TODO(neuron-migrate NM123): message` -- the one marker format for every file kind.
+MARKER_PREFIX = "TODO(neuron-migrate "
+MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*?)\s*$")
+#: `# neuron-migrate: ignore` or `# neuron-migrate: ignore[NM101, NM2]`
+IGNORE_RE = re.compile(r"#\s*neuron-migrate:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
+
+
+def marker_text(rule: str, message: str) -> str:
+    """The comment text of a manual-action marker (without indentation)."""
+    message = " ".join(message.split())
+    return f"# {MARKER_PREFIX}{rule}): {message}"
+
+
+def ignored_rules(line: str) -> frozenset[str] | None:
+    """Rules a `# neuron-migrate: ignore[...]` comment on ``line`` silences.
+
+    Returns None when the line carries no ignore comment, an empty set when it
+    silences every rule, otherwise the ids/prefixes listed.
+    """
+    if "neuron-migrate" not in line:
+        return None
+    m = IGNORE_RE.search(line)
+    if not m:
+        return None
+    if m.group(1) is None:
+        return frozenset()
+    return frozenset(p.strip().upper() for p in m.group(1).split(",") if p.strip())
+
+
+def find_markers(text: str) -> list["Finding"]:
+    """Manual-action markers already present in ``text`` (reported as manual findings)."""
+    if MARKER_PREFIX not in text:
+        return []
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        m = MARKER_RE.search(line)
+        if m:
+            out.append(Finding(i, m.start() + 1, m.group(1), m.group(2), "manual"))
+    return out
+
+
+def is_silenced(ignore: frozenset[str] | None, rule: str) -> bool:
+    if ignore is None:
+        return False
+    if not ignore:
+        return True
+    return any(rule.startswith(p) for p in ignore)
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One thing a rule did (``applied``) or asks a person to do (``manual``).
+
+    ``line``/``column`` are 1-based and refer to the ORIGINAL file (for a notebook:
+    to the line within the cell ``cell``, 0-based cell index).
+    """
+
+    line: int
+    column: int
+    rule: str
+    message: str
+    fix: Fix = "applied"
+    cell: int | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "rule": self.rule,
+            "line": self.line,
+            "column": self.column,
+            "cell": self.cell,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class FileResult:
+    """What happened to one file."""
+
+    path: str  # as shown to the user (relative to the invocation root when possible)
+    kind: str
+    status: Status
+    error: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    old_text: str | None = None  # decoded original text (for diffs); None when not read
+    new_text: str | None = None  # decoded new text; equals old_text when unchanged
+    new_bytes: bytes | None = None  # what --write puts on disk when status == "changed"
+
+    @property
+    def manual(self) -> int:
+        return sum(1 for f in self.findings if f.fix == "manual")
+
+    @property
+    def applied(self) -> int:
+        return sum(1 for f in self.findings if f.fix == "applied")
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "status": self.status,
+            "error": self.error,
+            "findings": [f.to_json() for f in sorted(self.findings, key=_finding_order)],
+        }
+
+
+def _finding_order(f: Finding):
+    return (f.cell if f.cell is not None else -1, f.line, f.column, f.rule)
+
+
+@dataclass
+class RunResult:
+    """What happened to every file of one invocation."""
+
+    files: list[FileResult]
+    seconds: float = 0.0
+    wrote: bool = False
+
+    @property
+    def summary(self) -> dict:
+        return {
+            "files_scanned": len(self.files),
+            "files_changed": sum(1 for f in self.files if f.status == "changed"),
+            "files_error": sum(1 for f in self.files if f.status == "error"),
+            "fixes_applied": sum(f.applied for f in self.files),
+            "manual_actions": sum(f.manual for f in self.files),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def sorted_findings(self, result: FileResult) -> list[Finding]:
+        return sorted(result.findings, key=_finding_order)

@@ -1,0 +1,396 @@
+"""Runs every selected Python rule over one unit of Python source.
+
+One libcst parse, one import resolution, ONE pass over the original tree that
+dispatches each node to the handlers of every rule that asked for its type, then
+one transform that only descends into the ancestors of edited nodes, then one
+import fix-up, then codegen. Positions (line/column) are computed only when a
+finding or an ignore comment needs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from migrator.filekinds import UnitSyntaxError
+from migrator.imports import Binding, ImportFixer, ImportIndex, ImportRequest, build_dotted, index_imports
+from migrator.model import Finding, find_markers, ignored_rules, is_silenced, marker_text
+from migrator.rules import Owners, PythonRule
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
+STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+@dataclass
+class _Edit:
+    rule: str
+    node: cst.CSTNode
+    new: Replacement
+    ancestors: tuple[cst.CSTNode, ...]
+
+
+@dataclass
+class _Note:
+    rule: str
+    node: cst.CSTNode
+    message: str
+    fix: str
+    statement: cst.CSTNode | None  # where a marker goes (manual findings only)
+    ancestors: tuple[cst.CSTNode, ...] = ()
+
+
+@dataclass
+class _ImportAsk:
+    rule: str
+    request: ImportRequest
+    node: cst.CSTNode | None
+
+
+class NameClash(Exception):
+    """A rule cannot refer to its target without clashing with a name of the module."""
+
+
+class PythonContext:
+    """What a rule handler sees: the original tree, shared analyses, and edit requests."""
+
+    def __init__(self, module: cst.Module, source: str, owners: Owners) -> None:
+        self.module = module
+        self.source = source
+        self.imports: ImportIndex = index_imports(module)
+        #: which rule owns a qualified name (across every known rule, selected or not)
+        self.owners = owners
+        #: ancestors of the node being handled, root first; the node itself is last
+        self.stack: list[cst.CSTNode] = []
+        self.rule_id = ""
+        #: per-rule scratch space for one unit (rules are stateless across units)
+        self.scratch: dict[str, dict] = {}
+        self._edits: list[_Edit] = []
+        self._notes: list[_Note] = []
+        self._asks: list[_ImportAsk] = []
+        self._removals: list[tuple[str, Binding]] = []
+        self._names_for: dict[tuple[str, str], str] = {}
+        #: Name nodes referring to import bindings, with their ancestors (for dead-import detection)
+        self._refs: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
+
+    # ---------------------------------------------------------------- queries
+    def qualname(self, node: cst.BaseExpression) -> str | None:
+        return self.imports.resolve(node)
+
+    def owner(self, qualified: str) -> str | None:
+        return self.owners.get(qualified)
+
+    @property
+    def parent(self) -> cst.CSTNode | None:
+        return self.stack[-2] if len(self.stack) > 1 else None
+
+    def statement(self) -> cst.CSTNode | None:
+        """The innermost statement around the node being handled."""
+        for node in reversed(self.stack):
+            if isinstance(node, STATEMENT_TYPES):
+                return node
+        return None
+
+    def local_state(self) -> dict:
+        return self.scratch.setdefault(self.rule_id, {})
+
+    # ---------------------------------------------------------------- edits
+    def replace(self, node: cst.CSTNode, new: Replacement) -> None:
+        """Replace ``node`` (an original node) by a node, a function of its updated
+        form (so that edits inside it are kept), or ``cst.RemovalSentinel.REMOVE``."""
+        self._edits.append(_Edit(self.rule_id, node, new, self._ancestors_of(node)))
+
+    def remove_statement(self, small: cst.BaseSmallStatement | cst.BaseStatement) -> None:
+        """Remove a statement (a small statement on a line of several removes just that)."""
+        self.replace(small, cst.RemovalSentinel.REMOVE)
+
+    def _ancestors_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i] is node:
+                return tuple(self.stack[:i])
+        return tuple(self.stack)  # node is a descendant of the current node
+
+    def finding(self, node: cst.CSTNode, message: str, fix: str = "applied") -> None:
+        """Report what was done (``applied``) at ``node``."""
+        self._notes.append(_Note(self.rule_id, node, message, fix, None, self._ancestors_of(node)))
+
+    def marker(self, node: cst.CSTNode, message: str, rule: str | None = None) -> None:
+        """Ask a person to act: a ``# TODO(neuron-migrate NMxxx)`` comment above the
+        statement around ``node`` plus a manual finding."""
+        anc = self._ancestors_of(node)
+        stmt = node if isinstance(node, STATEMENT_TYPES) else None
+        if stmt is None:
+            for a in reversed(anc):
+                if isinstance(a, STATEMENT_TYPES):
+                    stmt = a
+                    break
+        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", stmt, anc))
+
+    # ---------------------------------------------------------------- imports
+    def add_import(self, module: str, name: str | None = None, asname: str | None = None,
+                   anchor: Binding | None = None) -> None:
+        """Ask for ``from module import name [as asname]`` (or ``import module``).
+
+        With ``anchor``, the new import goes where that binding's import line is.
+        """
+        if anchor is not None:
+            order = 0
+            for small_index, small in enumerate(anchor.line.body):
+                names = getattr(small, "names", ())
+                if small is anchor.statement and not isinstance(names, cst.ImportStar):
+                    order = small_index * 1000 + next((i for i, a in enumerate(names) if a is anchor.alias), 0)
+            req = ImportRequest(module, name, asname, anchor.line, order)
+        else:
+            req = ImportRequest(module, name, asname, None, 10**9)
+        self._asks.append(_ImportAsk(self.rule_id, req, self.stack[-1] if self.stack else None))
+
+    def remove_import(self, binding: Binding) -> None:
+        """Drop an import alias even if names still refer to it (e.g. side-effect imports)."""
+        self._removals.append((self.rule_id, binding))
+
+    def name_for(self, target: str, anchor: Binding | None = None, style: str = "from") -> cst.BaseExpression:
+        """An expression referring to ``target`` (``pkg.mod.Name``), importing it if needed.
+
+        ``style="from"`` prefers ``from pkg.mod import Name`` (when ``Name`` is free),
+        ``style="module"`` prefers ``import pkg.mod`` + ``pkg.mod.Name``.
+        """
+        key = (target, style)
+        if key in self._names_for:
+            return build_dotted(self._names_for[key])
+        module, _, name = target.rpartition(".")
+        existing = self.imports.local_for(target)
+        if existing is not None and not self._is_removed(existing, target):
+            expr = existing
+        elif style == "from" and self.imports.is_free(name, target) and self._free_of_requests(name, target):
+            self.add_import(module, name, None, anchor)
+            expr = name
+        else:
+            mod_local = self.imports.local_for(module)
+            if mod_local is not None and not self._is_removed(mod_local, module):
+                expr = f"{mod_local}.{name}"
+            else:
+                root = module.split(".")[0]
+                if not self.imports.is_free(root, root):
+                    raise NameClash(f"cannot import {module}: the name {root!r} is already used")
+                self.add_import(module, None, None, anchor)
+                expr = target
+        self._names_for[key] = expr
+        return build_dotted(expr)
+
+    def _is_removed(self, local: str, qualified: str) -> bool:
+        return any(b.local == local and b.qualified == qualified for _, b in self._removals)
+
+    def _free_of_requests(self, name: str, target: str) -> bool:
+        for ask in self._asks:
+            r = ask.request
+            bound = r.asname or r.name
+            if bound == name and f"{r.module}.{r.name}" != target:
+                return False
+        return True
+
+
+class _Dispatcher(cst.CSTVisitor):
+    def __init__(self, ctx: PythonContext, table: dict[type, list[tuple[str, Callable]]], track: set[str]):
+        super().__init__()
+        self.ctx = ctx
+        self.table = table
+        self.track = track
+        self.stack = ctx.stack
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.stack.append(node)
+        handlers = self.table.get(type(node))
+        if handlers:
+            ctx = self.ctx
+            for rule_id, fn in handlers:
+                ctx.rule_id = rule_id
+                fn(node, ctx)
+        if type(node) is cst.Name and node.value in self.track:
+            parent = self.stack[-2] if len(self.stack) > 1 else None
+            if not (
+                (type(parent) is cst.Attribute and parent.attr is node)
+                or (type(parent) is cst.Arg and parent.keyword is node)
+            ):
+                self.ctx._refs.append((node, tuple(self.stack[:-1])))
+        # names inside `import a.b as c` are not references
+        return type(node) is not cst.ImportAlias
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+
+
+class _Applier(cst.CSTTransformer):
+    """Applies replacements and markers; descends only into ancestors of edits."""
+
+    def __init__(self, edits: dict[int, Replacement], markers: dict[int, list[str]],
+                 path: set[int], watch: set[str], seen_names: set[str]):
+        super().__init__()
+        self.edits = edits
+        self.markers = markers
+        self.path = path
+        self.watch = watch
+        self.seen_names = seen_names
+        #: id(new SimpleStatementLine) -> id(original) so the import fixer can find anchors
+        self.line_map: dict[int, int] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.path
+
+    def on_leave(self, original_node, updated_node):
+        key = id(original_node)
+        new = updated_node
+        if key in self.edits:
+            rep = self.edits[key]
+            if isinstance(rep, cst.RemovalSentinel):
+                return rep
+            new = rep(updated_node) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+            if self.watch and new is not None:
+                _collect_names(new, self.watch, self.seen_names)
+        if key in self.markers and isinstance(new, STATEMENT_TYPES):
+            lines = list(new.leading_lines)
+            for text in self.markers[key]:
+                lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
+            new = new.with_changes(leading_lines=lines)
+        if new is not original_node and isinstance(original_node, cst.SimpleStatementLine):
+            self.line_map[id(new)] = key
+        return new
+
+
+def _collect_names(node: cst.CSTNode, watch: set[str], seen: set[str]) -> None:
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value in watch:
+                seen.add(n.value)
+
+    node.visit(V())
+
+
+def rule_applies(rule: PythonRule, text: str) -> bool:
+    return not rule.triggers or any(t in text for t in rule.triggers)
+
+
+def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tuple[str, list[Finding]]:
+    """Run ``rules`` over ``source``; returns (new source, findings).
+
+    Raises :class:`UnitSyntaxError` when the source does not parse.
+    """
+    active = [r for r in rules if rule_applies(r, source)]
+    existing = find_markers(source)
+    if not active:
+        return source, existing
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise UnitSyntaxError(f"line {exc.raw_line}: {exc.message}") from exc
+    except (RecursionError, ValueError) as exc:  # pragma: no cover - libcst internal failures
+        raise UnitSyntaxError(str(exc)) from exc
+
+    ctx = PythonContext(module, source, owners)
+    table: dict[type, list[tuple[str, Callable]]] = {}
+    for rule in active:
+        for node_type, fn in rule.handlers().items():
+            table.setdefault(node_type, []).append((rule.id, fn))
+    track = set(ctx.imports.bindings)
+    module.visit(_Dispatcher(ctx, table, track))
+    for rule in active:
+        ctx.rule_id = rule.id
+        rule.finish(ctx)
+
+    if not (ctx._edits or ctx._notes or ctx._asks or ctx._removals):
+        return source, existing
+
+    lines = source.splitlines()
+    positions = None
+    ignores = None
+    if "neuron-migrate" in source and "ignore" in source:
+        ignores = {i + 1: ig for i, line in enumerate(lines) if (ig := ignored_rules(line)) is not None}
+        ignores = ignores or None
+    if ctx._notes or ignores:
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    def silenced(rule: str, node: cst.CSTNode) -> bool:
+        if ignores is None or positions is None:
+            return False
+        rng = positions.get(node)
+        if rng is None:
+            return False
+        return any(is_silenced(ignores.get(ln), rule) for ln in range(rng.start.line, rng.end.line + 1))
+
+    edits = [e for e in ctx._edits if not silenced(e.rule, e.node)]
+    notes = [n for n in ctx._notes if not silenced(n.rule, n.node)]
+    asks = [a for a in ctx._asks if a.node is None or not silenced(a.rule, a.node)]
+    removals = [b for rule, b in ctx._removals if not silenced(rule, b.line)]
+
+    # ---- dead imports: bindings all of whose references sit inside replaced nodes
+    replaced_ids = {id(e.node) for e in edits}
+    refs_by_name: dict[str, list[tuple[cst.Name, tuple]]] = {}
+    for name_node, anc in ctx._refs:
+        refs_by_name.setdefault(name_node.value, []).append((name_node, anc))
+    candidates: set[str] = set()
+    for name, refs in refs_by_name.items():
+        if all(id(n) in replaced_ids or any(id(a) in replaced_ids for a in anc) for n, anc in refs):
+            candidates.add(name)
+
+    # ---- markers (de-duplicated against markers already above the statement)
+    markers: dict[int, list[str]] = {}
+    marker_anc: dict[int, tuple] = {}
+    findings: list[Finding] = list(existing)
+    seen_markers: set[tuple[int, str]] = set()
+    for n in notes:
+        pos = positions.get(n.node) if positions is not None else None
+        line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
+        if n.fix == "manual" and n.statement is not None:
+            text = marker_text(n.rule, n.message)
+            key = (id(n.statement), text)
+            if key in seen_markers:
+                continue
+            seen_markers.add(key)
+            if any(
+                el.comment is not None and el.comment.value.strip() == text
+                for el in getattr(n.statement, "leading_lines", ())
+            ):
+                continue  # already there: reported by the existing-marker scan
+            markers.setdefault(id(n.statement), []).append(text)
+            marker_anc[id(n.statement)] = _ancestors_until(n.ancestors, n.statement)
+        findings.append(Finding(line, col, n.rule, n.message, n.fix))  # type: ignore[arg-type]
+
+    if not edits and not markers and not asks and not removals:
+        return source, findings
+
+    path: set[int] = set()
+    for e in edits:
+        path.update(id(a) for a in e.ancestors)
+        path.add(id(e.node))
+    for key, anc in marker_anc.items():
+        path.update(id(a) for a in anc)
+        path.add(key)
+    seen_names: set[str] = set()
+    applier = _Applier({id(e.node): e.new for e in edits}, markers, path, candidates, seen_names)
+    new_module = module.visit(applier) if path else module
+    dead = candidates - seen_names
+
+    removal_ids = {id(b.alias) for b in removals if b.alias is not None}
+    for b in ctx.imports.all_bindings():
+        if b.local in dead and b.alias is not None:
+            removal_ids.add(id(b.alias))
+    requests = [a.request for a in asks]
+    if removal_ids or requests:
+        fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, applier.line_map)
+        new_module = new_module.visit(fixer)
+    new_source = new_module.code
+    return new_source, findings
+
+
+def _ancestors_until(ancestors: tuple, stmt: cst.CSTNode) -> tuple:
+    for i, a in enumerate(ancestors):
+        if a is stmt:
+            return tuple(ancestors[:i])
+    return ancestors
+
+
+def iter_call_keywords(call: cst.Call) -> Iterable[tuple[str, cst.Arg]]:
+    for arg in call.args:
+        if arg.keyword is not None:
+            yield arg.keyword.value, arg

@@ -1,0 +1,64 @@
+"""Helpers shared by the report renderers (not part of the public API)."""
+
+from __future__ import annotations
+
+import os
+
+from migrator.model import FileResult, Finding, RunResult
+
+
+def display_path(path: str) -> str:
+    """``path`` with forward slashes and without a leading ``./`` (as shown in every report)."""
+    if os.sep != "/":
+        path = path.replace(os.sep, "/")
+    if os.altsep and os.altsep != "/":
+        path = path.replace(os.altsep, "/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
+def sorted_files(run: RunResult) -> list[FileResult]:
+    return sorted(run.files, key=lambda f: display_path(f.path))
+
+
+def sorted_findings(run: RunResult, result: FileResult) -> list[Finding]:
+    return run.sorted_findings(result)
+
+
+def one_line(text: str) -> str:
+    """Collapse line breaks so that one finding is one line of output."""
+    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
+
+
+def plural(n: int, singular: str, plural_form: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else (plural_form or singular + 's')}"
+
+
+def summary_sentence(run: RunResult, mode: str, *, seconds: bool = True) -> str:
+    """E.g. ``3 files would be changed, 12 fixes, 2 manual actions, 1 error (0.41 s)``."""
+    s = run.summary
+    changed = s["files_changed"]
+    verb = "changed" if mode == "write" else "would be changed"
+    parts = [f"{plural(changed, 'file')} {verb}"]
+    parts.append(plural(s["fixes_applied"], "fix", "fixes"))
+    parts.append(plural(s["manual_actions"], "manual action"))
+    parts.append(plural(s["files_error"], "error"))
+    skipped = sum(1 for f in run.files if f.status == "skipped")
+    if skipped:
+        parts.append(f"{skipped} skipped")
+    text = ", ".join(parts)
+    if seconds:
+        text += f" ({s['seconds']:.2f} s)"
+    return text
+
+
+def scanned_sentence(run: RunResult) -> str:
+    return f"{plural(len(run.files), 'file')} scanned"
+
+
+def location(finding: Finding, path: str) -> str:
+    """``path:line:col`` or, in a notebook, ``path:cell 3:line:col``."""
+    if finding.cell is not None:
+        return f"{path}:cell {finding.cell}:{finding.line}:{finding.column}"
+    return f"{path}:{finding.line}:{finding.column}"

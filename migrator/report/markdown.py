@@ -1,0 +1,165 @@
+"""Markdown report (``--format markdown``), to paste into a pull request or a job summary.
+
+Sections: title and mode line, summary table, per-rule table, manual-action checklist
+(``- [ ] path:line — NM123: message``), errors, per-file findings (long lists and diffs
+collapsed in ``<details>``), skipped files.  Every piece of text that comes from a path, a
+message or a rule title is escaped, so it renders literally (``|`` and backticks cannot
+break a table, ``<x>`` is not swallowed as HTML, ``$`` does not start math and ``@name``
+does not mention anyone).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from migrator.model import FileResult, Finding, RunResult
+from migrator.report import RuleInfo
+from migrator.report._common import display_path, one_line, scanned_sentence, sorted_files, sorted_findings, summary_sentence
+from migrator.report.diff import unified_diff
+
+TITLE = "neuron-migrate report"
+#: More findings than this in one file (or skipped files) are folded into <details>.
+COLLAPSE_AFTER = 10
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<|~#$&])")
+_MENTION = re.compile(r"(?<![\w`])@[\w][\w.\-/]*")
+
+MODE_LINE = {
+    "dry-run": "Dry run: nothing was written.",
+    "check": "Check mode: nothing was written.",
+    "write": "Changes were written.",
+}
+
+
+def escape(text: str) -> str:
+    """``text`` as literal Markdown (GitHub flavour), on one line; safe inside a table cell."""
+    text = one_line(text)
+    out: list[str] = []
+    pos = 0
+    for m in _MENTION.finditer(text):
+        out.append(_SPECIAL.sub(r"\\\1", text[pos : m.start()]))
+        out.append(f"`{m.group(0)}`")  # a code span: shown as is, never a @-mention
+        pos = m.end()
+    out.append(_SPECIAL.sub(r"\\\1", text[pos:]))
+    return "".join(out)
+
+
+def _where(finding: Finding) -> str:
+    if finding.cell is not None:
+        return f"cell {finding.cell}, line {finding.line}"
+    return str(finding.line)
+
+
+def _checklist_location(path: str, finding: Finding) -> str:
+    if finding.cell is not None:
+        return f"{path}:cell {finding.cell}:{finding.line}"
+    return f"{path}:{finding.line}"
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>"]
+
+
+def _summary_table(run: RunResult) -> list[str]:
+    s = run.summary
+    return _table(
+        ["Files scanned", "Files changed", "Errors", "Fixes applied", "Manual actions"],
+        [[str(s["files_scanned"]), str(s["files_changed"]), str(s["files_error"]),
+          str(s["fixes_applied"]), str(s["manual_actions"])]],
+        ["---:"] * 5,
+    )
+
+
+def _rules_table(files: list[FileResult], rules: dict[str, RuleInfo]) -> list[str]:
+    applied: Counter[str] = Counter()
+    manual: Counter[str] = Counter()
+    for fr in files:
+        for f in fr.findings:
+            (manual if f.fix == "manual" else applied)[f.rule] += 1
+    rows = []
+    for rule_id in sorted(set(applied) | set(manual)):
+        info = rules.get(rule_id)
+        rows.append([escape(rule_id), escape(info.title) if info else "", str(applied[rule_id]), str(manual[rule_id])])
+    return _table(["Rule", "Title", "Applied", "Manual"], rows, ["---", "---", "---:", "---:"])
+
+
+def _file_section(run: RunResult, fr: FileResult, show_diff: bool) -> list[str]:
+    path = display_path(fr.path)
+    findings = sorted_findings(run, fr)
+    lines = [f"#### {escape(path)}", ""]
+    status = fr.status if fr.status != "error" else f"error: {escape(fr.error or 'could not be processed')}"
+    lines.append(f"{escape(fr.kind)}, {status}; {len(findings)} finding{'s' if len(findings) != 1 else ''}")
+    if findings:
+        table = _table(
+            ["Line", "Rule", "Fix", "Message"],
+            [[escape(_where(f)), escape(f.rule), f.fix, escape(f.message)] for f in findings],
+            ["---:", "---", "---", "---"],
+        )
+        lines.append("")
+        if len(findings) > COLLAPSE_AFTER:
+            lines += _details(f"{len(findings)} findings", table)
+        else:
+            lines += table
+    if show_diff and fr.status == "changed" and fr.old_text is not None and fr.new_text is not None:
+        diff = unified_diff(fr.path, fr.old_text, fr.new_text)
+        if diff:
+            fence = _fence(diff)
+            lines.append("")
+            lines += _details("Diff", [f"{fence}diff", diff.rstrip("\n"), fence])
+    lines.append("")
+    return lines
+
+
+def render(run: RunResult, *, rules: dict, show_diff: bool, mode: str) -> str:
+    files = sorted_files(run)
+    out: list[str] = [f"## {TITLE}", "", f"_{MODE_LINE.get(mode, mode)}_ "
+                      f"{escape(scanned_sentence(run))}: {escape(summary_sentence(run, mode))}.", ""]
+    out += _summary_table(run)
+    out.append("")
+
+    if any(fr.findings for fr in files):
+        out += ["### Rules", ""]
+        out += _rules_table(files, rules)
+        out.append("")
+
+    manual = [(display_path(fr.path), f) for fr in files for f in sorted_findings(run, fr) if f.fix == "manual"]
+    if manual:
+        out += ["### Manual actions", ""]
+        out += [f"- [ ] {escape(_checklist_location(p, f))} — {escape(f.rule)}: {escape(f.message)}" for p, f in manual]
+        out.append("")
+
+    errors = [fr for fr in files if fr.status == "error"]
+    if errors:
+        out += ["### Errors", ""]
+        out += [f"- {escape(display_path(fr.path))}: {escape(fr.error or 'could not be processed')}" for fr in errors]
+        out.append("")
+
+    sections = [fr for fr in files if fr.findings or fr.status == "changed"]
+    if sections:
+        out += ["### Files", ""]
+        for fr in sections:
+            out += _file_section(run, fr, show_diff)
+
+    skipped = [fr for fr in files if fr.status == "skipped"]
+    if skipped:
+        items = [f"- {escape(display_path(fr.path))}" + (f": {escape(fr.error)}" if fr.error else "") for fr in skipped]
+        out += ["### Skipped", ""]
+        out += _details(f"{len(skipped)} skipped file{'s' if len(skipped) != 1 else ''}", items) \
+            if len(skipped) > COLLAPSE_AFTER else items
+        out.append("")
+
+    while out and out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"

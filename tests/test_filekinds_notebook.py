@@ -1,0 +1,501 @@
+"""Notebook file kind: cells, IPython syntax, byte-faithful reassembly."""
+
+from __future__ import annotations
+
+import ast
+
+from migrator.filekinds import UnitSyntaxError
+from migrator.model import Finding, marker_text
+
+SHELL_MARKER = marker_text("NM502", "neuron_parallel_compile is gone; remove this step")
+
+
+class Recorder:
+    """Fake run_python / run_shell that remember what they were given."""
+
+    def __init__(self) -> None:
+        self.python_calls: list[str] = []
+        self.shell_calls: list[str] = []
+
+    def run_python(self, source: str) -> tuple[str, list[Finding]]:
+        self.python_calls.append(source)
+        try:
+            ast.parse(source)
+        except SyntaxError as exc:
+            raise UnitSyntaxError(str(exc)) from None
+        findings = []
+        out = []
+        for n, line in enumerate(source.split("\n"), start=1):
+            col = line.find("optimum.neuron")
+            if col >= 0:
+                findings.append(Finding(n, col + 1, "NM101", "optimum.neuron -> transformers"))
+                line = line.replace("optimum.neuron", "transformers")
+            out.append(line)
+        if not findings:
+            return source, []
+        return "\n".join(out), findings
+
+    def run_shell(self, source: str) -> tuple[str, list[Finding]]:
+        self.shell_calls.append(source)
+        findings = []
+        out: list[str] = []
+        lines = source.split("\n")
+        for n, line in enumerate(lines, start=1):
+            col = line.find("optimum-neuron")
+            if col >= 0:
+                findings.append(Finding(n, col + 1, "NM501", "optimum-neuron -> transformers"))
+                line = line.replace("optimum-neuron", "transformers")
+            if "neuron_parallel_compile" in line and not line.lstrip().startswith("#"):
+                indent = line[: len(line) - len(line.lstrip())]
+                if not (out and out[-1].strip() == SHELL_MARKER):
+                    out.append(indent + SHELL_MARKER)
+                findings.append(
+                    Finding(n, line.find("neuron_parallel_compile") + 1, "NM502", "remove", "manual")
+                )
+            out.append(line)
+        new = "\n".join(out)
+        return (source if new == source else new), findings
+
+
+# ---------------------------------------------------------------------------------------------
+import json
+
+import pytest
+
+from migrator.filekinds.notebook import NotebookError, transform_notebook
+
+
+def jupyter_dumps(nb: dict) -> str:
+    """What Jupyter / nbformat writes."""
+    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def lines(text: str) -> list[str]:
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def code(src: str, **extra) -> dict:
+    cell = {
+        "cell_type": "code",
+        "execution_count": extra.pop("execution_count", None),
+        "id": extra.pop("id", "c0ffee"),
+        "metadata": extra.pop("metadata", {}),
+        "outputs": extra.pop("outputs", []),
+        "source": lines(src),
+    }
+    cell.update(extra)
+    return cell
+
+
+def markdown_cell(src: str) -> dict:
+    return {"cell_type": "markdown", "id": "md1", "metadata": {}, "source": lines(src)}
+
+
+def notebook(cells: list[dict]) -> dict:
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+            "language_info": {"name": "python", "version": "3.10.12"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def realistic() -> dict:
+    return notebook(
+        [
+            markdown_cell("# Inférence sur Trainium ✨\n\nDéployer `optimum.neuron` — vite."),
+            code("%matplotlib inline\nimport torch", execution_count=1, id="a1"),
+            code(
+                "from optimum.neuron import NeuronModelForCausalLM\n"
+                "model = NeuronModelForCausalLM.from_pretrained('x')  # modèle ✓",
+                execution_count=2,
+                id="b2",
+                outputs=[
+                    {"name": "stdout", "output_type": "stream", "text": ["chargé ✓\n", "done"]},
+                    {
+                        "data": {"image/png": "iVBORw0KGgo=\n", "text/plain": ["<Figure>"]},
+                        "execution_count": 2,
+                        "metadata": {"needs_background": "light"},
+                        "output_type": "execute_result",
+                    },
+                ],
+                metadata={"tags": ["parameters"], "collapsed": False},
+            ),
+            code("print('héllo')", execution_count=3, id="c3"),
+        ]
+    )
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+def run(text: str, rec: Recorder):
+    return transform_notebook(text, rec.run_python, rec.run_shell)
+
+
+# --------------------------------------------------------------------------- untouched
+
+
+def test_untouched_notebook_is_the_same_object(rec):
+    nb = realistic()
+    nb["cells"][2]["source"] = lines("import torch\nx = 1")
+    text = jupyter_dumps(nb)
+    new, findings = run(text, rec)
+    assert new is text
+    assert findings == []
+    assert rec.python_calls  # the cells were looked at
+
+
+def test_untouched_oddly_formatted_notebook_is_identical(rec):
+    text = '{"cells": [{"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": []}],\n "metadata": {}, "nbformat": 4, "nbformat_minor": 2}'
+    new, findings = run(text, rec)
+    assert new is text and findings == []
+
+
+# --------------------------------------------------------------------------- one cell changes
+
+
+def test_jupyter_notebook_one_cell_changes_byte_exact(rec):
+    nb = realistic()
+    text = jupyter_dumps(nb)
+    new, findings = run(text, rec)
+    assert new != text
+
+    expected = realistic()
+    expected["cells"][2]["source"] = lines(
+        "from transformers import NeuronModelForCausalLM\n"
+        "model = NeuronModelForCausalLM.from_pretrained('x')  # modèle ✓"
+    )
+    # exactly what Jupyter would write for the migrated notebook
+    assert new == jupyter_dumps(expected)
+    assert json.loads(new) == expected
+    # non-ASCII stays literal
+    assert "✓" in new and "\\u2713" not in new
+
+    # everything outside the changed cell's "source" is byte-identical
+    start = text.index('"source": [\n    "from optimum.neuron')
+    end = text.index("]", start) + 1
+    new_end = new.index("]", start) + 1
+    assert text[:start] == new[:start]
+    assert text[end:] == new[new_end:]
+
+    assert findings == [
+        Finding(line=1, column=6, rule="NM101", message="optimum.neuron -> transformers", cell=2)
+    ]
+
+
+def test_idempotent(rec):
+    text = jupyter_dumps(realistic())
+    once, _ = run(text, rec)
+    twice, findings = run(once, rec)
+    assert twice is once
+    assert findings == []
+
+
+def test_unusual_formatting_untouched_parts_identical(rec):
+    # indent=2, ASCII escapes, no trailing newline, keys not sorted, one source is a string
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 4,
+        "metadata": {"title": "caf\u00e9"},
+        "cells": [
+            {"source": ["# caf\u00e9\n", "import optimum.neuron\n", "y = 2"], "cell_type": "code",
+             "outputs": [], "metadata": {}, "execution_count": None},
+            {"cell_type": "code", "source": "print('\u00e9t\u00e9')", "outputs": [], "metadata": {},
+             "execution_count": 7},
+        ],
+    }
+    text = json.dumps(nb, indent=2, ensure_ascii=True)
+    assert "\\u00e9" in text and not text.endswith("\n")
+    new, findings = run(text, rec)
+    assert not new.endswith("\n")
+    assert "\\u00e9" in new and "é" not in new
+    expected = json.loads(text)
+    expected["cells"][0]["source"][1] = "import transformers\n"
+    assert json.loads(new) == expected
+    assert new == json.dumps(expected, indent=2, ensure_ascii=True)
+    assert findings[0].cell == 0 and findings[0].line == 2
+
+
+def test_sources_as_strings(rec):
+    nb = notebook(
+        [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+             "source": "import os\nfrom optimum.neuron import pipeline\n"},
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+             "source": "x = 1"},
+        ]
+    )
+    text = jupyter_dumps(nb)
+    new, findings = run(text, rec)
+    data = json.loads(new)
+    assert data["cells"][0]["source"] == "import os\nfrom transformers import pipeline\n"
+    assert data["cells"][1]["source"] == "x = 1"
+    nb["cells"][0]["source"] = "import os\nfrom transformers import pipeline\n"
+    assert new == jupyter_dumps(nb)
+    assert [(f.cell, f.line) for f in findings] == [(0, 2)]
+
+
+def test_changed_line_count_and_empty_source_list(rec):
+    # a cell whose source list was empty stays so; a changed cell may change its line count
+    def grow(source):
+        if "optimum.neuron" in source:
+            return source.replace("import optimum.neuron", "import torch\nimport transformers"), []
+        return source, []
+
+    nb = notebook([code(""), code("import optimum.neuron\nx = 1")])
+    nb["cells"][0]["source"] = []
+    text = jupyter_dumps(nb)
+    new, _ = transform_notebook(text, grow, rec.run_shell)
+    nb["cells"][1]["source"] = lines("import torch\nimport transformers\nx = 1")
+    assert new == jupyter_dumps(nb)
+
+
+# --------------------------------------------------------------------------- IPython syntax
+
+
+def test_bang_lines_go_to_shell_and_keep_the_bang(rec):
+    src = (
+        "!pip install optimum-neuron\n"
+        "import optimum.neuron\n"
+        "files = !ls optimum-neuron/\n"
+        "for i in range(2):\n"
+        "    !echo optimum-neuron\n"
+        "print(files)"
+    )
+    text = jupyter_dumps(notebook([code(src)]))
+    new, findings = run(text, rec)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "!pip install transformers\n"
+        "import transformers\n"
+        "files = !ls transformers/\n"
+        "for i in range(2):\n"
+        "    !echo transformers\n"
+        "print(files)"
+    )
+    assert "pip install optimum-neuron\n" in rec.shell_calls
+    assert "ls optimum-neuron/\n" in rec.shell_calls
+    assert "echo optimum-neuron\n" in rec.shell_calls
+    # the Python rules never saw IPython syntax
+    assert all("!" not in call for call in rec.python_calls)
+    got = sorted((f.rule, f.line, f.column) for f in findings)
+    assert got == [
+        ("NM101", 2, 8),
+        ("NM501", 1, 14),  # "!pip install " is 13 characters
+        ("NM501", 3, 13),  # "files = !ls " is 12 characters
+        ("NM501", 5, 11),  # "    !echo "
+    ]
+    assert {f.cell for f in findings} == {0}
+
+
+def test_bang_line_continuation_is_one_shell_unit(rec):
+    src = "!pip install \\\n    optimum-neuron \\\n    torch\nimport os"
+    text = jupyter_dumps(notebook([code(src)]))
+    new, findings = run(text, rec)
+    assert rec.shell_calls == ["pip install \\\n    optimum-neuron \\\n    torch\n"]
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "!pip install \\\n    transformers \\\n    torch\nimport os"
+    )
+    assert [(f.line, f.column) for f in findings] == [(2, 5)]
+
+
+def test_shell_marker_above_bang_line_is_not_duplicated(rec):
+    src = "import os\n!neuron_parallel_compile python train.py\nx = 1"
+    text = jupyter_dumps(notebook([code(src)]))
+    once, findings = run(text, rec)
+    assert "".join(json.loads(once)["cells"][0]["source"]) == (
+        "import os\n" + SHELL_MARKER + "\n!neuron_parallel_compile python train.py\nx = 1"
+    )
+    assert [(f.rule, f.line, f.column) for f in findings] == [("NM502", 2, 2)]
+    twice, _ = run(once, rec)
+    assert twice is once
+
+
+def test_line_magics_survive_and_rest_is_migrated(rec):
+    src = (
+        "%matplotlib inline\n"
+        "%time x = 1\n"
+        "%load_ext autoreload\n"
+        "from optimum.neuron import NeuronTrainer\n"
+        "if x:\n"
+        "    %time y = 2\n"
+        "z = (1\n"
+        "     % 2)"
+    )
+    text = jupyter_dumps(notebook([code(src)]))
+    new, findings = run(text, rec)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == src.replace(
+        "optimum.neuron", "transformers"
+    )
+    assert [(f.cell, f.line) for f in findings] == [(0, 4)]
+    assert rec.shell_calls == []
+
+
+def test_bash_cells_go_to_shell(rec):
+    cells = [
+        code("%%bash\npip install optimum-neuron\necho done"),
+        code("%%script bash\npip install -U optimum-neuron"),
+        code("%%sh\necho hi"),
+    ]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = run(text, rec)
+    data = json.loads(new)
+    assert "".join(data["cells"][0]["source"]) == "%%bash\npip install transformers\necho done"
+    assert "".join(data["cells"][1]["source"]) == "%%script bash\npip install -U transformers"
+    assert rec.shell_calls == [
+        "pip install optimum-neuron\necho done",
+        "pip install -U optimum-neuron",
+        "echo hi",
+    ]
+    assert rec.python_calls == []
+    assert [(f.cell, f.line, f.column) for f in findings] == [(0, 2, 13), (1, 2, 16)]
+
+
+def test_other_cell_magics_are_left_alone(rec):
+    cells = [
+        code("%%writefile train.py\nfrom optimum.neuron import NeuronTrainer"),
+        code("%%time\nfrom optimum.neuron import NeuronTrainer"),
+    ]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = run(text, rec)
+    data = json.loads(new)
+    assert "".join(data["cells"][0]["source"]) == "%%writefile train.py\nfrom optimum.neuron import NeuronTrainer"
+    # %%time's body is Python: it is migrated, the magic line kept
+    assert "".join(data["cells"][1]["source"]) == "%%time\nfrom transformers import NeuronTrainer"
+    assert [(f.cell, f.line) for f in findings] == [(1, 2)]
+
+
+# --------------------------------------------------------------------------- unparsable cells
+
+
+def test_unparsable_cell_gives_finding_and_shell_lines_still_migrated(rec):
+    cells = [
+        code("import os"),
+        code("!pip install optimum-neuron\nfrom optimum.neuron import (\nx = ]"),
+        code("def broken(:\n    pass"),  # no neuron/xla: silently left alone
+    ]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = run(text, rec)
+    data = json.loads(new)
+    assert "".join(data["cells"][1]["source"]) == (
+        "!pip install transformers\nfrom optimum.neuron import (\nx = ]"
+    )
+    assert data["cells"][2]["source"] == cells[2]["source"]
+    manual = [f for f in findings if f.fix == "manual"]
+    assert manual == [
+        Finding(line=1, column=1, rule="NM990", fix="manual", cell=1,
+                message="cell could not be parsed as Python; migrate it by hand")
+    ]
+    assert [(f.rule, f.cell, f.line) for f in findings if f.fix == "applied"] == [("NM501", 1, 1)]
+
+
+def test_skipped_rule_id_is_configurable(rec):
+    text = jupyter_dumps(notebook([code("import torch_xla\nx = (")]))
+    new, findings = transform_notebook(text, rec.run_python, rec.run_shell, skipped_rule="NM999")
+    assert new is text
+    assert [(f.rule, f.cell, f.line, f.column, f.fix) for f in findings] == [("NM999", 0, 1, 1, "manual")]
+
+
+def test_findings_carry_cell_index_among_all_cells(rec):
+    cells = [
+        markdown_cell("intro"),
+        code("import os"),
+        {"cell_type": "raw", "metadata": {}, "source": ["from optimum.neuron import x"]},
+        code("x = 1\n\nfrom optimum.neuron import a\nimport optimum.neuron"),
+    ]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = run(text, rec)
+    assert [(f.cell, f.line, f.column) for f in findings] == [(3, 3, 6), (3, 4, 8)]
+    data = json.loads(new)
+    assert data["cells"][2]["source"] == ["from optimum.neuron import x"]  # raw cell untouched
+
+
+def test_non_python_notebook_is_left_alone(rec):
+    nb = notebook([code("library(optimum.neuron)")])
+    nb["metadata"]["kernelspec"]["language"] = "R"
+    nb["metadata"]["language_info"]["name"] = "R"
+    text = jupyter_dumps(nb)
+    new, findings = run(text, rec)
+    assert new is text and findings == []
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('{"cells": [', "invalid JSON"),
+        ("", "invalid JSON"),
+        ("[1, 2]", "not a notebook"),
+        ('{"nbformat": 4}', "not a notebook"),
+        ('{"worksheets": [], "nbformat": 3}', "nbformat 3"),
+    ],
+)
+def test_not_a_notebook(rec, text, why):
+    with pytest.raises(NotebookError) as info:
+        run(text, rec)
+    assert why in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_bom_is_kept(rec):
+    text = "\ufeff" + jupyter_dumps(notebook([code("import optimum.neuron")]))
+    new, _ = run(text, rec)
+    assert new.startswith("\ufeff")
+    assert json.loads(new[1:])["cells"][0]["source"] == ["import transformers"]
+
+
+def test_magic_like_lines_inside_strings_and_expressions_are_python(rec):
+    src = (
+        's = """\n'
+        "!not a command\n"
+        "%not a magic\n"
+        '"""\n'
+        "t = (10\n"
+        "     %3)\n"
+        "timing = %timeit -o sum(range(3))\n"
+        "import optimum.neuron"
+    )
+    text = jupyter_dumps(notebook([code(src)]))
+    new, findings = run(text, rec)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == src.replace("optimum.neuron", "transformers")
+    assert rec.shell_calls == []
+    assert "!not a command" in rec.python_calls[0]
+    assert "%timeit" not in rec.python_calls[0]
+    assert [(f.line, f.column) for f in findings] == [(8, 8)]
+
+
+def test_python_changes_dropped_when_a_placeholder_goes_missing(rec):
+    def eats_placeholders(source):
+        new = "\n".join(
+            ln.replace("optimum.neuron", "transformers") for ln in source.split("\n") if "pass  #" not in ln
+        )
+        return new, [Finding(2, 8, "NM101", "x")]
+
+    src = "%matplotlib inline\nimport optimum.neuron\n!pip install optimum-neuron"
+    text = jupyter_dumps(notebook([code(src)]))
+    new, findings = transform_notebook(text, eats_placeholders, rec.run_shell)
+    # the Python edit could not be put together with the magics: only the shell edit is kept
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "%matplotlib inline\nimport optimum.neuron\n!pip install transformers"
+    )
+    assert [(f.rule, f.line) for f in findings] == [("NM501", 3)]
+
+
+def test_indented_placeholder_restores_inside_blocks(rec):
+    src = "def f():\n    %time g()\n    !ls optimum-neuron\n    import optimum.neuron\n"
+    text = jupyter_dumps(notebook([code(src)]))
+    new, _ = run(text, rec)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "def f():\n    %time g()\n    !ls transformers\n    import transformers\n"
+    )
+    assert rec.python_calls == [
+        "def f():\n    pass  # __nm_magic_0__\n    pass  # __nm_magic_1__\n    import optimum.neuron\n"
+    ]
