@@ -147,8 +147,7 @@ class _RenameRule(PythonRule):
 
 
 def _message(source: str, rename: Rename) -> str:
-    msg = f"{source} -> {rename.target}"
-    return f"{msg}: {rename.note}" if rename.note else msg
+    return f"{source} -> {rename.target}"
 
 
 def _rebind(ctx: PythonContext, b: Binding, r: Rename) -> None:

@@ -113,7 +113,12 @@ def _kind_by_name(name: str, parent: str) -> str | None:
 
 
 def _has_suffix(name: str) -> bool:
-    return "." in name.lstrip(".")
+    """True unless ``name`` is a plain extension-less name such as ``train`` or ``launch``.
+
+    Dotfiles (``.gitignore``, ``.envrc``...) count as having one: they are configuration,
+    not scripts, and are never opened to look for a shebang.
+    """
+    return "." in name
 
 
 def _shebang_is_shell(head: bytes) -> bool:
