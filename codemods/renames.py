@@ -91,6 +91,8 @@ class _RenameRule(PythonRule):
             r = table.get(b.qualified)
             if r is None or r.rule != self.id or ctx.owner(b.qualified) is not None:
                 continue
+            if ctx.is_ignored(b.line):
+                continue  # the import is left alone, so are the uses of its name
             target_module, _, target_name = r.target.rpartition(".")
             original_name = b.qualified.rsplit(".", 1)[1]
             if b.local != original_name or b.local == target_name:

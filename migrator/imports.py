@@ -331,6 +331,9 @@ class ImportFixer(cst.CSTTransformer):
                     new_stmts[0] = new_stmts[0].with_changes(leading_lines=leading)
                     if kept_stmt is not None:
                         kept_stmt = kept_stmt.with_changes(leading_lines=[])
+                    elif isinstance(stmt, cst.SimpleStatementLine):
+                        # the replaced line's trailing comment (`# noqa`, ...) stays on its line
+                        new_stmts[-1] = new_stmts[-1].with_changes(trailing_whitespace=stmt.trailing_whitespace)
                     leading = []
                 if kept_stmt is not None:
                     if leading:

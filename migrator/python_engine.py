@@ -93,6 +93,20 @@ class PythonContext:
                 return node
         return None
 
+    def is_ignored(self, node: cst.CSTNode, rule: str | None = None) -> bool:
+        """True when a ``# neuron-migrate: ignore`` comment on the simple statement
+        ``node`` (or around it) silences ``rule`` (default: the current rule)."""
+        if "neuron-migrate" not in self.source:
+            return False
+        stmt = node
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            stmt = next((a for a in reversed(self._ancestors_of(node)) if isinstance(a, cst.SimpleStatementLine)), None)
+            if stmt is None:
+                return False
+        code = self.module.code_for_node(stmt.with_changes(leading_lines=()))
+        rule = rule or self.rule_id
+        return any(is_silenced(ignored_rules(line), rule) for line in code.splitlines())
+
     def local_state(self) -> dict:
         return self.scratch.setdefault(self.rule_id, {})
 
@@ -144,6 +158,8 @@ class PythonContext:
             req = ImportRequest(module, name, asname, anchor.line, order)
         else:
             req = ImportRequest(module, name, asname, None, 10**9)
+        if any((a.request.module, a.request.name, a.request.asname) == (module, name, asname) for a in self._asks):
+            return  # one import serves every use
         self._asks.append(_ImportAsk(self.rule_id, req, self.stack[-1] if self.stack else None))
 
     def remove_import(self, binding: Binding) -> None:
@@ -347,10 +363,10 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
             if key in seen_markers:
                 continue
             seen_markers.add(key)
-            if any(
-                el.comment is not None and el.comment.value.strip() == text
-                for el in getattr(n.statement, "leading_lines", ())
-            ):
+            above = list(getattr(n.statement, "leading_lines", ()))
+            if module.body and n.statement is module.body[0]:
+                above = list(module.header) + above  # comments at the top of a module live in its header
+            if any(el.comment is not None and el.comment.value.strip() == text for el in above):
                 continue  # already there: reported by the existing-marker scan
             markers.setdefault(id(n.statement), []).append(text)
             marker_anc[id(n.statement)] = _ancestors_until(n.ancestors, n.statement)

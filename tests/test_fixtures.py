@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from migrator.engine import RuleSelection, RuleSet, migrate_text
+from migrator.discover import Candidate
+from migrator.engine import RuleSelection, RuleSet, process
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,7 +61,14 @@ def rules() -> RuleSet:
 
 
 def _read(path: Path) -> str:
-    return path.read_bytes().decode("utf-8")
+    return path.read_bytes().decode("utf-8-sig")
+
+
+def migrate(data: bytes, kind: str, rules: RuleSet):
+    """Bytes in, bytes out, through the same per-file path as the CLI (encodings, BOM...)."""
+    result = process(Candidate(Path("fixture"), "fixture", kind), rules, data)
+    assert result.status in ("changed", "unchanged"), result.error
+    return (result.new_bytes if result.status == "changed" else data), result.findings
 
 
 def _parses(text: str, kind: str) -> None:
@@ -94,18 +102,20 @@ def test_fixtures_exist_for_every_rule():
 @pytest.mark.parametrize("before,after,kind", CASES)
 def test_fixture_exact(before: Path, after: Path, kind: str, rules: RuleSet):
     rule_id = before.parent.name
-    new, findings = migrate_text(_read(before), kind, rules)
-    assert new == _read(after)
+    new, findings = migrate(before.read_bytes(), kind, rules)
+    assert new == after.read_bytes()
     assert any(f.rule == rule_id for f in findings), f"{rule_id} reported nothing on {before.name}"
 
 
 @pytest.mark.parametrize("before,after,kind", CASES)
 def test_fixture_idempotent(before: Path, after: Path, kind: str, rules: RuleSet):
-    expected = _read(after)
-    again, _ = migrate_text(expected, kind, rules)
+    expected = after.read_bytes()
+    again, _ = migrate(expected, kind, rules)
     assert again == expected
 
 
 @pytest.mark.parametrize("before,after,kind", CASES)
 def test_fixture_output_parses(before: Path, after: Path, kind: str):
+    if before.parent.name == "NM990":
+        pytest.skip("NM990 fixtures are units that do not parse, by design")
     _parses(_read(after), kind)
