@@ -52,21 +52,42 @@ class OldStackLeftovers(PythonRule):
         return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute}
 
     def _covered(self, ctx: PythonContext, qualified: str) -> bool:
-        return qualified in load_table() or ctx.owner(qualified) is not None
+        """A table rename or a rule that owns the name (or a prefix of it) handles it."""
+        parts = qualified.split(".")
+        table = load_table()
+        for i in range(len(parts), 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in table or ctx.owner(prefix) is not None:
+                return True
+        return False
+
+    def _attribute_uses(self, ctx: PythonContext) -> set[str]:
+        """Local names (bound by imports) that appear as the root of an attribute chain."""
+        state = ctx.local_state()
+        if "roots" not in state:
+            import re
+
+            names = set(ctx.imports.bindings)
+            state["roots"] = {m for m in re.findall(r"\b([A-Za-z_]\w*)\s*\.", ctx.source) if m in names}
+        return state["roots"]
 
     def _on_alias(self, node: cst.ImportAlias, ctx: PythonContext) -> None:
         stmt = ctx.parent
         if isinstance(stmt, cst.ImportFrom):
             if stmt.relative or stmt.module is None:
                 return
-            module = _dotted(stmt.module)
-            qual = f"{module}.{_dotted(node.name)}"
-            if qual == "optimum.neuron":  # `from optimum import neuron`: uses are checked one by one
-                return
+            qual = f"{_dotted(stmt.module)}.{_dotted(node.name)}"
         else:
             qual = _dotted(node.name)
-            if qual == "optimum.neuron" or qual == "optimum":  # module style: uses checked one by one
-                return
+        if not old_stack(qual) and not any(p.startswith(qual + ".") for p in OLD_STACK):
+            return
+        local = (
+            node.asname.name.value
+            if node.asname is not None and isinstance(node.asname.name, cst.Name)
+            else _dotted(node.name).split(".")[0] if isinstance(stmt, cst.Import) else _dotted(node.name)
+        )
+        if local in self._attribute_uses(ctx):
+            return  # a module used as `mod.name`: each use is checked on its own
         if old_stack(qual) and not self._covered(ctx, qual):
             ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
 
@@ -79,21 +100,11 @@ class OldStackLeftovers(PythonRule):
         parent = ctx.parent
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return  # only the whole chain
-        root = node
-        while isinstance(root, cst.Attribute):
-            root = root.value
-        if not isinstance(root, cst.Name):
-            return
-        base = ctx.imports.resolve_name(root.value)
-        if base not in ("optimum", "optimum.neuron"):
-            return
         qual = ctx.qualname(node)
         if qual is None or not old_stack(qual):
             return
-        parts = qual.split(".")
-        for i in range(3, len(parts) + 1):
-            if self._covered(ctx, ".".join(parts[:i])):
-                return
+        if self._covered(ctx, qual):
+            return
         ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
 
 

@@ -340,7 +340,10 @@ class ImportFixer(cst.CSTTransformer):
                         kept_stmt = kept_stmt.with_changes(leading_lines=leading)
                     new_stmts.append(kept_stmt)
                 elif leading:
-                    pending_leading = leading  # keep comments above a removed import
+                    # keep comments above a removed import, except markers about that import
+                    pending_leading = [
+                        el for el in leading if el.comment is None or "TODO(neuron-migrate" not in el.comment.value
+                    ]
                 out.extend(new_stmts)
             else:
                 if pending_leading:

@@ -1,0 +1,204 @@
+"""The Python and text engines: import fix-up, markers, ignores, ownership, pre-filter."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from migrator.engine import RuleSelection, RuleSet, migrate_text
+from migrator.filekinds import UnitSyntaxError
+from migrator.python_engine import PythonContext, run_python
+from migrator.rules import Owners, PythonRule, TextRule
+from migrator.text_engine import run_text
+
+
+@pytest.fixture(scope="module")
+def rules() -> RuleSet:
+    return RuleSet.from_selection(RuleSelection())
+
+
+def mig(src: str, rules: RuleSet) -> str:
+    out, _ = migrate_text(textwrap.dedent(src), "python", rules)
+    return out
+
+
+def test_partial_import_keeps_unknown_names(rules):
+    out = mig(
+        """\
+        from optimum.neuron import NeuronTrainer, is_precompilation
+
+        NeuronTrainer(model=m)
+        """,
+        rules,
+    )
+    assert "from transformers import Trainer\n" in out
+    assert "from optimum.neuron import is_precompilation\n" in out
+    assert "NM900" in out and "Trainer(model=m)" in out
+
+
+def test_parenthesized_multiline_import(rules):
+    out = mig(
+        """\
+        from optimum.neuron import (
+            NeuronTrainer,
+            NeuronTrainingArguments,  # the args
+            is_precompilation,
+        )
+
+        NeuronTrainer(args=NeuronTrainingArguments(output_dir="o"))
+        """,
+        rules,
+    )
+    compile(out, "<out>", "exec")
+    assert "from transformers import Trainer, TrainingArguments\n" in out
+    assert "is_precompilation" in out.split("\n\n")[0]
+    assert "NeuronTrainer" not in out.replace("TODO", "")
+
+
+def test_semicolon_line_and_module_import(rules):
+    out = mig(
+        """\
+        import os; from optimum.neuron import NeuronTrainer
+        import sys, optimum.neuron as on
+
+        NeuronTrainer(x=os.sep); on.NeuronSFTConfig(output_dir="o"); sys.exit()
+        """,
+        rules,
+    )
+    compile(out, "<out>", "exec")
+    assert out.startswith("from transformers import Trainer\nimport os\n")
+    assert "import sys\n" in out and "import trl\n" in out
+    assert "trl.SFTConfig(" in out and "Trainer(x=os.sep)" in out
+
+
+def test_name_clash_falls_back_to_module_style(rules):
+    out = mig(
+        """\
+        from optimum.neuron import NeuronTrainer
+
+        class Trainer:  # the user's own class
+            pass
+
+        NeuronTrainer(model=m)
+        """,
+        rules,
+    )
+    assert "import transformers\n" in out
+    assert "transformers.Trainer(model=m)" in out
+    assert "class Trainer:" in out
+
+
+def test_untouched_lines_are_byte_identical(rules):
+    src = "import os\r\nfrom optimum.neuron import NeuronTrainer\r\nx = 1\t# tab\r\n\r\nNeuronTrainer()"
+    out, _ = migrate_text(src, "python", rules)
+    assert out == "import os\r\nfrom transformers import Trainer\r\nx = 1\t# tab\r\n\r\nTrainer()"
+
+
+def test_findings_use_original_positions(rules):
+    src = "import os\n\n\nfrom optimum.neuron import NeuronTrainer\nt =   NeuronTrainer()\n"
+    _, findings = migrate_text(src, "python", rules)
+    f = [f for f in findings if f.rule == "NM200"]
+    assert [(x.line, x.column) for x in f] == [(5, 7)]
+
+
+def test_markers_are_not_duplicated_and_are_reported_again(rules):
+    src = "from optimum.neuron import NeuronTrainingArguments\nargs = NeuronTrainingArguments(output_dir='o', zero_1=True)\n"
+    once, f1 = migrate_text(src, "python", rules)
+    twice, f2 = migrate_text(once, "python", rules)
+    assert once == twice
+    assert once.count("TODO(neuron-migrate NM901)") == 1
+    assert [f.rule for f in f2] == ["NM901"] and f2[0].fix == "manual" and f2[0].line == 2
+
+
+def test_prefilter_skips_parsing(monkeypatch, rules):
+    def boom(*a, **k):
+        raise AssertionError("parsed a file without triggers")
+
+    monkeypatch.setattr(cst, "parse_module", boom)
+    out, findings = migrate_text("import torch\nx = torch.ones(2)\n", "python", rules)
+    assert out == "import torch\nx = torch.ones(2)\n" and findings == []
+
+
+def test_syntax_error_raises(rules):
+    with pytest.raises(UnitSyntaxError):
+        migrate_text("from optimum.neuron import X\ndef (:\n", "python", rules)
+
+
+class _OwnsTrainer(PythonRule):
+    id = "NM299"
+    title = "test rule owning NeuronTrainer"
+    triggers = ("optimum",)
+    owns = ("optimum.neuron.NeuronTrainer",)
+
+    def handlers(self):
+        return {cst.Call: self.on_call}
+
+    def on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if ctx.qualname(node.func) == "optimum.neuron.NeuronTrainer":
+            ctx.replace(node, lambda new: new.with_changes(args=()))
+            ctx.finding(node, "arguments dropped")
+
+
+def test_owned_names_are_left_to_their_rule():
+    from codemods import all_rules
+
+    everything = list(all_rules()) + [_OwnsTrainer()]
+    python_rules = [r for r in everything if isinstance(r, PythonRule)]
+    out, findings = run_python(
+        "from optimum.neuron import NeuronTrainer\nNeuronTrainer(model=m)\n", python_rules, Owners(everything)
+    )
+    # the owner rewrote the call; the rename table did not touch the owned name
+    assert out == "from optimum.neuron import NeuronTrainer\nNeuronTrainer()\n"
+    assert {f.rule for f in findings} == {"NM299"}
+
+
+def test_two_owners_of_one_name_is_an_error():
+    class A(_OwnsTrainer):
+        id = "NM298"
+
+    with pytest.raises(ValueError, match="owned by both"):
+        Owners([A(), _OwnsTrainer()])
+
+
+class _ShellRule(TextRule):
+    id = "NM599"
+    title = "test: drop XLA_USE_BF16 exports"
+    kinds = ("shell",)
+    triggers = ("XLA_USE_BF16",)
+
+    def apply(self, ctx):
+        for i, line in enumerate(ctx.lines):
+            if line.strip().startswith("export XLA_USE_BF16"):
+                ctx.replace_lines(i, i + 1, [], "removed XLA_USE_BF16")
+            if "neuron_parallel_compile" in line:
+                ctx.marker(i, "remove neuron_parallel_compile")
+
+
+def test_text_engine_edits_markers_and_line_endings():
+    src = "#!/bin/bash\r\nexport XLA_USE_BF16=1\r\n  neuron_parallel_compile torchrun x.py\r\necho done"
+    out, findings = run_text(src, "shell", [_ShellRule()])
+    assert out == (
+        "#!/bin/bash\r\n  # TODO(neuron-migrate NM599): remove neuron_parallel_compile\r\n"
+        "  neuron_parallel_compile torchrun x.py\r\necho done"
+    )
+    assert [(f.line, f.fix) for f in findings] == [(2, "applied"), (3, "manual")]
+    again, f2 = run_text(out, "shell", [_ShellRule()])
+    assert again == out and [f.fix for f in f2] == ["manual"]
+
+
+def test_text_engine_ignore_comment():
+    src = "export XLA_USE_BF16=1  # neuron-migrate: ignore[NM599]\n"
+    out, findings = run_text(src, "shell", [_ShellRule()])
+    assert out == src and findings == []
+
+
+def test_text_engine_rejects_overlapping_edits():
+    class Twice(_ShellRule):
+        def apply(self, ctx):
+            ctx.replace_lines(0, 1, ["a"])
+            ctx.replace_lines(0, 1, ["b"])
+
+    with pytest.raises(RuntimeError, match="edit the same lines"):
+        run_text("export XLA_USE_BF16=1\n", "shell", [Twice()])
