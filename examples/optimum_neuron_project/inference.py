@@ -7,14 +7,13 @@ import argparse
 
 from transformers import AutoTokenizer
 
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from optimum.neuron import NeuronModelForCausalLM, NeuronModelForSequenceClassification
 
 
 def generate(model_id, prompt, max_new_tokens=128):
     tokenizer = AutoTokenizer.from_pretrained(model_id)
     # Compile for 2 NeuronCores, one sequence of at most 512 tokens, weights cast to bf16.
-    # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments auto_cast_type, batch_size, export, num_cores, sequence_length of optimum.neuron.NeuronModelForCausalLM.from_pretrained (Eager model with a static cache: num_cores/tensor_parallel_size become DistributedConfig(tp_size=N), auto_cast_type becomes dtype=, sequence_length becomes max_cache_len; pre-exported Neuron repos must point back to the original checkpoint.)
-    model = AutoModelForCausalLM.from_pretrained(
+    model = NeuronModelForCausalLM.from_pretrained(
         model_id,
         export=True,
         batch_size=1,
@@ -29,8 +28,7 @@ def generate(model_id, prompt, max_new_tokens=128):
 
 def classify(model_id, text):
     tokenizer = AutoTokenizer.from_pretrained(model_id)
-    # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments batch_size, export, sequence_length of optimum.neuron.NeuronModelForSequenceClassification.from_pretrained (Loads the original eager checkpoint: drop export, compiler and static-shape kwargs, move the model to device 'neuron' and pad inputs to fixed shapes yourself.)
-    model = AutoModelForSequenceClassification.from_pretrained(
+    model = NeuronModelForSequenceClassification.from_pretrained(
         model_id, export=True, batch_size=1, sequence_length=128
     )
     inputs = tokenizer(text, return_tensors="pt")

@@ -13,9 +13,8 @@ from transformers import (
     set_seed,
 )
 
-from transformers import Trainer
-from transformers import TrainingArguments
-# TODO(neuron-migrate NM900): optimum.neuron.distributed.lazy_load_for_parallelism has no automatic native replacement: remove it or use the Transformers/TRL/Diffusers equivalent (see `neuron-migrate explain NM900`)
+from optimum.neuron import NeuronTrainer as Trainer
+from optimum.neuron import NeuronTrainingArguments
 from optimum.neuron.distributed import lazy_load_for_parallelism
 
 
@@ -36,7 +35,7 @@ class ScriptArguments:
 
 
 def main():
-    parser = HfArgumentParser((ScriptArguments, TrainingArguments))
+    parser = HfArgumentParser((ScriptArguments, NeuronTrainingArguments))
     script_args, training_args = parser.parse_args_into_dataclasses()
     set_seed(training_args.seed)
 
@@ -65,7 +64,6 @@ def main():
             use_cache=False if training_args.gradient_checkpointing else True,
         )
 
-    # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments tokenizer of optimum.neuron.NeuronTrainer (Same constructor arguments (pass processing_class instead of tokenizer); evaluation is supported natively.)
     trainer = Trainer(
         model=model,
         args=training_args,
