@@ -34,7 +34,7 @@ class _Group(TyperGroup):
     """A first argument that is not a subcommand means ``migrate``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version", "migrate"):
+        if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
             args = ["migrate", *args]
         return super().parse_args(ctx, args)
 
@@ -49,7 +49,8 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
-    help="Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.",
+    help="Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.\n\n"
+    "`neuron-migrate PATH --help` lists the migrate options (--write, --check, --format...).",
 )
 
 
@@ -90,9 +91,10 @@ def rule_infos() -> dict[str, RuleInfo]:
     return infos
 
 
-@app.command("migrate", help="Migrate PATH... (dry run unless --write).")
+# hidden: reached only through _Group (``neuron-migrate migrate`` names a path called migrate)
+@app.command("migrate", hidden=True, help="Migrate PATH... (dry run unless --write).")
 def migrate(
-    paths: List[Path] = typer.Argument(..., help="Files or directories to migrate."),
+    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Files or directories to migrate."),
     write: bool = typer.Option(False, "--write", help="Apply the changes in place (atomic per file)."),
     check: bool = typer.Option(False, "--check", help="CI mode: exit 1 if a change is pending or a marker remains."),
     diff: Optional[bool] = typer.Option(None, "--diff/--no-diff", help="Show diffs (default: only in a dry run)."),
@@ -163,14 +165,21 @@ def _write(results: list[FileResult], candidates, allow_dirty: bool) -> None:
     for r in changed:
         path = by_display[r.path].path
         if path in dirty or path.resolve() in dirty:
-            r.status = "error"
-            r.error = "has uncommitted changes; commit or stash them first, or pass --allow-dirty"
+            _not_written(r, "has uncommitted changes; commit or stash them first, or pass --allow-dirty")
             continue
         try:
             atomic_write(path, r.new_bytes)  # type: ignore[arg-type]
         except OSError as exc:
-            r.status = "error"
-            r.error = f"cannot write: {exc.strerror or exc}"
+            _not_written(r, f"cannot write: {exc.strerror or exc}")
+
+
+def _not_written(r: FileResult, reason: str) -> None:
+    """An error result, like the engine's: nothing was applied, so no findings are counted."""
+    r.status = "error"
+    r.error = reason
+    r.findings = []
+    r.new_text = None
+    r.new_bytes = None
 
 
 def _progress(disabled: bool, total: int):
