@@ -1,6 +1,6 @@
 """Throughput benchmark of neuron-migrate against plain libcst.
 
-    python benchmarks/bench_migrate.py [--jobs N] [--limit N] [--files-b K] [--repeat R]
+    python benchmarks/bench_migrate.py [--jobs N] [--limit N] [--files-b K] [--repeat R] [--budget S]
 
 Corpus A: every file ``discover`` finds in the installed ``transformers`` package (no
 Neuron code; >= 1,000 files). Times discover + run (the CLI pipeline, nothing written)
@@ -8,10 +8,13 @@ and plain libcst parse+codegen on a sample, to show the per-core libcst floor.
 
 Corpus B: K medium-size transformers files with old-stack (optimum.neuron) usage
 injected, written to a temp dir. Times (a) plain libcst parse+codegen, (b) the engine's
-``migrate_text`` on the same texts (both in-process, single core, no I/O) and (c) the
-full ``run`` with jobs=1 and jobs=N (I/O and process pool included).
+``migrate_text`` on the same texts (both in-process, single core, no I/O; timed file by
+file in alternation, each file's best over the repeats, summed) and (c) the full ``run``
+with jobs=1 and jobs=N (I/O and process pool included).
 
-Every timing is the best (min) of R repeats, measured with time.perf_counter. The run
+Every timing is the best (min) of R repeats (default 3), measured with time.perf_counter;
+a timing whose repeats have used --budget seconds is not repeated again, so that a slow
+engine cannot push the run past a few minutes (the printed "best of n" says how many). The run
 never fails on a missed target; it prints PASS/FAIL against the two targets of the issue:
 
 * corpus A: >= 2,000 files/s for the full pipeline;
@@ -64,15 +67,40 @@ def _neuron_migrate_bench_train(m):
 # ----------------------------------------------------------------------------- helpers
 
 
-def best_of(repeat: int, fn: Callable[[], object]) -> tuple[float, object]:
-    """(min wall time over ``repeat`` calls, result of the last call)."""
-    best = float("inf")
-    result = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
+class Measure:
+    """One timed quantity; ``times`` holds every repeat, the best (min) is reported."""
+
+    def __init__(self, name: str, fn: Callable[[], object]) -> None:
+        self.name = name
+        self.fn = fn
+        self.times: list[float] = []
+        self.result: object = None
+        self.repeats: int | None = None  # set when ``times`` holds one figure built from several repeats
+
+    @property
+    def best(self) -> float:
+        return min(self.times)
+
+    @property
+    def note(self) -> str:
+        if self.repeats == 0:
+            return "derived: discover+run minus discover"
+        if self.repeats is not None:
+            return f"sum of per-file bests of {self.repeats}"
+        return f"best of {len(self.times)}"
+
+
+def measure(measures: list[Measure], repeat: int, budget_s: float) -> None:
+    """Time every measure ``repeat`` times, round-robin (so that a change in the load
+    of the machine hits all of them alike). A measure whose repeats have already used
+    ``budget_s`` seconds is not repeated again (at least one run each)."""
+    for r in range(repeat):
+        for m in measures:
+            if r > 0 and sum(m.times) >= budget_s:
+                continue
+            t0 = time.perf_counter()
+            m.result = m.fn()
+            m.times.append(time.perf_counter() - t0)
 
 
 def rate(n: int, seconds: float) -> float:
@@ -88,6 +116,43 @@ def libcst_roundtrip(texts: list[str]) -> int:
     for text in texts:
         n += len(cst.parse_module(text).code)
     return n
+
+
+def paired(texts: list[str], rules: RuleSet, repeat: int, budget_s: float) -> tuple[Measure, Measure]:
+    """(a) libcst parse+codegen and (b) migrate_text, timed file by file in alternation.
+
+    Each file's time is its best over the repeats; a measure's time is the sum over the
+    files. Repeats stop once ``budget_s`` seconds have been spent (at least one)."""
+    best_a = [float("inf")] * len(texts)
+    best_b = [float("inf")] * len(texts)
+    outs: list[str] = list(texts)
+    clock = time.perf_counter
+    spent = 0.0
+    done = 0
+    for r in range(repeat):
+        if r > 0 and spent >= budget_s:
+            break
+        t_start = clock()
+        for i, text in enumerate(texts):
+            for side in ((0, 1) if (r + i) % 2 == 0 else (1, 0)):
+                t0 = clock()
+                if side == 0:
+                    cst.parse_module(text).code
+                    dt = clock() - t0
+                    best_a[i] = min(best_a[i], dt)
+                else:
+                    outs[i] = migrate_text(text, "python", rules)[0]
+                    dt = clock() - t0
+                    best_b[i] = min(best_b[i], dt)
+        spent += clock() - t_start
+        done += 1
+    m_a = Measure("a", lambda: None)
+    m_b = Measure("b", lambda: None)
+    m_a.times, m_b.times = [sum(best_a)], [sum(best_b)]
+    m_b.result = outs
+    for m in (m_a, m_b):
+        m.repeats = done
+    return m_a, m_b
 
 
 def engine_texts(texts: list[str], rules: RuleSet) -> list[str]:
@@ -138,82 +203,120 @@ def inject(text: str) -> str:
 # ----------------------------------------------------------------------------- corpus A
 
 
-def bench_corpus_a(pkg: Path, jobs: int, repeat: int, limit: int | None, sample: int) -> None:
+def trigger_report(rules: RuleSet, blobs: list[tuple[str, bytes]], top: int = 8) -> None:
+    """Which pre-filter triggers let the files through (and which rules declare them)."""
+    owners: dict[str, set[str]] = {}
+    for r in list(rules.python) + list(rules.text):
+        for t in r.triggers or ():
+            owners.setdefault(t, set()).add(r.id)
+    hits: Counter[bytes] = Counter()
+    only: Counter[bytes] = Counter()
+    for kind, data in blobs:
+        found = [t for t in rules.triggers.get(kind, ()) if t in data]
+        hits.update(found)
+        if len(found) == 1:
+            only.update(found)
+    if not hits:
+        return
+    print(f"pre-filter triggers found in the most files (top {top}; 'alone' = the only trigger in the file):")
+    for trig, count in hits.most_common(top):
+        text = trig.decode()
+        ids = ",".join(sorted(owners.get(text, ()))) or "marker"
+        print(f"  {text!r:28} {count:5d} files  ({only[trig]:4d} alone)  rules: {ids}")
+
+
+def bench_corpus_a(pkg: Path, jobs: int, repeat: int, budget: float, limit: int | None, sample: int) -> None:
     print(f"== Corpus A: installed transformers, no Neuron code ({pkg})")
     selection = RuleSelection()
-    rules = _ruleset_for(selection)
+    rules = _ruleset_for(selection)  # the same cached RuleSet run() uses: loading rules is not timed
 
-    # warm-up: imports, rule loading, page cache
-    cands, errs = discover([pkg])
+    cands, errs = discover([pkg])  # warm-up (and page cache, below)
     if limit:
         cands = cands[:limit]
-    run(cands, selection, jobs=jobs)
-
-    t_disc, (cands_all, errs) = best_of(repeat, lambda: discover([pkg]))
-    cands = cands_all[:limit] if limit else cands_all
     n = len(cands)
     kinds = Counter(c.kind for c in cands)
     n_py = kinds.get("python", 0)
-    wanted = sum(1 for c in cands if rules.wanted(c.kind, c.path.read_bytes()))
+    blobs = [(c.kind, c.path.read_bytes()) for c in cands]
+    wanted = sum(1 for kind, data in blobs if rules.wanted(kind, data))
+    run(cands[:50], selection, jobs=1)
 
-    t_run, results = best_of(repeat, lambda: run(cands, selection, jobs=jobs))
+    def disc():
+        c, _ = discover([pkg])
+        return c[:limit] if limit else c
 
     def both():
-        c, _ = discover([pkg])
-        if limit:
-            c = c[:limit]
-        return run(c, selection, jobs=jobs)
+        return run(disc(), selection, jobs=jobs)
 
-    t_total, _ = best_of(repeat, both)
-    statuses = Counter(r.status for r in results)
+    m_disc = Measure("discover", disc)
+    m_run = Measure("run", lambda: run(cands, selection, jobs=jobs))
+    m_both = Measure("discover+run", both)
+    measure([m_disc, m_both], repeat, budget)
+    if m_both.best < budget:
+        measure([m_run], repeat, budget)
+    else:  # too slow to time twice within a few minutes: run = (discover+run) - discover
+        m_run.times = [max(0.0, m_both.best - m_disc.best)]
+        m_run.repeats = 0
+    results = m_both.result
+    statuses = Counter(r.status for r in results)  # type: ignore[union-attr]
 
     print(f"files discovered: {n}  ({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))}); "
           f"discovery errors: {len(errs)}")
-    print(f"files passing the byte pre-filter (parsed by the engine): {wanted}")
+    print(f"files passing the byte pre-filter (decoded and parsed by the engine): {wanted} "
+          f"({sum(len(d) for k, d in blobs if rules.wanted(k, d)) / 1024:.0f} KB of "
+          f"{sum(len(d) for _, d in blobs) / 1024:.0f} KB)")
+    trigger_report(rules, blobs)
     print(f"results: {dict(sorted(statuses.items()))}")
-    print(f"discover only          : {t_disc:8.3f} s  {rate(n, t_disc):10.0f} files/s")
-    print(f"run only (jobs={jobs})      : {t_run:8.3f} s  {rate(n, t_run):10.0f} files/s")
-    print(f"discover + run (jobs={jobs}): {t_total:8.3f} s  {rate(n, t_total):10.0f} files/s")
+    changed = [r.path for r in results if r.status == "changed"]  # type: ignore[union-attr]
+    if changed:
+        shown = ", ".join(Path(p).name for p in changed[:10]) + (", ..." if len(changed) > 10 else "")
+        print(f"changed by the tool (old-stack code the package does contain): {shown}")
+    for m in (m_disc, m_run, m_both):
+        label = m.name if m is m_disc else f"{m.name} (jobs={jobs})"
+        print(f"{label:24}: {m.best:8.3f} s  {rate(n, m.best):10.0f} files/s   ({m.note})")
 
     # the per-core libcst floor, on a sample of the same files
     py_files = [c.path for c in cands if c.kind == "python"]
-    sample_files = spread(py_files, sample)
-    texts = [p.read_text(encoding="utf-8") for p in sample_files]
+    texts = [p.read_text(encoding="utf-8") for p in spread(py_files, sample)]
     libcst_roundtrip(texts[:5])  # warm-up
-    t_cst, _ = best_of(repeat, lambda: libcst_roundtrip(texts))
-    cst_rate = rate(len(texts), t_cst)
+    m_cst = Measure("libcst", lambda: libcst_roundtrip(texts))
+    measure([m_cst], repeat, budget)
+    cst_rate = rate(len(texts), m_cst.best)
     est_cst_all = n_py / cst_rate
-    total_rate = rate(n, t_total)
-    print(f"plain libcst parse+codegen, {len(texts)}-file sample, 1 core: {t_cst:.3f} s  "
-          f"{cst_rate:.0f} files/s/core  (=> {est_cst_all:.1f} s for the {n_py} .py files on 1 core, "
-          f"{est_cst_all / jobs:.1f} s on {jobs})")
-    print(f"ratio pipeline files/s / libcst files/s/core : {total_rate / cst_rate:8.1f}x")
-    print(f"ratio pipeline files/s / libcst files/s on {jobs} cores: {total_rate / (cst_rate * jobs):8.1f}x")
-    print(f"ratio pipeline files/s / bump-pydantic (2.7 files/s): {total_rate / BUMP_PYDANTIC_FILES_PER_S:8.0f}x")
-    ok_size = n >= 1000 or bool(limit)
+    total_rate = rate(n, m_both.best)
+    print(f"plain libcst parse+codegen, {len(texts)}-file sample, 1 core: {m_cst.best:.3f} s  "
+          f"{cst_rate:.1f} files/s/core  ({m_cst.note}; => {est_cst_all:.1f} s for the {n_py} .py files "
+          f"on 1 core, {est_cst_all / jobs:.1f} s on {jobs})")
+    print(f"ratio pipeline files/s / libcst files/s/core           : {total_rate / cst_rate:8.1f}x")
+    print(f"ratio pipeline files/s / libcst files/s on {jobs} cores      : {total_rate / (cst_rate * jobs):8.1f}x")
+    print(f"ratio pipeline files/s / bump-pydantic ({BUMP_PYDANTIC_FILES_PER_S} files/s)  : "
+          f"{total_rate / BUMP_PYDANTIC_FILES_PER_S:8.0f}x")
+    small = "" if n >= 1000 else "  (corpus has < 1,000 files)"
     print(f"TARGET A: >= {TARGET_A_FILES_PER_S:.0f} files/s (discover+run, {n} files): "
-          f"{total_rate:.0f} files/s -> {verdict(total_rate >= TARGET_A_FILES_PER_S)}"
-          + ("" if ok_size else "  (corpus has < 1,000 files)"))
+          f"{total_rate:.0f} files/s -> {verdict(total_rate >= TARGET_A_FILES_PER_S)}{small}")
     print()
 
 
 # ----------------------------------------------------------------------------- corpus B
 
 
-def pick_corpus_b(pkg: Path, k: int) -> list[Path]:
+def pick_corpus_b(pkg: Path, k: int, lo: int, hi: int) -> list[Path]:
+    """``k`` files of ``lo``..``hi`` bytes: models/*/modeling_*.py first, then any other."""
     models = sorted(pkg.glob("models/*/modeling_*.py"))
-    fits = [p for p in models if 5_000 <= p.stat().st_size <= 60_000]
-    if len(fits) < k:  # fall back to any medium-size file of the package
+    fits = [p for p in models if lo <= p.stat().st_size <= hi]
+    if len(fits) < k:
         seen = set(fits)
-        fits += sorted(p for p in pkg.rglob("*.py") if p not in seen and 5_000 <= p.stat().st_size <= 60_000)
+        others = sorted(p for p in pkg.rglob("*.py") if p not in seen and lo <= p.stat().st_size <= hi)
+        fits += spread(others, k - len(fits))
     return spread(fits, k)
 
 
-def bench_corpus_b(pkg: Path, jobs: int, repeat: int, k: int, profile_files: int) -> None:
-    print(f"== Corpus B: {k} transformers files (5-60 KB) with optimum.neuron usage injected")
+def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, size_kb: tuple[int, int],
+                   profile_files: int) -> None:
+    lo, hi = size_kb
+    print(f"== Corpus B: {k} transformers files ({lo}-{hi} KB) with optimum.neuron usage injected")
     selection = RuleSelection()
     rules = RuleSet.from_selection(selection)
-    sources = pick_corpus_b(pkg, k)
+    sources = pick_corpus_b(pkg, k, lo * 1024, hi * 1024)
     tmp = Path(tempfile.mkdtemp(prefix="nm-bench-"))
     try:
         texts: list[str] = []
@@ -224,39 +327,46 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, k: int, profile_files: int
             texts.append(text)
         n = len(texts)
         total_kb = sum(len(t.encode()) for t in texts) / 1024
-        print(f"files: {n}, {total_kb:.0f} KB in all ({total_kb / n:.1f} KB mean), in {tmp}")
-
-        # warm-up
-        libcst_roundtrip(texts[:5])
-        engine_texts(texts[:5], rules)
-
-        t_a, _ = best_of(repeat, lambda: libcst_roundtrip(texts))
-        t_b, outs = best_of(repeat, lambda: engine_texts(texts, rules))
-        changed_b = sum(1 for old, new in zip(texts, outs) if new != old)
+        n_models = sum(1 for p in sources if p.name.startswith("modeling_"))
+        print(f"files: {n} ({n_models} models/*/modeling_*.py), {total_kb:.0f} KB in all "
+              f"({total_kb / n:.1f} KB mean), in {tmp}")
 
         cands, errs = discover([tmp])
-        run(cands[:20], selection, jobs=1)  # warm-up
-        t_c1, res1 = best_of(repeat, lambda: run(cands, selection, jobs=1))
-        t_cn, resn = best_of(repeat, lambda: run(cands, selection, jobs=jobs))
-        st1 = Counter(r.status for r in res1)
-        stn = Counter(r.status for r in resn)
+        # warm-up (imports, caches)
+        libcst_roundtrip(texts[:5])
+        engine_texts(texts[:5], rules)
+        run(cands[:5], selection, jobs=1)
 
-        print(f"(a) plain libcst parse+codegen, 1 process, no I/O : {t_a:7.3f} s  {rate(n, t_a):7.1f} files/s")
-        print(f"(b) engine migrate_text,        1 process, no I/O : {t_b:7.3f} s  {rate(n, t_b):7.1f} files/s"
-              f"   changed {changed_b}/{n}")
-        print(f"(c) run(jobs=1), with I/O                         : {t_c1:7.3f} s  {rate(n, t_c1):7.1f} files/s"
-              f"   {dict(sorted(st1.items()))}")
-        print(f"(c) run(jobs={jobs}), with I/O + process pool         : {t_cn:7.3f} s  {rate(n, t_cn):7.1f} files/s"
-              f"   {dict(sorted(stn.items()))}")
+        # (a) and (b): file by file, the two alternating, keeping each file's best over the
+        # repeats, so that a change in the machine's load hits both sides of the ratio alike
+        m_a, m_b = paired(texts, rules, repeat, 2 * budget)
+        m_c1 = Measure("c1", lambda: run(cands, selection, jobs=1))
+        m_cn = Measure("cn", lambda: run(cands, selection, jobs=jobs))
+        measure([m_c1, m_cn], repeat, budget)
+        outs = m_b.result
+        changed_b = sum(1 for old, new in zip(texts, outs) if new != old)  # type: ignore[arg-type]
+        st1 = Counter(r.status for r in m_c1.result)  # type: ignore[union-attr]
+        stn = Counter(r.status for r in m_cn.result)  # type: ignore[union-attr]
+        t_a = m_a.best
+
+        def line(label: str, m: Measure, extra: str = "") -> None:
+            print(f"{label:52}: {m.best:7.3f} s  {rate(n, m.best):7.1f} files/s  ({m.note}){extra}")
+
+        line("(a) plain libcst parse+codegen, 1 process, no I/O", m_a)
+        line("(b) engine migrate_text,        1 process, no I/O", m_b, f"  changed {changed_b}/{n}")
+        line("(c) run(jobs=1), with I/O", m_c1, f"  {dict(sorted(st1.items()))}")
+        line(f"(c) run(jobs={jobs}), with I/O and process start-up", m_cn, f"  {dict(sorted(stn.items()))}")
         if changed_b != n:
             print(f"WARNING: (b) changed only {changed_b} of {n} files")
-        print(f"ratio (b)/(a)          : {t_b / t_a:6.2f}")
-        print(f"ratio (c, jobs=1)/(a)  : {t_c1 / t_a:6.2f}")
-        print(f"ratio (c, jobs={jobs})/(a)  : {t_cn / t_a:6.2f}")
-        print(f"TARGET B: (b)/(a) <= {TARGET_B_RATIO}: {t_b / t_a:.2f} -> {verdict(t_b / t_a <= TARGET_B_RATIO)}")
+        print(f"ratio (b)/(a)          : {m_b.best / t_a:6.2f}")
+        print(f"ratio (c, jobs=1)/(a)  : {m_c1.best / t_a:6.2f}")
+        print(f"ratio (c, jobs={jobs})/(a)  : {m_cn.best / t_a:6.2f}")
+        print(f"TARGET B: (b)/(a) <= {TARGET_B_RATIO}: {m_b.best / t_a:.2f} -> "
+              f"{verdict(m_b.best / t_a <= TARGET_B_RATIO)}")
         print()
 
-        profile(texts[:profile_files] if profile_files < n else texts, rules)
+        if profile_files > 0:
+            profile(texts[:profile_files], rules)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -290,12 +400,13 @@ def profile(texts: list[str], rules: RuleSet, top: int = 15) -> None:
     engine_texts(texts, rules)
     prof.disable()
     stats = pstats.Stats(prof, stream=io.StringIO())
-    total = stats.total_tt  # type: ignore[attr-defined]
     rows = []
     for func, (cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         where = _where(func)
         if where is not None:
             rows.append((where, func, nc, tt, ct))
+
+    total = max((ct for _w, func, _n, _t, ct in rows if func[2] == "migrate_text"), default=0.0) or 1.0
 
     def table(title: str, chosen: list, key: int) -> None:
         print(title)
@@ -303,10 +414,11 @@ def profile(texts: list[str], rules: RuleSet, top: int = 15) -> None:
         for where, func, nc, tt, ct in sorted(chosen, key=lambda r: r[key], reverse=True)[:top]:
             print(f"  {ct:7.3f} {100 * ct / total:5.1f}% {tt:7.3f} {nc:9d}  {_label(func)}")
 
-    print(f"total profiled time: {total:.3f} s")
+    print(f"migrate_text under the profiler: {total:.3f} s (cum % is a share of that)")
     table(f"top {top} by cumulative time, inside migrator/codemods/libcst:", rows, 4)
-    engine = [r for r in rows if r[0] in ("migrator", "codemods")]
-    table(f"top {top} by cumulative time, inside migrator/codemods only:", engine, 4)
+    # the entry points (migrate_text -> run_python) hold ~100% and hide nothing: left out here
+    engine = [r for r in rows if r[0] in ("migrator", "codemods") and r[4] < 0.97 * total]
+    table(f"top {top} by cumulative time, inside migrator/codemods only (entry points left out):", engine, 4)
     table(f"top {top} by own time, inside migrator/codemods/libcst:", rows, 3)
     print()
 
@@ -315,30 +427,43 @@ def profile(texts: list[str], rules: RuleSet, top: int = 15) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for run() (default 2)")
     ap.add_argument("--limit", type=int, default=None, help="cap corpus A at the first N discovered files")
     ap.add_argument("--files-b", type=int, default=200, help="files in corpus B (default 200)")
+    ap.add_argument("--size-b", default="5-20", help="size range of corpus-B source files in KB (default 5-20)")
     ap.add_argument("--repeat", type=int, default=3, help="repeats per timing; the best is kept (default 3)")
+    ap.add_argument("--budget", type=float, default=15.0,
+                    help="seconds after which a timing is not repeated again (default 15; keeps the run short)")
     ap.add_argument("--sample", type=int, default=100, help="corpus-A files timed with plain libcst (default 100)")
-    ap.add_argument("--profile-files", type=int, default=50, help="corpus-B files profiled (default 50)")
+    ap.add_argument("--profile-files", type=int, default=50, help="corpus-B files profiled; 0: no profile (default 50)")
     ap.add_argument("--skip-a", action="store_true", help="skip corpus A")
     ap.add_argument("--skip-b", action="store_true", help="skip corpus B")
     args = ap.parse_args(argv)
+    lo, _, hi = args.size_b.partition("-")
+    size_kb = (int(lo), int(hi or lo))
 
     t0 = time.perf_counter()
     pkg = transformers_dir()
-
     print(f"python {sys.version.split()[0]}, libcst {_dist_version('libcst')}, "
           f"transformers {_dist_version('transformers')}, cores available: {default_jobs()}, jobs: {args.jobs}, "
-          f"repeats: {args.repeat} (best kept)")
-    print(f"libcst parser: {os.environ.get('LIBCST_PARSER_TYPE', 'native (default)')}")
+          f"repeats: {args.repeat} (best kept; not repeated past {args.budget:g} s)")
+    print(f"libcst parser: {os.environ.get('LIBCST_PARSER_TYPE', 'native (default)')}; "
+          f"load average at start: {_load()}")
     print()
     if not args.skip_a:
-        bench_corpus_a(pkg, args.jobs, args.repeat, args.limit, args.sample)
+        bench_corpus_a(pkg, args.jobs, args.repeat, args.budget, args.limit, args.sample)
     if not args.skip_b:
-        bench_corpus_b(pkg, args.jobs, args.repeat, args.files_b, args.profile_files)
-    print(f"benchmark wall time: {time.perf_counter() - t0:.1f} s")
+        bench_corpus_b(pkg, args.jobs, args.repeat, args.budget, args.files_b, size_kb, args.profile_files)
+    print(f"benchmark wall time: {time.perf_counter() - t0:.1f} s; load average at end: {_load()} "
+          f"(other processes on the machine skew the figures)")
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover
+        return "?"
 
 
 def _dist_version(name: str) -> str:

@@ -11,12 +11,10 @@ import codecs
 import importlib
 import io
 import os
-import time
 import tokenize
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
@@ -164,7 +162,6 @@ def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> 
         text, encoding, bom = _decode(data, candidate.kind)
     except (UnicodeError, LookupError) as exc:
         return _error(result, f"cannot decode: {exc}")
-    result.old_text = text
     try:
         new_text, findings = migrate_text(text, candidate.kind, rules)
     except UnitSyntaxError as exc:
@@ -175,8 +172,9 @@ def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> 
     except RecursionError:
         return _error(result, "too deeply nested to parse")
     result.findings = findings
-    result.new_text = new_text
     if new_text != text:
+        # texts are kept (and sent back from workers) only where a diff will need them
+        result.old_text, result.new_text = text, new_text
         try:
             result.new_bytes = _encode(new_text, encoding, bom)
         except UnicodeError as exc:

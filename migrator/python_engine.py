@@ -9,15 +9,15 @@ finding or an ignore comment needs them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from migrator.filekinds import UnitSyntaxError
 from migrator.imports import Binding, ImportFixer, ImportIndex, ImportRequest, build_dotted, index_imports
 from migrator.model import Finding, find_markers, ignored_rules, is_silenced, marker_text
+from migrator.positions import Positions
 from migrator.rules import Owners, PythonRule
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
@@ -30,6 +30,7 @@ class _Edit:
     node: cst.CSTNode
     new: Replacement
     ancestors: tuple[cst.CSTNode, ...]
+    deep: bool = False  # ancestors end above the node at an unknown depth
 
 
 @dataclass
@@ -40,6 +41,7 @@ class _Note:
     fix: str
     statement: cst.CSTNode | None  # where a marker goes (manual findings only)
     ancestors: tuple[cst.CSTNode, ...] = ()
+    deep: bool = False
 
 
 @dataclass
@@ -47,6 +49,7 @@ class _ImportAsk:
     rule: str
     request: ImportRequest
     node: cst.CSTNode | None
+    ancestors: tuple[cst.CSTNode, ...] = ()
 
 
 class NameClash(Exception):
@@ -74,6 +77,8 @@ class PythonContext:
         self._names_for: dict[tuple[str, str], str] = {}
         #: Name nodes referring to import bindings, with their ancestors (for dead-import detection)
         self._refs: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
+        #: ancestors of every statement and import alias, recorded by the pass
+        self._known: dict[int, tuple[cst.CSTNode, ...]] = {}
 
     # ---------------------------------------------------------------- queries
     def qualname(self, node: cst.BaseExpression) -> str | None:
@@ -100,7 +105,7 @@ class PythonContext:
             return False
         stmt = node
         if not isinstance(stmt, cst.SimpleStatementLine):
-            stmt = next((a for a in reversed(self._ancestors_of(node)) if isinstance(a, cst.SimpleStatementLine)), None)
+            stmt = next((a for a in reversed(self._ancestors_of(node)[0]) if isinstance(a, cst.SimpleStatementLine)), None)
             if stmt is None:
                 return False
         code = self.module.code_for_node(stmt.with_changes(leading_lines=()))
@@ -114,33 +119,49 @@ class PythonContext:
     def replace(self, node: cst.CSTNode, new: Replacement) -> None:
         """Replace ``node`` (an original node) by a node, a function of its updated
         form (so that edits inside it are kept), or ``cst.RemovalSentinel.REMOVE``."""
-        self._edits.append(_Edit(self.rule_id, node, new, self._ancestors_of(node)))
+        anc, deep = self._ancestors_of(node)
+        self._edits.append(_Edit(self.rule_id, node, new, anc, deep))
+
+    def insert_after(
+        self,
+        statement: cst.BaseStatement,
+        new: Sequence[cst.BaseStatement] | Callable[[cst.BaseStatement], Sequence[cst.BaseStatement]],
+    ) -> None:
+        """Insert statements right after ``statement`` (an original statement), in its block.
+
+        ``new`` may be a function of the updated statement (to follow its quoting, say).
+        """
+
+        def apply(updated: cst.BaseStatement) -> cst.FlattenSentinel:
+            extra = list(new(updated) if callable(new) else new)
+            return cst.FlattenSentinel([updated, *extra])
+
+        self.replace(statement, apply)
 
     def remove_statement(self, small: cst.BaseSmallStatement | cst.BaseStatement) -> None:
         """Remove a statement (a small statement on a line of several removes just that)."""
         self.replace(small, cst.RemovalSentinel.REMOVE)
 
-    def _ancestors_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    def _ancestors_of(self, node: cst.CSTNode) -> tuple[tuple[cst.CSTNode, ...], bool]:
+        """(ancestors root first, deep): deep means the node lies somewhere below them."""
         for i in range(len(self.stack) - 1, -1, -1):
             if self.stack[i] is node:
-                return tuple(self.stack[:i])
-        return tuple(self.stack)  # node is a descendant of the current node
+                return tuple(self.stack[:i]), False
+        known = self._known.get(id(node))
+        if known is not None:
+            return known, False
+        return tuple(self.stack), True  # a descendant of the current node (or not yet visited)
 
     def finding(self, node: cst.CSTNode, message: str, fix: str = "applied") -> None:
         """Report what was done (``applied``) at ``node``."""
-        self._notes.append(_Note(self.rule_id, node, message, fix, None, self._ancestors_of(node)))
+        anc, deep = self._ancestors_of(node)
+        self._notes.append(_Note(self.rule_id, node, message, fix, None, anc, deep))
 
     def marker(self, node: cst.CSTNode, message: str, rule: str | None = None) -> None:
         """Ask a person to act: a ``# TODO(neuron-migrate NMxxx)`` comment above the
         statement around ``node`` plus a manual finding."""
-        anc = self._ancestors_of(node)
-        stmt = node if isinstance(node, STATEMENT_TYPES) else None
-        if stmt is None:
-            for a in reversed(anc):
-                if isinstance(a, STATEMENT_TYPES):
-                    stmt = a
-                    break
-        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", stmt, anc))
+        anc, deep = self._ancestors_of(node)
+        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", None, anc, deep))
 
     # ---------------------------------------------------------------- imports
     def add_import(self, module: str, name: str | None = None, asname: str | None = None,
@@ -160,7 +181,8 @@ class PythonContext:
             req = ImportRequest(module, name, asname, None, 10**9)
         if any((a.request.module, a.request.name, a.request.asname) == (module, name, asname) for a in self._asks):
             return  # one import serves every use
-        self._asks.append(_ImportAsk(self.rule_id, req, self.stack[-1] if self.stack else None))
+        node = self.stack[-1] if self.stack else None
+        self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1])))
 
     def remove_import(self, binding: Binding) -> None:
         """Drop an import alias even if names still refer to it (e.g. side-effect imports)."""
@@ -207,42 +229,91 @@ class PythonContext:
         return True
 
 
-class _Dispatcher(cst.CSTVisitor):
-    def __init__(self, ctx: PythonContext, table: dict[type, list[tuple[str, Callable]]], track: set[str]):
-        super().__init__()
-        self.ctx = ctx
-        self.table = table
-        self.track = track
-        self.stack = ctx.stack
+#: dataclass fields that never contain nodes a rule cares about (whitespace, punctuation)
+_SKIP_FIELD_PREFIXES = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace",
+                        "lines_after", "header", "footer", "equal", "colon", "arrow", "dot", "lbracket", "rbracket",
+                        "lbrace", "rbrace", "operator", "asynchronous", "star", "first_line", "empty_lines", "indent",
+                        "last_line", "newline", "prefix", "quote", "between")
+_SHAPES: dict[type, tuple[tuple[str, ...], bool]] = {}
+_IS_NODE: dict[type, bool] = {}
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.stack.append(node)
-        handlers = self.table.get(type(node))
+
+def _shape(t: type) -> tuple[tuple[str, ...], bool]:
+    """(fields worth walking, is a statement) for a node type, computed once per type."""
+    import dataclasses
+
+    fields = tuple(f.name for f in dataclasses.fields(t) if not f.name.startswith(_SKIP_FIELD_PREFIXES))
+    if t is cst.ImportAlias:
+        fields = ()  # names inside `import a.b as c` are not references
+    found = _SHAPES[t] = (fields, issubclass(t, STATEMENT_TYPES))
+    return found
+
+
+def _is_node(t: type) -> bool:
+    found = _IS_NODE[t] = issubclass(t, cst.CSTNode)
+    return found
+
+
+def _dispatch(module: cst.Module, ctx: PythonContext, table: dict[type, list[tuple[str, Callable]]],
+              track: set[str]) -> list[cst.CSTNode]:
+    """One pre-order pass over the original tree: call the handlers registered for each
+    node type, record references to imported names and every statement node, in order.
+
+    A plain recursive walk over dataclass fields (skipping whitespace and punctuation)
+    costs a fraction of libcst's visitor, which rebuilds every node it visits.
+    """
+    stack = ctx.stack
+    refs = ctx._refs
+    statements: list[cst.CSTNode] = []
+    Name, Attribute, Arg, ImportAlias = cst.Name, cst.Attribute, cst.Arg, cst.ImportAlias
+    known = ctx._known
+    shapes, is_node = _SHAPES, _IS_NODE
+
+    def visit(node: cst.CSTNode) -> None:
+        t = type(node)
+        stack.append(node)
+        handlers = table.get(t)
         if handlers:
-            ctx = self.ctx
             for rule_id, fn in handlers:
                 ctx.rule_id = rule_id
                 fn(node, ctx)
-        if type(node) is cst.Name and node.value in self.track:
-            parent = self.stack[-2] if len(self.stack) > 1 else None
-            if not (
-                (type(parent) is cst.Attribute and parent.attr is node)
-                or (type(parent) is cst.Arg and parent.keyword is node)
-            ):
-                self.ctx._refs.append((node, tuple(self.stack[:-1])))
-        # names inside `import a.b as c` are not references
-        return type(node) is not cst.ImportAlias
+        if t is Name:
+            if node.value in track:
+                parent = stack[-2] if len(stack) > 1 else None
+                if not ((type(parent) is Attribute and parent.attr is node)
+                        or (type(parent) is Arg and parent.keyword is node)):
+                    refs.append((node, tuple(stack[:-1])))
+        else:
+            shape = shapes.get(t) or _shape(t)
+            if shape[1]:
+                statements.append(node)
+                known[id(node)] = tuple(stack[:-1])
+            elif t is ImportAlias:
+                known[id(node)] = tuple(stack[:-1])
+            for name in shape[0]:
+                value = getattr(node, name)
+                vt = type(value)
+                if vt is tuple or vt is list:
+                    for item in value:
+                        it = type(item)
+                        if is_node[it] if it in is_node else _is_node(it):
+                            visit(item)
+                elif is_node[vt] if vt in is_node else _is_node(vt):
+                    visit(value)
+        stack.pop()
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
+    visit(module)
+    return statements
 
 
 class _Applier(cst.CSTTransformer):
     """Applies replacements and markers; descends only into ancestors of edits."""
 
     def __init__(self, edits: dict[int, Replacement], markers: dict[int, list[str]],
-                 path: set[int], watch: set[str], seen_names: set[str]):
+                 path: set[int], watch: set[str], seen_names: set[str], deep: set[int] = frozenset()):
         super().__init__()
+        self.deep = deep
+        self.inside = 0
         self.edits = edits
         self.markers = markers
         self.path = path
@@ -252,25 +323,35 @@ class _Applier(cst.CSTTransformer):
         self.line_map: dict[int, int] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return id(node) in self.path
+        if id(node) in self.deep:
+            self.inside += 1
+            return True
+        return self.inside > 0 or id(node) in self.path
 
     def on_leave(self, original_node, updated_node):
         key = id(original_node)
+        if key in self.deep:
+            self.inside -= 1
         new = updated_node
         if key in self.edits:
             rep = self.edits[key]
             if isinstance(rep, cst.RemovalSentinel):
                 return rep
             new = rep(updated_node) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
-            if self.watch and new is not None:
-                _collect_names(new, self.watch, self.seen_names)
-        if key in self.markers and isinstance(new, STATEMENT_TYPES):
-            lines = list(new.leading_lines)
+        # a statement may become several (cst.FlattenSentinel): markers go above the first
+        parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        if key in self.edits and self.watch:
+            for part in parts:
+                _collect_names(part, self.watch, self.seen_names)
+        first = parts[0] if parts else None
+        if key in self.markers and isinstance(first, STATEMENT_TYPES):
+            lines = list(first.leading_lines)
             for text in self.markers[key]:
                 lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
-            new = new.with_changes(leading_lines=lines)
-        if new is not original_node and isinstance(original_node, cst.SimpleStatementLine):
-            self.line_map[id(new)] = key
+            parts[0] = first = first.with_changes(leading_lines=lines)
+            new = cst.FlattenSentinel(parts) if isinstance(new, cst.FlattenSentinel) else first
+        if first is not None and first is not original_node and isinstance(original_node, cst.SimpleStatementLine):
+            self.line_map[id(first)] = key
         return new
 
 
@@ -281,6 +362,40 @@ def _collect_names(node: cst.CSTNode, watch: set[str], seen: set[str]) -> None:
                 seen.add(n.value)
 
     node.visit(V())
+
+
+def _compose(first: Replacement, second: Replacement) -> Replacement:
+    """Two edits of one node: a removal wins; otherwise apply both, in order (a function
+    given several statements by the first edit applies to the first of them)."""
+    if isinstance(first, cst.RemovalSentinel) or isinstance(second, cst.RemovalSentinel):
+        return cst.RemovalSentinel.REMOVE
+
+    def both(updated):
+        mid = first(updated) if callable(first) and not isinstance(first, cst.CSTNode) else first
+        if not (callable(second) and not isinstance(second, cst.CSTNode)):
+            return second
+        if isinstance(mid, cst.FlattenSentinel):
+            parts = list(mid.nodes)
+            out = second(parts[0])
+            head = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
+            return cst.FlattenSentinel(head + parts[1:])
+        return second(mid)
+
+    return both
+
+
+def _settle_ancestors(ctx: PythonContext) -> None:
+    """Give records made before their node was visited its real ancestors, and give
+    every marker the statement it goes above."""
+    for rec in list(ctx._edits) + list(ctx._notes):
+        if rec.deep and id(rec.node) in ctx._known:
+            rec.ancestors, rec.deep = ctx._known[id(rec.node)], False
+    for note in ctx._notes:
+        if note.fix == "manual":
+            if isinstance(note.node, STATEMENT_TYPES):
+                note.statement = note.node
+            else:
+                note.statement = next((a for a in reversed(note.ancestors) if isinstance(a, STATEMENT_TYPES)), None)
 
 
 def rule_applies(rule: PythonRule, text: str) -> bool:
@@ -309,10 +424,11 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
         for node_type, fn in rule.handlers().items():
             table.setdefault(node_type, []).append((rule.id, fn))
     track = set(ctx.imports.bindings)
-    module.visit(_Dispatcher(ctx, table, track))
+    statements = _dispatch(module, ctx, table, track)
     for rule in active:
         ctx.rule_id = rule.id
         rule.finish(ctx)
+    _settle_ancestors(ctx)
 
     if not (ctx._edits or ctx._notes or ctx._asks or ctx._removals):
         return source, existing
@@ -324,20 +440,20 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
         ignores = {i + 1: ig for i, line in enumerate(lines) if (ig := ignored_rules(line)) is not None}
         ignores = ignores or None
     if ctx._notes or ignores:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions = Positions(module, source, statements)
 
-    def silenced(rule: str, node: cst.CSTNode) -> bool:
+    def silenced(rule: str, node: cst.CSTNode, ancestors: tuple = ()) -> bool:
         if ignores is None or positions is None:
             return False
-        rng = positions.get(node)
+        rng = positions.get(node, ancestors)
         if rng is None:
             return False
         return any(is_silenced(ignores.get(ln), rule) for ln in range(rng.start.line, rng.end.line + 1))
 
-    edits = [e for e in ctx._edits if not silenced(e.rule, e.node)]
-    notes = [n for n in ctx._notes if not silenced(n.rule, n.node)]
-    asks = [a for a in ctx._asks if a.node is None or not silenced(a.rule, a.node)]
-    removals = [b for rule, b in ctx._removals if not silenced(rule, b.line)]
+    edits = [e for e in ctx._edits if not silenced(e.rule, e.node, e.ancestors)]
+    notes = [n for n in ctx._notes if not silenced(n.rule, n.node, n.ancestors)]
+    asks = [a for a in ctx._asks if a.node is None or not silenced(a.rule, a.node, a.ancestors)]
+    removals = [b for rule, b in ctx._removals if not silenced(rule, b.line, ctx._known.get(id(b.line), ()))]
 
     # ---- dead imports: bindings all of whose references sit inside replaced nodes
     replaced_ids = {id(e.node) for e in edits}
@@ -355,7 +471,7 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
     findings: list[Finding] = list(existing)
     seen_markers: set[tuple[int, str]] = set()
     for n in notes:
-        pos = positions.get(n.node) if positions is not None else None
+        pos = positions.get(n.node, n.ancestors) if positions is not None else None
         line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
         if n.fix == "manual" and n.statement is not None:
             text = marker_text(n.rule, n.message)
@@ -369,21 +485,27 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
             if any(el.comment is not None and el.comment.value.strip() == text for el in above):
                 continue  # already there: reported by the existing-marker scan
             markers.setdefault(id(n.statement), []).append(text)
-            marker_anc[id(n.statement)] = _ancestors_until(n.ancestors, n.statement)
+            marker_anc[id(n.statement)] = ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))
         findings.append(Finding(line, col, n.rule, n.message, n.fix))  # type: ignore[arg-type]
 
     if not edits and not markers and not asks and not removals:
         return source, findings
 
     path: set[int] = set()
+    deep: set[int] = set()
     for e in edits:
         path.update(id(a) for a in e.ancestors)
         path.add(id(e.node))
+        if e.deep and e.ancestors:
+            deep.add(id(e.ancestors[-1]))
     for key, anc in marker_anc.items():
         path.update(id(a) for a in anc)
         path.add(key)
     seen_names: set[str] = set()
-    applier = _Applier({id(e.node): e.new for e in edits}, markers, path, candidates, seen_names)
+    replacements: dict[int, Replacement] = {}
+    for e in edits:
+        replacements[id(e.node)] = _compose(replacements[id(e.node)], e.new) if id(e.node) in replacements else e.new
+    applier = _Applier(replacements, markers, path, candidates, seen_names, deep)
     new_module = module.visit(applier) if path else module
     dead = candidates - seen_names
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -367,7 +366,8 @@ def test_path_objects_and_default_cwd(tmp_path: Path, monkeypatch: pytest.Monkey
     assert shown(cands) == ["a.py"]
 
 
-def test_many_files_fast(tmp_path: Path) -> None:
+def test_many_files(tmp_path: Path) -> None:
+    # (speed is measured by benchmarks/bench_migrate.py, not asserted here)
     for i in range(100):
         d = tmp_path / f"pkg{i}"
         d.mkdir()
@@ -376,11 +376,9 @@ def test_many_files_fast(tmp_path: Path) -> None:
         for j in range(40):
             (d / f"data{j}.json").write_text("")
     (tmp_path / ".gitignore").write_text("*.pyc\nbuild/\n/pkg1/m1.py\n")
-    t0 = time.perf_counter()
     cands, _ = discover(["."], exclude=["*.ipynb", "tests/fixtures"], cwd=tmp_path)
-    elapsed = time.perf_counter() - t0
     assert len(cands) == 100 * 60 - 1
-    assert elapsed < 1.0, elapsed  # 10,000 entries: well under a second
+    assert "pkg1/m1.py" not in {c.display for c in cands}
 
 
 def test_only_extensionless_files_and_ignore_files_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

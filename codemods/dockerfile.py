@@ -1,0 +1,378 @@
+"""NM520-NM521: Dockerfiles of the XLA-era Neuron stack.
+
+A Dockerfile is read instruction by instruction (``\\`` continuations, comment and blank lines
+inside them, BuildKit heredocs). ``ENV`` instructions follow the environment rules of the shell
+scripts (NM512's list of XLA-only variables, NM513 for ``NEURON_CC_FLAGS``); ``FROM`` lines on an
+XLA-era Neuron Deep Learning Container get a marker. ``apt-get install`` of the Neuron driver,
+runtime and tools is left as it is (TorchNeuron still needs them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from codemods.shell import (
+    Plan,
+    ShellSyntaxError,
+    cc_flags_plan,
+    deletion_span,
+    plan_for,
+    render,
+    split_cc_flags,
+    xla_only_reason,
+    XLA_ONLY_PREFIXES,
+    XLA_ONLY_VARS,
+)
+from migrator.rules import TextRule
+
+_DIRECTIVE_RE = re.compile(r"#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.*?)\s*$")
+_HEREDOC_RE = re.compile(r"<<(-?)\s*([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_CONT_RE = re.compile(r"(?<!\\)(?:\\\\)*\\[ \t]*$")
+_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=")
+_XLA_DLC_RE = re.compile(r"pytorch-(training|inference)-neuronx")
+_SDK_RE = re.compile(r"sdk(\d+)\.(\d+)")
+#: first Neuron SDK with TorchNeuron (public beta); DLC tags of earlier SDKs are the XLA stack
+TORCHNEURON_SDK = (2, 33)
+
+
+@dataclass
+class Word:
+    text: str
+    start: int
+    end: int
+
+
+@dataclass
+class Instruction:
+    keyword: str  # upper case
+    first: int  # first line (0-based)
+    last: int  # last line
+    args_start: int  # offset of the text after the keyword
+    end: int  # offset of the end of the last line
+    inner_comments: bool = False
+    words: list[Word] = field(default_factory=list)
+
+
+class DockerUnit:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.src = "\n".join(lines)
+        self.line_starts = [0]
+        for line in lines[:-1]:
+            self.line_starts.append(self.line_starts[-1] + len(line) + 1)
+        self.instructions: list[Instruction] = []
+        self._parse()
+
+    def _parse(self) -> None:
+        lines = self.lines
+        i = 0
+        directives = True
+        while i < len(lines):
+            line = lines[i]
+            stripped = line.strip()
+            if directives:
+                m = _DIRECTIVE_RE.match(stripped)
+                if m and m.group(1).lower() == "escape" and m.group(2) != "\\":
+                    raise ShellSyntaxError("non-default escape character")
+                if not m:
+                    directives = False
+            if not stripped or stripped.startswith("#"):
+                i += 1
+                continue
+            first = i
+            keyword = stripped.split(None, 1)[0].upper()
+            inner = False
+            while _CONT_RE.search(lines[i]) and i + 1 < len(lines):
+                i += 1
+                while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("#")):
+                    if lines[i].strip():
+                        inner = True
+                    if i + 1 >= len(lines):
+                        break
+                    i += 1
+            start = self.line_starts[first] + (len(line) - len(line.lstrip())) + len(stripped.split(None, 1)[0])
+            end = self.line_starts[i] + len(lines[i])
+            self.instructions.append(Instruction(keyword, first, i, start, end, inner))
+            i += 1
+            if keyword in ("RUN", "COPY", "ADD"):
+                text = self.src[start:end]
+                for strip, _, delim in _HEREDOC_RE.findall(text):
+                    while i < len(lines) and (lines[i].lstrip("\t") if strip else lines[i]) != delim:
+                        i += 1
+                    i += 1
+
+    def words(self, ins: Instruction) -> list[Word]:
+        """Whitespace-separated words of the arguments, with Dockerfile quoting."""
+        if ins.words:
+            return ins.words
+        src, i, end = self.src, ins.args_start, ins.end
+        out: list[Word] = []
+        while i < end:
+            c = src[i]
+            if c in " \t\n":
+                i += 1
+                continue
+            m = re.compile(r"\\[ \t]*\n").match(src, i)
+            if m and m.end() <= end + 1:
+                i = m.end()
+                continue
+            start = i
+            while i < end and src[i] not in " \t\n":
+                c = src[i]
+                if c == "\\":
+                    i += 2
+                elif c in "\"'":
+                    j = i + 1
+                    while j < end and src[j] != c:
+                        j += 2 if (c == '"' and src[j] == "\\") else 1
+                    if j >= end:
+                        raise ShellSyntaxError("unterminated quote")
+                    i = j + 1
+                else:
+                    i += 1
+            out.append(Word(src[start:min(i, end)], start, min(i, end)))
+        ins.words = out
+        return out
+
+
+@dataclass
+class EnvPair:
+    word: int  # index in the instruction's words
+    name: str
+    value: str  # raw text after "=" (legacy form: the rest of the instruction)
+
+
+def env_pairs(unit: DockerUnit, ins: Instruction) -> tuple[list[EnvPair], bool] | None:
+    """(pairs, legacy form) of an ENV instruction; None when it is not plain."""
+    words = unit.words(ins)
+    if not words or ins.inner_comments:
+        return None
+    m = _PAIR_RE.match(words[0].text)
+    if m is None:  # legacy `ENV NAME value ...`
+        if len(words) < 2:
+            return None
+        return [EnvPair(0, words[0].text, unit.src[words[1].start: words[-1].end])], True
+    pairs = []
+    for k, w in enumerate(words):
+        m = _PAIR_RE.match(w.text)
+        if m is None:
+            return None
+        pairs.append(EnvPair(k, m.group(1), w.text[m.end():]))
+    return pairs, False
+
+
+class DockerPlan(Plan):
+    def __init__(self, unit: DockerUnit) -> None:
+        super().__init__(unit.lines)
+        self.unit = unit
+        self.deleted: dict[tuple[int, int], str] = {}
+        self.replaced: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def group_range(self, group: int) -> tuple[int, int]:
+        ins = self.unit.instructions[group]
+        return ins.first, ins.last
+
+    def touched_groups(self):
+        return {g for g, _ in self.deleted} | {g for g, _ in self.replaced}
+
+    def render_group(self, group: int) -> list[str] | None:
+        u = self.unit
+        ins = u.instructions[group]
+        words = u.words(ins)
+        found = env_pairs(u, ins)
+        gone = {k for g, k in self.deleted if g == group}
+        if found is not None and (found[1] and 0 in gone or all(p.word in gone for p in found[0])):
+            return []
+        edits: list[tuple[int, int, str]] = []
+        for (g, k), (_, text) in self.replaced.items():
+            if g == group and k not in gone:
+                edits.append((words[k].start, words[k].end, text))
+        run: list[int] = []
+        for k in sorted(gone) + [None]:  # type: ignore[list-item]
+            if run and (k is None or k != run[-1] + 1):
+                edits.append((*deletion_span(u.src, words[run[0]].start, words[run[-1]].end), ""))
+                run = []
+            if k is not None:
+                run.append(k)
+        if not edits:
+            return None
+        return render(u.src, u.line_starts[ins.first], ins.end, sorted(edits), [])
+
+
+def _docker_plan(lines: list[str]) -> DockerPlan:
+    return DockerPlan(DockerUnit(lines))
+
+
+def docker_plan(ctx) -> DockerPlan | None:
+    plan = plan_for(ctx, _docker_plan)
+    return plan if isinstance(plan, DockerPlan) else None
+
+
+class DockerRule(TextRule):
+    kinds = ("dockerfile",)
+
+    def apply(self, ctx) -> None:
+        plan = docker_plan(ctx)
+        if plan is None:
+            return
+        self.contribute(plan, ctx)
+        plan.flush(ctx)
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _env_instructions(plan: DockerPlan, rule: str):
+    u = plan.unit
+    for g, ins in enumerate(u.instructions):
+        if ins.keyword != "ENV":
+            continue
+        try:
+            found = env_pairs(u, ins)
+        except ShellSyntaxError:
+            continue
+        if found is None:
+            continue
+        yield g, ins, found[0], found[1], not plan.silenced(rule, g)
+
+
+class XlaDlcBaseImage(DockerRule):
+    id = "NM520"
+    title = "XLA-era Neuron Deep Learning Container base image"
+    fix = "manual"
+    triggers = ("-neuronx",)
+    why = """
+        The `pytorch-training-neuronx` / `pytorch-inference-neuronx` Deep Learning Containers of
+        Neuron SDKs before TorchNeuron ship torch-xla and torch-neuronx's XLA backend, and
+        optimum-neuron in their Hugging Face variants. Migrated code needs TorchNeuron (the native
+        `neuron` device), so the base image has to change: the `FROM` line (or the `ARG` that
+        names the image) is flagged.
+    """
+    before = """
+        FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
+    """
+    after = """
+        # TODO(neuron-migrate NM520): XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native torch-neuronx, Neuron SDK 2.33+) or install torch-neuronx on a plain base image
+        FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
+    """
+    caveats = """
+        Images whose tag names Neuron SDK 2.33 or later are assumed to be TorchNeuron images and are
+        not flagged; an image named through a build argument is flagged where the argument's
+        default names it.
+    """
+
+    message = ("XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native "
+               "torch-neuronx, Neuron SDK 2.33+) or install torch-neuronx on a plain base image")
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        u = plan.unit
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword not in ("FROM", "ARG"):
+                continue
+            try:
+                words = u.words(ins)
+            except ShellSyntaxError:
+                continue
+            for w in words:
+                image = w.text.split("=", 1)[1] if ins.keyword == "ARG" and "=" in w.text else w.text
+                if not _XLA_DLC_RE.search(image):
+                    continue
+                sdk = _SDK_RE.search(image.rsplit(":", 1)[-1])
+                if sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK:
+                    continue
+                plan.marker(ctx, g, self.message)
+                break
+
+
+class DockerfileEnv(DockerRule):
+    id = "NM521"
+    title = "Dockerfile ENV: XLA-only and optimum-neuron variables removed"
+    fix = "mixed"
+    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
+    why = """
+        The environment rules of NM512 applied to `ENV` instructions: variables read only by the
+        XLA stack (`XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,
+        `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `PJRT_DEVICE`, ...) or by optimum-neuron are
+        removed; the other variables of the same instruction are kept. An `ENV` left empty is
+        removed.
+    """
+    before = """
+        ENV XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2
+    """
+    after = """
+        ENV NEURON_RT_NUM_CORES=2
+    """
+    caveats = """
+        `ENV` instructions with comment lines inside their continuation, and `RUN export ...`
+        commands, are not edited.
+    """
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        u = plan.unit
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword != "ENV":
+                continue
+            try:
+                plain = env_pairs(u, ins) is not None
+            except ShellSyntaxError:
+                plain = False
+            if plain:
+                continue
+            text = u.src[ins.args_start: ins.end]
+            names = sorted({m for m in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text) if xla_only_reason(m)})
+            if names:
+                plan.marker(ctx, g, f"remove {', '.join(names)} from this ENV (XLA-only variables; this "
+                            "instruction is not edited automatically)")
+        for g, ins, pairs, legacy, editable in _env_instructions(plan, self.id):
+            for p in pairs:
+                reason = xla_only_reason(p.name)
+                if reason is None or not editable:
+                    continue
+                plan.deleted.setdefault((g, p.word), self.id)
+                w = u.words(ins)[p.word]
+                ctx.finding(_line_of(u, w.start), f"removed ENV {p.name}: {reason}", "applied", _col_of(u, w.start) + 1)
+
+
+def _line_of(unit: DockerUnit, offset: int) -> int:
+    import bisect
+
+    return bisect.bisect_right(unit.line_starts, offset) - 1
+
+
+def _col_of(unit: DockerUnit, offset: int) -> int:
+    return offset - unit.line_starts[_line_of(unit, offset)]
+
+
+def dockerfile_cc_flags(rule: str, ctx) -> None:
+    """NM513 on `ENV NEURON_CC_FLAGS=...` (called by the NM513 rule for Dockerfiles)."""
+    plan = docker_plan(ctx)
+    if plan is None:
+        return
+    u = plan.unit
+    for g, ins, pairs, legacy, editable in _env_instructions(plan, rule):
+        for p in pairs:
+            if p.name != "NEURON_CC_FLAGS":
+                continue
+            decided = cc_flags_plan(p.value)
+            if decided is None:
+                continue
+            action, new, message = decided
+            w = u.words(ins)[p.word]
+            line, col = _line_of(u, w.start), _col_of(u, w.start) + 1
+            if action != "mark" and (not editable or legacy):
+                action, message = "mark", "NEURON_CC_FLAGS holds XLA-era compiler flags: remove them"
+            if action == "remove":
+                plan.deleted.setdefault((g, p.word), rule)
+                ctx.finding(line, "removed ENV NEURON_CC_FLAGS: it only held XLA-era compiler flags", "applied", col)
+            elif action == "rewrite":
+                plan.replaced.setdefault((g, p.word), (rule, w.text[: len(w.text) - len(p.value)] + new))
+                gone = split_cc_flags(p.value.strip("\"'"))
+                ctx.finding(line, "removed XLA-era flags from NEURON_CC_FLAGS: " + " ".join(gone[1] if gone else ()),
+                            "applied", col)
+            if message:
+                plan.marker(ctx, g, message)
+    plan.flush(ctx)
+
+
+RULES = (XlaDlcBaseImage, DockerfileEnv)
