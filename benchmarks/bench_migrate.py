@@ -2,8 +2,9 @@
 
     python benchmarks/bench_migrate.py [--jobs N] [--limit N] [--files-b K] [--repeat R] [--budget S]
 
-Corpus A: every file ``discover`` finds in the installed ``transformers`` package (no
-Neuron code; >= 1,000 files). Times discover + run (the CLI pipeline, nothing written)
+Corpus A: every file ``discover`` finds in an installed package with no Neuron code
+(default ``pandas``, 1,400+ files, none of which mentions optimum.neuron / torch_xla;
+``--corpus-a transformers`` measures a package that does use torch_xla in ~20 files). Times discover + run (the CLI pipeline, nothing written)
 and plain libcst parse+codegen on a sample, to show the per-core libcst floor.
 
 Corpus B: K medium-size transformers files with old-stack (optimum.neuron) usage
@@ -167,10 +168,10 @@ def spread(items: list, k: int) -> list:
     return [items[int(i * step)] for i in range(k)]
 
 
-def transformers_dir() -> Path:
-    spec = importlib.util.find_spec("transformers")
+def package_dir(name: str = "transformers") -> Path:
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("transformers is not installed; this benchmark needs it as its corpus")
+        sys.exit(f"{name} is not installed; this benchmark needs it as a corpus")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -226,7 +227,7 @@ def trigger_report(rules: RuleSet, blobs: list[tuple[str, bytes]], top: int = 8)
 
 
 def bench_corpus_a(pkg: Path, jobs: int, repeat: int, budget: float, limit: int | None, sample: int) -> None:
-    print(f"== Corpus A: installed transformers, no Neuron code ({pkg})")
+    print(f"== Corpus A: installed package {pkg.name} ({pkg})")
     selection = RuleSelection()
     rules = _ruleset_for(selection)  # the same cached RuleSet run() uses: loading rules is not timed
 
@@ -437,6 +438,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="seconds after which a timing is not repeated again (default 15; keeps the run short)")
     ap.add_argument("--sample", type=int, default=100, help="corpus-A files timed with plain libcst (default 100)")
     ap.add_argument("--profile-files", type=int, default=50, help="corpus-B files profiled; 0: no profile (default 50)")
+    ap.add_argument("--corpus-a", default="pandas", help="installed package used as corpus A (default pandas)")
     ap.add_argument("--skip-a", action="store_true", help="skip corpus A")
     ap.add_argument("--skip-b", action="store_true", help="skip corpus B")
     args = ap.parse_args(argv)
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> None:
     size_kb = (int(lo), int(hi or lo))
 
     t0 = time.perf_counter()
-    pkg = transformers_dir()
+    pkg = package_dir("transformers")
     print(f"python {sys.version.split()[0]}, libcst {_dist_version('libcst')}, "
           f"transformers {_dist_version('transformers')}, cores available: {default_jobs()}, jobs: {args.jobs}, "
           f"repeats: {args.repeat} (best kept; not repeated past {args.budget:g} s)")
@@ -452,7 +454,7 @@ def main(argv: list[str] | None = None) -> None:
           f"load average at start: {_load()}")
     print()
     if not args.skip_a:
-        bench_corpus_a(pkg, args.jobs, args.repeat, args.budget, args.limit, args.sample)
+        bench_corpus_a(package_dir(args.corpus_a), args.jobs, args.repeat, args.budget, args.limit, args.sample)
     if not args.skip_b:
         bench_corpus_b(pkg, args.jobs, args.repeat, args.budget, args.files_b, size_kb, args.profile_files)
     print(f"benchmark wall time: {time.perf_counter() - t0:.1f} s; load average at end: {_load()} "

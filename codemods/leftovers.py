@@ -29,7 +29,7 @@ class OldStackLeftovers(PythonRule):
     id = "NM900"
     title = "Old-stack import or name with no automatic native replacement"
     fix = "manual"
-    triggers = ("optimum", "torch_xla", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
+    triggers = ("optimum.neuron", "optimum import", "torch_xla", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
@@ -100,6 +100,8 @@ class OldStackLeftovers(PythonRule):
         parent = ctx.parent
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return  # only the whole chain
+        if isinstance(parent, (cst.ImportFrom, cst.Import)):
+            return  # `from a.b import c`: the module path is not a use
         qual = ctx.qualname(node)
         if qual is None or not old_stack(qual):
             return

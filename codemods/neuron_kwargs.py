@@ -13,7 +13,7 @@ class NeuronOnlyArguments(PythonRule):
     id = "NM901"
     title = "Neuron-only arguments on a call that the renames move to a native class"
     fix = "manual"
-    triggers = ("optimum",)
+    triggers = ("optimum.neuron", "optimum import")
     why = """
         The native class that replaces an optimum.neuron name does not accept (or gives another
         meaning to) Neuron-only arguments such as `export=True`, `input_shapes`, `compiler_args`,

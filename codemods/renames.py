@@ -71,7 +71,7 @@ class _RenameRule(PythonRule):
     """Shared engine of NM100/NM200/NM300; subclasses only set id/title/docs."""
 
     fix = "auto"
-    triggers = ("optimum",)
+    triggers = ("optimum.neuron", "optimum import")
 
     def handlers(self):
         return {cst.Name: self._on_name, cst.Attribute: self._on_attribute}
@@ -129,6 +129,8 @@ class _RenameRule(PythonRule):
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         self._plan(ctx)
+        if isinstance(ctx.parent, (cst.ImportFrom, cst.Import)):
+            return  # `from a.b import c`: the module path is not a use
         qual = ctx.qualname(node)
         if qual is None or not qual.startswith("optimum."):
             return

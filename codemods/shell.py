@@ -742,6 +742,8 @@ def word_value(text: str) -> str | None:
     """The value of a shell word without expansions (quotes removed), or None if it has any."""
     if any(c in text for c in "$`") or "\n" in text:
         return None
+    if not any(c in text for c in "\"'\\ \t"):
+        return text
     try:
         parts = shlex.split(text, posix=True)
     except ValueError:
@@ -805,8 +807,16 @@ class ShellUnit:
             for g, (a, b) in enumerate(self.groups):
                 if a < line <= b:
                     self.sealed.add(g)
+        self.simples_by_group: dict[int, list[Simple]] = {}
         for s in self.simples:
             s.group = self.group_of_tok[s.first]
+            self.simples_by_group.setdefault(s.group, []).append(s)
+        self.by_words: dict[tuple[str, ...], list[Simple]] = {}
+        self.simples_by_command: dict[str, list[Simple]] = {}
+        for s in self.simples:
+            self.by_words.setdefault(tuple(self.toks[i].text for i in s.words), []).append(s)
+            if s.words:
+                self.simples_by_command.setdefault(self.toks[s.words[0]].text, []).append(s)
 
     def text(self, i: int) -> str:
         return self.toks[i].text
@@ -1019,6 +1029,7 @@ class Plan:
         self.emitted: dict[int, object] = {}
         self.marked: set[int] = set()
         self.comments: dict[int, list[str]] = {}
+        self.dirty: set[int] = set()
         self._ignores: dict[int, frozenset[str] | None] | None = None
 
     # -- silencing ------------------------------------------------------------------------------
@@ -1046,10 +1057,13 @@ class Plan:
         items = self.comments.setdefault(group, [])
         if text not in items:
             items.append(text)
+            self.dirty.add(group)
 
     def marker(self, ctx, group: int, message: str, line: int | None = None) -> None:
         """A manual-action marker above the group's first line; one per line across these rules."""
         line = self.group_range(group)[0] if line is None else line
+        if self.silenced(ctx.rule_id, group):
+            return
         if line in self.marked or group in self.comments:
             ctx.finding(line, message, "manual")
             return
@@ -1057,7 +1071,7 @@ class Plan:
         ctx.marker(line, message)
 
     def flush(self, ctx) -> None:
-        for g in sorted(set(self.touched_groups()) | set(self.comments)):
+        for g in sorted(set(self.touched_groups())):
             a, b = self.group_range(g)
             new = self.render_group(g)
             orig = self.lines[a : b + 1]
@@ -1091,6 +1105,7 @@ class ShellPlan(Plan):
         self.by_id = {id(s): s for s in unit.simples}
         self.deleted: dict[int, str] = {}  # token index -> rule
         self.replaced: dict[int, tuple[str, str]] = {}  # token index -> (rule, text)
+        self._colons: set[int] = set()  # groups holding a designated `:` at the last flush
 
     def group_range(self, group: int) -> tuple[int, int]:
         return self.unit.groups[group]
@@ -1101,24 +1116,25 @@ class ShellPlan(Plan):
     # -- contributions ----------------------------------------------------------------------------
     def remove(self, rule: str, s: Simple) -> None:
         self.removed.setdefault(id(s), rule)
+        self.dirty.add(s.group)
 
     def delete(self, rule: str, tok: int) -> None:
         self.deleted.setdefault(tok, rule)
+        self.dirty.add(self.unit.group_of_tok[tok])
 
     def replace(self, rule: str, tok: int, text: str) -> None:
         self.replaced.setdefault(tok, (rule, text))
+        self.dirty.add(self.unit.group_of_tok[tok])
 
     def touched_groups(self) -> Iterable[int]:
-        u = self.unit
-        for key in self.removed:
-            yield self.by_id[key].group
-        for tok in list(self.deleted) + list(self.replaced):
-            yield u.group_of_tok[tok]
-        for g in self._colon_groups():
-            yield g
-
-    def _colon_groups(self) -> list[int]:
-        return [s.group for s in self._designated_colons()]
+        """Groups to render again: those contributed to since the last flush, and those where a
+        designated `:` appeared or went."""
+        self._designated = {id(s) for s in self._designated_colons()}
+        colons = {self.by_id[k].group for k in self._designated}
+        out = self.dirty | (colons ^ self._colons)
+        self._colons = colons
+        self.dirty = set()
+        return out
 
     # -- state after every contribution -------------------------------------------------------------
     def is_removed(self, s: Simple) -> bool:
@@ -1179,14 +1195,14 @@ class ShellPlan(Plan):
     def render_group(self, group: int) -> list[str] | None:
         u = self.unit
         a, b = u.groups[group]
-        designated = {id(s) for s in self._designated_colons()}
+        designated = getattr(self, "_designated", None)
+        if designated is None:
+            designated = {id(s) for s in self._designated_colons()}
         dels: set[int] = set()
         char_edits: list[tuple[int, int, str]] = []
         modes: dict[int, str] = {}
         chains: dict[int, AndOr] = {}
-        for s in u.simples:
-            if s.group != group:
-                continue
+        for s in u.simples_by_group.get(group, ()):
             if self.is_removed(s):
                 if self._colon_mode(s, designated):
                     modes[id(s)] = "colon"
@@ -1237,7 +1253,12 @@ class ShellPlan(Plan):
         char_edits = _merge(char_edits)
         first = u.line_starts[a]
         last_end = u.line_starts[b] + len(u.lines[b])
-        return render(u.src, first, last_end, char_edits, u.comments)
+        k = bisect.bisect_left(u.comments, (first, -1))
+        comments = []
+        while k < len(u.comments) and u.comments[k][0] < last_end:
+            comments.append(u.comments[k])
+            k += 1
+        return render(u.src, first, last_end, char_edits, comments)
 
 
 def _merge(edits: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -1355,9 +1376,9 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
     get = {("--model" if n == "-m" else n): v for n, v in flags}
     out = [f"removed `{command}`: TorchNeuron compiles the model on first use, there is no export step."]
     model, task = get.get("--model"), get.get("--task")
-    where = f" where {positional[-1]} was loaded" if positional else ""
+    where = f" wherever {positional[-1]} was loaded" if positional else ""
     if model:
-        out.append(f"  model: from_pretrained({model}){where}" + (f" (task {task})" if task else ""))
+        out.append(f"  model: load {model} with from_pretrained(){where}" + (f" (task {task})" if task else ""))
     shapes = [(n, v) for n, v in flags if n in _SHAPE_FLAGS]
     if shapes:
         text = " ".join(f"{n} {v}" for n, v in shapes)
@@ -1414,7 +1435,7 @@ class OptimumCliCommands(ShellRule):
     """
     after = """
         # neuron-migrate NM510: removed `optimum-cli export neuron`: TorchNeuron compiles the model on first use, there is no export step.
-        #   model: from_pretrained(Qwen/Qwen2.5-0.5B-Instruct) where compiled_model/ was loaded
+        #   model: load Qwen/Qwen2.5-0.5B-Instruct with from_pretrained() wherever compiled_model/ was loaded
         #   --batch_size 1 --sequence_length 512: static shapes -> keep inputs at these shapes (tokenizer padding="max_length", max_length=512); generation: cache_implementation="static", max_cache_len=512
         #   --num_cores 2: TP_SIZE=2 -> from_pretrained(..., distributed_config=DistributedConfig(tp_size=2)), launched with torchrun --nproc_per_node=2
         #   --auto_cast_type bf16: from_pretrained(..., dtype=torch.bfloat16)
@@ -1514,10 +1535,8 @@ class NeuronParallelCompile(ShellRule):
                 plan.marker(ctx, s.group, "remove the neuron_parallel_compile prefix (TorchNeuron compiles "
                             "on first use)")
                 continue
-            key = [u.text(i) for i in s.words if i != npc]
-            twin = next(
-                (t for t in u.simples if t is not s and [u.text(i) for i in t.words] == key), None
-            )
+            key = tuple(u.text(i) for i in s.words if i != npc)
+            twin = next((t for t in u.by_words.get(key, ()) if t is not s), None)
             if twin is not None and not s.heredoc:
                 where = "later" if twin.first > s.first else "earlier"
                 plan.remove(self.id, s)
@@ -1535,7 +1554,7 @@ class NeuronParallelCompile(ShellRule):
             if scripts and any(
                 t is not s and t.words and u.text(t.words[0]) == u.text(wrapped[0])
                 and scripts <= {u.text(i) for i in t.words}
-                for t in u.simples
+                for t in u.simples_by_command.get(u.text(wrapped[0]), ())
             ):
                 plan.marker(ctx, s.group, "this was the neuron_parallel_compile pre-run of a command that runs "
                             "again in this script: it now really runs; delete it unless that is wanted")
@@ -1563,6 +1582,7 @@ def _npc_position(unit: ShellUnit, s: Simple) -> int | None:
 class XlaOnlyEnvironment(ShellRule):
     id = "NM512"
     title = "XLA-only and optimum-neuron environment variables removed"
+    fix = "mixed"
     triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
     why = """
         `XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,

@@ -456,7 +456,7 @@ class _XlaRule(PythonRule):
 class XlaDevice(_XlaRule):
     id = "NM401"
     title = "XLA device -> torch.device(\"neuron\") (per rank in multi-process scripts)"
-    triggers = ("xla",)
+    triggers = ("torch_xla",)  # every idiom needs a torch_xla import (the "xla" device exists only then)
     owns = (f"{XM}.xla_device", "torch_xla.device")
     natives = {
         f"{XM}.xla_device": 'torch.device("neuron")',
@@ -584,7 +584,7 @@ def _torch_binding(ctx: PythonContext) -> Binding | None:
 class XlaStepMarkers(_XlaRule):
     id = "NM402"
     title = "Remove XLA graph cuts (mark_step, sync, step()) and run step closures directly"
-    triggers = ("mark_step", "sync", "add_step_closure", "step(")
+    triggers = ("torch_xla",)
     owns = (f"{XM}.mark_step", "torch_xla.sync", "torch_xla.step", f"{XM}.add_step_closure")
     natives = {
         f"{XM}.mark_step": "nothing (eager execution), or torch.accelerator.synchronize() to wait",
@@ -770,7 +770,7 @@ class XlaOptimizerStep(_XlaRule):
     id = "NM403"
     title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
     fix = "mixed"
-    triggers = ("optimizer_step",)
+    triggers = ("torch_xla",)
     owns = (f"{XM}.optimizer_step",)
     natives = {f"{XM}.optimizer_step": "optimizer.step(**optimizer_args) after DDP/FSDP averaged the gradients"}
     why = """
@@ -852,7 +852,7 @@ def _dict_keywords(value: cst.BaseExpression) -> list[cst.Arg] | None:
 class XlaRankQueries(_XlaRule):
     id = "NM404"
     title = "XLA ordinal and world-size queries -> torch.distributed / torchrun environment"
-    triggers = ("ordinal", "world_size")
+    triggers = ("torch_xla",)
     owns = (
         f"{XM}.get_ordinal",
         f"{XM}.get_local_ordinal",
@@ -945,7 +945,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
     id = "NM405"
     title = "xm.master_print / save / rendezvous / wait_device_ops -> rank-0 print, torch.save, dist.barrier(), device sync"
     fix = "mixed"
-    triggers = ("master_print", "rendezvous", "save", "wait_device_ops")
+    triggers = ("torch_xla",)
     owns = (f"{XM}.master_print", f"{XM}.save", f"{XM}.rendezvous", f"{XM}.wait_device_ops")
     natives = {
         f"{XM}.master_print": "`if dist.get_rank() == 0: print(...)`",
@@ -1121,7 +1121,7 @@ def _positional(arg: cst.Arg) -> cst.Arg:
 class XlaProcessGroup(_XlaRule):
     id = "NM406"
     title = "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\"); drop the xla_backend import"
-    triggers = ("xla_backend", "init_process_group")
+    triggers = ("torch_xla",)
     owns = (XLA_BACKEND,)
     natives = {XLA_BACKEND: 'nothing: dist.init_process_group(backend="neuron") needs no import'}
     why = """

@@ -346,9 +346,14 @@ class ImportFixer(cst.CSTTransformer):
                     ]
                 out.extend(new_stmts)
             else:
-                if pending_leading:
-                    stmt = stmt.with_changes(leading_lines=pending_leading + list(stmt.leading_lines))
-                    pending_leading = []
+                leading = pending_leading + list(stmt.leading_lines)
+                if is_module and not out and changed:
+                    # the first statements were removed: no blank lines at the top of the file
+                    while leading and leading[0].comment is None:
+                        leading.pop(0)
+                if leading != list(stmt.leading_lines):
+                    stmt = stmt.with_changes(leading_lines=leading)
+                pending_leading = []
                 out.append(stmt)
             if is_module and self.top and orig_id == id(self.header_end):
                 out.extend(_new_import_lines(self.top))
