@@ -13,13 +13,13 @@ import re
 from dataclasses import dataclass, field
 
 from codemods.shell import (
+    Lines,
     Plan,
     ShellSyntaxError,
-    cc_flags_plan,
     deletion_span,
+    edit_cc_flags,
     plan_for,
     render,
-    split_cc_flags,
     xla_only_reason,
     XLA_ONLY_PREFIXES,
     XLA_ONLY_VARS,
@@ -54,13 +54,9 @@ class Instruction:
     words: list[Word] = field(default_factory=list)
 
 
-class DockerUnit:
+class DockerUnit(Lines):
     def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-        self.src = "\n".join(lines)
-        self.line_starts = [0]
-        for line in lines[:-1]:
-            self.line_starts.append(self.line_starts[-1] + len(line) + 1)
+        super().__init__(lines)
         self.instructions: list[Instruction] = []
         self._parse()
 
@@ -173,8 +169,17 @@ class DockerPlan(Plan):
         ins = self.unit.instructions[group]
         return ins.first, ins.last
 
+    def delete(self, rule: str, key: tuple[int, int]) -> None:
+        self.deleted.setdefault(key, rule)
+        self.dirty.add(key[0])
+
+    def replace(self, rule: str, key: tuple[int, int], text: str) -> None:
+        self.replaced.setdefault(key, (rule, text))
+        self.dirty.add(key[0])
+
     def touched_groups(self):
-        return {g for g, _ in self.deleted} | {g for g, _ in self.replaced}
+        out, self.dirty = self.dirty, set()
+        return out
 
     def render_group(self, group: int) -> list[str] | None:
         u = self.unit
@@ -329,19 +334,9 @@ class DockerfileEnv(DockerRule):
                 reason = xla_only_reason(p.name)
                 if reason is None or not editable:
                     continue
-                plan.deleted.setdefault((g, p.word), self.id)
+                plan.delete(self.id, (g, p.word))
                 w = u.words(ins)[p.word]
-                ctx.finding(_line_of(u, w.start), f"removed ENV {p.name}: {reason}", "applied", _col_of(u, w.start) + 1)
-
-
-def _line_of(unit: DockerUnit, offset: int) -> int:
-    import bisect
-
-    return bisect.bisect_right(unit.line_starts, offset) - 1
-
-
-def _col_of(unit: DockerUnit, offset: int) -> int:
-    return offset - unit.line_starts[_line_of(unit, offset)]
+                ctx.finding(u.line_of(w.start), f"removed ENV {p.name}: {reason}", "applied", u.col_of(w.start) + 1)
 
 
 def dockerfile_cc_flags(rule: str, ctx) -> None:
@@ -354,24 +349,13 @@ def dockerfile_cc_flags(rule: str, ctx) -> None:
         for p in pairs:
             if p.name != "NEURON_CC_FLAGS":
                 continue
-            decided = cc_flags_plan(p.value)
-            if decided is None:
-                continue
-            action, new, message = decided
             w = u.words(ins)[p.word]
-            line, col = _line_of(u, w.start), _col_of(u, w.start) + 1
-            if action != "mark" and (not editable or legacy):
-                action, message = "mark", "NEURON_CC_FLAGS holds XLA-era compiler flags: remove them"
-            if action == "remove":
-                plan.deleted.setdefault((g, p.word), rule)
-                ctx.finding(line, "removed ENV NEURON_CC_FLAGS: it only held XLA-era compiler flags", "applied", col)
-            elif action == "rewrite":
-                plan.replaced.setdefault((g, p.word), (rule, w.text[: len(w.text) - len(p.value)] + new))
-                gone = split_cc_flags(p.value.strip("\"'"))
-                ctx.finding(line, "removed XLA-era flags from NEURON_CC_FLAGS: " + " ".join(gone[1] if gone else ()),
-                            "applied", col)
-            if message:
-                plan.marker(ctx, g, message)
+            edit_cc_flags(
+                ctx, w.text, p.value, editable and not legacy, u.line_of(w.start), u.col_of(w.start) + 1,
+                delete=lambda key=(g, p.word): plan.delete(rule, key),
+                replace=lambda text, key=(g, p.word): plan.replace(rule, key, text),
+                mark=lambda message, g=g: plan.marker(ctx, g, message),
+            )
     plan.flush(ctx)
 
 

@@ -259,10 +259,7 @@ class Lexer:
                 i += 2
                 continue
             if c == "'":
-                j = src.find("'", i + 1)
-                if j < 0:
-                    raise ShellSyntaxError("unterminated '")
-                i = j + 1
+                i = self._squote(i + 1)
                 continue
             if c == '"':
                 i = self._dquote(i + 1)
@@ -324,10 +321,7 @@ class Lexer:
                 i = self._dquote(i + 1)
                 continue
             if c == "'" and not in_dq:
-                j = src.find("'", i + 1)
-                if j < 0:
-                    raise ShellSyntaxError("unterminated '")
-                i = j + 1
+                i = self._squote(i + 1)
                 continue
             if c == "`":
                 i = self._backtick(i + 1)
@@ -355,10 +349,7 @@ class Lexer:
                 i = self._dquote(i + 1)
                 continue
             elif c == "'":
-                j = src.find("'", i + 1)
-                if j < 0:
-                    raise ShellSyntaxError("unterminated '")
-                i = j + 1
+                i = self._squote(i + 1)
                 continue
             elif c == "`":
                 i = self._backtick(i + 1)
@@ -369,29 +360,31 @@ class Lexer:
             i += 1
         raise ShellSyntaxError("unterminated arithmetic")
 
+    def _squote(self, i: int) -> int:
+        """After an opening ': the offset after the closing one (no escapes inside)."""
+        j = self.src.find("'", i)
+        if j < 0:
+            raise ShellSyntaxError("unterminated '")
+        return j + 1
+
     def _backtick(self, i: int) -> int:
-        src, n = self.src, self.n
-        while i < n:
-            c = src[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c == "`":
-                return i + 1
-            i += 1
-        raise ShellSyntaxError("unterminated `")
+        return self._until(i, "`")
 
     def _ansi(self, i: int) -> int:
+        return self._until(i, "'")
+
+    def _until(self, i: int, close: str) -> int:
+        """After an opening ` or $': the offset after the closing one (backslash escapes inside)."""
         src, n = self.src, self.n
         while i < n:
             c = src[i]
             if c == "\\":
                 i += 2
                 continue
-            if c == "'":
+            if c == close:
                 return i + 1
             i += 1
-        raise ShellSyntaxError("unterminated $'")
+        raise ShellSyntaxError(f"unterminated {close}")
 
     def _array(self, i: int) -> int:
         src, n = self.src, self.n
@@ -751,18 +744,31 @@ def word_value(text: str) -> str | None:
     return parts[0] if len(parts) == 1 else None
 
 
-class ShellUnit:
-    """One shell unit, lexed and parsed. Raises ShellSyntaxError when it cannot be understood."""
+class Lines:
+    """The lines of a unit joined with "\\n" (``src``), and offsets <-> (line, column)."""
 
     def __init__(self, lines: list[str]) -> None:
-        text = "\n".join(lines)
-        if any(c in text for c in "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\r"):
-            raise ShellSyntaxError("unusual line separators")
         self.lines = lines
-        self.src = text
+        self.src = "\n".join(lines)
         self.line_starts = [0]
         for line in lines[:-1]:
             self.line_starts.append(self.line_starts[-1] + len(line) + 1)
+
+    def line_of(self, offset: int) -> int:
+        return bisect.bisect_right(self.line_starts, offset) - 1
+
+    def col_of(self, offset: int) -> int:
+        return offset - self.line_starts[self.line_of(offset)]
+
+
+class ShellUnit(Lines):
+    """One shell unit, lexed and parsed. Raises ShellSyntaxError when it cannot be understood."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines)
+        text = self.src
+        if any(c in text for c in "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\r"):
+            raise ShellSyntaxError("unusual line separators")
         lexer = Lexer(text)
         self.toks = lexer.tokens()
         self.comments = lexer.comments
@@ -772,12 +778,6 @@ class ShellUnit:
         self.simples = parser.simples
         self.bodies = parser.bodies
         self._groups()
-
-    def line_of(self, offset: int) -> int:
-        return bisect.bisect_right(self.line_starts, offset) - 1
-
-    def col_of(self, offset: int) -> int:
-        return offset - self.line_starts[self.line_of(offset)]
 
     def _groups(self) -> None:
         """Statements: lines joined by continuations, multi-line words, or a newline after && || |."""
@@ -1747,23 +1747,43 @@ class NeuronCcFlags(ShellRule):
             for a in assignments(u, s):
                 if a.name != "NEURON_CC_FLAGS" or a.value is None:
                     continue
-                decided = cc_flags_plan(a.value)
-                if decided is None:
-                    continue
-                action, new, message = decided
-                if action != "mark" and not plan.editable(self.id, s):
-                    action, message = "mark", "NEURON_CC_FLAGS holds XLA-era compiler flags: remove them"
-                if action == "remove":
-                    plan.delete(self.id, a.tok)
-                    self.finding(ctx, plan, a.tok, "removed NEURON_CC_FLAGS: it only held XLA-era compiler flags")
-                elif action == "rewrite":
-                    prefix = u.text(a.tok)[: len(u.text(a.tok)) - len(a.value)]
-                    plan.replace(self.id, a.tok, prefix + new)
-                    gone = split_cc_flags(a.value.strip("\"'"))
-                    self.finding(ctx, plan, a.tok, "removed XLA-era flags from NEURON_CC_FLAGS: "
-                                 + " ".join(gone[1] if gone else ()))
-                if message:
-                    plan.marker(ctx, s.group, message)
+                start = u.toks[a.tok].start
+                edit_cc_flags(
+                    ctx, u.text(a.tok), a.value, plan.editable(self.id, s), u.line_of(start), u.col_of(start) + 1,
+                    delete=lambda tok=a.tok: plan.delete(self.id, tok),
+                    replace=lambda text, tok=a.tok: plan.replace(self.id, tok, text),
+                    mark=lambda message, g=s.group: plan.marker(ctx, g, message),
+                )
+
+
+def edit_cc_flags(
+    ctx,
+    word: str,
+    value: str,
+    editable: bool,
+    line: int,
+    column: int,
+    delete: Callable[[], None],
+    replace: Callable[[str], None],
+    mark: Callable[[str], None],
+) -> None:
+    """NM513 on one `NEURON_CC_FLAGS=<value>` word (a shell assignment or a Dockerfile ENV pair)."""
+    decided = cc_flags_plan(value)
+    if decided is None:
+        return
+    action, new, message = decided
+    if action != "mark" and not editable:
+        action, message = "mark", "NEURON_CC_FLAGS holds XLA-era compiler flags: remove them"
+    if action == "remove":
+        delete()
+        ctx.finding(line, "removed NEURON_CC_FLAGS: it only held XLA-era compiler flags", "applied", column)
+    elif action == "rewrite":
+        replace(word[: len(word) - len(value)] + str(new))
+        gone = split_cc_flags(value.strip("\"'"))
+        ctx.finding(line, "removed XLA-era flags from NEURON_CC_FLAGS: " + " ".join(gone[1] if gone else ()),
+                    "applied", column)
+    if message:
+        mark(message)
 
 
 # ------------------------------------------------------------------------------------------------

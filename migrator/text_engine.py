@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from migrator.model import Finding, find_markers, ignored_rules, is_silenced, marker_text
+from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, find_markers, ignored_rules, is_silenced, marker_text
 from migrator.rules import TextRule
 
 
@@ -47,8 +47,13 @@ class TextContext:
     def marker(self, line: int, message: str) -> None:
         """A ``# TODO(neuron-migrate ...)`` line above 0-based ``line`` and a manual finding."""
         text = marker_text(self.rule_id, message)
-        above = self.lines[line - 1].strip() if line > 0 else ""
-        if above != text and (self.rule_id, text) not in self._markers.get(line, []):
+        # the markers already stacked above the line (from earlier runs, any rule)
+        above = set()
+        i = line - 1
+        while i >= 0 and MARKER_PREFIX in self.lines[i] and MARKER_RE.search(self.lines[i]):
+            above.add(self.lines[i].strip())
+            i -= 1
+        if text not in above and (self.rule_id, text) not in self._markers.get(line, []):
             self._markers.setdefault(line, []).append((self.rule_id, text))
             self.finding(line, message, "manual")
 

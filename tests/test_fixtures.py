@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -77,10 +78,17 @@ def _parses(text: str, kind: str) -> None:
     elif kind == "notebook":
         nb = json.loads(text)
         for cell in nb["cells"]:
-            if cell["cell_type"] == "code":
-                src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                lines = [ln for ln in src.splitlines() if not ln.lstrip().startswith(("!", "%"))]
-                ast.parse("\n".join(lines))
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if src.lstrip().startswith("%%"):
+                continue  # a cell magic (%%bash ...): not Python
+            lines, continued = [], False
+            for ln in src.splitlines():
+                shell = continued or ln.lstrip().startswith(("!", "%")) or re.match(r"\s*\w+\s*=\s*!", ln)
+                continued = bool(shell) and ln.rstrip().endswith("\\")
+                lines.append("" if shell else ln)
+            ast.parse("\n".join(lines))
     elif kind == "pyproject":
         tomllib.loads(text)
     elif kind == "shell" and shutil.which("bash"):
