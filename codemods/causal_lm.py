@@ -86,6 +86,7 @@ class CausalLMStaticCache(PythonRule):
     fix = "mixed"
     triggers = (CLASS_NAME,)
     owns = SOURCES
+    renames_owned = True  # the two-step export API keeps its name until a person rewrites it
     why = """
         optimum-neuron's NeuronModelForCausalLM compiled a decoder for fixed shapes
         (`export=True, batch_size, sequence_length, num_cores, auto_cast_type`). Under TorchNeuron

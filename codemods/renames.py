@@ -3,8 +3,9 @@
 The table maps every public optimum.neuron name that has a one-to-one home in
 transformers / trl / diffusers / peft / accelerate / sentence-transformers to
 that home. One engine, three rule ids (one per family), so that users can select
-or ignore them with the family prefixes. A name owned by a specific rule
-(``Rule.owns``) is left to that rule.
+or ignore them with the family prefixes. A specific rule that owns a name
+(``Rule.owns``) rewrites its calls and arguments while this table still renames
+it, unless that rule declares ``renames_owned = True`` and renames it itself.
 
 Renaming follows the file's style:
 
@@ -89,7 +90,7 @@ class _RenameRule(PythonRule):
             if not b.is_from or b.alias is None:
                 continue
             r = table.get(b.qualified)
-            if r is None or r.rule != self.id or ctx.owner(b.qualified) is not None:
+            if r is None or r.rule != self.id or ctx.owner_renames(b.qualified):
                 continue
             if ctx.is_ignored(b.line):
                 continue  # the import is left alone, so are the uses of its name
@@ -135,7 +136,7 @@ class _RenameRule(PythonRule):
         if qual is None or not qual.startswith("optimum."):
             return
         rename = load_table().get(qual)
-        if rename is None or rename.rule != self.id or ctx.owner(qual) is not None:
+        if rename is None or rename.rule != self.id or ctx.owner_renames(qual):
             return
         root = node
         while isinstance(root, cst.Attribute):

@@ -85,7 +85,12 @@ class PythonContext:
         return self.imports.resolve(node)
 
     def owner(self, qualified: str) -> str | None:
+        """The rule that owns the calls/arguments of ``qualified`` (None: no rule)."""
         return self.owners.get(qualified)
+
+    def owner_renames(self, qualified: str) -> bool:
+        """True when the owner of ``qualified`` also renames it (the rename table must not)."""
+        return self.owners.renames(qualified)
 
     @property
     def parent(self) -> cst.CSTNode | None:

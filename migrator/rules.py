@@ -34,8 +34,11 @@ class Rule:
     kinds: ClassVar[tuple[str, ...]] = ("python",)
     #: a unit whose text contains none of these substrings is never shown to the rule.
     triggers: ClassVar[tuple[str, ...]] = ()
-    #: qualified names (``optimum.neuron.NeuronTrainer``) this rule alone rewrites.
+    #: qualified names (``optimum.neuron.NeuronTrainer``) whose calls and arguments this rule
+    #: alone rewrites. The rename table still renames the name itself (import and uses)
+    #: unless ``renames_owned`` is True (then the rule renames it too).
     owns: ClassVar[tuple[str, ...]] = ()
+    renames_owned: ClassVar[bool] = False
     #: documentation, shown by ``neuron-migrate explain``.
     why: ClassVar[str] = ""
     before: ClassVar[str] = ""
@@ -103,6 +106,7 @@ class Owners:
     def __init__(self, rules: list[Rule] | tuple[Rule, ...] = ()) -> None:
         self.exact: dict[str, str] = {}
         self.prefixes: list[tuple[str, str]] = []
+        self.self_renaming: set[str] = {r.id for r in rules if r.renames_owned}
         for rule in rules:
             for name in rule.owns:
                 if name.endswith(".*"):
@@ -112,6 +116,11 @@ class Owners:
                     if other != rule.id:
                         raise ValueError(f"{name} is owned by both {other} and {rule.id}")
         self.prefixes.sort(key=lambda p: -len(p[0]))
+
+    def renames(self, qualified: str) -> bool:
+        """True when the owner of ``qualified`` renames it itself (the table must not)."""
+        owner = self.get(qualified)
+        return owner is not None and owner in self.self_renaming
 
     def get(self, qualified: str) -> str | None:
         found = self.exact.get(qualified)

@@ -141,17 +141,30 @@ class _OwnsTrainer(PythonRule):
             ctx.finding(node, "arguments dropped")
 
 
-def test_owned_names_are_left_to_their_rule():
+def _run_with(extra_rule, src):
     from codemods import all_rules
 
-    everything = list(all_rules()) + [_OwnsTrainer()]
+    everything = list(all_rules()) + [extra_rule]
     python_rules = [r for r in everything if isinstance(r, PythonRule)]
-    out, findings = run_python(
-        "from optimum.neuron import NeuronTrainer\nNeuronTrainer(model=m)\n", python_rules, Owners(everything)
-    )
-    # the owner rewrote the call; the rename table did not touch the owned name
+    return run_python(src, python_rules, Owners(everything))
+
+
+def test_owner_rewrites_the_call_and_the_table_still_renames():
+    out, findings = _run_with(_OwnsTrainer(), "from optimum.neuron import NeuronTrainer\nNeuronTrainer(model=m)\n")
+    # both edits compose: the owner dropped the arguments, the table renamed the class;
+    # NM901 (Neuron-only arguments) leaves owned calls to their owner
+    assert out == "from transformers import Trainer\nTrainer()\n"
+    assert {f.rule for f in findings} == {"NM299", "NM200"}
+
+
+def test_owner_that_renames_itself_keeps_the_table_away():
+    class RenamesItself(_OwnsTrainer):
+        id = "NM297"
+        renames_owned = True
+
+    out, findings = _run_with(RenamesItself(), "from optimum.neuron import NeuronTrainer\nNeuronTrainer(model=m)\n")
     assert out == "from optimum.neuron import NeuronTrainer\nNeuronTrainer()\n"
-    assert {f.rule for f in findings} == {"NM299"}
+    assert {f.rule for f in findings} == {"NM297"}
 
 
 def test_two_owners_of_one_name_is_an_error():
