@@ -104,7 +104,8 @@ def test_findings_use_original_positions(rules):
 
 
 def test_markers_are_not_duplicated_and_are_reported_again(rules):
-    src = "from optimum.neuron import NeuronTrainingArguments\nargs = NeuronTrainingArguments(output_dir='o', zero_1=True)\n"
+    # NeuronAccelerator has no owner rule: NM901 flags its Neuron-only keyword
+    src = "from optimum.neuron import NeuronAccelerator\nacc = NeuronAccelerator(zero_1=True)\n"
     once, f1 = migrate_text(src, "python", rules)
     twice, f2 = migrate_text(once, "python", rules)
     assert once == twice
@@ -126,17 +127,19 @@ def test_syntax_error_raises(rules):
         migrate_text("from optimum.neuron import X\ndef (:\n", "python", rules)
 
 
-class _OwnsTrainer(PythonRule):
+class _OwnsParser(PythonRule):
+    """A test rule owning a table name that no real rule owns."""
+
     id = "NM299"
-    title = "test rule owning NeuronTrainer"
+    title = "test rule owning NeuronHfArgumentParser"
     triggers = ("optimum",)
-    owns = ("optimum.neuron.NeuronTrainer",)
+    owns = ("optimum.neuron.NeuronHfArgumentParser",)
 
     def handlers(self):
         return {cst.Call: self.on_call}
 
     def on_call(self, node: cst.Call, ctx: PythonContext) -> None:
-        if ctx.qualname(node.func) == "optimum.neuron.NeuronTrainer":
+        if ctx.qualname(node.func) == "optimum.neuron.NeuronHfArgumentParser":
             ctx.replace(node, lambda new: new.with_changes(args=()))
             ctx.finding(node, "arguments dropped")
 
@@ -150,29 +153,28 @@ def _run_with(extra_rule, src):
 
 
 def test_owner_rewrites_the_call_and_the_table_still_renames():
-    out, findings = _run_with(_OwnsTrainer(), "from optimum.neuron import NeuronTrainer\nNeuronTrainer(model=m)\n")
-    # both edits compose: the owner dropped the arguments, the table renamed the class;
-    # NM901 (Neuron-only arguments) leaves owned calls to their owner
-    assert out == "from transformers import Trainer\nTrainer()\n"
+    out, findings = _run_with(_OwnsParser(), "from optimum.neuron import NeuronHfArgumentParser\nNeuronHfArgumentParser(m)\n")
+    # both edits compose: the owner dropped the arguments, the table renamed the class
+    assert out == "from transformers import HfArgumentParser\nHfArgumentParser()\n"
     assert {f.rule for f in findings} == {"NM299", "NM200"}
 
 
 def test_owner_that_renames_itself_keeps_the_table_away():
-    class RenamesItself(_OwnsTrainer):
+    class RenamesItself(_OwnsParser):
         id = "NM297"
         renames_owned = True
 
-    out, findings = _run_with(RenamesItself(), "from optimum.neuron import NeuronTrainer\nNeuronTrainer(model=m)\n")
-    assert out == "from optimum.neuron import NeuronTrainer\nNeuronTrainer()\n"
+    out, findings = _run_with(RenamesItself(), "from optimum.neuron import NeuronHfArgumentParser\nNeuronHfArgumentParser(m)\n")
+    assert out == "from optimum.neuron import NeuronHfArgumentParser\nNeuronHfArgumentParser()\n"
     assert {f.rule for f in findings} == {"NM297"}
 
 
 def test_two_owners_of_one_name_is_an_error():
-    class A(_OwnsTrainer):
+    class A(_OwnsParser):
         id = "NM298"
 
     with pytest.raises(ValueError, match="owned by both"):
-        Owners([A(), _OwnsTrainer()])
+        Owners([A(), _OwnsParser()])
 
 
 class _ShellRule(TextRule):
@@ -215,3 +217,32 @@ def test_text_engine_rejects_overlapping_edits():
 
     with pytest.raises(RuntimeError, match="edit the same lines"):
         run_text("export XLA_USE_BF16=1\n", "shell", [Twice()])
+
+
+def test_round_trip_on_real_files_touches_only_migrated_lines(rules):
+    """On real-world modules (transformers' own sources) with old-stack usage injected, the
+    diff only removes lines that mention the old stack: every other line is byte-identical."""
+    import difflib
+    import glob
+    import importlib.util
+    import os
+
+    pkg = os.path.dirname(importlib.util.find_spec("transformers").origin)
+    files = sorted(glob.glob(os.path.join(pkg, "models", "*", "configuration_*.py")))[::12][:25]
+    assert len(files) >= 10
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as fh:
+            original = fh.read()
+        src = (
+            "from optimum.neuron import NeuronTrainer, NeuronTrainingArguments\n"
+            + original
+            + "\n\ndef _neuron(m):\n    return NeuronTrainer(model=m, args=NeuronTrainingArguments(output_dir='o'))\n"
+        )
+        out, _ = migrate_text(src, "python", rules)
+        assert out != src
+        removed = [
+            ln for ln in difflib.ndiff(src.splitlines(True), out.splitlines(True)) if ln.startswith("- ")
+        ]
+        assert removed and all("Neuron" in ln or "optimum" in ln for ln in removed), (path, removed)
+        again, _ = migrate_text(out, "python", rules)
+        assert again == out, path
