@@ -50,6 +50,15 @@ class _ImportAsk:
     request: ImportRequest
     node: cst.CSTNode | None
     ancestors: tuple[cst.CSTNode, ...] = ()
+    replaces: int | None = None  # id() of the import alias this import stands in for
+
+    @property
+    def bound(self) -> str:
+        """The local name the requested import binds."""
+        r = self.request
+        if r.asname:
+            return r.asname
+        return r.name if r.name is not None else r.module.split(".")[0]
 
 
 class NameClash(Exception):
@@ -173,7 +182,9 @@ class PythonContext:
                    anchor: Binding | None = None) -> None:
         """Ask for ``from module import name [as asname]`` (or ``import module``).
 
-        With ``anchor``, the new import goes where that binding's import line is.
+        With ``anchor``, the new import goes where that binding's import line is. An import
+        is only added if the migrated code uses the name it binds (in a replacement), or if it
+        stands in for the ``anchor`` import that goes away.
         """
         if anchor is not None:
             order = 0
@@ -187,7 +198,8 @@ class PythonContext:
         if any((a.request.module, a.request.name, a.request.asname) == (module, name, asname) for a in self._asks):
             return  # one import serves every use
         node = self.stack[-1] if self.stack else None
-        self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1])))
+        replaces = id(anchor.alias) if anchor is not None and anchor.alias is not None else None
+        self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), replaces))
 
     def remove_import(self, binding: Binding) -> None:
         """Drop an import alias even if names still refer to it (e.g. side-effect imports)."""
@@ -326,6 +338,8 @@ class _Applier(cst.CSTTransformer):
         self.seen_names = seen_names
         #: id(new SimpleStatementLine) -> id(original) so the import fixer can find anchors
         self.line_map: dict[int, int] = {}
+        #: ids of the original nodes whose edit was applied
+        self.applied: set[int] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self.deep:
@@ -339,15 +353,16 @@ class _Applier(cst.CSTTransformer):
             self.inside -= 1
         new = updated_node
         if key in self.edits:
+            self.applied.add(key)
             rep = self.edits[key]
             if isinstance(rep, cst.RemovalSentinel):
                 return rep
             new = rep(updated_node) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
         # a statement may become several (cst.FlattenSentinel): markers go above the first
         parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
-        if key in self.edits and self.watch:
+        if key in self.edits:
             for part in parts:
-                _collect_names(part, self.watch, self.seen_names)
+                _names_in(part, self.seen_names)
         first = parts[0] if parts else None
         if key in self.markers and isinstance(first, STATEMENT_TYPES):
             lines = list(first.leading_lines)
@@ -360,13 +375,27 @@ class _Applier(cst.CSTTransformer):
         return new
 
 
-def _collect_names(node: cst.CSTNode, watch: set[str], seen: set[str]) -> None:
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value in watch:
-                seen.add(n.value)
-
-    node.visit(V())
+def _names_in(node: cst.CSTNode, seen: set[str]) -> None:
+    """Add to ``seen`` the names ``node`` refers to (not attribute names nor keywords)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        t = type(n)
+        if t is cst.Name:
+            seen.add(n.value)
+            continue
+        if t is cst.Attribute:
+            todo.append(n.value)
+            continue
+        if t is cst.Arg:
+            todo.append(n.value)
+            continue
+        for name in (_SHAPES.get(t) or _shape(t))[0]:
+            value = getattr(n, name)
+            if type(value) in (tuple, list):
+                todo.extend(v for v in value if isinstance(v, cst.CSTNode))
+            elif isinstance(value, cst.CSTNode):
+                todo.append(value)
 
 
 def _compose(first: Replacement, second: Replacement) -> Replacement:
@@ -512,15 +541,25 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
         replacements[id(e.node)] = _compose(replacements[id(e.node)], e.new) if id(e.node) in replacements else e.new
     applier = _Applier(replacements, markers, path, candidates, seen_names, deep)
     new_module = module.visit(applier) if path else module
+    line_map = applier.line_map
+    missed = {k: v for k, v in replacements.items() if k not in applier.applied}
+    if missed:
+        # edits of nodes whose ancestors were not known (a rule edited a node elsewhere in the
+        # module while handling another one): those nodes are untouched by the first pass,
+        # so a full pass finds them
+        again = _Applier(missed, {}, set(), candidates, seen_names, {id(new_module)})
+        new_module = new_module.visit(again)
+        line_map = {new: line_map.get(mid, mid) for new, mid in again.line_map.items()} | line_map
     dead = candidates - seen_names
 
     removal_ids = {id(b.alias) for b in removals if b.alias is not None}
     for b in ctx.imports.all_bindings():
         if b.local in dead and b.alias is not None:
             removal_ids.add(id(b.alias))
-    requests = [a.request for a in asks]
+    # an import is added only where the migrated code uses it, or in place of an import that goes
+    requests = [a.request for a in asks if a.bound in seen_names or (a.replaces is not None and a.replaces in removal_ids)]
     if removal_ids or requests:
-        fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, applier.line_map)
+        fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, line_map)
         new_module = new_module.visit(fixer)
     new_source = new_module.code
     return new_source, findings
