@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from codemods.shell import (
     Lines,
@@ -185,7 +186,7 @@ class DockerPlan(Plan):
         u = self.unit
         ins = u.instructions[group]
         words = u.words(ins)
-        found = env_pairs(u, ins)
+        found = env_pairs(u, ins) if ins.keyword == "ENV" else None
         gone = {k for g, k in self.deleted if g == group}
         if found is not None and (found[1] and 0 in gone or all(p.word in gone for p in found[0])):
             return []
@@ -359,4 +360,244 @@ def dockerfile_cc_flags(rule: str, ctx) -> None:
     plan.flush(ctx)
 
 
-RULES = (XlaDlcBaseImage, DockerfileEnv)
+# ------------------------------------------------------------------------------------------------
+# NM522 (and NM523 for shell units): pip install command lines
+
+#: pip options followed by a value (when not written `--opt=value`)
+_PIP_VALUE_OPTS = frozenset({
+    "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
+    "-e", "--editable", "-t", "--target", "--prefix", "--root", "--platform", "--python-version",
+    "--implementation", "--abi", "--src", "--upgrade-strategy", "--progress-bar", "--cache-dir", "--trusted-host",
+    "--proxy", "--retries", "--timeout", "--exists-action", "--log", "--config-settings", "-C", "--only-binary",
+    "--no-binary", "--hash", "--python", "-p", "--index", "--default-index",
+})
+_SHELL_META = re.compile(r"[;&|`<>()]|\$\(")
+#: a requirement written without quotes only when it has no shell-special character
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._\-,=]+\Z")
+_NAME_START = re.compile(r"[A-Za-z0-9]")
+#: words after which `pip` is a command (`sudo pip install`, `cd x && pip install`)
+_PIP_BEFORE = frozenset({"&&", "||", ";", "|", "sudo", "exec", "command", "nohup", "time", "then", "do", "else"})
+PIP_TRIGGERS = ("optimum-neuron", "optimum_neuron", "optimum[", "transformers-neuronx", "torch-xla", "torch_xla",
+                "libneuronxla", "neuronx-distributed", "neuronx_distributed", "neuronx-cc", "neuronx_cc",
+                "torch-neuronx", "torch_neuronx")
+
+
+@dataclass
+class PipInstall:
+    key: object  # where the command is (a Dockerfile instruction index, a shell simple command)
+    line: int  # first line of its statement (markers go above it)
+    refs: list  # per requirement operand: what the caller edits (a word key, a token index)
+    texts: list[str]  # the requirement operands as written
+    lines: list[int]  # their lines
+    hashed: bool
+    other_operands: bool  # -r / -e / paths / URLs / variables: the command keeps something to install
+
+
+def _unquote(text: str) -> tuple[str, str] | None:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" and text[0] not in text[1:-1]:
+        return text[1:-1], text[0]
+    if any(c in text for c in "\"'\\"):
+        return None
+    return text, ""
+
+
+def pip_segments(words: list[str]) -> list[tuple[int, list[int], bool, bool]]:
+    """`pip install` commands in a list of shell words: (start, requirement operand indices, hashed,
+    other operands) for each, from `pip`/`pip3`, `python -m pip`, `uv pip` up to an operator."""
+    out = []
+    k = 0
+    while k < len(words):
+        w = words[k].strip("\"'")
+        base = w.rsplit("/", 1)[-1]
+        start = None
+        if re.fullmatch(r"pip[0-9.]*", base) and k + 1 < len(words) and words[k + 1] == "install":
+            start = k + 2
+        elif re.fullmatch(r"python[0-9.]*", base) and words[k + 1: k + 4] == ["-m", "pip", "install"]:
+            start = k + 4
+        elif base == "uv" and words[k + 1: k + 3] == ["pip", "install"]:
+            start = k + 3
+        prev = words[k - 1] if k else ""
+        if start is None or not (k == 0 or prev in _PIP_BEFORE or prev.endswith((";", "&&", "||"))):
+            k += 1
+            continue
+        reqs: list[int] = []
+        hashed = other = False
+        j = start
+        while j < len(words):
+            t = words[j]
+            uq = _unquote(t)
+            if t in ("&&", "||", ";", "|") or ((uq is None or not uq[1]) and _SHELL_META.search(t)):
+                break
+            if t.startswith("-"):
+                name = t.split("=", 1)[0]
+                if name in ("--require-hashes", "--hash"):
+                    hashed = True
+                if name in ("-r", "--requirement", "-e", "--editable"):
+                    other = True
+                if "=" not in t and name in _PIP_VALUE_OPTS:
+                    j += 1
+                j += 1
+                continue
+            if uq is None or "$" in t or "/" in uq[0] or uq[0].startswith(".") or not _NAME_START.match(uq[0]):
+                other = True
+            else:
+                reqs.append(j)
+            j += 1
+        out.append((k, reqs, hashed, other))
+        k = j
+    return out
+
+
+def _quoted(req: str, quote: str) -> str:
+    if not quote and _PLAIN_WORD.match(req):
+        return req
+    if not quote or quote in req:
+        quote = "'" if '"' in req else '"'
+    return f"{quote}{req}{quote}"
+
+
+def _stable_describe(e, d) -> str:
+    """What to do by hand, in words that do not depend on the rest of the unit (a marker must read the
+    same on every run)."""
+    if d.action == "replace":
+        return f"{e.name} belongs to the old Neuron stack: remove it" + (
+            f" (the migrated code needs {', '.join(d.implied)})" if d.implied else "")
+    return d.message
+
+
+def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
+                       replace: Callable, delete: Callable, silenced: Callable[[object], bool]) -> set[int]:
+    """The dependency decisions of NM501-NM504 (codemods.dependencies) on the requirements named by
+    `pip install` commands; all the commands of a unit form one list. Returns the lines marked."""
+    from codemods import dependencies as deps
+
+    entries = []
+    for inst in installs:
+        for n, text in enumerate(inst.texts):
+            plain, quote = _unquote(text)  # type: ignore[misc]
+            parsed = deps._parse_req(plain)
+            if parsed is None:
+                continue
+            entries.append(deps._Entry(
+                parsed.name, frozenset(deps.canonicalize_name(x) for x in parsed.req.extras), "",
+                inst.lines[n], "pip", [parsed.req.specifier], parsed.marker, parsed,
+                data={"inst": inst, "n": n, "quote": quote}, hashed=inst.hashed, url=parsed.req.url is not None,
+            ))
+    if not entries:
+        return set()
+    decisions = deps._decide_all(entries, neuron_hint)
+    markers: dict[int, list[str]] = {}
+    edits: dict[int, list[tuple]] = {}
+    for i, e in enumerate(entries):
+        d = decisions.get(i)
+        if d is None:
+            continue
+        inst, n, quote = e.data["inst"], e.data["n"], e.data["quote"]
+        if silenced(inst.key):
+            continue
+        if d.action == "marker":
+            markers.setdefault(inst.line, []).append(d.marker or d.message)
+            continue
+        if e.hashed:
+            markers.setdefault(inst.line, []).append(
+                _stable_describe(e, d) + " (this pip install checks hashes: update them with the change)")
+            continue
+        if d.action == "respec":
+            new = [_quoted(e.text.with_spec(d.new_spec or "").strip(), quote)]
+            message = d.message
+        else:
+            new = []
+            if d.keep_extras is not None:
+                new.append(_quoted(deps._with_extras(e.text, d.keep_extras), quote))
+            new += [_quoted(name + deps._min_spec(name) + e.marker, quote) for name in d.adds]
+            message = deps._replace_message(d)
+        edits.setdefault(id(inst), []).append((inst, n, new, message, d, e))
+    for items in edits.values():
+        inst = items[0][0]
+        left = len(inst.texts) - len(items) + sum(len(it[2]) for it in items)
+        if left == 0 and not inst.other_operands:
+            markers.setdefault(inst.line, []).append(
+                "this pip install only installs packages of the old Neuron stack: "
+                + "; ".join(_stable_describe(it[5], it[4]) for it in items))
+            continue
+        for _, n, new, message, d, e in items:
+            if new:
+                replace(inst.refs[n], " ".join(new))
+            else:
+                delete(inst.refs[n])
+            ctx.finding(inst.lines[n], message)
+            if d.marker:
+                markers.setdefault(inst.line, []).append(d.marker)
+    for line, texts in markers.items():
+        for text in dict.fromkeys(texts):
+            ctx.marker(line, text)  # one marker per message: each reads the same on every run
+    return set(markers)
+
+
+class DockerPipInstall(DockerRule):
+    id = "NM522"
+    title = "Dockerfile RUN pip install: old Neuron stack packages replaced"
+    fix = "mixed"
+    triggers = PIP_TRIGGERS
+    why = """
+        The dependency decisions of NM501-NM504 applied to the requirements named on
+        `RUN pip install` (`pip3`, `python -m pip`, `uv pip`) command lines of a Dockerfile:
+        `optimum-neuron` (and `optimum[neuronx]`, `transformers-neuronx`) is replaced by the
+        libraries the migrated code imports at the versions it needs, `torch-xla`, `libneuronxla`
+        and `neuronx-distributed(-training)` go (TorchNeuron, `torch-neuronx`, takes their place),
+        XLA-era `torch-neuronx` and `neuronx-cc` pins are dropped, and `transformers` & co. pinned
+        too low are raised. All the `pip install` commands of the Dockerfile count as one list (a
+        library installed by another `RUN` is not added again). Options (`--extra-index-url`,
+        `-U`...), other packages and line continuations are kept; specs with shell-special
+        characters are written quoted.
+    """
+    before = """
+        RUN pip install --extra-index-url https://pip.repos.neuron.amazonaws.com optimum-neuron[training]==0.4.5 torch-xla==2.1.*
+    """
+    after = """
+        # TODO(neuron-migrate NM522): TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository https://pip.repos.neuron.amazonaws.com: pin the release of your Neuron SDK.
+        RUN pip install --extra-index-url https://pip.repos.neuron.amazonaws.com "transformers>=5.23" "accelerate>=1.15" "trl>=1.16" "peft>=0.21" torch-neuronx
+    """
+    caveats = """
+        Requirements given through variables, files (`-r`), paths or URLs are not edited (the
+        requirement files themselves are migrated by NM501). A `pip install` that checks hashes
+        (`--require-hashes`, `--hash`) gets a marker instead of an edit, and so does one that
+        would be left with nothing to install. Instructions with comment lines inside their
+        continuation, BuildKit heredocs and exec-form (`RUN ["pip", ...]`) instructions are not
+        edited. torch-xla alone counts as old Neuron stack only in an image that names Neuron
+        somewhere (the Neuron repository, a `-neuronx` image or package).
+    """
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        u = plan.unit
+        installs: list[PipInstall] = []
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword != "RUN" or ins.inner_comments:
+                continue
+            text = u.src[ins.args_start: ins.end]
+            if text.lstrip().startswith("[") or "<<" in text:
+                continue
+            try:
+                words = u.words(ins)
+            except ShellSyntaxError:
+                continue
+            for _k, reqs, hashed, other in pip_segments([w.text for w in words]):
+                installs.append(PipInstall(
+                    g, ins.first, [(g, k) for k in reqs], [words[k].text for k in reqs],
+                    [u.line_of(words[k].start) for k in reqs], hashed, other))
+        hint = deps_host() in u.src or re.search(r"neuronx|aws-neuron", u.src) is not None
+        plan.marked |= apply_pip_installs(
+            self.id, ctx, installs, hint,
+            replace=lambda key, text: plan.replace(self.id, key, text),
+            delete=lambda key: plan.delete(self.id, key),
+            silenced=lambda g: plan.silenced(self.id, g),
+        )
+
+
+def deps_host() -> str:
+    from codemods.dependencies import _NEURON_HOST
+
+    return _NEURON_HOST
+
+
+RULES = (XlaDlcBaseImage, DockerfileEnv, DockerPipInstall)

@@ -17,7 +17,12 @@ Safety rules the plan follows:
   becomes ``:``;
 * markers and explanatory comments are only put above the first line of a statement.
 
-The lexer/parser and the plan are also used by :mod:`codemods.dockerfile` (``ENV`` lines).
+The lexer/parser and the plan are also used by :mod:`codemods.dockerfile` (``ENV`` lines) and by
+:mod:`codemods.launch_flags` (NM515-NM516, NM523), which also writes new words through the plan:
+:meth:`ShellPlan.prefix` (``TP_SIZE=8`` before the first word left of a command) and
+:meth:`ShellPlan.append` (``--torch_compile true`` after the last argument left, on a new
+continuation line when the command is continued), placed when the group is rendered so that
+they compose with the deletions of the other rules.
 """
 
 from __future__ import annotations
@@ -980,8 +985,12 @@ def render(
             raise ValueError("overlapping edits")
         copy(pos, s)
         cur["touched"] = True
-        cur["text"].extend(new)
-        cur["code"].extend(new)
+        for n, part in enumerate(new.split("\n")):
+            if n:  # an inserted text with a line break (a new continuation line)
+                close(s - 1)
+                cur["touched"] = True
+            cur["text"].extend(part)
+            cur["code"].extend(part)
         pos = e
     copy(pos, last_end)
     lines.append(dict(cur))
@@ -1106,6 +1115,12 @@ class ShellPlan(Plan):
         self.deleted: dict[int, str] = {}  # token index -> rule
         self.replaced: dict[int, tuple[str, str]] = {}  # token index -> (rule, text)
         self._colons: set[int] = set()  # groups holding a designated `:` at the last flush
+        #: id(simple) -> [(rule, text)] written before the first word that is left of the command
+        self.prefixes: dict[int, list[tuple[str, str]]] = {}
+        #: id(simple) -> [(rule, text, candidate tokens)] written after the last candidate left
+        self.appends: dict[int, list[tuple[str, str, list[int]]]] = {}
+        #: id(simple) of the launches of Python scripts NM515 edited (read by NM516)
+        self.edited_launches: set[int] = set()
 
     def group_range(self, group: int) -> tuple[int, int]:
         return self.unit.groups[group]
@@ -1125,6 +1140,21 @@ class ShellPlan(Plan):
     def replace(self, rule: str, tok: int, text: str) -> None:
         self.replaced.setdefault(tok, (rule, text))
         self.dirty.add(self.unit.group_of_tok[tok])
+
+    def prefix(self, rule: str, s: Simple, text: str) -> None:
+        """Write ``text`` (assignments such as ``TP_SIZE=8``) at the start of the command."""
+        items = self.prefixes.setdefault(id(s), [])
+        if all(t != text for _, t in items):
+            items.append((rule, text))
+            self.dirty.add(s.group)
+
+    def append(self, rule: str, s: Simple, text: str, after: list[int]) -> None:
+        """Write ``text`` right after the last token of ``after`` that is left (``text`` starts
+        with its own separator: a blank, or `` \\\n<indent>`` for a new continuation line)."""
+        items = self.appends.setdefault(id(s), [])
+        if all(t != text for _, t, _ in items):
+            items.append((rule, text, list(after)))
+            self.dirty.add(s.group)
 
     def touched_groups(self) -> Iterable[int]:
         """Groups to render again: those contributed to since the last flush, and those where a
@@ -1221,8 +1251,20 @@ class ShellPlan(Plan):
                     dels.add(i)
                 elif i in self.replaced:
                     char_edits.append((u.toks[i].start, u.toks[i].end, self.replaced[i][1]))
-            if self.dropped_env(s):
+            dropped = self.dropped_env(s)
+            if dropped:
                 dels.add(s.words[0])
+            left = [i for i in sorted(s.assigns + s.words)
+                    if i not in self.deleted and not (dropped and i == s.words[0])]
+            pre = self.prefixes.get(id(s))
+            if pre and left:
+                start = u.toks[left[0]].start
+                char_edits.append((start, start, "".join(t + " " for _, t in pre)))
+            for _, text, after in self.appends.get(id(s), ()):
+                kept = [i for i in after if i in left]
+                if kept:
+                    end = u.toks[kept[-1]].end
+                    char_edits.append((end, end, text))
         for ao in chains.values():
             pipes = ao.pipelines
             gone = {

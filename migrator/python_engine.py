@@ -418,12 +418,53 @@ def _compose(first: Replacement, second: Replacement) -> Replacement:
     return both
 
 
+def _walk_below(ancestors: tuple) -> Iterable[cst.CSTNode]:
+    """Nodes below the last of ``ancestors`` (empty when there is none)."""
+    if not ancestors:
+        return ()
+    todo = [ancestors[-1]]
+    out = []
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        for name in (_SHAPES.get(type(n)) or _shape(type(n)))[0]:
+            value = getattr(n, name)
+            if type(value) in (tuple, list):
+                todo.extend(v for v in value if isinstance(v, cst.CSTNode))
+            elif isinstance(value, cst.CSTNode):
+                todo.append(value)
+    return out
+
+
+def _path_to(root: cst.CSTNode, target: cst.CSTNode) -> tuple[cst.CSTNode, ...] | None:
+    """The ancestors of ``target`` below ``root`` (root first), or None."""
+    stack: list[tuple[cst.CSTNode, tuple]] = [(root, ())]
+    while stack:
+        n, anc = stack.pop()
+        if n is target:
+            return anc
+        below = anc + (n,)
+        for name in (_SHAPES.get(type(n)) or _shape(type(n)))[0]:
+            value = getattr(n, name)
+            if type(value) in (tuple, list):
+                stack.extend((v, below) for v in value if isinstance(v, cst.CSTNode))
+            elif isinstance(value, cst.CSTNode):
+                stack.append((value, below))
+    return None
+
+
 def _settle_ancestors(ctx: PythonContext) -> None:
     """Give records made before their node was visited its real ancestors, and give
     every marker the statement it goes above."""
     for rec in list(ctx._edits) + list(ctx._notes):
         if rec.deep and id(rec.node) in ctx._known:
             rec.ancestors, rec.deep = ctx._known[id(rec.node)], False
+        elif rec.deep and not any(a is rec.node for a in _walk_below(rec.ancestors)):
+            # a node elsewhere in the module (recorded from another node's handler or
+            # from finish()): find where it is
+            found = _path_to(ctx.module, rec.node)
+            if found is not None:
+                rec.ancestors, rec.deep = found, False
     for note in ctx._notes:
         if note.fix == "manual":
             if isinstance(note.node, STATEMENT_TYPES):

@@ -1,4 +1,4 @@
-"""Shell, Slurm, notebook-shell and Dockerfile rules (NM510-NM514, NM520-NM521).
+"""Shell, Slurm, notebook-shell and Dockerfile rules (NM510-NM516, NM520-NM522).
 
 The fixtures (tests/fixtures/NM51x, NM52x) cover whole realistic files; these tests pin the forms one
 by one, the safety properties (untouched text stays byte-identical, heredocs are never edited,
@@ -21,7 +21,7 @@ from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, migrate_text, process
 
 HAS_BASH = shutil.which("bash") is not None
-MY_RULES = ("NM510", "NM511", "NM512", "NM513", "NM514", "NM520", "NM521")
+MY_RULES = ("NM510", "NM511", "NM512", "NM513", "NM514", "NM515", "NM516", "NM520", "NM521", "NM522", "NM523")
 
 _RULESETS: dict = {}
 
@@ -183,7 +183,8 @@ def test_crlf_endings_kept():
           "XLA_USE_BF16=1 torchrun t.py \\\r\n  --bf16\r\necho done\r\n"
     result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), src.encode())
     assert result.new_bytes == (
-        b"#!/bin/bash\r\nexport NEURON_RT_NUM_CORES=2\r\ntorchrun t.py \\\r\n  --bf16\r\necho done\r\n"
+        b"#!/bin/bash\r\nexport HF_DEACTIVATE_ASYNC_LOAD=1\r\nexport NEURON_RT_NUM_CORES=2\r\n"
+        b"torchrun t.py \\\r\n  --bf16\r\necho done\r\n"
     )
 
 
@@ -584,6 +585,331 @@ def test_docs_examples_match():
     for rule_id in MY_RULES:
         doc = rules[rule_id].doc()
         assert doc.why and doc.before and doc.after and doc.title
-        kind = "dockerfile" if rule_id.startswith("NM52") else "shell"
+        kind = "dockerfile" if rule_id in ("NM520", "NM521", "NM522") else "shell"
         out, _ = migrate(doc.before + "\n", kind)
         assert out == doc.after + "\n", rule_id
+
+
+# ---------------------------------------------------------------------------------------------
+# Script flags of optimum-neuron's training arguments (NM515)
+
+FLAG_CASES = [
+    # (before, after) -- units without a shebang: NM516 leaves them alone
+    ("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8\n", "TP_SIZE=8 torchrun --nproc_per_node=8 t.py\n"),
+    ("torchrun --nproc_per_node=8 t.py --tensor_parallel_size=8 --bf16\n",
+     "TP_SIZE=8 torchrun --nproc_per_node=8 t.py --bf16\n"),
+    ("torchrun --nproc_per_node=8 t.py --tensor-parallel-size 8\n", "TP_SIZE=8 torchrun --nproc_per_node=8 t.py\n"),
+    ('torchrun --nproc_per_node=8 t.py --tensor_parallel_size "$TP"\n',
+     'TP_SIZE="$TP" torchrun --nproc_per_node=8 t.py\n'),
+    ("torchrun --nproc_per_node=8 t.py --tensor_parallel_size ${TP:-8}\n",
+     "TP_SIZE=${TP:-8} torchrun --nproc_per_node=8 t.py\n"),
+    ("torchrun --nproc_per_node=8 t.py --pipeline_parallel_size 1 --tensor_parallel_size 8\n",
+     "PP_SIZE=1 TP_SIZE=8 torchrun --nproc_per_node=8 t.py\n"),
+    # --zero_1: FSDP_SIZE only when on and ranks are left beside TP
+    ("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1 true\n",
+     "TP_SIZE=8 FSDP_SIZE=4 torchrun --nproc_per_node=32 t.py\n"),
+    ("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1\n",
+     "TP_SIZE=8 FSDP_SIZE=4 torchrun --nproc_per_node=32 t.py\n"),
+    ("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1=True --bf16\n",
+     "TP_SIZE=8 FSDP_SIZE=4 torchrun --nproc_per_node=32 t.py --bf16\n"),
+    ("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8 --zero_1 true\n",
+     "TP_SIZE=8 torchrun --nproc_per_node=8 t.py\n"),
+    ("torchrun --nproc_per_node=8 --nnodes=2 t.py --tensor_parallel_size 8 --zero_1 1\n",
+     "TP_SIZE=8 FSDP_SIZE=2 torchrun --nproc_per_node=8 --nnodes=2 t.py\n"),
+    ("torchrun --nproc_per_node=32 --nnodes=$N t.py --tensor_parallel_size 8 --zero_1 true\n",
+     "TP_SIZE=8 FSDP_SIZE=$((4 * N)) torchrun --nproc_per_node=32 --nnodes=$N t.py\n"),
+    ("NP=32\ntorchrun --nproc_per_node $NP t.py --tensor_parallel_size 8 --zero_1 true\n",
+     "NP=32\nTP_SIZE=8 FSDP_SIZE=4 torchrun --nproc_per_node $NP t.py\n"),
+    ("FSDP_SIZE=2 torchrun --nproc_per_node=16 t.py --tensor_parallel_size 8 --zero_1 true\n",
+     "TP_SIZE=8 FSDP_SIZE=2 torchrun --nproc_per_node=16 t.py\n"),
+    # removed flags, with and without values
+    ("torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --disable_sequence_parallel --skip_cache_push true "
+     "--async_save=false --use_autocast --bf16\n",
+     "TP_SIZE=2 torchrun --nproc_per_node=2 t.py --bf16\n"),
+    # wrappers
+    ("srun neuron_parallel_compile torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2\n",
+     "TP_SIZE=2 srun torchrun --nproc_per_node=2 t.py\n"),
+    ("XLA_USE_BF16=1 torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2\n",
+     "TP_SIZE=2 torchrun --nproc_per_node=2 t.py\n"),
+    ("MALLOC_ARENA_MAX=64 torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2\n",
+     "TP_SIZE=2 MALLOC_ARENA_MAX=64 torchrun --nproc_per_node=2 t.py\n"),
+    ("uv run torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 | tee log\n",
+     "TP_SIZE=2 uv run torchrun --nproc_per_node=2 t.py | tee log\n"),
+    ("python -m torch.distributed.run --nproc_per_node 2 t.py --tensor_parallel_size 2 > log 2>&1\n",
+     "TP_SIZE=2 python -m torch.distributed.run --nproc_per_node 2 t.py > log 2>&1\n"),
+    ("cd x && torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 && cd ..\n",
+     "cd x && TP_SIZE=2 torchrun --nproc_per_node=2 t.py && cd ..\n"),
+    ("if true; then\n  torchrun --nproc_per_node=2 t.py \\\n    --tensor_parallel_size 2\nfi\n",
+     "if true; then\n  TP_SIZE=2 torchrun --nproc_per_node=2 t.py\nfi\n"),
+    ("torchrun --nproc_per_node=2 t.py \\\n    --tensor_parallel_size 2 \\\n    --bf16\n",
+     "TP_SIZE=2 torchrun --nproc_per_node=2 t.py \\\n    --bf16\n"),
+    ("accelerate launch --num_processes 2 t.py --tensor_parallel_size 2\n",
+     "TP_SIZE=2 accelerate launch --num_processes 2 t.py\n"),
+    # --torch_compile true for Trainer scripts (a .py script with --output_dir)
+    ("torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --output_dir o\n",
+     "TP_SIZE=2 torchrun --nproc_per_node=2 t.py --output_dir o --torch_compile true\n"),
+    ("torchrun --nproc_per_node=2 t.py \\\n    --output_dir o \\\n    --tensor_parallel_size 2\n",
+     "TP_SIZE=2 torchrun --nproc_per_node=2 t.py \\\n    --output_dir o \\\n    --torch_compile true\n"),
+    ("torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --output_dir o --torch_compile false\n",
+     "TP_SIZE=2 torchrun --nproc_per_node=2 t.py --output_dir o --torch_compile false\n"),
+    ("export XLA_USE_BF16=1\npython t.py --output_dir o 2>&1 | tee log\n",
+     "python t.py --output_dir o --torch_compile true 2>&1 | tee log\n"),
+    # not a launch of a Python script, or not a Neuron script: untouched
+    ("torchrun --nproc_per_node=2 t.py --output_dir o\n", None),
+    ("echo torchrun t.py --tensor_parallel_size 8\n", None),
+    ("OUT=$(torchrun t.py --tensor_parallel_size 8)\n", None),
+    ("cat <<EOF\ntorchrun t.py --tensor_parallel_size 8\nEOF\n", None),
+    ("# torchrun t.py --tensor_parallel_size 8\n", None),
+    ("torchrun t.py --tensor_parallel_size 8  # neuron-migrate: ignore[NM515]\n", None),
+    # other tools' own flags
+    ("export XLA_USE_BF16=1\nvllm serve m --tensor-parallel-size 8\n", "vllm serve m --tensor-parallel-size 8\n"),
+    ("export XLA_USE_BF16=1\npython -m vllm.entrypoints.openai.api_server --tensor-parallel-size 8\n",
+     "python -m vllm.entrypoints.openai.api_server --tensor-parallel-size 8\n"),
+]
+
+
+@pytest.mark.parametrize("before,after", FLAG_CASES, ids=[c[0][:50] for c in FLAG_CASES])
+def test_launch_flag_forms(before: str, after: str | None):
+    out = check(before, ignore=("NM516",))
+    assert "\n".join(x for x in out.splitlines() if "TODO(neuron-migrate" not in x) + "\n" == (
+        before if after is None else after)
+
+
+def _markers(out: str) -> list[str]:
+    return [x.strip() for x in out.splitlines() if "TODO(neuron-migrate NM515)" in x]
+
+
+def test_layout_markers():
+    dp = check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
+    assert _markers(dp) == [
+        "# TODO(neuron-migrate NM515): torchrun starts 32 processes with TP_SIZE=8: the 4 data-parallel replicas "
+        "now come from FSDP_SIZE=4 (sharded, TP_SIZE x FSDP_SIZE = 32) or from plain DDP over the remaining ranks: "
+        "set FSDP_SIZE or check that the script runs DDP"]
+    assert "not a multiple of TP_SIZE=8" in check("torchrun --nproc_per_node=12 t.py --tensor_parallel_size 8\n")
+    assert "TP_SIZE x FSDP_SIZE = 8 x 2 = 16" in check(
+        "FSDP_SIZE=2 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
+    assert "launch this script with torchrun --nproc_per_node=4" in check("python t.py --tensor_parallel_size 4\n")
+    assert not _markers(check("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8\n"))
+    assert not _markers(check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 false\n"))
+    zero = check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 true\n")
+    assert "set FSDP_SIZE=<number of processes / TP_SIZE>" in zero and "--zero_1" not in zero.splitlines()[-1]
+    assert "pipeline parallelism" in check("torchrun --nproc_per_node=8 t.py --pipeline_parallel_size 2\n")
+
+
+def test_flags_held_in_variables_are_marked():
+    src = 'ARGS="--tensor_parallel_size 8 --zero_1 true"\ntorchrun --nproc_per_node 8 t.py $ARGS\n'
+    out = check(src)
+    assert out.startswith("# TODO(neuron-migrate NM515): --tensor_parallel_size, --zero_1: the migrated script")
+    assert out.endswith(src)
+    arr = "ARGS=(--tensor_parallel_size 8)\nbash run.sh --zero_1\n"
+    assert check(arr).count("TODO(neuron-migrate NM515)") == 2
+
+
+def test_launcher_held_in_a_variable():
+    src = ('L="torchrun --nproc_per_node=32 --nnodes=$NODES"\nNODES=2\n'
+           "$L t.py --tensor_parallel_size 8 --zero_1 true\n")
+    assert check(src, ignore=("NM516",)).splitlines()[-1] == "TP_SIZE=8 FSDP_SIZE=8 $L t.py"
+
+
+def test_flags_on_a_notebook_line():
+    src = _nb(["!XLA_USE_BF16=1 torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --output_dir o\n"])
+    out, findings = migrate(src, "notebook")
+    cell = "".join(json.loads(out)["cells"][0]["source"])
+    assert cell == ("!TP_SIZE=2 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun --nproc_per_node=2 t.py --output_dir o "
+                    "--torch_compile true\n")
+    assert {"NM512", "NM515", "NM516"} <= {f.rule for f in findings}
+    assert migrate(out, "notebook")[0] == out
+
+
+# ---------------------------------------------------------------------------------------------
+# HF_DEACTIVATE_ASYNC_LOAD (NM516)
+
+
+def test_async_load_export_after_the_header():
+    out = check("#!/bin/bash\n#SBATCH -N 1\n\n# train\nset -e\nexport XLA_USE_BF16=1\npython t.py\n")
+    assert out == "#!/bin/bash\n#SBATCH -N 1\n\n# train\nset -e\nexport HF_DEACTIVATE_ASYNC_LOAD=1\npython t.py\n"
+    out = check("#!/bin/bash\nset -euo pipefail  # strict\nset -e; pip install optimum-neuron\n"
+                "export XLA_USE_BF16=1\npython t.py\n")
+    assert out == ("#!/bin/bash\nset -euo pipefail  # strict\nexport HF_DEACTIVATE_ASYNC_LOAD=1\n"
+                   'set -e; pip install "transformers>=5.23" "accelerate>=1.15"\npython t.py\n')
+    out = check("#!/bin/sh\n# a job\n\nXLA_USE_BF16=1 python t.py\n")
+    assert out == "#!/bin/sh\nexport HF_DEACTIVATE_ASYNC_LOAD=1\n# a job\n\npython t.py\n"
+
+
+@pytest.mark.parametrize("src", [
+    "#!/bin/bash\nexport XLA_USE_BF16=1\n",  # launches nothing
+    "#!/bin/bash\npython t.py\n",  # nothing else changed
+    "#!/bin/bash\nexport HF_DEACTIVATE_ASYNC_LOAD=0\nexport XLA_USE_BF16=1\npython t.py\n",  # set already
+    "export XLA_USE_BF16=1\npython t.py\n",  # no shebang: a fragment, a notebook line
+    "#!/bin/bash\nexport XLA_USE_BF16=1\ncat <<EOF\npython t.py\nEOF\n",  # only in a heredoc
+])
+def test_async_load_left_alone(src: str):
+    out, findings = migrate(src)
+    assert "NM516" not in {f.rule for f in findings}
+
+
+def test_async_load_prefix_in_fragments():
+    """Without a shebang (a notebook line, a Markdown block) only the launches NM515 migrated get it."""
+    src = "XLA_USE_BF16=1 python eval.py\ntorchrun --nproc_per_node=8 t.py --tensor_parallel_size 8 | tee log\n"
+    assert check(src) == ("python eval.py\n"
+                          "TP_SIZE=8 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun --nproc_per_node=8 t.py | tee log\n")
+    assert check(src, select=("NM516",)) == src
+
+
+def test_async_load_selection_and_ignore():
+    src = "#!/bin/bash\nset -e\nexport XLA_USE_BF16=1\ntorchrun t.py\n"
+    assert check(src, select=("NM516",)) == src  # no other rule ran: nothing changed
+    assert check(src, ignore=("NM516",)) == "#!/bin/bash\nset -e\ntorchrun t.py\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# RUN pip install in Dockerfiles (NM522)
+
+PIP_CASES = [
+    ("RUN pip install optimum-neuron==0.4.5 datasets\n",
+     'RUN pip install "transformers>=5.23" "accelerate>=1.15" datasets\n'),
+    ("RUN pip install transformers==4.40.0 optimum-neuron\n",
+     'RUN pip install "transformers>=5.23" "accelerate>=1.15"\n'),
+    ("RUN pip3 install -U 'optimum[neuronx,onnxruntime]' datasets\n",
+     "RUN pip3 install -U 'optimum[onnxruntime]' 'torch-neuronx' 'transformers>=5.23' 'accelerate>=1.15' datasets\n"),
+    ("RUN python3 -m pip install torch-neuronx==2.1.2.2.3.0 neuronx-cc==2.15.* datasets\n",
+     "RUN python3 -m pip install torch-neuronx neuronx-cc datasets\n"),
+    ("RUN uv pip install --system torch-xla torch-neuronx datasets\n",
+     "RUN uv pip install --system torch-neuronx datasets\n"),
+    ("RUN pip install \\\n    torch-xla \\\n    torch-neuronx \\\n    datasets\n",
+     "RUN pip install \\\n    torch-neuronx \\\n    datasets\n"),
+    ("RUN pip install torch-neuronx \\\n    torch-xla\n", "RUN pip install torch-neuronx\n"),
+    ('RUN pip install "optimum-neuron; python_version >= \'3.10\'" torch-neuronx\n',
+     'RUN pip install "transformers>=5.23; python_version >= \'3.10\'" "accelerate>=1.15; python_version >= \'3.10\'"'
+     " torch-neuronx\n"),
+    # kept: no old-stack package, variables, files, JSON form, comments inside, other commands
+    ("RUN pip install transformers==4.40.0 datasets\n", None),
+    ("RUN pip install $PKGS torch-xla\n", None),
+    ('RUN ["pip", "install", "optimum-neuron"]\n', None),
+    ("RUN echo optimum-neuron==0.4.5 > req.txt\n", None),
+    ("RUN pip install -r requirements.txt\n", None),
+    ("RUN pip install torch-xla==2.1.0  # neuron-migrate: ignore\n", None),
+]
+
+
+@pytest.mark.parametrize("before,after", PIP_CASES, ids=[c[0][:50] for c in PIP_CASES])
+def test_dockerfile_pip_install(before: str, after: str | None):
+    out = check(before, "dockerfile")
+    assert "\n".join(x for x in out.splitlines() if "TODO(neuron-migrate" not in x) + "\n" == (
+        before if after is None else after)
+
+
+def test_dockerfile_pip_install_markers():
+    src = "FROM base-neuronx\nRUN pip install --require-hashes torch-xla==2.1.0 --hash=sha256:00\n"
+    out = check(src, "dockerfile")
+    assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM522): torch-xla belongs to the old Neuron stack")
+    assert out.endswith("RUN pip install --require-hashes torch-xla==2.1.0 --hash=sha256:00\n")
+    out = check("RUN pip install optimum-neuron==0.4.5 && rm -rf /root/.cache\n", "dockerfile")
+    assert 'RUN pip install "transformers>=5.23" "accelerate>=1.15" && rm -rf /root/.cache' in out
+    out = check("RUN pip install torch-xla libneuronxla\n", "dockerfile")
+    assert out.endswith("\nRUN pip install torch-neuronx\n")
+    out = check("RUN pip install torch-neuronx\nRUN pip install torch-xla libneuronxla\n", "dockerfile")
+    assert "only installs packages of the old Neuron stack" in out
+    assert out.endswith("RUN pip install torch-xla libneuronxla\n")
+    assert check("FROM python:3.11\nRUN pip install torch-xla[tpu]\n", "dockerfile") == (
+        "FROM python:3.11\nRUN pip install torch-xla[tpu]\n")  # a TPU image
+    out = check("RUN pip install optimum-neuron torch==2.1.2\n", "dockerfile")
+    assert "pins its own torch" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Random combinations with the launch rules: still valid and idempotent
+
+LAUNCH_TARGETS = [
+    "torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1 true --output_dir o",
+    "torchrun --nproc_per_node=8 t.py \\\n    --tensor_parallel_size 8 \\\n    --zero_1 false",
+    "python t.py --async_save --output_dir o",
+    "XLA_USE_BF16=1 torchrun t.py --tensor_parallel_size=2 --output_dir=o",
+    "neuron_parallel_compile torchrun --nproc_per_node 2 t.py --use_autocast true",
+    "srun torchrun --nproc_per_node=32 --nnodes=$N t.py --tensor_parallel_size 8 --zero_1",
+]
+
+
+@pytest.mark.skipif(not HAS_BASH, reason="needs bash")
+def test_random_launch_combinations_stay_valid():
+    rng = random.Random(515)
+    checked = 0
+    for n in range(200):
+        parts = ["#!/bin/bash" if n % 2 else "set -e"]
+        for _ in range(rng.randint(1, 5)):
+            r = rng.random()
+            if r < 0.5:
+                parts.append(_wrap(rng, rng.choice(LAUNCH_TARGETS)))
+            elif r < 0.8:
+                parts.append(_wrap(rng, rng.choice(TARGETS)))
+            else:
+                parts.append(_wrap(rng, rng.choice(PLAIN)))
+        src = "\n".join(parts) + "\n"
+        if not bash_ok(src)[0]:
+            continue
+        check(src, select=(None, ("NM515",), ("NM515", "NM516"), ("NM511", "NM515"))[n % 4])
+        checked += 1
+    assert checked > 150
+
+
+# ---------------------------------------------------------------------------------------------
+# pip install in shell units (NM523)
+
+SHELL_PIP_CASES = [
+    ("pip install optimum-neuron\n", 'pip install "transformers>=5.23" "accelerate>=1.15"\n'),
+    ("sudo pip3 install -q optimum-neuron==0.4.5 datasets | tail -1\n",
+     'sudo pip3 install -q "transformers>=5.23" "accelerate>=1.15" datasets | tail -1\n'),
+    ("pip install torch-neuronx==2.1.2.2.3.0 && python t.py\n", "pip install torch-neuronx && python t.py\n"),
+    ("pip install torch-neuronx \\\n  torch-xla==2.1.0\n", "pip install torch-neuronx\n"),
+    ("pip install torch-xla==2.1.0\n", None),  # no Neuron name: maybe a TPU project
+    ('pip install "$PKG" optimum-neuron\n', 'pip install "$PKG" "transformers>=5.23" "accelerate>=1.15"\n'),
+    ("echo pip install optimum-neuron\n", None),
+    ("OUT=$(pip install optimum-neuron)\n", None),
+    ("cat <<EOF\npip install optimum-neuron\nEOF\n", None),
+    ("pip install optimum-neuron  # neuron-migrate: ignore[NM523]\n", None),
+]
+
+
+@pytest.mark.parametrize("before,after", SHELL_PIP_CASES, ids=[c[0][:50] for c in SHELL_PIP_CASES])
+def test_shell_pip_install(before: str, after: str | None):
+    out = check(before)
+    assert "\n".join(x for x in out.splitlines() if "TODO(neuron-migrate" not in x) + "\n" == (
+        before if after is None else after)
+
+
+def test_shell_pip_install_left_empty_is_marked():
+    out = check("pip install torch-neuronx\npip install neuronx-distributed\n")
+    assert "TODO(neuron-migrate NM523): this pip install only installs packages of the old Neuron stack" in out
+    assert out.endswith("pip install neuronx-distributed\n")
+
+
+def test_notebook_pip_line():
+    src = _nb(["!pip install optimum-neuron\n", "import torch"])
+    out, findings = migrate(src, "notebook")
+    cell = "".join(json.loads(out)["cells"][0]["source"])
+    assert cell == '!pip install "transformers>=5.23" "accelerate>=1.15"\nimport torch'
+    assert "NM523" in {f.rule for f in findings}
+    assert migrate(out, "notebook")[0] == out
+
+
+def test_launch_edits_keep_crlf():
+    src = ("#!/bin/bash\r\nexport XLA_USE_BF16=1\r\ntorchrun --nproc_per_node=8 t.py \\\r\n"
+           "  --tensor_parallel_size 8 \\\r\n  --output_dir o\r\necho done\r\n")
+    result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), src.encode())
+    assert result.new_bytes == (
+        b"#!/bin/bash\r\nexport HF_DEACTIVATE_ASYNC_LOAD=1\r\nTP_SIZE=8 torchrun --nproc_per_node=8 t.py \\\r\n"
+        b"  --output_dir o \\\r\n  --torch_compile true\r\necho done\r\n")
+
+
+def test_markers_of_two_rules_on_one_launch_are_idempotent():
+    src = ("neuron_parallel_compile torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --max_steps 10\n"
+           "torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --max_steps 100\n")
+    out = check(src)
+    assert out.count("TODO(neuron-migrate NM515)") == 2 and out.count("TODO(neuron-migrate NM511)") == 1
+
+
+def test_torch_compile_only_in_neuron_scripts():
+    assert check("# see optimum-cli docs\ntorchrun t.py --output_dir o\n") == (
+        "# see optimum-cli docs\ntorchrun t.py --output_dir o\n")
+    assert check("torchrun t.py --skip_cache_push --output_dir o\n", ignore=("NM516",)) == (
+        "torchrun t.py --output_dir o --torch_compile true\n")

@@ -1,0 +1,461 @@
+"""NM104: optimum.neuron diffusion pipelines (Neuron*Pipeline) -> the diffusers pipeline on "neuron".
+
+optimum-neuron compiled every component of a diffusion pipeline for static shapes::
+
+    pipe = NeuronStableDiffusionPipeline.from_pretrained(
+        model_id, export=True, batch_size=1, height=512, width=512, auto_cast="matmul", auto_cast_type="bf16"
+    )
+    image = pipe(prompt).images[0]
+
+Under TorchNeuron the diffusers pipeline runs on the ``neuron`` device; the shapes become call-time
+arguments (keep them fixed: one shape, one compiled graph) and LoRA adapters are loaded and fused::
+
+    pipe = StableDiffusionPipeline.from_pretrained(model_id, torch_dtype=torch.bfloat16).to("neuron")
+    image = pipe(prompt, height=512, width=512).images[0]
+
+The rename table (NM100) renames the classes; this rule owns their ``from_pretrained`` arguments.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.causal_lm import (
+    COMPILER_KNOBS,
+    DTYPES,
+    _EQ,
+    _expand_literal_kwargs,
+    _indent,
+    _layout,
+    _literal,
+    _prefix_len,
+    _quote_style,
+)
+from codemods.pipelines import import_anchor, torch_dtype
+from codemods.renames import load_table
+from codemods.traced_models import _hug_layout, _line_context
+from migrator.python_engine import PythonContext
+from migrator.rules import PythonRule
+
+
+def _sources() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for qual, rename in load_table().items():
+        if rename.rule == "NM100" and rename.target.startswith("diffusers."):
+            out[qual] = qual.rsplit(".", 1)[1]
+    return out
+
+
+SOURCES = _sources()
+CLASS_NAMES = tuple(sorted(set(SOURCES.values())))
+
+#: shapes that become arguments of the pipeline call
+CALL_SHAPES = ("height", "width", "num_images_per_prompt")
+SHAPES = ("batch_size", "sequence_length", *CALL_SHAPES, "image_size", "num_channels", "vae_scale_factor",
+          "encoder_hidden_size", "rotary_axes_dim")
+#: pipelines whose call takes no height/width: the output size follows the input image
+NO_SIZE = ("NeuronStableDiffusionImg2ImgPipeline", "NeuronStableDiffusionXLImg2ImgPipeline",
+           "NeuronStableDiffusionInstructPix2PixPipeline")
+LORA = ("lora_model_ids", "lora_weight_names", "lora_adapter_names", "lora_scales")
+IP_ADAPTER = ("ip_adapter_id", "ip_adapter_subfolder", "ip_adapter_weight_name", "ip_adapter_scale")
+FILE_NAMES = ("text_encoder_file_name", "text_encoder_2_file_name", "unet_file_name", "transformer_file_name",
+              "vae_encoder_file_name", "vae_decoder_file_name", "controlnet_file_name", "image_encoder_file_name",
+              "model_and_vae_file_name")
+PARALLEL = ("data_parallel_mode", "device_ids")
+KNOBS = tuple(dict.fromkeys((*COMPILER_KNOBS, *FILE_NAMES, "export", "auto_cast_type", "output_attentions",
+                             "output_hidden_states")))
+
+
+class DiffusionPipelinesOnNeuron(PythonRule):
+    id = "NM104"
+    title = "Neuron*Pipeline (diffusion) -> diffusers pipeline .to('neuron'), shapes at call time, LoRA loaded and fused"
+    fix = "mixed"
+    triggers = tuple(CLASS_NAMES)
+    owns = tuple(SOURCES)
+    why = """
+        optimum-neuron compiled the text encoder, denoiser and VAE of a diffusion pipeline for static
+        shapes (`export=True, batch_size, height, width, num_images_per_prompt`), with the compiler
+        casting matmuls to bf16, LoRA adapters fused at compile time and several NeuronCores used for
+        data parallelism. Under TorchNeuron the diffusers pipeline itself runs on the `neuron`
+        device: it is loaded with `torch_dtype` and moved with `.to("neuron")`, the shapes are passed
+        to the pipeline call (keep them fixed so that one graph is compiled), and LoRA adapters are
+        loaded with `load_lora_weights` and fused with `fuse_lora`.
+    """
+    before = """
+        from optimum.neuron import NeuronStableDiffusionPipeline
+
+        pipe = NeuronStableDiffusionPipeline.from_pretrained(
+            "stable-diffusion-v1-5/stable-diffusion-v1-5", export=True, batch_size=1, height=512, width=512,
+            auto_cast="matmul", auto_cast_type="bf16",
+        )
+        image = pipe("a photo of an astronaut riding a horse on mars").images[0]
+    """
+    after = """
+        import torch
+        from diffusers import StableDiffusionPipeline
+
+        pipe = StableDiffusionPipeline.from_pretrained(
+            "stable-diffusion-v1-5/stable-diffusion-v1-5", torch_dtype=torch.bfloat16
+        ).to("neuron")
+        image = pipe("a photo of an astronaut riding a horse on mars", height=512, width=512).images[0]
+    """
+    caveats = """
+        The shapes are added to calls of the pipeline's name in the same function (or module);
+        elsewhere a marker lists them. `batch_size` is the number of prompts per call (a marker when
+        it is not 1). `auto_cast_type` becomes `torch_dtype` (the whole pipeline runs in it) unless
+        `torch_dtype` is given or `auto_cast="none"`. LoRA and IP-Adapter statements are inserted
+        only after a load assigned to a plain name. Left to a person with a marker:
+        `data_parallel_mode`/`device_ids` (one process per NeuronCore), `tensor_parallel_size` > 1
+        (load the transformer with `parallel_config=TensorParallelConfig(...)` under torchrun),
+        `controlnet_ids`, `unet_id`, non-literal LoRA lists, `**kwargs` variables and loads of a
+        pre-exported (compiled) pipeline.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+            qual = ctx.qualname(func.value)
+            if qual in SOURCES:
+                self._load(node, SOURCES[qual], ctx)
+                return
+        if isinstance(func, cst.Name):
+            info = _scope(ctx)
+            if id(node) in info["calls"]:
+                self._pipe_call(node, info["calls"][id(node)], ctx)
+
+    # ------------------------------------------------------------------ the load
+    def _load(self, node: cst.Call, class_name: str, ctx: PythonContext) -> None:
+        stmt = ctx.statement()
+        if stmt is not None and ctx.is_ignored(stmt):
+            return
+        code = ctx.module.code_for_node
+        quote = _quote_style(node)
+        args = _expand_literal_kwargs(node.args)
+        kw = {a.keyword.value: a for a in args if a.keyword is not None}
+        star = [a for a in args if a.star == "**"]
+        markers: list[str] = []
+        applied: list[str] = []
+        export = kw.get("export")
+        export_value = _literal(export.value) if export is not None else None
+        shapes = {k: kw[k].value for k in SHAPES if k in kw}
+        name = _assigned_name(ctx, node)
+        info = _scope(ctx)
+        called = name is not None and name in info["called"]
+
+        for a in star:
+            markers.append(f"the arguments in **{code(a.value)} are not seen: drop export and the compiler options, "
+                           "pass the shapes (height, width, num_images_per_prompt) to the pipeline call")
+        if export_value is not True and not shapes and not star:
+            markers.append(
+                "this loads a pre-exported Neuron pipeline (compiled NEFFs), which diffusers cannot load: point it to "
+                "the original checkpoint (model_index.json / the \"neuron\" entries of the component configs name it) "
+                "and pass the compiled height/width/num_images_per_prompt to the pipeline call"
+            )
+        elif export is not None and export_value not in (True, False):
+            markers.append(f"export={code(export.value)}: when it is false this loads a pre-exported Neuron pipeline; "
+                           "point it to the original checkpoint")
+
+        # ---- dtype
+        dtype_expr: cst.BaseExpression | None = None
+        has_dtype = any(k in kw for k in ("torch_dtype", "dtype"))
+        acast = kw.get("auto_cast_type")
+        auto_cast = kw.get("auto_cast")
+        casting = auto_cast is None or _literal(auto_cast.value) not in ("none", None)
+        if acast is not None and casting and not has_dtype:
+            value = _literal(acast.value)
+            if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
+                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))
+                applied.append(f"auto_cast_type={code(acast.value)} becomes torch_dtype=torch.{DTYPES[value]}")
+            elif not (isinstance(value, str) and value in DTYPES):
+                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass torch_dtype=torch.bfloat16 "
+                               "for 'bf16'")
+
+        if export_value is True and not has_dtype and dtype_expr is None and auto_cast is None and acast is None:
+            applied.append("no torch_dtype: the pipeline runs in float32 (optimum-neuron cast matmuls to bf16 by "
+                           "default); pass torch_dtype=torch.bfloat16 for speed")
+
+        # ---- parallelism
+        for k in PARALLEL:
+            if k in kw:
+                markers.append(
+                    f"{k}={code(kw[k].value)} was dropped: a pipeline runs on one NeuronCore; for data parallelism "
+                    "run one process per core (torchrun --nproc_per_node=N, each rank moving the pipeline to "
+                    "f\"neuron:{LOCAL_RANK}\") and split the prompts between them"
+                )
+        tp = kw.get("tensor_parallel_size")
+        if tp is not None and _literal(tp.value) != 1:
+            markers.append(
+                f"tensor_parallel_size={code(tp.value)} was dropped: shard the transformer with "
+                f"<Transformer>.from_pretrained(model_id, subfolder=\"transformer\", "
+                f"parallel_config=TensorParallelConfig(tp_degree={code(tp.value)})), pass it as transformer= and "
+                "launch with torchrun"
+            )
+        for k in ("controlnet_ids", "unet_id"):
+            if k in kw:
+                what = ("load it with ControlNetModel.from_pretrained(...) and pass it as controlnet="
+                        if k == "controlnet_ids" else "load it with UNet2DConditionModel.from_pretrained(...) and pass "
+                        "it as unet=")
+                markers.append(f"{k}={code(kw[k].value)} was dropped: {what}")
+
+        # ---- shapes
+        call_shapes = {k: v for k, v in shapes.items() if k in _call_shapes(class_name) and not _default(k, v)}
+        size = [k for k in ("height", "width") if k in shapes and k not in _call_shapes(class_name)]
+        if size:
+            listed = ", ".join(f"{k}={code(shapes[k])}" for k in size)
+            markers.append(f"{listed} dropped: this pipeline's output size follows its input image; resize the "
+                           "input images to that size to keep one compiled shape")
+        if call_shapes:
+            listed = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
+            if called:
+                applied.append(f"{listed} passed to the pipeline call")
+            else:
+                markers.append(f"pass {listed} to every call of this pipeline (fixed shapes avoid recompiles)")
+        batch = shapes.get("batch_size")
+        if batch is not None:
+            if _literal(batch) == 1:
+                applied.append("batch_size=1 dropped")
+            else:
+                markers.append(f"batch_size={code(batch)} was dropped: call the pipeline with {code(batch)} prompts "
+                               "at a time to keep one compiled shape")
+        other = [k for k in shapes if k not in CALL_SHAPES and k != "batch_size"]  # vae/encoder shapes
+        other += [k for k in CALL_SHAPES if k in shapes and _default(k, shapes[k])]
+        if other:
+            applied.append(f"static shapes dropped: {', '.join(other)}")
+        knobs = [k for k in kw if k in KNOBS and k not in ("export", "auto_cast_type")]
+        if knobs:
+            applied.append(f"compiler options dropped: {', '.join(knobs)}")
+
+        # ---- LoRA and IP-Adapter statements
+        follow: list[tuple[str, list[cst.Arg]]] = []
+        lora = {k: kw[k].value for k in LORA if k in kw}
+        if lora:
+            steps = _lora_steps(lora, quote)
+            if steps is None:
+                listed = ", ".join(f"{k}={code(v)}" for k, v in lora.items())
+                markers.append(f"{listed} were dropped: load the adapters with pipe.load_lora_weights(model_id, "
+                               "weight_name=..., adapter_name=...), then pipe.set_adapters([...], adapter_weights=[...]) "
+                               "and pipe.fuse_lora()")
+            else:
+                follow.extend(steps)
+        ip = {k: kw[k].value for k in IP_ADAPTER if k in kw}
+        if ip:
+            if "ip_adapter_id" in ip:
+                load_args = [cst.Arg(ip["ip_adapter_id"])]
+                for k in ("ip_adapter_subfolder", "ip_adapter_weight_name"):
+                    load_args.append(cst.Arg(keyword=cst.Name(k[len("ip_adapter_"):]),
+                                             value=ip.get(k, cst.Name("None")), equal=_EQ))
+                follow.append(("load_ip_adapter", load_args))
+                if "ip_adapter_scale" in ip:
+                    follow.append(("set_ip_adapter_scale", [cst.Arg(ip["ip_adapter_scale"])]))
+            else:
+                markers.append("ip_adapter_* arguments were dropped: load the adapter with pipe.load_ip_adapter(...)")
+        if follow and name is None:
+            markers.append("the LoRA/IP-Adapter arguments were dropped: load them on the pipeline with "
+                           + ", ".join(f"pipe.{m}(...)" for m, _ in follow))
+            follow = []
+        elif follow and not _has_line(ctx):
+            follow = []
+
+        drop = set(KNOBS) | set(SHAPES) | set(LORA) | set(IP_ADAPTER) | set(PARALLEL) | {
+            "tensor_parallel_size", "controlnet_ids", "unet_id"}
+        indent = _indent(ctx)
+        neuron = cst.SimpleString(f"{quote}neuron{quote}")
+        moved = _already_moved(ctx, node)
+
+        def rewrite(updated: cst.Call) -> cst.BaseExpression:
+            new_args = [a for a in _expand_literal_kwargs(updated.args)
+                        if not (a.keyword is not None and a.keyword.value in drop)]
+            if dtype_expr is not None:
+                at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
+                new_args.insert(at, cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype_expr, equal=_EQ))
+            if moved:
+                return _layout(updated, new_args, ctx.module, indent, _prefix_len(ctx, node))
+            prefix, rest = _line_context(ctx, node)
+            call = _hug_layout(updated, new_args, ctx.module, indent, prefix, rest + len('.to("neuron")'))
+            return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("to")), args=[cst.Arg(neuron)])
+
+        ctx.replace(node, rewrite)
+        if follow:
+            line = next(n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine))
+
+            def statements(_updated: cst.SimpleStatementLine) -> list[cst.SimpleStatementLine]:
+                return [
+                    cst.SimpleStatementLine(body=[cst.Expr(cst.Call(
+                        func=cst.Attribute(value=cst.Name(name), attr=cst.Name(method)),  # type: ignore[arg-type]
+                        args=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(margs) - 1 else
+                              a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                              for i, a in enumerate(margs)],
+                    ))])
+                    for method, margs in follow
+                ]
+
+            ctx.insert_after(line, statements)
+            applied.append("LoRA/IP-Adapter arguments become " + ", ".join(f"{name}.{m}()" for m, _ in follow))
+        ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
+                    + " -> diffusers from_pretrained(...)" + ("" if moved else ".to(\"neuron\")"))
+        for message in applied:
+            ctx.finding(node, message)
+        for message in markers:
+            ctx.marker(node, message)
+
+    # ------------------------------------------------------------------ the pipeline call
+    def _pipe_call(self, node: cst.Call, load: cst.Call, ctx: PythonContext) -> None:
+        class_name = SOURCES.get(ctx.qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
+        stmt = ctx.statement()
+        if stmt is not None and ctx.is_ignored(stmt):
+            return
+        kw = {a.keyword.value: a for a in _expand_literal_kwargs(load.args) if a.keyword is not None}
+        have = {a.keyword.value for a in node.args if a.keyword is not None}
+        if any(a.star == "**" for a in node.args):
+            return
+        add = [(k, kw[k].value) for k in _call_shapes(class_name)
+               if k in kw and k not in have and _copyable(kw[k].value) and not _default(k, kw[k].value)]
+        if not add:
+            return
+        indent = _indent(ctx)
+        prefix, rest = _line_context(ctx, node)
+
+        def rewrite(updated: cst.Call) -> cst.Call:
+            new_args = list(updated.args) + [
+                cst.Arg(keyword=cst.Name(k), value=v.deep_clone(), equal=_EQ) for k, v in add
+            ]
+            return _hug_layout(updated, new_args, ctx.module, indent, prefix, rest)
+
+        ctx.replace(node, rewrite)
+        ctx.finding(node, "static shapes of the compiled pipeline passed to the call: "
+                    + ", ".join(f"{k}={ctx.module.code_for_node(v)}" for k, v in add))
+
+
+def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[str, list[cst.Arg]]] | None:
+    """load_lora_weights(...) per adapter, then set_adapters + fuse_lora (None: not literal enough)."""
+
+    def items(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
+        if value is None:
+            return None
+        if isinstance(value, (cst.List, cst.Tuple)):
+            if any(not isinstance(e, cst.Element) for e in value.elements):
+                return None
+            return [e.value for e in value.elements]
+        return [value]
+
+    ids = items(lora.get("lora_model_ids"))
+    if not ids:
+        return None
+    value = lora["lora_model_ids"]
+    if not isinstance(value, (cst.List, cst.Tuple)) and not any(
+        isinstance(v, (cst.SimpleString, cst.ConcatenatedString, cst.Float, cst.Integer)) for v in lora.values()
+    ):
+        return None  # a variable that may hold one id or a list of them
+    weights = items(lora.get("lora_weight_names"))
+    names = items(lora.get("lora_adapter_names"))
+    scales = items(lora.get("lora_scales"))
+    for seq in (weights, names, scales):
+        if seq is not None and len(seq) != len(ids):
+            return None
+    steps: list[tuple[str, list[cst.Arg]]] = []
+    for i, mid in enumerate(ids):
+        margs = [cst.Arg(mid)]
+        if weights is not None:
+            margs.append(cst.Arg(keyword=cst.Name("weight_name"), value=weights[i], equal=_EQ))
+        if names is not None:
+            margs.append(cst.Arg(keyword=cst.Name("adapter_name"), value=names[i], equal=_EQ))
+        steps.append(("load_lora_weights", margs))
+    if len(ids) == 1:
+        fuse = [cst.Arg(keyword=cst.Name("lora_scale"), value=scales[0], equal=_EQ)] if scales else []
+        steps.append(("fuse_lora", fuse))
+        return steps
+    if names is None:
+        return None  # several adapters need names to be weighted
+    set_args = [cst.Arg(cst.List([cst.Element(n) for n in names]))]
+    if scales is not None:
+        set_args.append(cst.Arg(keyword=cst.Name("adapter_weights"), value=cst.List([cst.Element(s) for s in scales]),
+                                equal=_EQ))
+    steps.append(("set_adapters", set_args))
+    steps.append(("fuse_lora", []))
+    return steps
+
+
+# ---------------------------------------------------------------------- scope analysis
+def _scope(ctx: PythonContext) -> dict:
+    """Pipelines assigned to a name in the innermost function (or module), and the calls of them."""
+    scope: cst.CSTNode = ctx.module
+    for n in reversed(ctx.stack[:-1]):
+        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+            scope = n
+            break
+    cache = ctx.local_state().setdefault("scopes", {})
+    if id(scope) in cache:
+        return cache[id(scope)]
+    loads: dict[str, cst.Call] = {}
+    calls: list[cst.Call] = []
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            value = n.value
+            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
+                    and isinstance(value.func.value, cst.Call)):
+                value = value.func.value
+            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value == "from_pretrained" and ctx.qualname(value.func.value) in SOURCES):
+                loads[n.targets[0].target.value] = value
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name):
+            calls.append(n)
+        for child in n.children:
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            walk(child)
+
+    walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
+    found = {"calls": {}, "called": set()}
+    for call in calls:
+        name = call.func.value  # type: ignore[attr-defined]
+        if name in loads and not any(a.star == "**" for a in call.args):
+            found["calls"][id(call)] = loads[name]
+            found["called"].add(name)
+    cache[id(scope)] = found
+    return found
+
+
+def _call_shapes(class_name: str) -> tuple[str, ...]:
+    return ("num_images_per_prompt",) if class_name in NO_SIZE else CALL_SHAPES
+
+
+def _default(key: str, value: cst.BaseExpression) -> bool:
+    """num_images_per_prompt=1 is the pipeline call's default: nothing to pass."""
+    return key == "num_images_per_prompt" and _literal(value) == 1
+
+
+def _copyable(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Name, cst.Attribute))
+
+
+def _assigned_name(ctx: PythonContext, call: cst.Call) -> str | None:
+    """The name a load is assigned to (``pipe = X.from_pretrained(...)`` or ``... .to(...)``)."""
+    stack = ctx.stack
+    i = len(stack) - 1
+    value: cst.CSTNode = call
+    parent = stack[i - 1] if i > 0 else None
+    if isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == "to" and i > 1:
+        grand = stack[i - 2]
+        if isinstance(grand, cst.Call) and grand.func is parent:
+            value, parent = grand, stack[i - 3] if i > 2 else None
+    if isinstance(parent, cst.Assign) and parent.value is value and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+    return None
+
+
+def _already_moved(ctx: PythonContext, call: cst.Call) -> bool:
+    parent = ctx.parent
+    return isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == "to"
+
+
+def _has_line(ctx: PythonContext) -> bool:
+    return any(isinstance(n, cst.SimpleStatementLine) for n in ctx.stack)
+
+
+RULES = (DiffusionPipelinesOnNeuron,)
