@@ -127,3 +127,24 @@ def test_fixture_output_parses(before: Path, after: Path, kind: str):
     if before.parent.name == "NM990":
         pytest.skip("NM990 fixtures are units that do not parse, by design")
     _parses(_read(after), kind)
+
+
+def _undefined_names(text: str) -> set[str]:
+    import io
+
+    from pyflakes import api, reporter
+
+    out = io.StringIO()
+    api.check(text, "fixture", reporter.Reporter(out, io.StringIO()))
+    return set(re.findall(r"undefined name '([^']+)'", out.getvalue()))
+
+
+PY_CASES = [c for c in CASES if c.values[2] == "python"]
+
+
+@pytest.mark.parametrize("before,after,kind", PY_CASES)
+def test_fixture_introduces_no_undefined_name(before: Path, after: Path, kind: str):
+    """A rule that emits a name must also import it (pyflakes on before and after)."""
+    pytest.importorskip("pyflakes")
+    new = _undefined_names(_read(after)) - _undefined_names(_read(before))
+    assert not new, f"names used but never defined after migration: {sorted(new)}"
