@@ -271,7 +271,18 @@ def verify_cmd(
     fmt: str = typer.Option("text", "--format", help="text or json."),
     output: Optional[Path] = typer.Option(None, "--output"),
 ) -> None:
-    raise _fail("`verify` is not available in this version of neuron-migrate yet")
+    from migrator.verify import Options, run_verify
+
+    # typer may vendor its own click: compare the ParameterSource by name
+    source = getattr(ctx.get_parameter_source("reference"), "name", None)
+    opts = Options(
+        script=script, script_args=list(ctx.args), device=device, reference=reference,
+        reference_explicit=source not in (None, "DEFAULT", "DEFAULT_MAP"),
+        baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
+        max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
+    )
+    code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
+    raise typer.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
