@@ -927,12 +927,14 @@ def test_explain() -> None:
     assert "NM999" in bad.stderr
 
 
-def test_verify_parses_and_is_not_available(proj: Path) -> None:
-    put(proj, {"some_script.py": "print(1)\n"})
-    res = cli("verify", "some_script.py", "--device", "cpu", "--", "--foo", "1")
+def test_verify_parses_its_options_and_script_arguments(proj: Path) -> None:
+    # a script that observes nothing: verify runs it (with its own arguments) and exits 2
+    put(proj, {"some_script.py": "import sys\nprint('args', sys.argv[1:])\n"})
+    res = cli("verify", "some_script.py", "--device", "cpu", "--reference", "none", "--", "--foo", "1")
     assert res.exit_code == 2
-    assert "not available" in res.stderr
     assert "No such option" not in res.output
+    assert "args ['--foo', '1']" in res.output
+    assert "nothing" in res.output.lower()
 
 
 def test_directory_named_verify_is_migrated(proj: Path) -> None:

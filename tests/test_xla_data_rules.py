@@ -33,7 +33,7 @@ from codemods.transformers_neuronx import RULES as TNX_RULES
 from codemods.xla_data import RULES as DATA_RULES
 from migrator.engine import RuleSelection, RuleSet
 from tests.test_fixtures import FIXTURES, migrate
-from tests.test_xla_rules import _chains, _free_port, _import_map, _resolve
+from tests.test_xla_rules import _chains, _import_map, _resolve
 
 RULES = DATA_RULES + NX_RULES + TNX_RULES
 AFTERS = sorted(p for rid in ("NM407", "NM408", "NM409", "NM410", "NM411") for p in (FIXTURES / rid).glob("*.after.py"))
@@ -200,8 +200,9 @@ def test_migrated_device_loader_loop_trains_like_plain_ddp(tmp_path: Path, rules
     assert "torch_xla" not in text and not any(f.fix == "manual" for f in findings)
     script = tmp_path / "train.py"
     script.write_text(_on_cpu(text))
-    proc = _run(tmp_path, ["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-                           f"--master_port={_free_port()}", str(script)], timeout=120)
+    # --standalone: torchrun binds a free port itself (no race with other tests' launches)
+    proc = _run(tmp_path, ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+                timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the two ranks share stdout and their lines may interleave: match each report, not each line
     got = {int(r): ast.literal_eval(values) for r, values in re.findall(r"rank (\d) losses (\[[^\]]*\])", proc.stdout)}

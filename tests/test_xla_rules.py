@@ -17,7 +17,6 @@ import ast
 import importlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -106,20 +105,14 @@ def test_migrated_single_process_mlp_trains_like_plain_pytorch(tmp_path: Path, r
 # --------------------------------------------------------------------------- torchrun script runs
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_migrated_torchrun_script_runs_on_two_processes(tmp_path: Path, rules: RuleSet):
     before = FIXTURES / "NM405" / "torchrun_data_parallel.before.py"
     migrated, _ = migrate(before.read_bytes(), "python", rules)
     script = tmp_path / "train.py"
     script.write_text(_on_cpu(migrated.decode()))
     launcher = [
-        "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={_free_port()}", str(script),
+        # --standalone: torchrun binds a free port itself (no race with other tests' launches)
+        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
     ]
     proc = _run(script, launcher, env={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

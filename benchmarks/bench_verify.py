@@ -1,0 +1,111 @@
+"""Overhead of the ``neuron-migrate verify`` instrumentation (issue 7: at most +10% wall time).
+
+    python benchmarks/bench_verify.py [--repeats 5] [--new-tokens 32] [--script SCRIPT -- ARGS...]
+
+By default it builds the tiny Llama of tests/verify_fixtures/ in a temporary folder and runs a
+greedy-generation script that uses plain ``cpu`` devices, so it runs unmodified without verify.
+Each repeat runs, in alternating order:
+  plain     python SCRIPT                                     (no instrumentation)
+  observe   verify child, device layer off, observation layer on  (device "neuron")
+  cpu       verify child, --device cpu   (observation + neuron->cpu mapping mode)
+  emulate   verify child, --device emulate (observation + fake neuron device)
+and prints the median wall time of each and its ratio to ``plain``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "verify_fixtures"
+
+SCRIPT = textwrap.dedent("""
+    import sys, time, torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+    new = int(sys.argv[2])
+    start = time.perf_counter()
+    for prompt in ([1, 17, 33, 250, 7], [1, 400, 9, 12, 99, 101, 45, 3]):
+        ids = torch.tensor([prompt])
+        for _ in range(3):
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                           do_sample=False, pad_token_id=0)
+    print(f"LOOP_S {time.perf_counter() - start:.4f}", flush=True)
+""")
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float | None]:
+    """(process wall time, the script's own LOOP_S figure when it prints one)."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"benchmark run failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    loop = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("LOOP_S ")]
+    return elapsed, (loop[0] if loop else None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", default="1", help="OMP_NUM_THREADS for every run (1 = least noise)")
+    parser.add_argument("--script", default=None, help="a script that runs without verify (cpu devices)")
+    parser.add_argument("script_args", nargs="*")
+    args = parser.parse_args()
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(ROOT),
+               OMP_NUM_THREADS=args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.script:
+            script, script_args = args.script, args.script_args
+        else:
+            model = Path(tmp) / "tiny-llama"
+            subprocess.run([sys.executable, str(FIX / "make_tiny_llama.py"), str(model)], check=True,
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            script = str(Path(tmp) / "bench_generate.py")
+            Path(script).write_text(SCRIPT)
+            script_args = [str(model), str(args.new_tokens)]
+        child = [sys.executable, "-m", "migrator.verify.child", script, *script_args]
+        variants = {
+            "plain": ([sys.executable, script, *script_args], {}),
+            "observe": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "neuron"}),
+            "cpu": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "cpu"}),
+            "emulate": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "emulate"}),
+        }
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        loops: dict[str, list[float]] = {k: [] for k in variants}
+        out = Path(tmp) / "obs.json"
+        timed(variants["plain"][0], env)  # warm the page cache
+        for i in range(args.repeats):
+            order = list(variants) if i % 2 == 0 else list(reversed(variants))
+            for name in order:
+                cmd, extra = variants[name]
+                wall, loop = timed(cmd, dict(env, NEURON_MIGRATE_VERIFY_OUT=str(out), **extra))
+                times[name].append(wall)
+                if loop is not None:
+                    loops[name].append(loop)
+    print(f"script: {script} {' '.join(script_args)}  repeats: {args.repeats}")
+    print("whole process (imports + model load + work):")
+    base = statistics.median(times["plain"])
+    for name, values in times.items():
+        med = statistics.median(values)
+        print(f"  {name:8s} median {med:7.3f} s  ratio {med / base:5.3f}  (min {min(values):.3f} s)")
+    if all(loops.values()):
+        print("generate() loop only (timed inside the script):")
+        base = statistics.median(loops["plain"])
+        for name, values in loops.items():
+            med = statistics.median(values)
+            print(f"  {name:8s} median {med:7.3f} s  ratio {med / base:5.3f}  (min {min(values):.3f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""``python -m migrator.verify.child SCRIPT [ARGS...]``: run SCRIPT under the observation layer.
+
+Environment:
+  NEURON_MIGRATE_VERIFY_OUT     JSON file the observations are written to (rank 0 only)
+  NEURON_MIGRATE_VERIFY_DEVICE  neuron | cpu | emulate | cuda | none
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+
+OUT_ENV = "NEURON_MIGRATE_VERIFY_OUT"
+DEVICE_ENV = "NEURON_MIGRATE_VERIFY_DEVICE"
+INSTRUMENT_ENV = "NEURON_MIGRATE_VERIFY_INSTRUMENT"  # "0" = device layer only (benchmarks)
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        import resource
+
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+    except Exception:  # pragma: no cover - not on Linux/macOS
+        return None
+
+
+def _write(path: str, payload: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m migrator.verify.child SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    script, args = argv[0], argv[1:]
+    device = os.environ.get(DEVICE_ENV, "cpu")
+    out = os.environ.get(OUT_ENV)
+    rank = os.environ.get("RANK", "0")
+
+    from migrator.verify import instrument
+
+    if os.environ.get(INSTRUMENT_ENV, "1") == "0":
+        instrument._state["capturing"] = False
+    instrument.install(device)
+
+    sys.argv = [script, *args]
+    # as `python SCRIPT` does: the script's folder first (``-m`` put the cwd there instead)
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    status = {"exit": 0, "error": None}
+    start = time.perf_counter()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        status["exit"] = code if isinstance(code, int) else (0 if code is None else 1)
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
+    except BaseException as exc:
+        import traceback
+
+        traceback.print_exc()
+        status["exit"] = 1
+        status["error"] = f"{type(exc).__name__}: {exc}"
+    wall = time.perf_counter() - start
+    if "migrator.verify.emulate" in sys.modules:
+        sys.modules["migrator.verify.emulate"].uninstall()
+    if out and rank == "0":
+        observations = dict(instrument.OBS)
+        observations["compile"] = instrument.compile_activity()
+        payload = {
+            "observations": observations,
+            "wall_time_s": round(wall, 3),
+            "peak_rss_mb": _peak_rss_mb(),
+            "device": device,
+            "exit": status["exit"],
+            "error": status["error"],
+        }
+        try:
+            _write(out, payload)
+        except Exception as exc:  # pragma: no cover
+            print(f"neuron-migrate verify: cannot write observations: {exc}", file=sys.stderr)
+            return 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return int(status["exit"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

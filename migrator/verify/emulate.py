@@ -1,0 +1,267 @@
+"""Device layers installed in the verify child (see target-apis §7).
+
+``cpu``     : "neuron" device strings/objects are mapped to cpu (a TorchFunctionMode that rewrites
+              ``device=`` arguments, ``Tensor.to``/``Module.to`` targets and the ``torch.device``
+              constructor); a ``neuron`` torch.compile backend (eager underneath) is registered and a
+              ``neuron`` process-group backend is mapped to gloo.
+``emulate`` : as ``cpu``, but the ``neuron`` device also *exists* as far as the libraries can tell:
+              PrivateUse1 is renamed to ``neuron``, a ``torch.neuron`` device module and a
+              ``torch_neuronx`` stub module are registered, and ``torch.device("neuron")`` keeps
+              reporting ``neuron`` (only the tensors land on cpu).
+``cuda``    : "neuron" mapped to cuda.
+``neuron``  : nothing is installed (real hardware).
+
+In ``cpu``/``emulate``/``cuda`` the mode is also entered in every new thread (transformers loads
+weights in a thread pool), ``torch.autocast("neuron")`` runs on the real device, and
+``Module.to("neuron")`` is remapped (its arguments are parsed in C++, out of the mode's reach).
+In ``emulate`` the accelerator queries that the renamed-but-hookless PrivateUse1 backend breaks
+(``torch.accelerator.*``, ``torch._C._get_accelerator``) answer as on a cpu-only build.
+
+Cost: a TorchFunctionMode sees every torch op, about +45% on a tiny model's generate() loop (a
+per-op constant, so small on real model sizes). Wrapping the ~30 device-taking entry points
+instead costs nothing but was tried and dropped: with ``torch.arange``/``torch.empty``... wrapped,
+transformers 5.23 leaves Llama's ``rotary_emb.inv_freq`` buffer uninitialised (garbage values,
+run-to-run different losses) — do not reintroduce it without a test on the buffers.
+
+Everything here is imported lazily: it runs when the user script imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+
+_installed: set[str] = set()
+_active: list = []
+
+
+def uninstall() -> None:
+    """Pop the main thread's device mode (called when the script is done, before shutdown)."""
+    while _active:
+        mode = _active.pop()
+        try:
+            mode.__exit__(None, None, None)
+        except Exception:
+            pass
+
+
+def _target_device(mode: str) -> str:
+    return "cuda" if mode == "cuda" else "cpu"
+
+
+def _is_neuron(value) -> bool:
+    if isinstance(value, str):
+        return value == "neuron" or value.startswith("neuron:")
+    t = getattr(value, "type", None)
+    return t == "neuron" and value.__class__.__name__ == "device"
+
+
+def install_device_mode(mode: str) -> None:
+    """Called right after ``import torch`` finished in the child."""
+    if mode in ("neuron", "none") or "device" in _installed:
+        return
+    _installed.add("device")
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    target = _target_device(mode)
+    keep_device_objects = mode == "emulate"
+    if mode == "emulate":
+        _install_fake_neuron_module(torch)
+
+    def remap(value):
+        if _is_neuron(value):
+            index = None
+            if isinstance(value, str):
+                _, _, idx = value.partition(":")
+                index = int(idx) if idx else None
+            else:
+                index = value.index
+            if target == "cpu":
+                return torch.device("cpu")
+            return torch.device(target, index) if index is not None else torch.device(target)
+        return value
+
+    device_ctor = torch.device
+    to_funcs = {torch.Tensor.to, torch.Tensor.new_empty, torch.Tensor.new_zeros, torch.Tensor.new_ones,
+                torch.Tensor.new_full, torch.Tensor.new_tensor}
+    pin_memory = torch.Tensor.pin_memory
+
+    class NeuronToDevice(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is device_ctor:
+                if not keep_device_objects and args and _is_neuron(args[0]):
+                    args = (remap(args[0]) if len(args) == 1 else target, *args[1:])
+                return func(*args, **kwargs)
+            if func is pin_memory:
+                return args[0]
+            dev = kwargs.get("device")
+            if dev is not None and _is_neuron(dev):
+                kwargs = dict(kwargs)
+                kwargs["device"] = remap(dev)
+            if func in to_funcs and len(args) > 1 and _is_neuron(args[1]):
+                args = (args[0], remap(args[1]), *args[2:])
+            return func(*args, **kwargs)
+
+    mode_obj = NeuronToDevice()
+    mode_obj.__enter__()  # stays active until uninstall() (main thread)
+    _active.append(mode_obj)
+    _enter_in_new_threads(NeuronToDevice)
+    _patch_module_to(torch, remap)
+    _patch_autocast(torch, target)
+    _patch_process_group(torch)
+
+
+def _enter_in_new_threads(mode_cls) -> None:
+    """Torch function modes are thread-local; transformers loads weights in a thread pool."""
+    import threading
+
+    original = threading.Thread._bootstrap_inner
+
+    def _bootstrap_inner(self):
+        mode = mode_cls()
+        try:
+            mode.__enter__()
+        except Exception:  # pragma: no cover
+            return original(self)
+        try:
+            return original(self)
+        finally:
+            # leave the torch-function-mode stack empty before the thread's C++ state is torn down
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:
+                pass
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner
+
+
+def _patch_module_to(torch, remap) -> None:
+    """``nn.Module.to("neuron")`` parses its arguments in C++ (``torch._C._nn._parse_to``)."""
+    original = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        if args and _is_neuron(args[0]):
+            args = (remap(args[0]), *args[1:])
+        if "device" in kwargs and _is_neuron(kwargs["device"]):
+            kwargs["device"] = remap(kwargs["device"])
+        return original(self, *args, **kwargs)
+
+    to.__wrapped__ = original
+    torch.nn.Module.to = to
+
+
+def _patch_autocast(torch, target: str) -> None:
+    """``torch.autocast("neuron", ...)`` → autocast on the device the tensors really live on."""
+    cls = torch.amp.autocast_mode.autocast
+    original = cls.__init__
+
+    def __init__(self, device_type, *args, **kwargs):
+        if isinstance(device_type, str) and device_type == "neuron":
+            device_type = target
+        return original(self, device_type, *args, **kwargs)
+
+    __init__.__wrapped__ = original
+    cls.__init__ = __init__
+
+
+def _patch_process_group(torch) -> None:
+    """``init_process_group(backend="neuron")`` → gloo (the neuron backend does not exist on cpu)."""
+    try:
+        import torch.distributed as dist
+    except Exception:  # pragma: no cover
+        return
+    if not dist.is_available():
+        return
+    original = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend", args[0] if args else None)
+        if isinstance(backend, str) and "neuron" in backend:
+            new = "gloo"
+            if args:
+                args = (new, *args[1:])
+            else:
+                kwargs["backend"] = new
+        return original(*args, **kwargs)
+
+    init_process_group.__wrapped__ = original
+    dist.init_process_group = init_process_group
+    try:
+        import torch.distributed.distributed_c10d as c10d
+        c10d.init_process_group = init_process_group
+    except Exception:  # pragma: no cover
+        pass
+
+
+def _install_fake_neuron_module(torch) -> None:
+    """Make ``neuron`` exist: PrivateUse1 renamed, ``torch.neuron`` and a ``torch_neuronx`` stub."""
+    try:
+        torch.utils.rename_privateuse1_backend("neuron")
+    except RuntimeError:
+        pass  # already renamed in this process
+
+    fake = types.ModuleType("torch.neuron")
+    fake.__doc__ = "neuron-migrate verify emulation: a CPU stand-in for the neuron device module"
+    state = {"device": 0}
+    fake.is_available = lambda: True
+    fake.device_count = lambda: 1
+    fake.current_device = lambda: state["device"]
+    fake.set_device = lambda d: state.__setitem__("device", getattr(d, "index", d) or 0)
+    fake.is_bf16_supported = lambda *a, **k: True
+    fake.is_initialized = lambda: True
+    fake.synchronize = lambda *a, **k: None
+    fake.empty_cache = lambda: None
+    # tensors live on cpu, so the cpu generator is the device generator; torch.manual_seed()
+    # already seeds it (and calls these hooks: they must not call back into it)
+    fake.manual_seed = lambda seed: None
+    fake.manual_seed_all = lambda seed: None
+    fake.seed = lambda: None
+    fake.seed_all = lambda: None
+    fake.initial_seed = lambda: torch.initial_seed()
+    fake.get_rng_state = lambda *a, **k: torch.get_rng_state()
+    fake.set_rng_state = lambda s, *a, **k: torch.set_rng_state(s)
+    fake.get_rng_state_all = lambda: [torch.get_rng_state()]
+    fake.set_rng_state_all = lambda states: torch.set_rng_state(states[0])
+    fake.memory_allocated = lambda *a, **k: 0
+    fake.max_memory_allocated = lambda *a, **k: 0
+    fake.reset_peak_memory_stats = lambda *a, **k: None
+    fake.get_device_name = lambda *a, **k: "neuron (emulated by neuron-migrate verify)"
+    fake.get_device_properties = lambda *a, **k: types.SimpleNamespace(
+        name="neuron (emulated)", total_memory=32 * 2**30, major=0, minor=0)
+    fake._is_in_bad_fork = lambda: False
+    fake.__neuron_migrate_emulated__ = True
+    torch._register_device_module("neuron", fake)
+    sys.modules["torch.neuron"] = fake
+
+    if "torch_neuronx" not in sys.modules:
+        stub = types.ModuleType("torch_neuronx")
+        stub.__spec__ = importlib.machinery.ModuleSpec("torch_neuronx", None)
+        stub.__version__ = "0.0.0+neuron-migrate-emulated"
+        stub.__neuron_migrate_emulated__ = True
+        sys.modules["torch_neuronx"] = stub
+    # dynamo's stream tracking calls torch.accelerator.current_stream() when an accelerator is
+    # available, which fails for the fake device (target-apis §7, point 5)
+    torch.accelerator.is_available = lambda: False
+    # with PrivateUse1 renamed but no C++ hooks registered, these raise "Please register
+    # PrivateUse1HooksInterface"; the tensors are on cpu, so answer what a cpu-only build answers
+    torch.accelerator.current_accelerator = lambda check_available=False: None
+    torch._C._get_accelerator = lambda check=False: torch.device("cpu")
+
+
+def register_compile_backend() -> None:
+    """Register a ``neuron`` torch.compile backend that runs the captured graph eagerly."""
+    if "backend" in _installed:
+        return
+    _installed.add("backend")
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if "neuron" in _BACKENDS:
+        return
+
+    def neuron(gm, example_inputs, **kwargs):  # the same as the "eager" backend
+        return gm.forward
+
+    register_backend(name="neuron")(neuron)

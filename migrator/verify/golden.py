@@ -1,0 +1,60 @@
+"""Golden files: ``{"format": "neuron-migrate-golden", "version": 1, ...}``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from migrator import __version__
+
+FORMAT = "neuron-migrate-golden"
+VERSION = 1
+KINDS = ("generate", "pipeline", "losses", "images", "compile")
+
+
+class GoldenError(Exception):
+    """A golden file that cannot be used (missing, malformed, other format or version)."""
+
+
+def write_golden(path: Path, script: str, observations: dict, extra: dict | None = None) -> None:
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "tool_version": __version__,
+        "script": script,
+        "observations": observations,
+    }
+    if extra:
+        payload.update(extra)
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_golden(path: Path) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GoldenError(f"cannot read golden file {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GoldenError(f"golden file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise GoldenError(f"{path} is not a neuron-migrate golden file (expected \"format\": \"{FORMAT}\")")
+    version = data.get("version")
+    if version != VERSION:
+        raise GoldenError(f"golden file {path} has version {version!r}; this neuron-migrate reads version "
+                          f"{VERSION} (record it again with --record)")
+    obs = data.get("observations")
+    if not isinstance(obs, dict):
+        raise GoldenError(f"golden file {path} has no \"observations\" object")
+    for key, typ in (("generate", list), ("pipeline", list), ("losses", list), ("images", list),
+                     ("compile", dict)):
+        if key in obs and not isinstance(obs[key], typ):
+            raise GoldenError(f"golden file {path}: observations.{key} must be a {typ.__name__}")
+    return data

@@ -1,0 +1,322 @@
+"""Tests of ``neuron-migrate verify`` (CONTRACT.md § verify).
+
+The scripts under ``tests/verify_fixtures/`` run in real child processes (the verifier always uses
+one); a tiny Llama (hidden 64, 2 layers, vocab 512) is built once per session from a config.
+A few tests go through ``typer.testing.CliRunner`` to cover the CLI wiring; the rest run the
+``neuron-migrate`` command as a subprocess, like a user would.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import json  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from migrator.cli import app  # noqa: E402
+from migrator.verify import GoldenError, read_golden, write_golden  # noqa: E402
+from migrator.verify import compare as cmp  # noqa: E402
+from migrator.verify import instrument  # noqa: E402
+
+FIX = Path(__file__).parent / "verify_fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def verify(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``neuron-migrate verify ARGS`` as a subprocess (text capture)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # tiny models: no thread contention
+    return subprocess.run([sys.executable, "-m", "migrator", "verify", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    sys.path.insert(0, str(FIX))
+    try:
+        from make_tiny_llama import build
+    finally:
+        sys.path.remove(str(FIX))
+    out = tmp_path_factory.mktemp("tiny-llama")
+    build(str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def golden(tiny_llama, tmp_path_factory) -> Path:
+    """A golden file recorded from the greedy generation script (under emulate)."""
+    path = tmp_path_factory.mktemp("golden") / "generate.golden.json"
+    proc = verify(str(FIX / "generate.py"), "--device", "emulate", "--record", str(path), "--", str(tiny_llama))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reference: none (recording)" in proc.stdout  # --record alone runs the script once
+    return path
+
+
+# ----------------------------------------------------------------------------- end to end
+
+def test_auto_emulates_neuron_for_the_libraries_and_reference_maps_it_to_cpu(tiny_llama, tmp_path):
+    """--device auto without torch-neuronx = emulate: transformers sees a neuron device."""
+    result = CliRunner().invoke(app, ["verify", str(FIX / "device_facts.py"), "--",
+                                      str(tiny_llama), str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "device: emulate" in out
+    # emulate run: the libraries take their neuron branches; tensors live on cpu
+    assert ("facts: neuron_available=True torch_device=neuron training_device=neuron:0 "
+            "tensor_device=cpu") in out
+    # plain-cpu reference run: "neuron" is just mapped to cpu
+    assert "facts: neuron_available=False torch_device=cpu training_device=cpu tensor_device=cpu" in out
+    assert re.search(r"✓ generate\[0\]\s+9 token ids equal", out)
+    assert "✓ compile audit" in out and "result: OK" in out
+    assert out.count("generated [[") == 2  # the script's output, streamed through from both runs
+
+
+def test_record_writes_versioned_golden_and_baseline_passes(golden, tiny_llama):
+    data = json.loads(golden.read_text())
+    assert data["format"] == "neuron-migrate-golden" and data["version"] == 1
+    assert data["tool_version"] and data["script"].endswith("generate.py")
+    gen = data["observations"]["generate"]
+    assert [len(call["tokens"][0]) for call in gen] == [13, 16]
+    assert gen[0]["tokens"][0][:5] == [1, 17, 33, 250, 7]
+    assert data["observations"]["compile"]["recompiles"] == []
+
+    proc = verify(str(FIX / "generate.py"), "--device", "cpu", "--baseline", str(golden),
+                  "--format", "json", "--", str(tiny_llama))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # the script's prints went to stderr: stdout is pure JSON
+    assert report["status"] == "ok" and report["exit_code"] == 0
+    assert report["reference"].startswith("golden file")
+    assert [c["name"] for c in report["checks"]] == ["generate[0]", "generate[1]", "compile audit"]
+    assert "generated [" in proc.stderr
+
+
+def test_baseline_mismatch_names_first_divergent_token(golden, tiny_llama):
+    # sampling with another seed instead of greedy: a "wrong generation setting" after migration
+    proc = verify(str(FIX / "generate.py"), "--device", "emulate", "--baseline", str(golden),
+                  "--", str(tiny_llama), "--sample", "3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "✗ generate[0]" in proc.stdout
+    assert re.search(r"call 0, sequence 0: first divergent token at position \d+: \d+ vs reference \d+",
+                     proc.stdout)
+    assert "result: FAILED" in proc.stdout
+
+
+def test_crashing_script_exits_2_with_reason():
+    proc = verify(str(FIX / "crash.py"), "--device", "cpu")
+    assert proc.returncode == 2
+    assert "about to fail" in proc.stdout  # streamed through
+    assert "deliberate failure in the user script" in proc.stderr
+    assert "exited with status 1" in proc.stderr
+
+
+def test_hanging_script_times_out_and_process_tree_is_killed():
+    start = time.monotonic()
+    proc = verify(str(FIX / "hang.py"), "--device", "cpu", "--timeout", "3", timeout=60)
+    assert proc.returncode == 2
+    assert time.monotonic() - start < 30
+    assert "timed out after 3 s" in proc.stderr
+    match = re.search(r"grandchild (\d+)", proc.stdout)
+    assert match, proc.stdout
+    pid = int(match.group(1))
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid), "the script's own child survived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return state not in ("Z", "X")
+
+
+def test_script_that_observes_nothing_exits_2():
+    proc = verify(str(FIX / "nothing.py"), "--device", "cpu", "--reference", "none")
+    assert proc.returncode == 2
+    assert "nothing was observed" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"format": "something-else", "version": 1, "observations": {}}', "not a neuron-migrate golden"),
+        ('{"format": "neuron-migrate-golden", "version": 99, "observations": {}}', "version 99"),
+        ('{"format": "neuron-migrate-golden", "version": 1}', "no \"observations\""),
+        ('{"format": "neuron-migrate-golden", "version": 1, "observations": {"generate": 3}}', "must be a list"),
+    ],
+)
+def test_malformed_golden_exits_2_before_running(tmp_path, content, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    runner = CliRunner()
+    # crash.py would print "about to fail" if it ran: the golden is checked first
+    result = runner.invoke(app, ["verify", str(FIX / "crash.py"), "--baseline", str(bad)])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "about to fail" not in result.output
+    with pytest.raises(GoldenError):
+        read_golden(bad)
+
+
+def test_missing_golden_and_bad_options_exit_2(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["verify", str(FIX / "crash.py"), "--baseline", str(tmp_path / "nope.json")])
+    assert result.exit_code == 2 and "cannot read golden file" in result.output
+    result = runner.invoke(app, ["verify", str(FIX / "crash.py"), "--device", "tpu"])
+    assert result.exit_code == 2 and "--device must be one of" in result.output
+    result = runner.invoke(app, ["verify", str(tmp_path / "missing.py")])
+    assert result.exit_code == 2 and "script not found" in result.output
+    # no torch-neuronx / no GPU here: an explicit real device is refused with the reason
+    result = runner.invoke(app, ["verify", str(FIX / "crash.py"), "--device", "neuron"])
+    assert result.exit_code == 2 and "no Neuron device found" in result.output
+    if not torch.cuda.is_available():
+        result = runner.invoke(app, ["verify", str(FIX / "crash.py"), "--device", "cuda"])
+        assert result.exit_code == 2 and "torch.cuda.is_available() is False" in result.output
+    result = runner.invoke(app, ["verify", str(FIX / "crash.py"), "--format", "xml"])
+    assert result.exit_code == 2
+
+
+def test_trainer_loss_history_recorded(tiny_llama, tmp_path):
+    golden_path = tmp_path / "train.golden.json"
+    # record under emulate (TrainingArguments.device is neuron:0) AND compare with the plain-cpu run
+    proc = verify(str(FIX / "train.py"), "--device", "emulate", "--record", str(golden_path),
+                  "--reference", "cpu", "--", str(tiny_llama), str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    obs = read_golden(golden_path)["observations"]
+    assert len(obs["losses"]) == 3
+    assert all(5.0 < loss < 7.5 for loss in obs["losses"])  # ~ln(512) for a random tiny model
+    assert "golden file written" in proc.stdout
+    assert re.search(r"✓ losses\s+3 losses within tolerance", proc.stdout)
+    assert "observed: 3 logged loss(es), 0 compiled graph(s)" in proc.stdout
+
+
+def test_compile_audit_counts_recompiles(tmp_path):
+    script = str(FIX / "compile_shapes.py")
+    proc = verify(script, "--device", "emulate", "--reference", "none", "--max-recompiles", "0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"✗ compile audit\s+2 graph\(s\) compiled, 1 recompile\(s\) after warm-up \(limit 0\)",
+                     proc.stdout)
+    assert "compile 0/1: tensor 'x' size mismatch at index 0. expected 4, actual 6  (guard of 0/0 failed)" in proc.stdout
+    assert "1 recompile(s) at " in proc.stdout and "compile_shapes.py:6 (f)" in proc.stdout
+
+    out = tmp_path / "report.json"
+    runner = CliRunner()
+    result = runner.invoke(app, ["verify", script, "--device", "emulate", "--reference", "none",
+                                 "--max-recompiles", "1", "--format", "json", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["status"] == "ok"
+    assert report["compile"] == {"graphs": 2, "compilations": 2, "recompiles": 1}
+    assert report["recompiles"][0]["reason"].endswith("expected 4, actual 6")
+
+
+def test_static_cache_compiles_once_and_prefill_chunk_size_is_flagged(tiny_llama):
+    """target-apis §3: with max_cache_len, new prompt lengths reuse the one decode graph;
+    prefill_chunk_size sends prefill chunks through the compiled forward and recompiles."""
+    script = str(FIX / "static_generate.py")
+    ok = verify(script, "--device", "emulate", "--reference", "none", "--", str(tiny_llama))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert re.search(r"✓ compile audit\s+1 graph\(s\) compiled, 0 recompile\(s\)", ok.stdout)
+    assert "observed: 2 generate() call(s), 1 compiled graph(s)" in ok.stdout
+
+    bad = verify(script, "--device", "emulate", "--reference", "none", "--", str(tiny_llama), "--chunk", "4")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "✗ compile audit" in bad.stdout
+    assert "stride mismatch" in bad.stdout
+    assert "likely cause: prefill_chunk_size" in bad.stdout
+
+
+def test_nproc_runs_under_torchrun_with_neuron_process_group_and_rank0_records(tmp_path):
+    out = tmp_path / "report.json"
+    proc = verify(str(FIX / "dist_compile.py"), "--device", "emulate", "--nproc", "2", "--reference", "none",
+                  "--format", "json", "--output", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rank 0 [6.0, 6.0, 6.0]" in proc.stdout and "rank 1 [6.0, 6.0, 6.0]" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["compile"]["graphs"] == 1 and report["compile"]["recompiles"] == 0
+
+
+# ----------------------------------------------------------------------------- units (no child)
+
+def test_compare_generate_reports_call_and_position():
+    run = [{"tokens": [[1, 2, 3]]}, {"tokens": [[1, 2, 9, 4]]}]
+    ref = [{"tokens": [[1, 2, 3]]}, {"tokens": [[1, 2, 3, 4]]}]
+    checks = cmp.compare_generate(run, ref)
+    assert [c.ok for c in checks] == [True, False]
+    assert "call 1, sequence 0: first divergent token at position 2: 9 vs reference 3" in checks[1].detail
+    assert not cmp.compare_generate(run[:1], ref)[0].ok  # a missing call is a mismatch
+
+
+def test_compare_losses_and_pipeline_tolerances():
+    ok = cmp.compare_losses([1.0, 2.0], [1.0 + 1e-7, 2.0], atol=1e-5, rtol=1e-4)[0]
+    assert ok.ok and ok.max_abs_diff == pytest.approx(1e-7)
+    bad = cmp.compare_losses([1.0, 2.1], [1.0, 2.0], atol=1e-5, rtol=1e-4)[0]
+    assert not bad.ok and "step 1" in bad.detail and bad.max_abs_diff == pytest.approx(0.1)
+    run = [{"task": "text-classification", "result": [{"label": "POS", "score": 0.9000001}]}]
+    ref = [{"task": "text-classification", "result": [{"label": "POS", "score": 0.9}]}]
+    assert all(c.ok for c in cmp.compare_pipeline(run, ref, 1e-5, 1e-4))
+    ref_label = [{"task": "text-classification", "result": [{"label": "NEG", "score": 0.9}]}]
+    check = cmp.compare_pipeline(run, ref_label, 1e-5, 1e-4)[0]
+    assert not check.ok and "'POS' vs reference 'NEG'" in check.detail
+
+
+def test_recompile_hints():
+    assert "prefill_chunk_size" in cmp.hint_for(
+        "0/2: tensor 'kwargs['position_ids']' stride mismatch at index 0. expected 8, actual 24")
+    assert "max_cache_len" in cmp.hint_for(
+        "0/1: tensor 'past_key_values.layers[0].keys' size mismatch at index 2. expected 12, actual 20")
+    assert "pad" in cmp.hint_for("0/0: tensor 'input_ids' size mismatch at index 1. expected 7, actual 15")
+
+
+def test_golden_roundtrip(tmp_path):
+    path = tmp_path / "sub" / "g.json"
+    write_golden(path, "s.py", {"generate": [], "losses": [1.5], "compile": {"graphs": 0}})
+    data = read_golden(path)
+    assert data["observations"]["losses"] == [1.5] and data["script"] == "s.py"
+
+
+def test_pipeline_and_generate_wrappers_observe_without_changing_results(monkeypatch):
+    monkeypatch.setattr(instrument, "OBS", {"generate": [], "pipeline": [], "losses": [], "images": []})
+
+    class Pipeline:
+        task = "text-classification"
+
+        def __call__(self, text):
+            return [{"label": "POS", "score": torch.tensor(0.75).item()}]
+
+    class GenerationMixin:
+        def generate(self, ids, inner=False):
+            if not inner:  # nested generate() calls are recorded once
+                self.generate(ids, inner=True)
+            return torch.tensor([[1, 2, 3]])
+
+    fake = type("M", (), {"Pipeline": Pipeline, "GenerationMixin": GenerationMixin})
+    instrument._patch_pipeline(fake)
+    instrument._patch_generation(fake)
+    assert Pipeline()("hi") == [{"label": "POS", "score": 0.75}]
+    assert GenerationMixin().generate(None).tolist() == [[1, 2, 3]]
+    assert instrument.OBS["pipeline"] == [{"task": "text-classification",
+                                           "result": [{"label": "POS", "score": 0.75}]}]
+    assert instrument.OBS["generate"] == [{"tokens": [[1, 2, 3]]}]

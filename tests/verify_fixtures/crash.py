@@ -1,0 +1,2 @@
+print("about to fail")
+raise RuntimeError("deliberate failure in the user script")
