@@ -8,6 +8,7 @@ Reports are printed as plain text (never through rich markup, so ``[...]`` survi
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from enum import Enum
@@ -27,7 +28,13 @@ from migrator.report import RuleInfo, render
 from migrator.write import atomic_write, dirty_files
 
 SUBCOMMANDS = ("verify", "rules", "explain")
-RULE_LOADER = "codemods:all_rules"
+def rule_loader() -> str:
+    """Where the rules come from: ``module:function`` returning rule instances.
+
+    ``NEURON_MIGRATE_RULES`` replaces the built-in set (``codemods:all_rules``), e.g. to add a
+    project's own rules; the CLI tests use it to run on a fixed set of rules.
+    """
+    return os.environ.get("NEURON_MIGRATE_RULES") or "codemods:all_rules"
 
 
 class _Group(TyperGroup):
@@ -85,7 +92,7 @@ def _fail(message: str) -> typer.Exit:
 
 def rule_infos() -> dict[str, RuleInfo]:
     infos = {}
-    for rule in RuleSelection(RULE_LOADER).load_all():
+    for rule in RuleSelection(rule_loader()).load_all():
         doc = rule.doc()
         infos[rule.id] = RuleInfo(rule.id, rule.title, rule.fix, doc.why)
     return infos
@@ -116,7 +123,7 @@ def migrate(
         raise _fail(str(exc))
     select_ids = parse_ids(select) if select else (tuple(parse_ids(config.select)) if config.select else None)
     ignore_ids = parse_ids(ignore) if ignore else tuple(parse_ids(config.ignore))
-    selection = RuleSelection(RULE_LOADER, select_ids, ignore_ids)
+    selection = RuleSelection(rule_loader(), select_ids, ignore_ids)
     try:
         selection.resolve()
     except SelectionError as exc:
@@ -165,21 +172,12 @@ def _write(results: list[FileResult], candidates, allow_dirty: bool) -> None:
     for r in changed:
         path = by_display[r.path].path
         if path in dirty or path.resolve() in dirty:
-            _not_written(r, "has uncommitted changes; commit or stash them first, or pass --allow-dirty")
+            r.fail("has uncommitted changes; commit or stash them first, or pass --allow-dirty")
             continue
         try:
             atomic_write(path, r.new_bytes)  # type: ignore[arg-type]
         except OSError as exc:
-            _not_written(r, f"cannot write: {exc.strerror or exc}")
-
-
-def _not_written(r: FileResult, reason: str) -> None:
-    """An error result, like the engine's: nothing was applied, so no findings are counted."""
-    r.status = "error"
-    r.error = reason
-    r.findings = []
-    r.new_text = None
-    r.new_bytes = None
+            r.fail(f"cannot write: {exc.strerror or exc}")
 
 
 def _progress(disabled: bool, total: int):
@@ -205,7 +203,7 @@ def _progress(disabled: bool, total: int):
 def rules_cmd(
     fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
 ) -> None:
-    rules = RuleSelection(RULE_LOADER).load_all()
+    rules = RuleSelection(rule_loader()).load_all()
     if fmt == "json":
         typer.echo(json.dumps([{"id": r.id, "title": r.title, "fix": r.fix, "kinds": list(r.kinds)} for r in rules], indent=2))
     elif fmt == "markdown":
@@ -229,7 +227,7 @@ def rules_markdown(rules) -> str:
 @app.command("explain", help="Explain one rule: why, example, caveats.")
 def explain_cmd(rule_id: str = typer.Argument(..., metavar="RULE_ID")) -> None:
     wanted = rule_id.strip().upper()
-    for rule in RuleSelection(RULE_LOADER).load_all():
+    for rule in RuleSelection(rule_loader()).load_all():
         if rule.id == wanted:
             typer.echo(explain_text(rule.doc()), nl=False)
             return

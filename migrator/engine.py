@@ -190,12 +190,7 @@ def _looks_like_python2(text: str) -> bool:
 
 
 def _error(result: FileResult, reason: str) -> FileResult:
-    result.status = "error"
-    result.error = reason
-    result.findings = []
-    result.new_text = None
-    result.new_bytes = None
-    return result
+    return result.fail(reason)
 
 
 # ------------------------------------------------------------------ many files

@@ -103,6 +103,15 @@ class FileResult:
     new_text: str | None = None  # decoded new text; equals old_text when unchanged
     new_bytes: bytes | None = None  # what --write puts on disk when status == "changed"
 
+    def fail(self, reason: str) -> "FileResult":
+        """Turn into an error result: nothing applied, so nothing to report or write."""
+        self.status = "error"
+        self.error = reason
+        self.findings = []
+        self.new_text = None
+        self.new_bytes = None
+        return self
+
     @property
     def manual(self) -> int:
         return sum(1 for f in self.findings if f.fix == "manual")

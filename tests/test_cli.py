@@ -30,8 +30,8 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not inst
 
 # --------------------------------------------------------------------------- sources
 
-# The sources use names that only the rename table (NM200) and NM901/NM900 handle, so that these
-# CLI tests do not change when argument-level rules are added for other names.
+# The tests run on the fixed rule set of tests/cli_rules.py (the rename table, NM900, NM901,
+# NM990), so that argument-level rules added for these names do not change their expectations.
 TRAIN_OLD = (
     "from optimum.neuron import NeuronTrainer, NeuronHfArgumentParser\n"
     "args = NeuronHfArgumentParser((Args,)).parse_args_into_dataclasses()\n"
@@ -58,15 +58,21 @@ MIGRATED_WITH_MARKER = (
 CLEAN = "import torch\n\nx = torch.ones(2)\n"
 MARKER = "TODO(neuron-migrate "
 
-from codemods import all_rules  # noqa: E402
+from tests import cli_rules  # noqa: E402
 
-RULE_IDS = tuple(r.id for r in all_rules())
-CORE_RULE_IDS = ("NM100", "NM200", "NM300", "NM900", "NM901", "NM990")
+RULE_IDS = tuple(r.id for r in cli_rules.rules())
+CORE_RULE_IDS = cli_rules.CORE
 KINDS = {"python", "notebook", "shell", "requirements", "pyproject", "dockerfile", "markdown"}
 STATUSES = {"changed", "unchanged", "error", "skipped"}
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(autouse=True)
+def _fixed_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the CLI on the fixed rule set of tests/cli_rules.py (also in spawned workers)."""
+    monkeypatch.setenv("NEURON_MIGRATE_RULES", "tests.cli_rules:rules")
 
 
 @pytest.fixture
@@ -989,7 +995,7 @@ def test_python_m_migrator_migrates(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["summary"]["files_changed"] == 1
