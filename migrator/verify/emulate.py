@@ -143,11 +143,17 @@ def _patch_module_to(torch, remap) -> None:
     original = torch.nn.Module.to
 
     def to(self, *args, **kwargs):
+        placed = False
         if args and _is_neuron(args[0]):
             args = (remap(args[0]), *args[1:])
+            placed = True
         if "device" in kwargs and _is_neuron(kwargs["device"]):
             kwargs["device"] = remap(kwargs["device"])
-        return original(self, *args, **kwargs)
+            placed = True
+        result = original(self, *args, **kwargs)
+        if placed:
+            _mark_neuron(self)
+        return result
 
     to.__wrapped__ = original
     torch.nn.Module.to = to
@@ -265,3 +271,79 @@ def register_compile_backend() -> None:
         return gm.forward
 
     register_backend(name="neuron")(neuron)
+
+
+# ----------------------------------------------------------------------------- transformers (emulate)
+# Parameters really live on cpu, so ``model.device.type`` is "cpu" and generate()'s neuron branches
+# (``_valid_auto_compile_criteria``: static-cache auto-compile; ``_default_compile_config``:
+# backend "neuron", dynamic=False) would not be taken. A model placed on "neuron" (``.to("neuron")``
+# or ``from_pretrained(device_map="neuron")``) is marked, and for marked models these two answer as
+# on Neuron (target-apis §2, §3, §7).
+
+_MARK = "__neuron_migrate_on_neuron__"
+
+
+def _mark_neuron(module) -> None:
+    try:
+        object.__setattr__(module, _MARK, True)
+    except Exception:  # pragma: no cover
+        pass
+
+
+def _neuron_compile_config():
+    from transformers.generation.configuration_utils import CompileConfig
+
+    return CompileConfig(backend="neuron", dynamic=False, mode="default")  # modeling_utils:4807-4808
+
+
+def patch_transformers_modeling(module) -> None:
+    """``from_pretrained(device_map="neuron")`` marks the model; ``_default_compile_config`` as on Neuron."""
+    cls = getattr(module, "PreTrainedModel", None)
+    if cls is None or hasattr(cls.from_pretrained, "__neuron_migrate_wrapped__"):
+        return
+    original = cls.__dict__["from_pretrained"].__func__
+
+    def from_pretrained(klass, *args, **kwargs):
+        model = original(klass, *args, **kwargs)
+        device_map = kwargs.get("device_map")
+        if _is_neuron(device_map) or (isinstance(device_map, dict) and device_map
+                                      and all(_is_neuron(v) for v in device_map.values())):
+            _mark_neuron(model)
+        return model
+
+    from_pretrained.__neuron_migrate_wrapped__ = original
+    cls.from_pretrained = classmethod(from_pretrained)
+
+    default = cls._default_compile_config
+
+    def _default_compile_config(self):
+        if getattr(self, _MARK, False):
+            return _neuron_compile_config()
+        return default(self)
+
+    cls._default_compile_config = _default_compile_config
+
+
+def patch_transformers_generation(module) -> None:
+    """For a model on the emulated neuron device, static-cache auto-compile as on Neuron."""
+    cls = getattr(module, "GenerationMixin", None)
+    if cls is None or hasattr(cls._valid_auto_compile_criteria, "__neuron_migrate_wrapped__"):
+        return
+    original = cls._valid_auto_compile_criteria
+
+    def _valid_auto_compile_criteria(self, model_kwargs, generation_config):
+        if getattr(self, _MARK, False) and not generation_config.disable_compile:
+            # generation_config is generate()'s private copy: the user's object is not touched
+            config = generation_config.compile_config
+            if config is None:
+                config = self._default_compile_config()
+            if not config._compile_all_devices:
+                import copy
+
+                config = copy.copy(config)
+                config._compile_all_devices = True  # valid_hardware: device.type would be "neuron"
+            generation_config.compile_config = config
+        return original(self, model_kwargs, generation_config)
+
+    _valid_auto_compile_criteria.__neuron_migrate_wrapped__ = original
+    cls._valid_auto_compile_criteria = _valid_auto_compile_criteria

@@ -251,6 +251,9 @@ def install(device_mode: str) -> None:
     if device_mode != "neuron":
         on_import("torch._dynamo", lambda m: emulate.register_compile_backend())
         # init_process_group(backend="neuron") → gloo needs torch.distributed, imported by torch
+    if device_mode == "emulate":
+        on_import("transformers.modeling_utils", emulate.patch_transformers_modeling)
+        on_import("transformers.generation.utils", emulate.patch_transformers_generation)
     on_import("transformers.generation.utils", _patch_generation)
     on_import("transformers.pipelines.base", _patch_pipeline)
     on_import("transformers.trainer", _patch_trainer)
