@@ -38,11 +38,11 @@ class OldStackLeftovers(PythonRule):
         `--check` keeps failing until it is gone.
     """
     before = """
-        from optimum.neuron.cache import synchronize_hub_cache
+        from optimum.neuron.utils.instance import current_instance_type
     """
     after = """
-        # TODO(neuron-migrate NM900): optimum.neuron.cache.synchronize_hub_cache has no automatic native replacement: ...
-        from optimum.neuron.cache import synchronize_hub_cache
+        # TODO(neuron-migrate NM900): optimum.neuron.utils.instance.current_instance_type has no automatic native replacement: ...
+        from optimum.neuron.utils.instance import current_instance_type
     """
     caveats = """
         Names owned by a specific rule, and names of the rename table, are not flagged here.

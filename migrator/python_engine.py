@@ -50,7 +50,7 @@ class _ImportAsk:
     request: ImportRequest
     node: cst.CSTNode | None
     ancestors: tuple[cst.CSTNode, ...] = ()
-    replaces: int | None = None  # id() of the import alias this import stands in for
+    replaces: Binding | None = None  # the import this one is placed at (and may stand in for)
 
     @property
     def bound(self) -> str:
@@ -198,8 +198,7 @@ class PythonContext:
         if any((a.request.module, a.request.name, a.request.asname) == (module, name, asname) for a in self._asks):
             return  # one import serves every use
         node = self.stack[-1] if self.stack else None
-        replaces = id(anchor.alias) if anchor is not None and anchor.alias is not None else None
-        self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), replaces))
+        self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), anchor))
 
     def remove_import(self, binding: Binding) -> None:
         """Drop an import alias even if names still refer to it (e.g. side-effect imports)."""
@@ -340,8 +339,13 @@ class _Applier(cst.CSTTransformer):
         self.line_map: dict[int, int] = {}
         #: ids of the original nodes whose edit was applied
         self.applied: set[int] = set()
+        #: edited nodes being visited (names are collected from the outermost edit's result only,
+        #: so that what an enclosing edit dropped does not count as used)
+        self.open_edits = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.edits:
+            self.open_edits += 1
         if id(node) in self.deep:
             self.inside += 1
             return True
@@ -354,13 +358,14 @@ class _Applier(cst.CSTTransformer):
         new = updated_node
         if key in self.edits:
             self.applied.add(key)
+            self.open_edits -= 1
             rep = self.edits[key]
             if isinstance(rep, cst.RemovalSentinel):
                 return rep
             new = rep(updated_node) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
         # a statement may become several (cst.FlattenSentinel): markers go above the first
         parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
-        if key in self.edits:
+        if key in self.edits and self.open_edits == 0:
             for part in parts:
                 _names_in(part, self.seen_names)
         first = parts[0] if parts else None
@@ -597,8 +602,18 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
     for b in ctx.imports.all_bindings():
         if b.local in dead and b.alias is not None:
             removal_ids.add(id(b.alias))
-    # an import is added only where the migrated code uses it, or in place of an import that goes
-    requests = [a.request for a in asks if a.bound in seen_names or (a.replaces is not None and a.replaces in removal_ids)]
+    # an import is added only where the migrated code uses it, or where it stands in for an
+    # import that goes away: same local name (an alias kept), or an import that was never used
+    used_locals = {name for name, refs in refs_by_name.items() if refs}
+
+    def stands_in(a: _ImportAsk) -> bool:
+        b = a.replaces
+        return (
+            b is not None and b.alias is not None and id(b.alias) in removal_ids
+            and (a.bound == b.local or b.local not in used_locals)
+        )
+
+    requests = [a.request for a in asks if a.bound in seen_names or stands_in(a)]
     if removal_ids or requests:
         fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, line_map)
         new_module = new_module.visit(fixer)

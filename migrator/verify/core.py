@@ -46,7 +46,8 @@ def real_neuron_available() -> bool:
         return False
     try:
         import torch
-        import torch_neuronx  # noqa: F401  (importing it registers the device)
+
+        importlib.import_module("torch_neuronx")  # importing it registers the neuron device
     except Exception:
         return False
     mod = getattr(torch, "neuron", None)

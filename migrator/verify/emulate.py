@@ -299,9 +299,11 @@ def _neuron_compile_config():
 def patch_transformers_modeling(module) -> None:
     """``from_pretrained(device_map="neuron")`` marks the model; ``_default_compile_config`` as on Neuron."""
     cls = getattr(module, "PreTrainedModel", None)
-    if cls is None or hasattr(cls.from_pretrained, "__neuron_migrate_wrapped__"):
-        return
-    original = cls.__dict__["from_pretrained"].__func__
+    descriptor = getattr(cls, "__dict__", {}).get("from_pretrained")
+    if (cls is None or not isinstance(descriptor, classmethod) or not hasattr(cls, "_default_compile_config")
+            or hasattr(cls.from_pretrained, "__neuron_migrate_wrapped__")):
+        return  # another transformers layout: leave it alone (no auto-compile emulation)
+    original = descriptor.__func__
 
     def from_pretrained(klass, *args, **kwargs):
         model = original(klass, *args, **kwargs)
@@ -327,9 +329,9 @@ def patch_transformers_modeling(module) -> None:
 def patch_transformers_generation(module) -> None:
     """For a model on the emulated neuron device, static-cache auto-compile as on Neuron."""
     cls = getattr(module, "GenerationMixin", None)
-    if cls is None or hasattr(cls._valid_auto_compile_criteria, "__neuron_migrate_wrapped__"):
+    original = getattr(cls, "_valid_auto_compile_criteria", None)
+    if original is None or hasattr(original, "__neuron_migrate_wrapped__"):
         return
-    original = cls._valid_auto_compile_criteria
 
     def _valid_auto_compile_criteria(self, model_kwargs, generation_config):
         if getattr(self, _MARK, False) and not generation_config.disable_compile:
