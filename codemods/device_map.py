@@ -15,6 +15,9 @@
 
 from __future__ import annotations
 
+import re
+
+
 import libcst as cst
 
 from codemods.leftovers import old_stack
@@ -102,7 +105,10 @@ class DeviceMapAuto(PythonRule):
         return {cst.Call: self._on_call}
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
-        if "device_map" not in ctx.source or not migrates(ctx):
+        state = ctx.local_state()
+        if "on" not in state:  # once per unit, not once per call
+            state["on"] = "device_map" in ctx.source and migrates(ctx)
+        if not state["on"]:
             return
         arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == "device_map"), None)
         if arg is None or _string(arg.value) != "auto":
@@ -168,34 +174,14 @@ def _device_arg(node: cst.BaseExpression, ctx: PythonContext) -> bool:
     return False
 
 
-class _Collect(cst.CSTVisitor):
-    def __init__(self, ctx: PythonContext) -> None:
-        self.ctx = ctx
-        self.stack: list[cst.CSTNode] = []
-        self.candidates: list[tuple[cst.Assign, str, tuple[cst.CSTNode, ...]]] = []
-        self.names: dict[str, list[tuple[cst.Name, tuple[cst.CSTNode, ...]]]] = {}
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.Assign):
-            self._candidate(node)
-        if isinstance(node, cst.Name):
-            self.names.setdefault(node.value, []).append((node, tuple(self.stack)))
-        self.stack.append(node)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
-
-    def _candidate(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
-            return
-        value = node.value
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
-                and len(value.args) == 1 and value.args[0].keyword is None and not value.args[0].star
-                and _device_arg(value.args[0].value, self.ctx)):
-            return
-        scope = next((s for s in reversed(self.stack) if isinstance(s, SCOPES)), None)
-        self.candidates.append((node, node.targets[0].target.value, (scope,) if scope is not None else ()))
+def _is_candidate(node: cst.Assign, ctx: PythonContext) -> bool:
+    """``name = <expr>.to(<neuron device>)``."""
+    if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+        return False
+    value = node.value
+    return (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
+            and len(value.args) == 1 and value.args[0].keyword is None and not value.args[0].star
+            and _device_arg(value.args[0].value, ctx))
 
 
 def _use_ok(name: cst.Name, anc: tuple[cst.CSTNode, ...]) -> bool | None:
@@ -269,23 +255,38 @@ class GenerationInputsOnCpu(PythonRule):
     """
 
     def handlers(self):
-        return {cst.Module: self._on_module, cst.Call: self._on_call, cst.Assign: self._on_assign}
+        return {cst.Module: self._on_module, cst.Assign: self._on_assign, cst.Name: self._on_name}
 
+    # Collected during the shared pass (no walk of its own): the candidate assignments and the
+    # references to their names, with their ancestors; decided and edited in finish().
     def _on_module(self, node: cst.Module, ctx: PythonContext) -> None:
         state = ctx.local_state()
-        state["strip"], state["drop"] = set(), set()
-        if ".to(" not in ctx.source or "generate" not in ctx.source or not migrates(ctx):
-            return
-        found = _Collect(ctx)
-        node.visit(found)
-        for cand, name, scope in found.candidates:
+        state["candidates"], state["names"], state["watch"] = [], {}, set()
+        if ".to(" in ctx.source and "generate" in ctx.source and migrates(ctx):
+            # every name assigned somewhere: only their references are recorded
+            state["watch"] = set(re.findall(r"^[ \t]*(\w+)[ \t]*=(?!=)", ctx.source, re.M))
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        if state["watch"] and _is_candidate(node, ctx):
+            scope = next((s for s in reversed(ctx.stack) if isinstance(s, SCOPES)), None)
+            state["candidates"].append((node, node.targets[0].target.value, (scope,) if scope is not None else ()))
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        if node.value in state["watch"]:
+            state["names"].setdefault(node.value, []).append((node, tuple(ctx.stack[:-1])))
+
+    def finish(self, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        for cand, name, scope in state.get("candidates", ()):
             scope_node = scope[0] if scope else None
             ok = True
             generate = False
             others: list[cst.Assign] = []
             value = cand.value
             self_form = isinstance(value.func.value, cst.Name) and value.func.value.value == name  # type: ignore[attr-defined]
-            for ref, anc in found.names.get(name, []):
+            for ref, anc in state["names"].get(name, []):
                 if scope_node is not None and scope_node not in anc:
                     continue
                 if cand in anc:
@@ -306,25 +307,15 @@ class GenerationInputsOnCpu(PythonRule):
             if self_form:
                 if len(others) != 1:
                     continue
-                state["drop"].add(id(cand))
+                ctx.remove_statement(cand)
+                ctx.finding(cand, "inputs.to(...) removed: generate() moves the inputs to the model, the growing "
+                                  "tensors stay on CPU")
             else:
                 if others:
                     continue
-                state["strip"].add(id(value))
-
-    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
-        if id(node) not in ctx.local_state().get("strip", ()):
-            return
-        ctx.replace(node, lambda new: new.func.value)
-        ctx.finding(node, f".to({ctx.module.code_for_node(node.args[0].value)})"
-                          " removed: generate() moves the inputs to the model, the growing tensors stay on CPU")
-
-    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
-        if id(node) not in ctx.local_state().get("drop", ()):
-            return
-        ctx.remove_statement(node)
-        ctx.finding(node, "inputs.to(...) removed: generate() moves the inputs to the model, the growing tensors "
-                          "stay on CPU")
+                ctx.replace(value, lambda new: new.func.value)
+                ctx.finding(value, f".to({ctx.module.code_for_node(value.args[0].value)})"
+                                   " removed: generate() moves the inputs to the model, the growing tensors stay on CPU")
 
 
 # --------------------------------------------------------------------------- NM107

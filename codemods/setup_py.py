@@ -102,7 +102,10 @@ class SetupPyDependencies(PythonRule):
         return state["lists"]
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
-        if "euron" not in ctx.source and "torch-xla" not in ctx.source and "torch_xla" not in ctx.source:
+        state = ctx.local_state()
+        if "on" not in state:  # once per unit, not once per call
+            state["on"] = any(t in ctx.source for t in ("euron", "torch-xla", "torch_xla"))
+        if not state["on"]:
             return
         if ctx.qualname(node.func) not in SETUP:
             return
