@@ -15,7 +15,6 @@ from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -40,7 +39,7 @@ def rule_loader() -> str:
 class _Group(TyperGroup):
     """A first argument that is not a subcommand means ``migrate``."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
         if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
             args = ["migrate", *args]
         return super().parse_args(ctx, args)

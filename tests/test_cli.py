@@ -1038,3 +1038,24 @@ def test_jobs_2_matches_jobs_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert s1 == s2
     assert sum(f["status"] == "changed" for f in f1) == 26
     assert s1["pkg/train_01.py"] == TRAIN_NEW.encode()
+
+
+def test_migrate_needs_none_of_the_ml_libraries(tmp_path: Path) -> None:
+    """`neuron-migrate PATH` runs on the light runtime dependencies: importing the CLI and every rule,
+    and migrating a project, loads neither torch nor the Hugging Face libraries (they are only
+    needed by `verify` and the tests)."""
+    (tmp_path / "train.py").write_text(TRAIN_OLD)
+    code = (
+        "import sys\n"
+        "from migrator.cli import main\n"
+        "rc = main([sys.argv[1], '--no-progress', '--format', 'json'])\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'diffusers', 'trl', 'peft', 'accelerate') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_MIGRATE_RULES"}  # every real rule
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert '"files_changed": 1' in proc.stdout
+    assert "HEAVY []" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
