@@ -380,6 +380,16 @@ class _Applier(cst.CSTTransformer):
         return new
 
 
+def _children(n: cst.CSTNode):
+    """The child nodes the walks care about (whitespace and punctuation skipped)."""
+    for name in (_SHAPES.get(type(n)) or _shape(type(n)))[0]:
+        value = getattr(n, name)
+        if type(value) in (tuple, list):
+            yield from (v for v in value if isinstance(v, cst.CSTNode))
+        elif isinstance(value, cst.CSTNode):
+            yield value
+
+
 def _names_in(node: cst.CSTNode, seen: set[str]) -> None:
     """Add to ``seen`` the names ``node`` refers to (not attribute names nor keywords)."""
     todo = [node]
@@ -395,12 +405,7 @@ def _names_in(node: cst.CSTNode, seen: set[str]) -> None:
         if t is cst.Arg:
             todo.append(n.value)
             continue
-        for name in (_SHAPES.get(t) or _shape(t))[0]:
-            value = getattr(n, name)
-            if type(value) in (tuple, list):
-                todo.extend(v for v in value if isinstance(v, cst.CSTNode))
-            elif isinstance(value, cst.CSTNode):
-                todo.append(value)
+        todo.extend(_children(n))
 
 
 def _compose(first: Replacement, second: Replacement) -> Replacement:
@@ -432,12 +437,7 @@ def _walk_below(ancestors: tuple) -> Iterable[cst.CSTNode]:
     while todo:
         n = todo.pop()
         out.append(n)
-        for name in (_SHAPES.get(type(n)) or _shape(type(n)))[0]:
-            value = getattr(n, name)
-            if type(value) in (tuple, list):
-                todo.extend(v for v in value if isinstance(v, cst.CSTNode))
-            elif isinstance(value, cst.CSTNode):
-                todo.append(value)
+        todo.extend(_children(n))
     return out
 
 
@@ -449,12 +449,7 @@ def _path_to(root: cst.CSTNode, target: cst.CSTNode) -> tuple[cst.CSTNode, ...] 
         if n is target:
             return anc
         below = anc + (n,)
-        for name in (_SHAPES.get(type(n)) or _shape(type(n)))[0]:
-            value = getattr(n, name)
-            if type(value) in (tuple, list):
-                stack.extend((v, below) for v in value if isinstance(v, cst.CSTNode))
-            elif isinstance(value, cst.CSTNode):
-                stack.append((value, below))
+        stack.extend((child, below) for child in _children(n))
     return None
 
 
