@@ -42,6 +42,13 @@ def main(argv: list[str]) -> int:
     device = os.environ.get(DEVICE_ENV, "cpu")
     out = os.environ.get(OUT_ENV)
     rank = os.environ.get("RANK", "0")
+    # whole lines, one write each: under torchrun several ranks share one pipe, and unbuffered
+    # output (each print() argument its own write) would interleave mid-line
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except (AttributeError, ValueError):
+            pass
 
     from migrator.verify import instrument
 

@@ -77,7 +77,6 @@ def run_child(script: Path, script_args: list[str], device: str, *, nproc: int =
     env["NEURON_MIGRATE_VERIFY_DEVICE"] = device
     env["NEURON_MIGRATE_VERIFY_INSTRUMENT"] = "1" if instrument else "0"
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    env["PYTHONUNBUFFERED"] = "1"
     # the child must import this very migrator package
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
