@@ -18,19 +18,34 @@ class, so it also renames the import and every other use of the name (like NM100
 
 Left to a person, with a marker: generation C (``get_neuron_config`` + ``export``), loading a
 pre-exported Neuron artifact (``from_pretrained(dir)`` without ``export=True``), arguments hidden
-in ``**kwargs``, non-literal ``num_cores``/``auto_cast_type``, and reads of
-``model.neuron_config`` / ``model.config.neuron``.
+in ``**kwargs`` and non-literal ``num_cores``/``auto_cast_type``. Reads of ``model.neuron_config`` /
+``model.config.neuron`` are NM110's (codemods/neuron_attributes.py).
+
+NM108 (NeuronModelForImageTextToText) and NM109 (NeuronModelForEmbedding) are the same rule with
+another target class; NM109 adds no static cache (the model does not generate).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable
 
 import libcst as cst
 
+from codemods._inference_args import (
+    COMPILER_KNOBS,
+    DTYPES,
+    EQ,
+    assigned_target,
+    expand_literal_kwargs,
+    indent_of,
+    insert_after,
+    layout,
+    literal,
+    prefix_len,
+    quote_style,
+)
 from codemods.renames import _is_reference
-from migrator.imports import Binding, dotted
+from migrator.imports import Binding
 from migrator.python_engine import NameClash, PythonContext
 from migrator.rules import PythonRule
 
@@ -49,36 +64,11 @@ DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
 #: class attributes of the two-step (generation B/C) compile API; their uses keep the old class
 TWO_STEP = ("get_neuron_config", "export", "_export")
 
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
-#: compiler, cache and serving knobs that have no meaning for an eager model
-COMPILER_KNOBS = (
-    "compiler_args", "optlevel", "compiler_workdir", "instance_type", "disable_neuron_cache",
-    "inline_weights_to_neff", "disable_fast_relayout", "disable_fallback", "dynamic_batch_size",
-    "auto_cast", "task", "file_name", "load_weights", "continuous_batching", "on_device_sampling",
-    "compiler_type", "compiler_version",
-)
 SHAPE_KWARGS = ("batch_size", "sequence_length", "num_cores", "tensor_parallel_size", "auto_cast_type")
 TP_KWARGS = ("num_cores", "tensor_parallel_size")
 DTYPE_KWARGS = ("torch_dtype", "dtype")
 #: native kwargs this rule adds; a call that already has one keeps it
 PLACEMENT_KWARGS = ("device_map", "distributed_config")
-
-#: what to read instead of model.neuron_config.<field> / model.config.neuron[<field>]
-NEURON_CONFIG_FIELDS = {
-    "sequence_length": "`{m}.generation_config.max_cache_len`",
-    "max_context_length": "`{m}.generation_config.max_cache_len`",
-    "batch_size": "the batch size you pad the prompts to",
-    "max_batch_size": "the batch size you pad the prompts to",
-    "tp_degree": "`{m}.tp_size` (None when the model is not sharded)",
-    "tensor_parallel_size": "`{m}.tp_size` (None when the model is not sharded)",
-    "num_cores": "`{m}.tp_size` (None when the model is not sharded)",
-    "auto_cast_type": "`{m}.dtype`",
-    "torch_dtype": "`{m}.dtype`",
-    "checkpoint_id": "the original checkpoint id you now load",
-}
-
-MAX_LINE = 119  # the Hugging Face libraries' line length
-
 
 class CausalLMStaticCache(PythonRule):
     id = "NM101"
@@ -87,6 +77,13 @@ class CausalLMStaticCache(PythonRule):
     triggers = (CLASS_NAME,)
     owns = SOURCES
     renames_owned = True  # the two-step export API keeps its name until a person rewrites it
+    #: what this rule migrates (subclasses for the other NxD inference classes change these)
+    sources: tuple[str, ...] = SOURCES
+    class_name = CLASS_NAME
+    target = TARGET
+    target_name = TARGET_NAME
+    #: generation models get the static-cache lines after the load
+    static_cache = True
     why = """
         optimum-neuron's NeuronModelForCausalLM compiled a decoder for fixed shapes
         (`export=True, batch_size, sequence_length, num_cores, auto_cast_type`). Under TorchNeuron
@@ -122,9 +119,9 @@ class CausalLMStaticCache(PythonRule):
         pass to generate() instead). Left to a person with a marker: the two-step
         `get_neuron_config()` + `export()` API, loading a pre-exported Neuron model (it holds
         compiled NEFFs, not weights: point to the original checkpoint), arguments passed through
-        `**kwargs` variables, non-literal `num_cores`/`auto_cast_type`, reads of
-        `model.neuron_config` / `model.config.neuron`, and loads that are not assigned to a name
-        or attribute (set the static cache yourself). The static-cache lines are only inserted
+        `**kwargs` variables, non-literal `num_cores`/`auto_cast_type`, and loads that are not
+        assigned to a name or attribute (set the static cache yourself). Reads of
+        `model.neuron_config` / `model.config.neuron` are handled by NM110. The static-cache lines are only inserted
         after an assignment inside a function, class or compound statement; at module level a
         marker gives them (the engine cannot yet insert statements there).
     """
@@ -141,11 +138,11 @@ class CausalLMStaticCache(PythonRule):
             return state["plan"]
         plan: dict[str, tuple[Binding, str]] = {}
         for b in ctx.imports.all_bindings():
-            if not b.is_from or b.alias is None or b.qualified not in SOURCES:
+            if not b.is_from or b.alias is None or b.qualified not in self.sources:
                 continue
             if ctx.is_ignored(b.line):
                 continue
-            if (b.local != CLASS_NAME or b.local == TARGET_NAME) and not _uses_two_step(ctx, b.local):
+            if (b.local != self.class_name or b.local == self.target_name) and not _uses_two_step(ctx, b.local):
                 plan[b.local] = (b, "rebind")  # the import is swapped in finish(), after torch & co
             else:
                 plan[b.local] = (b, "refs")
@@ -163,8 +160,9 @@ class CausalLMStaticCache(PythonRule):
                 continue
             if mode == "rebind" or (local not in state["renamed"] and not _uses_two_step(ctx, local)):
                 ctx.remove_import(b)
-                ctx.add_import("transformers", TARGET_NAME, b.local if b.local != TARGET_NAME else None, anchor=b)
-                ctx.finding(b.alias, f"{b.qualified} -> {TARGET}")
+                ctx.add_import("transformers", self.target_name, b.local if b.local != self.target_name else None,
+                               anchor=b)
+                ctx.finding(b.alias, f"{b.qualified} -> {self.target}")
 
     def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
         plan = self._plan(ctx)
@@ -177,28 +175,25 @@ class CausalLMStaticCache(PythonRule):
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return  # the two-step compile API stays (with a marker) until a person rewrites it
         try:
-            expr = ctx.name_for(TARGET, anchor=binding)
+            expr = ctx.name_for(self.target, anchor=binding)
         except NameClash as exc:
-            ctx.marker(node, f"rename {binding.qualified} to {TARGET} by hand ({exc})")
+            ctx.marker(node, f"rename {binding.qualified} to {self.target} by hand ({exc})")
             ctx.local_state()["clash"].add(node.value)
             return
         ctx.replace(node, expr)
         state = ctx.local_state()
         state["renamed"].add(node.value)
         if id(node) not in state["quiet"]:
-            ctx.finding(node, f"{binding.qualified} -> {TARGET}")
+            ctx.finding(node, f"{binding.qualified} -> {self.target}")
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         self._plan(ctx)
         parent = ctx.parent
         attr = node.attr.value
-        if attr in ("neuron_config", "neuron"):
-            self._neuron_config_read(node, ctx)
-            return
-        if attr != CLASS_NAME:
+        if attr != self.class_name:
             return
         qual = ctx.qualname(node)
-        if qual not in SOURCES:
+        if qual not in self.sources:
             return
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return
@@ -207,39 +202,13 @@ class CausalLMStaticCache(PythonRule):
             root = root.value
         anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
         try:
-            expr = ctx.name_for(TARGET, anchor=anchor, style="module")
+            expr = ctx.name_for(self.target, anchor=anchor, style="module")
         except NameClash as exc:
-            ctx.marker(node, f"rename {qual} to {TARGET} by hand ({exc})")
+            ctx.marker(node, f"rename {qual} to {self.target} by hand ({exc})")
             return
         ctx.replace(node, expr)
         if id(node) not in ctx.local_state()["quiet"]:
-            ctx.finding(node, f"{qual} -> {TARGET}")
-
-    def _neuron_config_read(self, node: cst.Attribute, ctx: PythonContext) -> None:
-        """``model.neuron_config[.field]`` and ``model.config.neuron[...]``: compile-time settings
-        that a native model does not have."""
-        if ctx.qualname(node) is not None:
-            return  # an imported module's attribute, not a model's
-        attr = node.attr.value
-        if attr == "neuron":
-            if not (isinstance(node.value, cst.Attribute) and node.value.attr.value == "config"):
-                return
-            model_expr = node.value.value
-        else:
-            model_expr = node.value
-        model = ctx.module.code_for_node(model_expr)
-        what = ctx.module.code_for_node(node)
-        field = _field_read(node, ctx)
-        if field is not None:
-            what = ctx.module.code_for_node(ctx.parent)  # type: ignore[arg-type]
-            instead = NEURON_CONFIG_FIELDS.get(field)
-            hint = f": use {instead.format(m=model)}" if instead else ""
-        else:
-            hint = (
-                f": read `{model}.generation_config.max_cache_len`, `{model}.dtype` or `{model}.tp_size`"
-                " instead, and the batch size you pad to"
-            )
-        ctx.marker(node, f"`{what}` (optimum-neuron compile settings) does not exist on a native model{hint}")
+            ctx.finding(node, f"{qual} -> {self.target}")
 
     # ------------------------------------------------------------------ calls
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
@@ -247,7 +216,7 @@ class CausalLMStaticCache(PythonRule):
         if not isinstance(func, cst.Attribute):
             return
         cls_qual = ctx.qualname(func.value)
-        if cls_qual not in SOURCES:
+        if cls_qual not in self.sources:
             return
         self._plan(ctx)
         method = func.attr.value
@@ -259,16 +228,15 @@ class CausalLMStaticCache(PythonRule):
     def _two_step(self, node: cst.Call, method: str, ctx: PythonContext) -> None:
         if method != "get_neuron_config" and "get_neuron_config" in ctx.source:
             ctx.marker(node, (
-                f"NeuronModelForCausalLM.{method}() compiles a Neuron artifact that native Transformers cannot build "
+                f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot build "
                 "or load: it goes away with get_neuron_config() (see the marker there)"
             ))
             return
         if method != "get_neuron_config":
             ctx.marker(node, (
-                f"NeuronModelForCausalLM.{method}() compiles a Neuron artifact that native Transformers cannot build "
-                "or load: load the original checkpoint with AutoModelForCausalLM.from_pretrained(model_id, dtype=..., "
-                "device_map=\"neuron\") and set a static cache (model.generation_config.cache_implementation = "
-                "\"static\", model.generation_config.max_cache_len = sequence_length)"
+                f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot build "
+                f"or load: load the original checkpoint with {self.target_name}.from_pretrained(model_id, dtype=..., "
+                f"device_map=\"neuron\") and {self._after_load_advice('sequence_length')}"
             ))
             return
         code = ctx.module.code_for_node
@@ -276,11 +244,11 @@ class CausalLMStaticCache(PythonRule):
         positional = [a.value for a in node.args if a.keyword is None and not a.star]
         model_id = kw.get("model_name_or_path", positional[0] if positional else None)
         load = [code(model_id) if model_id is not None else "<original checkpoint>"]
-        acast = _literal(kw["auto_cast_type"]) if "auto_cast_type" in kw else None
+        acast = literal(kw["auto_cast_type"]) if "auto_cast_type" in kw else None
         if isinstance(acast, str) and acast in DTYPES:
             load.append(f"dtype=torch.{DTYPES[acast]}")
         tp = kw.get("tensor_parallel_size")
-        tp_value = _literal(tp) if tp is not None else None
+        tp_value = literal(tp) if tp is not None else None
         launch = ""
         if tp is None or tp_value == 1:
             load.append('device_map="neuron"')
@@ -290,15 +258,24 @@ class CausalLMStaticCache(PythonRule):
         else:
             load.append(f'device_map="neuron" (or distributed_config=DistributedConfig(tp_size={code(tp)}) '
                         "under torchrun when it is > 1)")
-        steps = [f"model = AutoModelForCausalLM.from_pretrained({', '.join(load)})",
-                 'model.generation_config.cache_implementation = "static"']
-        if "sequence_length" in kw:
-            steps.append(f"model.generation_config.max_cache_len = {code(kw['sequence_length'])}")
+        steps = [f"model = {self.target_name}.from_pretrained({', '.join(load)})"]
+        seq_text = code(kw["sequence_length"]) if "sequence_length" in kw else None
+        if self.static_cache:
+            steps.append('model.generation_config.cache_implementation = "static"')
+            if seq_text is not None:
+                steps.append(f"model.generation_config.max_cache_len = {seq_text}")
         pad = f"; batch_size={code(kw['batch_size'])} is the batch you pad the prompts to" if "batch_size" in kw else ""
+        if not self.static_cache and seq_text is not None:
+            pad += f"; pad the inputs to sequence_length={seq_text} (tokenizer padding=\"max_length\")"
         ctx.marker(node, (
             "get_neuron_config() + export() compile a Neuron artifact that native Transformers cannot build or load: "
             f"replace both by `{'; '.join(steps)}`{launch}{pad}"
         ))
+
+    def _after_load_advice(self, seq: str) -> str:
+        """What follows a native load, for a person (the load's own marker texts)."""
+        return ("set a static cache (model.generation_config.cache_implementation = \"static\", "
+                f"model.generation_config.max_cache_len = {seq})")
 
     def _from_pretrained(self, node: cst.Call, ctx: PythonContext) -> None:
         stmt = ctx.statement()
@@ -307,33 +284,33 @@ class CausalLMStaticCache(PythonRule):
         # the class name is renamed by _on_name/_on_attribute; this rewrite reports it
         ctx.local_state()["quiet"].add(id(node.func.value))  # type: ignore[attr-defined]
         source_name = f"{ctx.qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]
-        args = _expand_literal_kwargs(node.args)
+        args = expand_literal_kwargs(node.args)
         keywords = {a.keyword.value: a for a in args if a.keyword is not None}
         star_vars = [a for a in args if a.star == "**"]
         export = keywords.get("export")
-        export_value = _literal(export.value) if export is not None else None
+        export_value = literal(export.value) if export is not None else None
         has_shapes = any(k in keywords for k in SHAPE_KWARGS)
 
         if export_value is False or (export is None and not has_shapes):
             if star_vars:
                 names = ", ".join(f"**{ctx.module.code_for_node(a.value)}" for a in star_vars)
-                ctx.marker(node, f"the arguments in {names} are not seen: with export=True, {_KWARGS_ADVICE}; "
-                           f"without it, {_pre_exported_advice()}")
+                ctx.marker(node, f"the arguments in {names} are not seen: with export=True, {self._kwargs_advice()}; "
+                           f"without it, {self._pre_exported_advice()}")
             else:
-                ctx.marker(node, _pre_exported_advice())
+                ctx.marker(node, self._pre_exported_advice())
             return
 
-        quote = _quote_style(node)
+        quote = quote_style(node)
         extra_markers: list[str] = []
         applied: list[str] = []
         if export is not None and export_value is not True:
             extra_markers.append(
                 f"export={ctx.module.code_for_node(export.value)}: when it is false this loads a pre-exported "
-                f"Neuron model; {_pre_exported_advice()}"
+                f"Neuron model; {self._pre_exported_advice()}"
             )
         for a in star_vars:
             extra_markers.append(
-                f"the arguments in **{ctx.module.code_for_node(a.value)} are not seen: {_KWARGS_ADVICE}"
+                f"the arguments in **{ctx.module.code_for_node(a.value)} are not seen: {self._kwargs_advice()}"
             )
 
         # ---- dtype
@@ -341,7 +318,7 @@ class CausalLMStaticCache(PythonRule):
         dtype_from: str | None = None
         acast = keywords.get("auto_cast_type")
         if acast is not None:
-            value = _literal(acast.value)
+            value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES:
                 dtype_expr = _torch_dtype(ctx, DTYPES[value], quote)
                 dtype_from = "auto_cast_type"
@@ -356,13 +333,13 @@ class CausalLMStaticCache(PythonRule):
         if explicit_dtype is not None and dtype_expr is not None:
             applied.append(f"{explicit_dtype.keyword.value}= dropped: auto_cast_type gives the dtype")  # type: ignore[union-attr]
 
-        _request_target(ctx, node.func.value)  # type: ignore[attr-defined]  # keeps the imports in isort order
+        _request_target(ctx, node.func.value, self.target)  # type: ignore[attr-defined]  # keeps the imports in isort order
 
         # ---- tensor parallelism
         tp_size: int | None = None
         tp_kw = next((keywords[k] for k in TP_KWARGS if k in keywords), None)
         if tp_kw is not None:
-            value = _literal(tp_kw.value)
+            value = literal(tp_kw.value)
             if isinstance(value, int) and not isinstance(value, bool):
                 tp_size = value
             else:
@@ -383,7 +360,7 @@ class CausalLMStaticCache(PythonRule):
                     placement = ("distributed_config", cst.Call(
                         func=dc,
                         args=[cst.Arg(keyword=cst.Name("tp_size"), value=cst.Integer(str(tp_size)),
-                                      equal=_EQ)],
+                                      equal=EQ)],
                     ))
                     extra_markers.append(
                         f"launch with `torchrun --nproc_per_node={tp_size}`: "
@@ -399,7 +376,7 @@ class CausalLMStaticCache(PythonRule):
         if batch is not None:
             applied.append(
                 f"batch_size={ctx.module.code_for_node(batch.value)} dropped: it becomes the (padded) batch "
-                "you pass to generate()"
+                + ("you pass to generate()" if self.static_cache else "you pass to the model")
             )
         knobs = [k for k in keywords if k in COMPILER_KNOBS]
         if knobs:
@@ -414,12 +391,12 @@ class CausalLMStaticCache(PythonRule):
         if dtype_expr is not None:
             drop.update(DTYPE_KWARGS)
 
-        indent, prefix = _indent(ctx), _prefix_len(ctx, node)
+        indent, prefix = indent_of(ctx), prefix_len(ctx, node)
         holder: dict[str, cst.CSTNode] = {}
 
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
-            for a in _expand_literal_kwargs(updated.args):
+            for a in expand_literal_kwargs(updated.args):
                 if a.keyword is not None and a.keyword.value == "sequence_length":
                     holder["max_cache_len"] = a.value
                 if a.keyword is not None and a.keyword.value in drop:
@@ -429,12 +406,12 @@ class CausalLMStaticCache(PythonRule):
                 new_args.append(a)
             added = []
             if dtype_expr is not None:
-                added.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=_EQ))
+                added.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=EQ))
             if placement is not None:
-                added.append(cst.Arg(keyword=cst.Name(placement[0]), value=placement[1], equal=_EQ))
+                added.append(cst.Arg(keyword=cst.Name(placement[0]), value=placement[1], equal=EQ))
             at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             new_args[at:at] = added
-            new = _layout(updated, new_args, ctx.module, indent, prefix)
+            new = layout(updated, new_args, ctx.module, indent, prefix)
             holder["call"] = new
             return new
 
@@ -443,16 +420,18 @@ class CausalLMStaticCache(PythonRule):
         # ---- where the static cache goes
         max_len_text = ctx.module.code_for_node(seq.value) if seq is not None else None
         inserted = False
-        target = _assigned_target(ctx, node)
-        if target is not None:
-            inserted = _insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
-        if not inserted:
+        target = assigned_target(ctx, node)
+        if not self.static_cache:
+            extra_markers.extend(self._no_cache_markers(target, max_len_text, ctx, quote))
+        elif target is not None:
+            inserted = insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
+        if not inserted and self.static_cache:
             model = ctx.module.code_for_node(target) if target is not None else "<model>"
             lines = f"`{model}.generation_config.cache_implementation = {quote}static{quote}`"
             if max_len_text is not None:
                 lines += f" and `{model}.generation_config.max_cache_len = {max_len_text}`"
             extra_markers.append(f"set a static cache on this model after loading it: {lines}")
-        elif seq is None:
+        elif seq is None and self.static_cache:
             applied.append(
                 "no sequence_length: the static cache is sized by each generate() call; set "
                 "generation_config.max_cache_len to the longest prompt + new tokens to avoid recompiles"
@@ -464,15 +443,25 @@ class CausalLMStaticCache(PythonRule):
             else f"device_map={quote}neuron{quote}"
         )
         cache_text = f"static cache, max_cache_len={max_len_text}" if max_len_text else "static cache"
-        ctx.finding(node, f"{source_name}(export=True) -> {TARGET}.from_pretrained(..., {placement_text}) "
-                          f"with a {cache_text}" + (f", dtype from {dtype_from}" if dtype_from else ""))
+        ctx.finding(node, f"{source_name}(export=True) -> {self.target}.from_pretrained(..., {placement_text})"
+                          + (f" with a {cache_text}" if self.static_cache else "")
+                          + (f", dtype from {dtype_from}" if dtype_from else ""))
         for message in applied:
             ctx.finding(node, message)
         for message in extra_markers:
             ctx.marker(node, message)
 
+    # ---------------------------------------------------------- texts subclasses change
+    def _kwargs_advice(self) -> str:
+        return _KWARGS_ADVICE
 
-_EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+    def _pre_exported_advice(self) -> str:
+        return _pre_exported_advice()
+
+    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
+        """Markers for a model without a static cache (subclasses that do not generate)."""
+        return []
+
 
 _KWARGS_ADVICE = (
     "move num_cores/tensor_parallel_size > 1 to distributed_config=DistributedConfig(tp_size=N) "
@@ -490,73 +479,21 @@ def _pre_exported_advice() -> str:
     )
 
 
-def _request_target(ctx: PythonContext, class_expr: cst.BaseExpression) -> None:
+def _request_target(ctx: PythonContext, class_expr: cst.BaseExpression, target: str = TARGET) -> None:
     """Ask for the target import now, the way _on_name/_on_attribute will refer to it."""
     plan = ctx.local_state().get("plan", {})
     try:
         if isinstance(class_expr, cst.Name):
             if class_expr.value in plan and plan[class_expr.value][1] == "refs":
-                ctx.name_for(TARGET, anchor=plan[class_expr.value][0])
+                ctx.name_for(target, anchor=plan[class_expr.value][0])
         else:
-            ctx.name_for(TARGET, anchor=_anchor(ctx), style="module")
+            ctx.name_for(target, anchor=_anchor(ctx), style="module")
     except NameClash:
         pass  # reported where the name is renamed
 
 
 def _uses_two_step(ctx: PythonContext, local: str) -> bool:
     return re.search(rf"\b{re.escape(local)}\s*\.\s*(?:{'|'.join(TWO_STEP)})\b", ctx.source) is not None
-
-
-def _field_read(node: cst.Attribute, ctx: PythonContext) -> str | None:
-    """``.field`` after ``x.neuron_config`` / ``["field"]`` after ``x.config.neuron``."""
-    parent = ctx.parent
-    if node.attr.value == "neuron_config":
-        if isinstance(parent, cst.Attribute) and parent.value is node:
-            return parent.attr.value
-        return None
-    if isinstance(parent, cst.Subscript) and parent.value is node and len(parent.slice) == 1:
-        index = parent.slice[0].slice
-        if isinstance(index, cst.Index):
-            value = _literal(index.value)
-            if isinstance(value, str):
-                return value
-    return None
-
-
-def _literal(expr: cst.BaseExpression):
-    """The Python value of a simple literal (str, int, True/False/None), else ``_NOT``."""
-    if isinstance(expr, cst.SimpleString):
-        return expr.evaluated_value
-    if isinstance(expr, cst.Integer):
-        return expr.evaluated_value
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[expr.value]
-    return _NOT
-
-
-_NOT = object()
-
-
-def _expand_literal_kwargs(args) -> list[cst.Arg]:
-    """``**{"k": v}`` with string keys that are identifiers -> ``k=v`` arguments."""
-    out: list[cst.Arg] = []
-    for a in args:
-        if a.star == "**" and isinstance(a.value, cst.Dict) and a.value.elements and all(
-            isinstance(e, cst.DictElement) and isinstance(_literal(e.key), str) and _literal(e.key).isidentifier()
-            for e in a.value.elements
-        ):
-            for e in a.value.elements:
-                out.append(cst.Arg(keyword=cst.Name(_literal(e.key)), value=e.value, equal=_EQ))
-        else:
-            out.append(a)
-    return out
-
-
-def _quote_style(call: cst.Call) -> str:
-    for a in call.args:
-        if isinstance(a.value, cst.SimpleString):
-            return "'" if a.value.quote.startswith("'") else '"'
-    return '"'
 
 
 def _torch_dtype(ctx: PythonContext, name: str, quote: str) -> cst.BaseExpression:
@@ -577,30 +514,6 @@ def _anchor(ctx: PythonContext) -> Binding | None:
     return None
 
 
-def _assigned_target(ctx: PythonContext, call: cst.Call) -> cst.BaseExpression | None:
-    """``name`` / ``obj.attr`` when the call is the whole value of a one-target assignment."""
-    parent = ctx.parent
-    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
-        target = parent.targets[0].target
-    elif isinstance(parent, cst.AnnAssign) and parent.value is call:
-        target = parent.target
-    else:
-        return None
-    if isinstance(target, cst.Name) or (isinstance(target, cst.Attribute) and dotted(target) is not None):
-        return target
-    return None
-
-
-def _insert_after(ctx: PythonContext, holder: dict, make: Callable[[cst.SimpleStatementLine], list]) -> bool:
-    """Insert statements after the line holding the rewritten call."""
-    stack = ctx.stack
-    line = next((stack[i] for i in range(len(stack) - 1, -1, -1) if isinstance(stack[i], cst.SimpleStatementLine)), None)
-    if line is None:
-        return False
-    ctx.insert_after(line, make)
-    return True
-
-
 def _cache_lines(line: cst.SimpleStatementLine, holder: dict, quote: str):
     small = next(s for s in line.body if isinstance(s, (cst.Assign, cst.AnnAssign)) and s.value is holder["call"])
     target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
@@ -618,73 +531,146 @@ def _cache_lines(line: cst.SimpleStatementLine, holder: dict, quote: str):
     return lines
 
 
-# ---------------------------------------------------------------------- layout
-def _indent(ctx: PythonContext) -> str:
-    default = ctx.module.default_indent
-    return "".join((n.indent if n.indent is not None else default) for n in ctx.stack
-                   if isinstance(n, cst.IndentedBlock))
+# the names codemods/transformers_neuronx.py imports from here (they live in _inference_args now)
+_EQ, _literal, _quote_style, _indent, _prefix_len, _layout = EQ, literal, quote_style, indent_of, prefix_len, layout
+_assigned_target, _insert_after = assigned_target, insert_after
 
 
-def _prefix_len(ctx: PythonContext, call: cst.Call) -> int:
-    """Columns taken on the call's first line before the call (``model = ``), roughly."""
-    parent = ctx.parent
-    code = ctx.module.code_for_node
-    if isinstance(parent, cst.Assign) and parent.value is call:
-        return sum(len(code(t.target)) + 3 for t in parent.targets)  # "target = "
-    if isinstance(parent, cst.AnnAssign) and parent.value is call:
-        return len(code(parent.target)) + len(code(parent.annotation.annotation)) + 5  # "target: annotation = "
-    return 12
+# ---------------------------------------------------------------------- the other NxD inference classes
+IMAGE_TEXT_SOURCES = (
+    "optimum.neuron.NeuronModelForImageTextToText",
+    "optimum.neuron.models.inference.modeling_utils.NeuronModelForImageTextToText",
+)
+EMBEDDING_SOURCES = (
+    "optimum.neuron.NeuronModelForEmbedding",
+    "optimum.neuron.models.inference.modeling_utils.NeuronModelForEmbedding",
+)
 
 
-def _comments(arg: cst.Arg) -> list[cst.Comment]:
-    found = []
-    for ws in (arg.whitespace_after_arg, getattr(arg.comma, "whitespace_after", None),
-               getattr(arg.comma, "whitespace_before", None)):
-        if isinstance(ws, cst.ParenthesizedWhitespace):
-            if ws.first_line.comment is not None:
-                found.append(ws.first_line.comment)
-            found.extend(el.comment for el in ws.empty_lines if el.comment is not None)
-    return found
+class ImageTextToTextStaticCache(CausalLMStaticCache):
+    id = "NM108"
+    title = ("NeuronModelForImageTextToText -> AutoModelForImageTextToText on device_map='neuron' "
+             "with a static cache")
+    triggers = ("NeuronModelForImageTextToText",)
+    owns = IMAGE_TEXT_SOURCES
+    sources = IMAGE_TEXT_SOURCES
+    class_name = "NeuronModelForImageTextToText"
+    target = "transformers.AutoModelForImageTextToText"
+    target_name = "AutoModelForImageTextToText"
+    why = """
+        optimum-neuron's NeuronModelForImageTextToText (NxD backend, after 0.4.5) compiled a
+        vision-language decoder for fixed shapes, exactly like NeuronModelForCausalLM
+        (`export=True, batch_size, sequence_length, tensor_parallel_size`, or
+        `get_neuron_config()` + `export()`). Under TorchNeuron the Transformers model runs on the
+        `neuron` device: `AutoModelForImageTextToText.from_pretrained(..., dtype=...,
+        device_map="neuron")` (or `distributed_config=DistributedConfig(tp_size=N)` under torchrun),
+        then a static KV cache of `max_cache_len = sequence_length` tokens for generate().
+    """
+    before = """
+        from optimum.neuron import NeuronModelForImageTextToText
+
+        def load(model_id):
+            model = NeuronModelForImageTextToText.from_pretrained(
+                model_id, export=True, batch_size=1, sequence_length=4096, tensor_parallel_size=1
+            )
+            return model
+    """
+    after = """
+        from transformers import AutoModelForImageTextToText
+
+        def load(model_id):
+            model = AutoModelForImageTextToText.from_pretrained(model_id, device_map="neuron")
+            model.generation_config.cache_implementation = "static"
+            model.generation_config.max_cache_len = 4096
+            return model
+    """
+    caveats = """
+        As for NM101: `tensor_parallel_size` > 1 becomes `distributed_config=DistributedConfig(tp_size=N)`
+        with a marker to launch under `torchrun --nproc_per_node=N`; the two-step
+        `get_neuron_config()` + `export()` API, pre-exported (compiled) repositories, `**kwargs`
+        variables and loads that are not assigned get a marker. The processor call that builds
+        the inputs is not changed: keep the number of images and the prompt length fixed to
+        limit recompiles.
+    """
 
 
-def _layout(call: cst.Call, args: list[cst.Arg], module: cst.Module, indent: str, prefix: int) -> cst.Call:
-    """One line when it fits (and no comment is attached to a kept argument), else one argument
-    per line, indented one level deeper than the statement, with a trailing comma."""
-    multiline_before = "\n" in module.code_for_node(call)
-    flat = [
-        a.with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT,
-            whitespace_after_arg=cst.SimpleWhitespace(""),
+class EmbeddingModel(CausalLMStaticCache):
+    id = "NM109"
+    title = "NeuronModelForEmbedding -> AutoModel on device_map='neuron' (last-token pooling left to you)"
+    triggers = ("NeuronModelForEmbedding",)
+    owns = EMBEDDING_SOURCES
+    sources = EMBEDDING_SOURCES
+    class_name = "NeuronModelForEmbedding"
+    target = "transformers.AutoModel"
+    target_name = "AutoModel"
+    static_cache = False
+    why = """
+        optimum-neuron's NeuronModelForEmbedding (0.4.5, NxD backend, e.g. Qwen3-Embedding) compiled
+        a decoder for fixed shapes (`export=True, batch_size, sequence_length, tensor_parallel_size`,
+        or `get_neuron_config()` + `export()`) and returned the hidden state of the last position.
+        Under TorchNeuron the plain Transformers base model runs on the `neuron` device:
+        `AutoModel.from_pretrained(..., dtype=..., device_map="neuron")` (or
+        `distributed_config=DistributedConfig(tp_size=N)` under torchrun). It returns the hidden
+        states of every position, so the pooling is left to a person (a marker says how).
+    """
+    before = """
+        from optimum.neuron import NeuronModelForEmbedding
+
+        def load(model_id):
+            model = NeuronModelForEmbedding.from_pretrained(
+                model_id, export=True, batch_size=1, sequence_length=512, tensor_parallel_size=1
+            )
+            return model
+    """
+    after = """
+        from transformers import AutoModel
+
+        def load(model_id):
+            # TODO(neuron-migrate NM109): pad the inputs to sequence_length=512 (the compiled shape): tokenizer(..., padding="max_length", max_length=512, truncation=True); each new input length compiles a new graph
+            # TODO(neuron-migrate NM109): AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last position's: pool `outputs.last_hidden_state` yourself (last non-padding token, then normalize if your model expects it) or load the model with sentence_transformers.SentenceTransformer(model_id, device="neuron")
+            model = AutoModel.from_pretrained(model_id, device_map="neuron")
+            return model
+    """
+    caveats = """
+        No static cache (the model does not generate). `sequence_length` becomes a marker asking to
+        pad the tokenizer call to it; the pooling NeuronModelForEmbedding did (the last position's
+        hidden state) becomes a marker. As for NM101: `tensor_parallel_size` > 1 becomes
+        `distributed_config=DistributedConfig(tp_size=N)` under torchrun, and the two-step
+        `get_neuron_config()` + `export()` API, pre-exported repositories and `**kwargs` variables get a
+        marker.
+    """
+
+    def _after_load_advice(self, seq: str) -> str:
+        return f"pad the inputs to {seq} (tokenizer padding=\"max_length\")"
+
+    def _kwargs_advice(self) -> str:
+        return ("move tensor_parallel_size > 1 to distributed_config=DistributedConfig(tp_size=N) (instead of "
+                "device_map, under torchrun), drop export, batch_size and the compiler options, and pad the inputs "
+                "to sequence_length")
+
+    def _pre_exported_advice(self) -> str:
+        return (
+            "this loads a pre-exported Neuron model (compiled NEFFs + neuron_config.json), which native Transformers "
+            "cannot load: point it to the original checkpoint (neuron_config.json \"checkpoint_id\"), add dtype= and "
+            "device_map=\"neuron\", pad the inputs to the exported sequence_length and pool the last position's "
+            "hidden state yourself"
         )
-        for i, a in enumerate(args)
-    ]
-    one_line = call.with_changes(args=flat, whitespace_before_args=cst.SimpleWhitespace(""))
-    width = len(indent) + prefix + len(module.code_for_node(one_line))
-    has_comments = any(_comments(a) for a in args)
-    if not has_comments and "\n" not in module.code_for_node(one_line) and (
-        width <= MAX_LINE or not multiline_before and width <= len(indent) + prefix + len(module.code_for_node(call))
-    ):
-        return one_line
-    step = module.default_indent
-    spread = []
-    for i, a in enumerate(args):
-        last = i == len(args) - 1
-        comments = _comments(a)
-        first = cst.TrailingWhitespace(
-            whitespace=cst.SimpleWhitespace("  " if comments else ""), comment=comments[0] if comments else None
+
+    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
+        markers = []
+        if max_len_text is not None:
+            markers.append(
+                f"pad the inputs to sequence_length={max_len_text} (the compiled shape): tokenizer(..., "
+                f"padding={quote}max_length{quote}, max_length={max_len_text}, truncation=True); each new input "
+                "length compiles a new graph"
+            )
+        markers.append(
+            "AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last "
+            "position's: pool `outputs.last_hidden_state` yourself (last non-padding token, then normalize if your "
+            "model expects it) or load the model with sentence_transformers.SentenceTransformer(model_id, "
+            f"device={quote}neuron{quote})"
         )
-        spread.append(a.with_changes(
-            comma=cst.Comma(whitespace_after=cst.ParenthesizedWhitespace(
-                first_line=first, indent=True, last_line=cst.SimpleWhitespace("" if last else step),
-            )),
-            whitespace_after_arg=cst.SimpleWhitespace(""),
-        ))
-    return call.with_changes(
-        args=spread,
-        whitespace_before_args=cst.ParenthesizedWhitespace(
-            first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(step)
-        ),
-    )
+        return markers
 
 
-RULES = (CausalLMStaticCache,)
+RULES = (CausalLMStaticCache, ImageTextToTextStaticCache, EmbeddingModel)

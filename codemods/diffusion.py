@@ -20,21 +20,23 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.causal_lm import (
+from codemods._inference_args import (
     COMPILER_KNOBS,
     DTYPES,
-    _EQ,
-    _expand_literal_kwargs,
-    _indent,
-    _layout,
-    _literal,
-    _prefix_len,
-    _quote_style,
+    EQ,
+    expand_literal_kwargs,
+    hug_layout,
+    import_anchor,
+    indent_of,
+    layout,
+    line_context,
+    literal,
+    prefix_len,
+    quote_style,
+    torch_dtype,
 )
-from codemods.pipelines import import_anchor, torch_dtype
 from codemods.renames import load_table
-from codemods.traced_models import _hug_layout, _line_context
-from migrator.python_engine import PythonContext
+from migrator.python_engine import NameClash, PythonContext
 from migrator.rules import PythonRule
 
 
@@ -62,6 +64,18 @@ FILE_NAMES = ("text_encoder_file_name", "text_encoder_2_file_name", "unet_file_n
               "vae_encoder_file_name", "vae_decoder_file_name", "controlnet_file_name", "image_encoder_file_name",
               "model_and_vae_file_name")
 PARALLEL = ("data_parallel_mode", "device_ids")
+#: the denoiser of each pipeline family and how to compile it: diffusers' compile_repeated_blocks
+#: compiles each repeated block once (``_repeated_blocks`` of UNet2DConditionModel and
+#: FluxTransformer2DModel, diffusers 0.42.1); PixArtTransformer2DModel declares none, so the
+#: whole module is compiled (``nn.Module.compile``)
+COMPILE = (
+    ("NeuronFlux", ("transformer", "compile_repeated_blocks")),
+    ("NeuronPixArt", ("transformer", "compile")),
+    ("Neuron", ("unet", "compile_repeated_blocks")),  # Stable Diffusion (XL), LCM, ControlNet, ...
+)
+#: the transformer class a tensor-parallel Flux pipeline is sharded through
+TP_TRANSFORMERS = {"NeuronFlux": "FluxTransformer2DModel"}
+CONTROLNET = "diffusers.ControlNetModel"
 KNOBS = tuple(dict.fromkeys((*COMPILER_KNOBS, *FILE_NAMES, "export", "auto_cast_type", "output_attentions",
                              "output_hidden_states")))
 
@@ -97,6 +111,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         pipe = StableDiffusionPipeline.from_pretrained(
             "stable-diffusion-v1-5/stable-diffusion-v1-5", torch_dtype=torch.bfloat16
         ).to("neuron")
+        pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
         image = pipe("a photo of an astronaut riding a horse on mars", height=512, width=512).images[0]
     """
     caveats = """
@@ -104,11 +119,21 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         elsewhere a marker lists them. `batch_size` is the number of prompts per call (a marker when
         it is not 1). `auto_cast_type` becomes `torch_dtype` (the whole pipeline runs in it) unless
         `torch_dtype` is given or `auto_cast="none"`. LoRA and IP-Adapter statements are inserted
-        only after a load assigned to a plain name. Left to a person with a marker:
-        `data_parallel_mode`/`device_ids` (one process per NeuronCore), `tensor_parallel_size` > 1
-        (load the transformer with `parallel_config=TensorParallelConfig(...)` under torchrun),
-        `controlnet_ids`, `unet_id`, non-literal LoRA lists, `**kwargs` variables and loads of a
-        pre-exported (compiled) pipeline.
+        only after a load assigned to a plain name; the denoiser is then compiled with
+        `pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)`
+        (`pipe.transformer` for Flux; `pipe.transformer.compile(...)` for PixArt, whose transformer
+        declares no repeated blocks) after the adapters are fused. `controlnet_ids` (a string or a
+        list of strings) becomes `controlnet=ControlNetModel.from_pretrained(id, torch_dtype=<the
+        pipeline's>)` (a list for several). Left to a person with a marker:
+        `data_parallel_mode`/`device_ids` (one process per NeuronCore), `tensor_parallel_size` > 1,
+        `controlnet_ids` held in a variable, `unet_id`, non-literal LoRA lists, `**kwargs` variables
+        and loads of a pre-exported (compiled) pipeline. `tensor_parallel_size` stays a marker
+        although diffusers 0.42 has `TensorParallelConfig`: `DiffusionPipeline.from_pretrained`
+        takes no `parallel_config`, so the transformer must be loaded by a separate statement
+        before the pipeline and passed as `transformer=`, the script must run under torchrun with
+        the same generator seed on every rank and write its outputs on rank 0 only, and diffusers'
+        tensor parallelism cannot run on CPU (`ZeroDivisionError` in `ModelMixin`), so such a
+        rewrite could not be checked here.
     """
 
     def handlers(self):
@@ -132,14 +157,14 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         if stmt is not None and ctx.is_ignored(stmt):
             return
         code = ctx.module.code_for_node
-        quote = _quote_style(node)
-        args = _expand_literal_kwargs(node.args)
+        quote = quote_style(node)
+        args = expand_literal_kwargs(node.args)
         kw = {a.keyword.value: a for a in args if a.keyword is not None}
         star = [a for a in args if a.star == "**"]
         markers: list[str] = []
         applied: list[str] = []
         export = kw.get("export")
-        export_value = _literal(export.value) if export is not None else None
+        export_value = literal(export.value) if export is not None else None
         shapes = {k: kw[k].value for k in SHAPES if k in kw}
         name = _assigned_name(ctx, node)
         info = _scope(ctx)
@@ -163,9 +188,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         has_dtype = any(k in kw for k in ("torch_dtype", "dtype"))
         acast = kw.get("auto_cast_type")
         auto_cast = kw.get("auto_cast")
-        casting = auto_cast is None or _literal(auto_cast.value) not in ("none", None)
+        casting = auto_cast is None or literal(auto_cast.value) not in ("none", None)
         if acast is not None and casting and not has_dtype:
-            value = _literal(acast.value)
+            value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
                 dtype_expr = torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes torch_dtype=torch.{DTYPES[value]}")
@@ -186,19 +211,28 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                     "f\"neuron:{LOCAL_RANK}\") and split the prompts between them"
                 )
         tp = kw.get("tensor_parallel_size")
-        if tp is not None and _literal(tp.value) != 1:
+        if tp is not None and literal(tp.value) != 1:
+            transformer = next((t for p, t in TP_TRANSFORMERS.items() if class_name.startswith(p)), "<Transformer>")
             markers.append(
-                f"tensor_parallel_size={code(tp.value)} was dropped: shard the transformer with "
-                f"<Transformer>.from_pretrained(model_id, subfolder=\"transformer\", "
-                f"parallel_config=TensorParallelConfig(tp_degree={code(tp.value)})), pass it as transformer= and "
-                "launch with torchrun"
+                f"tensor_parallel_size={code(tp.value)} was dropped: under torchrun --nproc_per_node="
+                f"{code(tp.value)}, load `transformer = {transformer}.from_pretrained(model_id, "
+                f"subfolder=\"transformer\", torch_dtype=..., parallel_config=TensorParallelConfig("
+                f"tp_degree={code(tp.value)}))` (from diffusers) before the pipeline and pass it as transformer=; "
+                "seed the generator identically on every rank and save the images on rank 0 only"
             )
-        for k in ("controlnet_ids", "unet_id"):
-            if k in kw:
-                what = ("load it with ControlNetModel.from_pretrained(...) and pass it as controlnet="
-                        if k == "controlnet_ids" else "load it with UNet2DConditionModel.from_pretrained(...) and pass "
-                        "it as unet=")
-                markers.append(f"{k}={code(kw[k].value)} was dropped: {what}")
+        controlnet: cst.BaseExpression | None = None
+        if "controlnet_ids" in kw:
+            controlnet = self._controlnet(kw["controlnet_ids"].value, kw, ctx, quote)
+            if controlnet is None or "controlnet" in kw:
+                markers.append(f"controlnet_ids={code(kw['controlnet_ids'].value)} was dropped: load it with "
+                               "ControlNetModel.from_pretrained(...) and pass it as controlnet=")
+                controlnet = None
+            else:
+                applied.append(f"controlnet_ids={code(kw['controlnet_ids'].value)} becomes "
+                               "controlnet=ControlNetModel.from_pretrained(...)")
+        if "unet_id" in kw:
+            markers.append(f"unet_id={code(kw['unet_id'].value)} was dropped: load it with "
+                           "UNet2DConditionModel.from_pretrained(...) and pass it as unet=")
 
         # ---- shapes
         call_shapes = {k: v for k, v in shapes.items() if k in _call_shapes(class_name) and not _default(k, v)}
@@ -215,7 +249,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 markers.append(f"pass {listed} to every call of this pipeline (fixed shapes avoid recompiles)")
         batch = shapes.get("batch_size")
         if batch is not None:
-            if _literal(batch) == 1:
+            if literal(batch) == 1:
                 applied.append("batch_size=1 dropped")
             else:
                 markers.append(f"batch_size={code(batch)} was dropped: call the pipeline with {code(batch)} prompts "
@@ -246,7 +280,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 load_args = [cst.Arg(ip["ip_adapter_id"])]
                 for k in ("ip_adapter_subfolder", "ip_adapter_weight_name"):
                     load_args.append(cst.Arg(keyword=cst.Name(k[len("ip_adapter_"):]),
-                                             value=ip.get(k, cst.Name("None")), equal=_EQ))
+                                             value=ip.get(k, cst.Name("None")), equal=EQ))
                 follow.append(("load_ip_adapter", load_args))
                 if "ip_adapter_scale" in ip:
                     follow.append(("set_ip_adapter_scale", [cst.Arg(ip["ip_adapter_scale"])]))
@@ -258,33 +292,50 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             follow = []
         elif follow and not _has_line(ctx):
             follow = []
+        adapters = len(follow)
+        denoiser, how = next(v for p, v in COMPILE if class_name.startswith(p))
+        if name is not None and _has_line(ctx):  # after the adapters are fused
+            follow.append((f"{denoiser}.{how}", [
+                cst.Arg(keyword=cst.Name("backend"), value=cst.SimpleString(f"{quote}neuron{quote}"), equal=EQ),
+                cst.Arg(keyword=cst.Name("fullgraph"), value=cst.Name("True"), equal=EQ),
+                cst.Arg(keyword=cst.Name("dynamic"), value=cst.Name("False"), equal=EQ),
+            ]))
 
         drop = set(KNOBS) | set(SHAPES) | set(LORA) | set(IP_ADAPTER) | set(PARALLEL) | {
             "tensor_parallel_size", "controlnet_ids", "unet_id"}
-        indent = _indent(ctx)
+        indent = indent_of(ctx)
         neuron = cst.SimpleString(f"{quote}neuron{quote}")
         moved = _already_moved(ctx, node)
 
         def rewrite(updated: cst.Call) -> cst.BaseExpression:
-            new_args = [a for a in _expand_literal_kwargs(updated.args)
+            new_args = [a for a in expand_literal_kwargs(updated.args)
                         if not (a.keyword is not None and a.keyword.value in drop)]
+            at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             if dtype_expr is not None:
-                at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
-                new_args.insert(at, cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype_expr, equal=_EQ))
+                new_args.insert(at, cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype_expr, equal=EQ))
+                at += 1
+            if controlnet is not None:
+                new_args.insert(at, cst.Arg(keyword=cst.Name("controlnet"), value=controlnet, equal=EQ))
             if moved:
-                return _layout(updated, new_args, ctx.module, indent, _prefix_len(ctx, node))
-            prefix, rest = _line_context(ctx, node)
-            call = _hug_layout(updated, new_args, ctx.module, indent, prefix, rest + len('.to("neuron")'))
+                return layout(updated, new_args, ctx.module, indent, prefix_len(ctx, node))
+            prefix, rest = line_context(ctx, node)
+            call = hug_layout(updated, new_args, ctx.module, indent, prefix, rest + len('.to("neuron")'))
             return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("to")), args=[cst.Arg(neuron)])
 
         ctx.replace(node, rewrite)
         if follow:
             line = next(n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine))
 
+            def method_of(path: str) -> cst.BaseExpression:
+                func: cst.BaseExpression = cst.Name(name)  # type: ignore[arg-type]
+                for part in path.split("."):
+                    func = cst.Attribute(value=func, attr=cst.Name(part))
+                return func
+
             def statements(_updated: cst.SimpleStatementLine) -> list[cst.SimpleStatementLine]:
                 return [
                     cst.SimpleStatementLine(body=[cst.Expr(cst.Call(
-                        func=cst.Attribute(value=cst.Name(name), attr=cst.Name(method)),  # type: ignore[arg-type]
+                        func=method_of(method),
                         args=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(margs) - 1 else
                               a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
                               for i, a in enumerate(margs)],
@@ -293,7 +344,11 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 ]
 
             ctx.insert_after(line, statements)
-            applied.append("LoRA/IP-Adapter arguments become " + ", ".join(f"{name}.{m}()" for m, _ in follow))
+            if adapters:
+                applied.append("LoRA/IP-Adapter arguments become "
+                               + ", ".join(f"{name}.{m}()" for m, _ in follow[:adapters]))
+            applied.append(f"{name}.{denoiser}.{how}(backend=\"neuron\", fullgraph=True, dynamic=False): the denoiser "
+                           "is compiled once for the fixed shapes (what optimum-neuron's export did ahead of time)")
         ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
                     + " -> diffusers from_pretrained(...)" + ("" if moved else ".to(\"neuron\")"))
         for message in applied:
@@ -301,13 +356,55 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         for message in markers:
             ctx.marker(node, message)
 
+    @staticmethod
+    def _controlnet(value: cst.BaseExpression, kw: dict, ctx: PythonContext,
+                    quote: str) -> cst.BaseExpression | None:
+        """``ControlNetModel.from_pretrained(id[, torch_dtype=...])`` (a list of them for a list of ids)."""
+        if isinstance(value, (cst.List, cst.Tuple)):
+            if not value.elements or any(not isinstance(e, cst.Element) for e in value.elements):
+                return None
+            ids = [e.value for e in value.elements]
+        elif isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+            ids = [value]
+        else:
+            return None  # a variable may hold one id or a list of them
+        try:
+            cls = ctx.name_for(CONTROLNET, anchor=import_anchor(ctx, ctx.stack[-1].func))  # type: ignore[attr-defined]
+        except NameClash:
+            return None
+        dtype = next((kw[k].value for k in ("torch_dtype", "dtype") if k in kw), None)
+        if dtype is not None and not isinstance(dtype, (cst.Attribute, cst.Name, cst.SimpleString)):
+            dtype = None  # not an expression that can be repeated
+
+        def load(mid: cst.BaseExpression) -> cst.Call:
+            args = [cst.Arg(mid.deep_clone())]
+            if dtype is not None:
+                args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                args.append(cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype.deep_clone(), equal=EQ))
+            return cst.Call(func=cst.Attribute(value=cls.deep_clone(), attr=cst.Name("from_pretrained")), args=args)
+
+        if len(ids) == 1 and not isinstance(value, (cst.List, cst.Tuple)):
+            return load(ids[0])
+        # one model per line, one level deeper than the argument (the call is spread by layout)
+        step = ctx.module.default_indent
+
+        def newline(depth: int) -> cst.ParenthesizedWhitespace:
+            return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=True,
+                                               last_line=cst.SimpleWhitespace(step * depth))
+
+        return cst.List(
+            [cst.Element(load(m), comma=cst.Comma(whitespace_after=newline(2 if i < len(ids) - 1 else 1)))
+             for i, m in enumerate(ids)],
+            lbracket=cst.LeftSquareBracket(whitespace_after=newline(2)),
+        )
+
     # ------------------------------------------------------------------ the pipeline call
     def _pipe_call(self, node: cst.Call, load: cst.Call, ctx: PythonContext) -> None:
         class_name = SOURCES.get(ctx.qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
-        kw = {a.keyword.value: a for a in _expand_literal_kwargs(load.args) if a.keyword is not None}
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args) if a.keyword is not None}
         have = {a.keyword.value for a in node.args if a.keyword is not None}
         if any(a.star == "**" for a in node.args):
             return
@@ -315,14 +412,14 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                if k in kw and k not in have and _copyable(kw[k].value) and not _default(k, kw[k].value)]
         if not add:
             return
-        indent = _indent(ctx)
-        prefix, rest = _line_context(ctx, node)
+        indent = indent_of(ctx)
+        prefix, rest = line_context(ctx, node)
 
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args = list(updated.args) + [
-                cst.Arg(keyword=cst.Name(k), value=v.deep_clone(), equal=_EQ) for k, v in add
+                cst.Arg(keyword=cst.Name(k), value=v.deep_clone(), equal=EQ) for k, v in add
             ]
-            return _hug_layout(updated, new_args, ctx.module, indent, prefix, rest)
+            return hug_layout(updated, new_args, ctx.module, indent, prefix, rest)
 
         ctx.replace(node, rewrite)
         ctx.finding(node, "static shapes of the compiled pipeline passed to the call: "
@@ -359,12 +456,12 @@ def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[s
     for i, mid in enumerate(ids):
         margs = [cst.Arg(mid)]
         if weights is not None:
-            margs.append(cst.Arg(keyword=cst.Name("weight_name"), value=weights[i], equal=_EQ))
+            margs.append(cst.Arg(keyword=cst.Name("weight_name"), value=weights[i], equal=EQ))
         if names is not None:
-            margs.append(cst.Arg(keyword=cst.Name("adapter_name"), value=names[i], equal=_EQ))
+            margs.append(cst.Arg(keyword=cst.Name("adapter_name"), value=names[i], equal=EQ))
         steps.append(("load_lora_weights", margs))
     if len(ids) == 1:
-        fuse = [cst.Arg(keyword=cst.Name("lora_scale"), value=scales[0], equal=_EQ)] if scales else []
+        fuse = [cst.Arg(keyword=cst.Name("lora_scale"), value=scales[0], equal=EQ)] if scales else []
         steps.append(("fuse_lora", fuse))
         return steps
     if names is None:
@@ -372,7 +469,7 @@ def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[s
     set_args = [cst.Arg(cst.List([cst.Element(n) for n in names]))]
     if scales is not None:
         set_args.append(cst.Arg(keyword=cst.Name("adapter_weights"), value=cst.List([cst.Element(s) for s in scales]),
-                                equal=_EQ))
+                                equal=EQ))
     steps.append(("set_adapters", set_args))
     steps.append(("fuse_lora", []))
     return steps
@@ -425,7 +522,7 @@ def _call_shapes(class_name: str) -> tuple[str, ...]:
 
 def _default(key: str, value: cst.BaseExpression) -> bool:
     """num_images_per_prompt=1 is the pipeline call's default: nothing to pass."""
-    return key == "num_images_per_prompt" and _literal(value) == 1
+    return key == "num_images_per_prompt" and literal(value) == 1
 
 
 def _copyable(expr: cst.BaseExpression) -> bool:

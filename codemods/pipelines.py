@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.causal_lm import (
+from codemods._inference_args import (
     COMPILER_KNOBS,
     DTYPES,
-    _EQ,
-    _expand_literal_kwargs,
-    _indent,
-    _layout,
-    _literal,
-    _prefix_len,
-    _quote_style,
+    EQ,
+    expand_literal_kwargs,
+    import_anchor,
+    indent_of,
+    layout,
+    literal,
+    prefix_len,
+    quote_style,
+    torch_dtype,
 )
-from migrator.imports import Binding
-from migrator.python_engine import NameClash, PythonContext
+from migrator.python_engine import PythonContext
 from migrator.rules import PythonRule
 
 SOURCES = (
@@ -130,10 +131,10 @@ class PipelineStaticShapes(PythonRule):
 
     @staticmethod
     def _dtype_of(call: cst.Call, ctx: PythonContext) -> str | None:
-        kw = {a.keyword.value: a for a in _expand_literal_kwargs(call.args) if a.keyword is not None}
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(call.args) if a.keyword is not None}
         if "auto_cast_type" not in kw or "dtype" in kw or "torch_dtype" in kw:
             return None
-        value = _literal(kw["auto_cast_type"].value)
+        value = literal(kw["auto_cast_type"].value)
         return DTYPES.get(value) if isinstance(value, str) else None
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
@@ -143,8 +144,8 @@ class PipelineStaticShapes(PythonRule):
         if stmt is not None and ctx.is_ignored(stmt):
             return
         code = ctx.module.code_for_node
-        quote = _quote_style(node)
-        args = _keywordize(_expand_literal_kwargs(node.args))
+        quote = quote_style(node)
+        args = _keywordize(expand_literal_kwargs(node.args))
         kw = {a.keyword.value: a for a in args if a.keyword is not None}
         star = [a for a in args if a.star]
         for i, a in enumerate(args[:2]):
@@ -154,14 +155,14 @@ class PipelineStaticShapes(PythonRule):
         applied: list[str] = []
 
         task_arg = kw.get("task")
-        task = _literal(task_arg.value) if task_arg is not None else None
+        task = literal(task_arg.value) if task_arg is not None else None
         if not isinstance(task, str):
             task = None
         model_arg = kw.get("model")
         model_is_id = model_arg is not None and isinstance(model_arg.value, (cst.SimpleString, cst.ConcatenatedString,
                                                                              cst.FormattedString))
         export = kw.get("export")
-        export_value = _literal(export.value) if export is not None else None
+        export_value = literal(export.value) if export is not None else None
         for a in star:
             markers.append(f"the arguments in {a.star}{code(a.value)} are not seen: drop export, input_shapes and "
                            "compiler_args, and pad the inputs to the compiled shapes")
@@ -175,10 +176,10 @@ class PipelineStaticShapes(PythonRule):
         if "input_shapes" in kw:
             value = kw["input_shapes"].value
             if isinstance(value, cst.Dict) and all(
-                isinstance(e, cst.DictElement) and isinstance(_literal(e.key), str) for e in value.elements
+                isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) for e in value.elements
             ):
                 for e in value.elements:
-                    shapes[_literal(e.key)] = e.value  # type: ignore[index]
+                    shapes[literal(e.key)] = e.value  # type: ignore[index]
             else:
                 markers.append(f"input_shapes={code(value)} was dropped: pad the inputs to its sequence_length "
                                "(tokenizer padding=\"max_length\", max_length=N, truncation=True)")
@@ -191,7 +192,7 @@ class PipelineStaticShapes(PythonRule):
         # ---- dtype (text-generation passed the export options as keywords)
         acast = kw.get("auto_cast_type")
         if acast is not None and not any(k in kw for k in ("dtype", "torch_dtype")):
-            value = _literal(acast.value)
+            value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES:
                 added.append(("dtype", torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]}")
@@ -204,7 +205,7 @@ class PipelineStaticShapes(PythonRule):
 
         # ---- tensor parallelism
         tp_kw = next((kw[k] for k in TP_KWARGS if k in kw), None)
-        if tp_kw is not None and _literal(tp_kw.value) != 1:
+        if tp_kw is not None and literal(tp_kw.value) != 1:
             markers.append(
                 f"{tp_kw.keyword.value}={code(tp_kw.value)} was dropped: to shard the model over "  # type: ignore[union-attr]
                 f"{code(tp_kw.value)} NeuronCores, load it with "
@@ -218,7 +219,7 @@ class PipelineStaticShapes(PythonRule):
         drop = set(DROPPED) | set(TP_KWARGS) | set(SHAPE_KWARGS)
         device_map = kw.get("device_map")
         neuron = cst.SimpleString(f"{quote}neuron{quote}")
-        if device_map is not None and _literal(device_map.value) == "auto":
+        if device_map is not None and literal(device_map.value) == "auto":
             replace_kw["device_map"] = ("device", neuron)
             applied.append("device_map=\"auto\" -> device=\"neuron\" (Accelerate's \"auto\" does not detect Neuron)")
         elif device_map is None and "device" not in kw and (export_value is True or model_is_id):
@@ -236,10 +237,10 @@ class PipelineStaticShapes(PythonRule):
 
         seq = shapes.get("sequence_length")
         batch = shapes.get("batch_size")
-        if batch is not None and _literal(batch) != 1 and "batch_size" not in kw:
+        if batch is not None and literal(batch) != 1 and "batch_size" not in kw:
             added.append(("batch_size", batch))
             applied.append(f"batch_size={code(batch)} becomes the pipeline's batch size")
-        elif batch is not None and "batch_size" in kw and _literal(batch) != 1:
+        elif batch is not None and "batch_size" in kw and literal(batch) != 1:
             drop.discard("batch_size")
         if seq is not None:
             if task in GENERATION_TASKS:
@@ -272,11 +273,11 @@ class PipelineStaticShapes(PythonRule):
             markers.append(f"static input shapes {listed} were dropped: feed inputs of these shapes to avoid "
                            "recompiles")
 
-        indent, prefix = _indent(ctx), _prefix_len(ctx, node)
+        indent, prefix = indent_of(ctx), prefix_len(ctx, node)
 
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
-            for a in _keywordize(_expand_literal_kwargs(updated.args)):
+            for a in _keywordize(expand_literal_kwargs(updated.args)):
                 name = a.keyword.value if a.keyword is not None else None
                 if name in drop:
                     continue
@@ -284,10 +285,10 @@ class PipelineStaticShapes(PythonRule):
                     new_name, value = replace_kw[name]
                     a = a.with_changes(keyword=cst.Name(new_name), value=value)
                 new_args.append(a)
-            extra = [cst.Arg(keyword=cst.Name(k), value=v, equal=_EQ) for k, v in added]
+            extra = [cst.Arg(keyword=cst.Name(k), value=v, equal=EQ) for k, v in added]
             at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             new_args[at:at] = extra
-            return _layout(updated, new_args, ctx.module, indent, prefix)
+            return layout(updated, new_args, ctx.module, indent, prefix)
 
         ctx.replace(node, rewrite)
         ctx.finding(node, "optimum.neuron.pipeline -> transformers.pipeline on device \"neuron\""
@@ -298,25 +299,6 @@ class PipelineStaticShapes(PythonRule):
             ctx.marker(node, message)
 
 
-def import_anchor(ctx: PythonContext, expr: cst.BaseExpression) -> Binding | None:
-    """The import line of the name ``expr`` starts with: new imports go there (isort order)."""
-    while isinstance(expr, cst.Attribute):
-        expr = expr.value
-    if isinstance(expr, cst.Name):
-        found = ctx.imports.bindings.get(expr.value)
-        if found:
-            return found[0]
-    return None
-
-
-def torch_dtype(ctx: PythonContext, name: str, quote: str, anchor: Binding | None) -> cst.BaseExpression:
-    """``torch.<name>`` (importing torch next to ``anchor``), or the string when ``torch`` is taken."""
-    try:
-        return ctx.name_for(f"torch.{name}", anchor=anchor, style="module")
-    except NameClash:
-        return cst.SimpleString(f"{quote}{name}{quote}")
-
-
 def _keywordize(args: list[cst.Arg]) -> list[cst.Arg]:
     """Positional arguments after ``task, model`` become keywords (optimum's third parameter is
     tokenizer, transformers' is config)."""
@@ -325,7 +307,7 @@ def _keywordize(args: list[cst.Arg]) -> list[cst.Arg]:
     for i, a in enumerate(args):
         starred = starred or a.star == "*"
         if a.keyword is None and not a.star and not starred and 2 <= i < len(POSITIONAL):
-            a = a.with_changes(keyword=cst.Name(POSITIONAL[i]), equal=_EQ)
+            a = a.with_changes(keyword=cst.Name(POSITIONAL[i]), equal=EQ)
         out.append(a)
     return out
 

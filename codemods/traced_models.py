@@ -24,19 +24,21 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.causal_lm import (
+from codemods._inference_args import (
     COMPILER_KNOBS,
-    MAX_LINE,
     DTYPES,
-    _EQ,
-    _expand_literal_kwargs,
-    _indent,
-    _layout,
-    _literal,
-    _prefix_len,
-    _quote_style,
+    EQ,
+    expand_literal_kwargs,
+    hug_layout,
+    import_anchor,
+    indent_of,
+    layout,
+    line_context,
+    literal,
+    prefix_len,
+    quote_style,
+    torch_dtype,
 )
-from codemods.pipelines import import_anchor, torch_dtype
 from codemods.renames import load_table
 from migrator.python_engine import PythonContext
 from migrator.rules import PythonRule
@@ -156,15 +158,15 @@ class TracedModelsOnNeuron(PythonRule):
         if stmt is not None and ctx.is_ignored(stmt):
             return
         code = ctx.module.code_for_node
-        quote = _quote_style(node)
+        quote = quote_style(node)
         st = class_name in SENTENCE_TRANSFORMERS
-        args = _expand_literal_kwargs(node.args)
+        args = expand_literal_kwargs(node.args)
         kw = {a.keyword.value: a for a in args if a.keyword is not None}
         star = [a for a in args if a.star == "**"]
         markers: list[str] = []
         applied: list[str] = []
         export = kw.get("export")
-        export_value = _literal(export.value) if export is not None else None
+        export_value = literal(export.value) if export is not None else None
         shapes = {k: kw[k].value for k in SHAPE_KWARGS if k in kw}
         info = _scope(ctx)
         model_name = _assigned_name(ctx, node)
@@ -188,9 +190,9 @@ class TracedModelsOnNeuron(PythonRule):
         dtype_expr: cst.BaseExpression | None = None
         acast = kw.get("auto_cast_type")
         auto_cast = kw.get("auto_cast")
-        casting = auto_cast is None or _literal(auto_cast.value) not in ("none", None)
+        casting = auto_cast is None or literal(auto_cast.value) not in ("none", None)
         if acast is not None and casting:
-            value = _literal(acast.value)
+            value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
                 dtype_expr = torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]} "
@@ -202,7 +204,7 @@ class TracedModelsOnNeuron(PythonRule):
 
         # ---- tensor parallelism
         tp = kw.get("tensor_parallel_size")
-        if tp is not None and _literal(tp.value) != 1:
+        if tp is not None and literal(tp.value) != 1:
             markers.append(f"tensor_parallel_size={code(tp.value)} was dropped: load with "
                            "distributed_config=DistributedConfig(tp_size=N) instead of device_map under "
                            "torchrun --nproc_per_node=N if the model does not fit one NeuronCore")
@@ -224,7 +226,7 @@ class TracedModelsOnNeuron(PythonRule):
                 )
         batch = shapes.get("batch_size")
         if batch is not None:
-            if _literal(batch) == 1:
+            if literal(batch) == 1:
                 applied.append("batch_size=1 dropped")
             else:
                 markers.append(f"batch_size={code(batch)} was dropped: feed batches of exactly {code(batch)} "
@@ -253,7 +255,7 @@ class TracedModelsOnNeuron(PythonRule):
         replace_value: dict[str, cst.BaseExpression] = {}
         neuron = cst.SimpleString(f"{quote}neuron{quote}")
         add_placement = not any(k in kw for k in ("device", "device_map", "distributed_config"))
-        if device_map is not None and _literal(device_map.value) == "auto":
+        if device_map is not None and literal(device_map.value) == "auto":
             replace_value["device_map"] = neuron
             applied.append("device_map=\"auto\" -> \"neuron\" (Accelerate's \"auto\" does not detect Neuron)")
 
@@ -271,11 +273,11 @@ class TracedModelsOnNeuron(PythonRule):
             drop |= set(DTYPE_KWARGS)
             dtype_expr = explicit_dtype.value
 
-        indent, prefix = _indent(ctx), _prefix_len(ctx, node)
+        indent, prefix = indent_of(ctx), prefix_len(ctx, node)
 
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
-            for a in _expand_literal_kwargs(updated.args):
+            for a in expand_literal_kwargs(updated.args):
                 name = a.keyword.value if a.keyword is not None else None
                 if name in drop:
                     continue
@@ -287,19 +289,19 @@ class TracedModelsOnNeuron(PythonRule):
             added: list[cst.Arg] = []
             if dtype_expr is not None:
                 if st:
-                    added.append(cst.Arg(keyword=cst.Name("model_kwargs"), equal=_EQ, value=cst.Dict([
+                    added.append(cst.Arg(keyword=cst.Name("model_kwargs"), equal=EQ, value=cst.Dict([
                         cst.DictElement(cst.SimpleString(f"{quote}dtype{quote}"), dtype_expr)
                     ])))
                 else:
-                    added.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=_EQ))
+                    added.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=EQ))
             if add_placement:
-                added.append(cst.Arg(keyword=cst.Name(placement), value=neuron, equal=_EQ))
+                added.append(cst.Arg(keyword=cst.Name(placement), value=neuron, equal=EQ))
             at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             new_args[at:at] = added
             new = updated
             if st and isinstance(updated.func, cst.Attribute):
                 new = updated.with_changes(func=updated.func.value)  # SentenceTransformer(id, ...)
-            return _layout(new, new_args, ctx.module, indent, prefix)
+            return layout(new, new_args, ctx.module, indent, prefix)
 
         ctx.replace(node, rewrite)
         target = "SentenceTransformer(..., device=\"neuron\")" if st else "from_pretrained(..., device_map=\"neuron\")"
@@ -318,21 +320,21 @@ class TracedModelsOnNeuron(PythonRule):
         if stmt is not None and ctx.is_ignored(stmt):
             return
         model_call: cst.Call = feed["model_call"]
-        kw = {a.keyword.value: a for a in _expand_literal_kwargs(model_call.args) if a.keyword is not None}
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(model_call.args) if a.keyword is not None}
         seq = kw["sequence_length"].value if "sequence_length" in kw else None
         if not _copyable(seq):
             seq = None
         move = feed["forward"] and not feed["moved"]
         if seq is None and not move:
             return
-        quote = _quote_style(node)
+        quote = quote_style(node)
         model = feed["model"]
         device: cst.BaseExpression = (
             cst.Attribute(value=cst.Name(model), attr=cst.Name("device")) if feed["model_first"]
             else cst.SimpleString(f"{quote}neuron{quote}")
         )
-        indent = _indent(ctx)
-        prefix, rest = _line_context(ctx, node)
+        indent = indent_of(ctx)
+        prefix, rest = line_context(ctx, node)
         suffix = rest + (len(".to()") + len(ctx.module.code_for_node(device)) if move else 0)
 
         def rewrite(updated: cst.Call) -> cst.BaseExpression:
@@ -341,14 +343,14 @@ class TracedModelsOnNeuron(PythonRule):
                 args = [a for a in updated.args if not (a.keyword is not None and a.keyword.value == "padding")]
                 have = {a.keyword.value for a in args if a.keyword is not None}
                 extra = [cst.Arg(keyword=cst.Name("padding"), value=cst.SimpleString(f"{quote}max_length{quote}"),
-                                 equal=_EQ)]
+                                 equal=EQ)]
                 if "max_length" not in have:
-                    extra.append(cst.Arg(keyword=cst.Name("max_length"), value=seq.deep_clone(), equal=_EQ))
+                    extra.append(cst.Arg(keyword=cst.Name("max_length"), value=seq.deep_clone(), equal=EQ))
                 if "truncation" not in have:
-                    extra.append(cst.Arg(keyword=cst.Name("truncation"), value=cst.Name("True"), equal=_EQ))
+                    extra.append(cst.Arg(keyword=cst.Name("truncation"), value=cst.Name("True"), equal=EQ))
                 at = next((i for i, a in enumerate(args) if a.star == "**"), len(args))
                 args[at:at] = extra
-                new = _hug_layout(updated, args, ctx.module, indent, prefix, suffix)
+                new = hug_layout(updated, args, ctx.module, indent, prefix, suffix)
             if move:
                 new = cst.Call(func=cst.Attribute(value=new, attr=cst.Name("to")), args=[cst.Arg(device.deep_clone())])
             return new
@@ -449,31 +451,6 @@ def _scope(ctx: PythonContext) -> dict:
     return found
 
 
-def _hug_layout(call: cst.Call, args: list[cst.Arg], module: cst.Module, indent: str, prefix: int,
-                suffix: int) -> cst.Call:
-    """One line when it fits; else every argument on one continuation line (``f(\n    a, b\n)``)
-    when that fits; else one argument per line."""
-    flat = [
-        a.with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT,
-            whitespace_after_arg=cst.SimpleWhitespace(""),
-        )
-        for i, a in enumerate(args)
-    ]
-    one_line = call.with_changes(args=flat, whitespace_before_args=cst.SimpleWhitespace(""))
-    text = module.code_for_node(one_line)
-    if "\n" in text or len(indent) + prefix + len(text) + suffix <= MAX_LINE:
-        return one_line if "\n" not in text else _layout(call, args, module, indent, prefix + suffix)
-    step = module.default_indent
-    inner = ", ".join(module.code_for_node(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in flat)
-    if len(indent) + len(step) + len(inner) <= MAX_LINE:
-        flat[-1] = flat[-1].with_changes(whitespace_after_arg=cst.ParenthesizedWhitespace(
-            first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace("")))
-        return call.with_changes(args=flat, whitespace_before_args=cst.ParenthesizedWhitespace(
-            first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(step)))
-    return _layout(call, args, module, indent, prefix + suffix)
-
-
 def _module_tokenizers(ctx: PythonContext) -> set[str]:
     """Names assigned ``*Tokenizer*.from_pretrained(...)`` by module-level statements."""
     state = ctx.local_state()
@@ -491,21 +468,6 @@ def _module_tokenizers(ctx: PythonContext) -> set[str]:
                     names.add(small.targets[0].target.value)
         state["module_tokenizers"] = names
     return state["module_tokenizers"]
-
-
-def _line_context(ctx: PythonContext, node: cst.Call) -> tuple[int, int]:
-    """(columns before ``node`` on its first line, columns after it on its last line) in its statement."""
-    stmt = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
-    if stmt is None:
-        return _prefix_len(ctx, node), 0
-    text = ctx.module.code_for_node(stmt.with_changes(leading_lines=())).rstrip("\n")
-    call = ctx.module.code_for_node(node)
-    at = text.find(call)
-    if at < 0:
-        return _prefix_len(ctx, node), 0
-    before = text[:at].rsplit("\n", 1)[-1]
-    after = text[at + len(call):].split("\n", 1)[0]
-    return len(before.lstrip()), len(after)
 
 
 def _copyable(expr: cst.BaseExpression | None) -> bool:

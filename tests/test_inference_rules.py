@@ -321,8 +321,21 @@ def test_nm104_keywords_exist_in_diffusers():
             method = fname.rsplit(".", 1)[-1]
             kws = {kw.arg for kw in call.keywords if kw.arg is not None}
             seen.setdefault(method, set()).update(kws)
-            if method == "from_pretrained":
-                assert kws <= load_keywords, (after.name, kws - load_keywords)
+            if fname == "ControlNetModel.from_pretrained":
+                model_keywords = set(inspect.signature(diffusers.ModelMixin.from_pretrained).parameters)
+                model_keywords |= set(re.findall(r'kwargs\.pop\("(\w+)"',
+                                                 inspect.getsource(diffusers.ModelMixin.from_pretrained)))
+                assert kws <= model_keywords, (after.name, kws - model_keywords)
+                seen.setdefault("ControlNetModel", set()).update(kws)
+            elif method == "from_pretrained":
+                # components (controlnet=) are passed through **kwargs to the pipeline's __init__
+                pipe = targets.get(fname.split(".")[0])
+                components = set(inspect.signature(pipe.__init__).parameters) if pipe is not None else set()
+                assert kws <= load_keywords | components, (after.name, kws - load_keywords - components)
+            elif method in ("compile_repeated_blocks", "compile"):
+                import torch
+
+                assert kws <= set(inspect.signature(torch.compile).parameters), (after.name, kws)
             elif method in ("load_lora_weights", "fuse_lora", "set_adapters", "load_ip_adapter",
                             "set_ip_adapter_scale"):
                 sd = targets["StableDiffusionPipeline"]
@@ -338,6 +351,21 @@ def test_nm104_keywords_exist_in_diffusers():
     assert {"lora_scale"} <= seen["fuse_lora"]
     assert {"adapter_weights"} <= seen["set_adapters"]
     assert {"subfolder", "weight_name"} <= seen["load_ip_adapter"]
+    assert {"backend", "fullgraph", "dynamic"} <= seen["compile_repeated_blocks"]
+    assert "controlnet" in seen["from_pretrained"] and "torch_dtype" in seen["ControlNetModel"]
+    assert "controlnet" in inspect.signature(diffusers.StableDiffusionControlNetPipeline.__init__).parameters
+    # the denoiser each family compiles exists and declares repeated blocks (else compile_repeated_blocks raises)
+    from codemods.diffusion import COMPILE
+
+    families = {"NeuronFlux": diffusers.FluxPipeline, "NeuronPixArt": diffusers.PixArtAlphaPipeline,
+                "Neuron": diffusers.StableDiffusionPipeline}
+    for prefix, (denoiser, how) in COMPILE:
+        annotation = inspect.signature(families[prefix].__init__).parameters[denoiser].annotation
+        model_cls = annotation if isinstance(annotation, type) else None
+        assert model_cls is not None and issubclass(model_cls, diffusers.ModelMixin), (prefix, annotation)
+        assert hasattr(model_cls, how)
+        if how == "compile_repeated_blocks":
+            assert model_cls._repeated_blocks, model_cls
 
 
 def test_nm104_pipeline_call_keeps_explicit_shapes(rules):
@@ -429,9 +457,12 @@ def test_migrated_stable_diffusion_runs_like_diffusers(tiny_sd, tmp_path, rules)
     assert "optimum" not in migrated and "export" not in migrated
     assert '.to("neuron")' in migrated
     assert 'output_type="np", height=32, width=32' in migrated
+    assert 'pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)' in migrated
     assert not [f for f in findings if f.fix == "manual"]
 
-    shape = _run(migrated.replace('"neuron"', '"cpu"'), tmp_path, str(tiny_sd), str(tmp_path / "out.npy"))
+    # the compiled UNet blocks run through dynamo's "eager" backend on CPU (the same graphs, no neuronx-cc)
+    runnable = migrated.replace('backend="neuron"', 'backend="eager"').replace('"neuron"', '"cpu"')
+    shape = _run(runnable, tmp_path, str(tiny_sd), str(tmp_path / "out.npy"))
     assert shape == [1, 32, 32, 3]
     ref = StableDiffusionPipeline.from_pretrained(tiny_sd)(
         "a cat", num_inference_steps=2, height=32, width=32, generator=torch.manual_seed(0), output_type="np"
