@@ -54,6 +54,7 @@ _MULTI_HINTS = (
     "LOCAL_RANK",
     "DistributedDataParallel",
     "DistributedSampler",
+    "initialize_model_parallel",
 )
 _WRAPPED_HINTS = ("DistributedDataParallel", "fully_shard", "FSDP", "FullyShardedDataParallel")
 _XLA_DEVICE_RE = re.compile(r"^xla(?::(\d+))?$")
@@ -456,7 +457,9 @@ class _XlaRule(PythonRule):
 class XlaDevice(_XlaRule):
     id = "NM401"
     title = "XLA device -> torch.device(\"neuron\") (per rank in multi-process scripts)"
-    triggers = ("torch_xla",)  # every idiom needs a torch_xla import (the "xla" device exists only then)
+    # the xla_device calls need a torch_xla import; "xla" device strings and the XLA compile
+    # backends can sit in a helper module that never imports torch_xla itself
+    triggers = ("torch_xla", '"xla', "'xla", "openxla", "torchxla_trace_once")
     owns = (f"{XM}.xla_device", "torch_xla.device")
     natives = {
         f"{XM}.xla_device": 'torch.device("neuron")',
@@ -469,7 +472,11 @@ class XlaDevice(_XlaRule):
         `device=` argument become `"neuron"` / `"neuron:N"`. In a multi-process script (process
         group, xmp, DDP, distributed sampler or rank queries in the module) each process must
         use its own NeuronCore, so the device is `torch.device("neuron", LOCAL_RANK)` - under
-        PJRT every process saw its own core as `xla:0`.
+        PJRT every process saw its own core as `xla:0`. `devkind=` only selected the device
+        kind (Neuron is the only kind there) and is dropped. The torch-xla `torch.compile`
+        backends (`"openxla"`, `"openxla_eval"`, `"aot_torchxla_trace_once"`,
+        `"torchxla_trace_once"`) become `backend="neuron"`, and device-type tests
+        (`x.device.type == "xla"`, `dev.type in ("xla", "cuda")`) test for `"neuron"`.
     """
     before = """
         import torch_xla.core.xla_model as xm
@@ -486,21 +493,29 @@ class XlaDevice(_XlaRule):
         batch = batch.to("neuron")
     """
     caveats = """
-        Only strings given to `torch.device`, `.to` and `device=` are rewritten; `"xla"` in other
-        places (a config value, `tensor.device.type == "xla"`) is left alone. `devkind=` (deprecated
-        in torch-xla) gets a marker. The per-rank index comes from `LOCAL_RANK`, which torchrun sets.
+        Only strings given to `torch.device`, `.to`, `device=`, `torch.compile(backend=...)` /
+        `torch._dynamo.optimize(...)` and compared with a device type (`<expr>.type`) are
+        rewritten; `"xla"` elsewhere (a config value, a `device_type` variable, a string held in
+        a variable) is left alone. A `devkind=` naming a non-Neuron kind (`"CPU"`, `"GPU"`,
+        `"CUDA"`) gets a marker. The per-rank index comes from `LOCAL_RANK`, which torchrun sets.
     """
 
     def handlers(self):
         table = super().handlers()
         table[cst.Call] = self._on_call
+        table[cst.Comparison] = self._on_comparison
         return table
 
     def rewrite(self, qual, call, func, ctx):
         params = ("n", "devkind") if qual.endswith("xla_device") else ("index",)
         bound = _bind_args(call, params)
-        if bound is None or "devkind" in bound:
+        if bound is None:
             return "unsupported arguments"
+        if "devkind" in bound:
+            kind = bound["devkind"].value
+            if isinstance(kind, cst.SimpleString) and str(kind.evaluated_value).upper() in _OTHER_KINDS:
+                return f"devkind={_code(kind)} asks for a non-Neuron device"
+            ctx.finding(call, f"devkind={_code(kind)} dropped: Neuron is the only device kind")
         index_arg = bound.get(params[0])
         anchor = _anchor(func, ctx)
         if index_arg is None:
@@ -520,13 +535,50 @@ class XlaDevice(_XlaRule):
     # ---- "xla" device strings
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
-        if isinstance(func, (cst.Name, cst.Attribute)) and ctx.qualname(func) == "torch.device":
+        qual = ctx.qualname(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        if qual == "torch.device":
             self._torch_device(node, ctx)
+        elif qual in _COMPILE_CALLS:
+            self._compile_backend(node, qual, ctx)
         elif isinstance(func, cst.Attribute) and func.attr.value == "to" and node.args and node.args[0].keyword is None:
             self._string_arg(node.args[0].value, ctx, f".to({_code(node.args[0].value)})")
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 self._string_arg(arg.value, ctx, f"device={_code(arg.value)}")
+
+    def _compile_backend(self, call: cst.Call, qual: str, ctx: PythonContext) -> None:
+        """torch.compile(backend="openxla") / torch._dynamo.optimize("openxla") -> "neuron"."""
+        for i, arg in enumerate(call.args):
+            is_backend = (arg.keyword.value == "backend") if arg.keyword is not None else (
+                qual == "torch._dynamo.optimize" and i == 0)
+            value = arg.value
+            if (is_backend and isinstance(value, cst.SimpleString) and "b" not in value.prefix.lower()
+                    and value.raw_value in _XLA_BACKENDS):
+                q = value.quote
+                ctx.replace(value, cst.SimpleString(f"{value.prefix}{q}neuron{q}"))
+                ctx.finding(value, f"{qual}: XLA backend {_code(value)} -> \"neuron\"")
+
+    def _on_comparison(self, node: cst.Comparison, ctx: PythonContext) -> None:
+        """``<x>.device.type == "xla"`` / ``dev.type in ("xla", ...)`` -> ``"neuron"``."""
+        left = node.left
+        for target in node.comparisons:
+            right = target.comparator
+            if isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+                for a, b in ((left, right), (right, left)):
+                    if _is_device_type(a) and _is_xla_type(b):
+                        self._rename_type(b, ctx)
+            elif isinstance(target.operator, (cst.In, cst.NotIn)) and _is_device_type(left):
+                if isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+                    for el in right.elements:
+                        if _is_xla_type(el.value):
+                            self._rename_type(el.value, ctx)
+            left = right
+
+    def _rename_type(self, string: cst.BaseExpression, ctx: PythonContext) -> None:
+        assert isinstance(string, cst.SimpleString)
+        q = string.quote
+        ctx.replace(string, cst.SimpleString(f"{string.prefix}{q}neuron{q}"))
+        ctx.finding(string, "device type \"xla\" -> \"neuron\"")
 
     def _torch_device(self, call: cst.Call, ctx: PythonContext) -> None:
         bound = _bind_args(call, ("type", "index"))
@@ -560,6 +612,24 @@ class XlaDevice(_XlaRule):
         new = f"neuron:{index}" if index is not None else "neuron"
         ctx.replace(string, cst.SimpleString(f"{string.prefix}{q}{new}{q}"))
         ctx.finding(string, f"{what}: device \"xla\" -> \"neuron\"")
+
+
+#: torch.compile backends of torch-xla (torch/_dynamo/backends/torchxla.py, torch 2.1-2.8)
+_XLA_BACKENDS = ("openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once")
+_COMPILE_CALLS = ("torch.compile", "torch._dynamo.optimize")
+#: devkind values that do not name the Neuron device (xm.xla_device(devkind=...))
+_OTHER_KINDS = ("CPU", "GPU", "CUDA", "ROCM")
+
+
+def _is_device_type(node: cst.BaseExpression) -> bool:
+    """``<expr>.type`` (``x.device.type``, ``dev.type``, ``torch.device(d).type``): compared with
+    the literal ``"xla"`` this is a device-type test (``torch.device.type``)."""
+    return isinstance(node, cst.Attribute) and node.attr.value == "type"
+
+
+def _is_xla_type(node: cst.BaseExpression) -> bool:
+    return (isinstance(node, cst.SimpleString) and "b" not in node.prefix.lower() and "\\" not in node.value
+            and node.raw_value == "xla")
 
 
 def _xla_string(node: cst.BaseExpression) -> tuple[str | None] | None:

@@ -1,0 +1,64 @@
+"""NM401 device/backend strings and NM410 traced-model calls (codemods/xla.py, codemods/torch_neuronx.py).
+
+The fixtures (NM401/devkind, NM401/strings_without_torch_xla_import, NM410/trace_calls) pin the
+exact output; these tests pin what the fixtures cannot: the backend list matches torch, the
+trigger lets a file without a torch_xla import through, and moved inputs are only moved once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from codemods import xla
+from migrator.engine import RuleSelection, RuleSet
+from tests.test_fixtures import migrate
+
+
+@pytest.fixture(scope="module")
+def rules() -> RuleSet:
+    return RuleSet.from_selection(RuleSelection())
+
+
+def test_every_xla_backend_torch_registers_is_rewritten():
+    import torch._dynamo
+
+    registered = {name for name in torch._dynamo.list_backends(exclude_tags=()) if "xla" in name}
+    assert registered and registered <= set(xla._XLA_BACKENDS)
+
+
+def _run(source: str, rules: RuleSet) -> tuple[str, list[str]]:
+    out, findings = migrate(source.encode(), "python", rules)
+    return out.decode(), [f.rule for f in findings]
+
+
+def test_device_type_tests_become_neuron_without_a_torch_xla_import(rules: RuleSet):
+    text, found = _run('ok = x.device.type == "xla" or "xla" == y.type\n', rules)
+    assert text == 'ok = x.device.type == "neuron" or "neuron" == y.type\n'
+    assert found.count("NM401") == 2
+
+
+@pytest.mark.parametrize("source", [
+    'mode = "xla"\n',                              # a plain value: not a device position
+    'same = args.device_type == "xla"\n',          # a user variable, maybe read from a config
+    'ok = x.device.type == "xla:0"\n',             # never a device type (indexes are not types)
+    'm = torch.compile(model, backend="inductor")\n',
+    'm = torch.compile(model, mode="openxla")\n',  # not the backend argument
+])
+def test_other_xla_strings_are_left_alone(source: str, rules: RuleSet):
+    text, found = _run(source, rules)
+    assert text == source and "NM401" not in found
+
+
+@pytest.mark.parametrize("kind", ['"TPU"', '"NEURON"', "kind"])
+def test_devkind_is_dropped_when_it_can_name_the_neuron_device(kind: str, rules: RuleSet):
+    text, found = _run(f"import torch_xla.core.xla_model as xm\nd = xm.xla_device(2, devkind={kind})\n", rules)
+    assert text == 'import torch\nd = torch.device("neuron", 2)\n'
+    assert "TODO" not in text
+
+
+def test_a_trace_call_site_is_moved_once_and_idempotently(rules: RuleSet):
+    source = ("import torch_neuronx\n\n\ndef f(model, x):\n    m = torch_neuronx.trace(model, x)\n"
+              "    return m(x), m(x.cpu()), m(x.to('neuron'))\n")
+    text, _ = _run(source, rules)
+    assert "return m(x.to('neuron')), m(x.to('neuron')), m(x.to('neuron'))\n" in text
+    assert _run(text, rules)[0] == text
