@@ -315,9 +315,11 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
     return None
 
 
-def _allocate(entries: list[_Entry], decisions: dict[int, _Decision], base: str = "") -> None:
-    """Choose the libraries each replacement adds: implied, not listed in its list or the base list."""
-    listed: dict[str, set[str]] = {}
+def _allocate(entries: list[_Entry], decisions: dict[int, _Decision], base: str = "",
+              included: frozenset[str] = frozenset()) -> None:
+    """Choose the libraries each replacement adds: implied, not listed in its list or the base list
+    (nor in the files the base list includes with ``-r``)."""
+    listed: dict[str, set[str]] = {base: set(included)}
     for i, e in enumerate(entries):
         d = decisions.get(i)
         if d is None or d.action != "replace" or d.keep_extras is not None:
@@ -396,7 +398,8 @@ def _neuron_groups(entries: list[_Entry]) -> set[str]:
     return groups
 
 
-def _decide_all(entries: list[_Entry], repo_hint: bool, base: str = "") -> dict[int, _Decision]:
+def _decide_all(entries: list[_Entry], repo_hint: bool, base: str = "",
+                included: frozenset[str] = frozenset()) -> dict[int, _Decision]:
     neuron = _neuron_groups(entries)
     first: dict[int, _Decision] = {}
     for i, e in enumerate(entries):
@@ -410,12 +413,14 @@ def _decide_all(entries: list[_Entry], repo_hint: bool, base: str = "") -> dict[
         d = first.get(i) or _decide(e, e.group in neuron or repo_hint, migrating=True)
         if d is not None:
             decisions[i] = d
-    _allocate(entries, decisions, base)
+    _allocate(entries, decisions, base, included)
     return decisions
 
 
 @lru_cache(maxsize=16)
-def _plan(text: str, kind: str) -> tuple[_Op, ...]:
+def _plan(text: str, kind: str, included: frozenset[str] = frozenset()) -> tuple[_Op, ...]:
+    """Every change of the unit. ``included``: the packages that the files it includes with
+    ``-r`` list once migrated (so that a replacement does not add them a second time)."""
     lines = text.splitlines()
     plan = _Plan()
     if kind == "pyproject":
@@ -425,7 +430,7 @@ def _plan(text: str, kind: str) -> tuple[_Op, ...]:
         _SetupCfg(lines, plan).run()
         check = _cfg_ok
     elif kind == "requirements":
-        _PipFile(lines, plan, text).run()
+        _PipFile(lines, plan, text, included).run()
         check = None
     else:
         return ()
@@ -506,15 +511,16 @@ def _split_comment(line: str) -> tuple[str, str]:
 
 
 class _PipFile:
-    def __init__(self, lines: list[str], plan: _Plan, text: str) -> None:
+    def __init__(self, lines: list[str], plan: _Plan, text: str, included: frozenset[str] = frozenset()) -> None:
         self.lines = lines
         self.plan = plan
+        self.included = included
         # the index options, not comments (our own markers name the repository too)
         self.repo_hint = any(_NEURON_HOST in _split_comment(line)[0] for line in lines)
         bodies = [_split_comment(joined)[0] for _s, _e, joined in _logical_lines(lines)]
         self.hash_mode = any("--hash" in b or "--require-hashes" in b for b in bodies)
 
-    def run(self) -> None:
+    def entries(self) -> list[_Entry]:
         entries: list[_Entry] = []
         for start, end, joined in _logical_lines(self.lines):
             body, _comment = _split_comment(joined)
@@ -532,7 +538,28 @@ class _PipFile:
                 data={"end": end, "options": options},
                 hashed="--hash" in options or self.hash_mode, url=parsed.req.url is not None,
             ))
+        return entries
+
+    def listed_after_migration(self) -> set[str]:
+        """The packages this file lists once migrated: what stays, and what replacements stand for."""
+        entries = self.entries()
         decisions = _decide_all(entries, self.repo_hint)
+        out: set[str] = set()
+        for i, e in enumerate(entries):
+            d = decisions.get(i)
+            if d is None and e.name in MINIMUMS and e.spec and all(_below(x, Version(MINIMUMS[e.name])) for x in e.spec):
+                continue  # pinned too low in a file that is not migrated: it does not count
+            if d is None or d.action != "replace":
+                out.add(e.name)
+            else:
+                out.update(d.implied)
+                if d.keep_extras is not None:
+                    out.add(e.name)
+        return out
+
+    def run(self) -> None:
+        entries = self.entries()
+        decisions = _decide_all(entries, self.repo_hint, included=self.included)
         for i, e in enumerate(entries):
             d = decisions.get(i)
             if d is not None:
@@ -574,6 +601,63 @@ class _PipFile:
         plan.edit(d.rule, start, end, new_lines, _replace_message(d))
         if d.marker:
             plan.marker(d.rule, start, d.marker)
+
+
+_INCLUDE_RE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=\s*|\s+|(?=[^\s=-]))(\S+)")
+#: how deep ``-r`` chains are followed, and how large an included file may be
+_INCLUDE_DEPTH = 8
+_INCLUDE_MAX_BYTES = 1_000_000
+
+
+def _includes(lines: list[str]) -> list[str]:
+    """The targets of the ``-r``/``--requirement`` lines (``-c`` constraint files install nothing)."""
+    out = []
+    for _s, _e, joined in _logical_lines(lines):
+        body = _split_comment(joined)[0]
+        m = _INCLUDE_RE.match(body)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def included_packages(path, text: str) -> frozenset[str]:
+    """Canonical names of the packages that the requirement files ``text`` (read from ``path``)
+    includes with ``-r`` list once migrated, following their own ``-r`` lines. Targets are read
+    relative to the including file, as pip does; URLs, absolute paths, environment variables,
+    missing or unreadable files are skipped."""
+    from pathlib import Path
+
+    if path is None or "-r" not in text and "--requirement" not in text:
+        return frozenset()
+    out: set[str] = set()
+    seen: set[Path] = set()
+    try:
+        root = Path(path).resolve()
+    except OSError:
+        return frozenset()
+    seen.add(root)
+    todo = [(root, text, 0)]
+    while todo:
+        where, body, depth = todo.pop()
+        if depth >= _INCLUDE_DEPTH:
+            continue
+        for target in _includes(body.splitlines()):
+            if "://" in target or "$" in target or target.startswith(("/", "~")) or re.match(r"[A-Za-z]:[\\/]", target):
+                continue
+            try:
+                child = (where.parent / target).resolve()
+                if child in seen or not child.is_file() or child.stat().st_size > _INCLUDE_MAX_BYTES:
+                    continue
+                seen.add(child)
+                child_text = child.read_bytes().decode("utf-8-sig")
+            except (OSError, UnicodeError):
+                continue
+            child_lines = child_text.splitlines()
+            if any(_SECTION_RE.match(line) for line in child_lines):
+                continue  # not a requirements file
+            out |= _PipFile(child_lines, _Plan(), child_text).listed_after_migration()
+            todo.append((child, child_text, depth + 1))
+    return frozenset(out)
 
 
 # --------------------------------------------------------------------------- setup.cfg
@@ -1095,7 +1179,8 @@ class _DependencyRule(TextRule):
     triggers = ("euron", "EURON")
 
     def apply(self, ctx: TextContext) -> None:
-        for op in _plan(ctx.text, ctx.kind):
+        included = included_packages(getattr(ctx, "path", None), ctx.text) if ctx.kind == "requirements" else frozenset()
+        for op in _plan(ctx.text, ctx.kind, included):
             if op.rule != self.id:
                 continue
             if op.kind == "edit":
@@ -1150,11 +1235,23 @@ class OldStackDependencies(_DependencyRule):
         datasets
     """
     caveats = """
-        `setup.py` (`install_requires` in Python code), `-e`/URL-only lines and files pulled in with
-        `-r` are not migrated; an addition is skipped only when the library is named in the same
-        file (or, in pyproject, the same list or the base dependencies). `neuronx-distributed-inference`,
-        `torch-neuron` (Inf1) and the companion pins of `torch` (`torchvision`...) are left alone.
-        Added libraries carry the environment marker of the package they replace.
+        `-e`/URL-only lines are not migrated. An addition is skipped when the library is named in
+        the same file (in pyproject, the same list or the base dependencies) or in a file it
+        includes with `-r`/`--requirement` (read relative to the including file, following their
+        own `-r` lines, as they will read once migrated; a library pinned below the needed version
+        there does not count, so that pip reports the conflict). `-c` constraint files install
+        nothing and are not read; includes through URLs, absolute paths or variables, and missing
+        files, are skipped. `neuronx-distributed-inference`, `torch-neuron` (Inf1) and the
+        companion pins of `torch` (`torchvision`...) are left alone. Added libraries carry the
+        environment marker of the package they replace.
+
+        `neuronx-cc` is kept and only unpinned: the TorchNeuron install and update pages of Neuron
+        2.33 still install the compiler next to it (`pip install "torch-neuronx==2.14.*"
+        "neuronx-cc==2.*" nki`), so `neuronx-cc==2.*` and lower bounds stay and an exact pin of an
+        old SDK release goes. An XLA-era `torch-neuronx` is any pin that cannot reach 2.13
+        (Neuron 2.33 made torch-neuronx for PyTorch 2.13/2.14 TorchNeuron; the XLA-based one for
+        PyTorch 2.9 last shipped in Neuron 2.31) or a 6-part `<torch>.<neuron>` release such as
+        `2.1.2.2.3.0` (TorchNeuron releases are `2.13.3.0`, `2.14.3.0`).
     """
 
 

@@ -9,6 +9,7 @@ runtime and tools is left as it is (TorchNeuron still needs them).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,7 +17,11 @@ from typing import Callable
 from codemods.shell import (
     Lines,
     Plan,
+    ShellPlan,
     ShellSyntaxError,
+    ShellUnit,
+    _merge,
+    assignments,
     deletion_span,
     edit_cc_flags,
     plan_for,
@@ -33,8 +38,14 @@ _CONT_RE = re.compile(r"(?<!\\)(?:\\\\)*\\[ \t]*$")
 _PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=")
 _XLA_DLC_RE = re.compile(r"pytorch-(training|inference)-neuronx")
 _SDK_RE = re.compile(r"sdk(\d+)\.(\d+)")
+#: `RUN [--mount=... ...] <<EOF`, `RUN bash <<-'EOF'`: a heredoc that is the shell script itself
+_RUN_FLAGS_RE = re.compile(r"\s*(?:--[a-z-]+=\S+\s+)*")
+_SHELL_HEREDOC_RE = re.compile(r"(?:(?:/bin/|/usr/bin/)?(?:ba)?sh\s+(?:-[a-z]+\s+)*)?<<-?\s*([\"']?)[A-Za-z_][A-Za-z0-9_]*\1\s*\Z")
 #: first Neuron SDK with TorchNeuron (public beta); DLC tags of earlier SDKs are the XLA stack
 TORCHNEURON_SDK = (2, 33)
+#: the PyTorch release a DLC tag starts with (`2.14.0-neuronx-...`): TorchNeuron is built for 2.13+
+TORCHNEURON_TORCH = (2, 13)
+_TAG_TORCH_RE = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?-neuronx\b")
 
 
 @dataclass
@@ -53,6 +64,8 @@ class Instruction:
     end: int  # offset of the end of the last line
     inner_comments: bool = False
     words: list[Word] = field(default_factory=list)
+    #: lines [first, end) of the BuildKit heredoc body a shell runs (``RUN <<EOF``), if any
+    body: tuple[int, int] | None = None
 
 
 class DockerUnit(Lines):
@@ -94,9 +107,14 @@ class DockerUnit(Lines):
             i += 1
             if keyword in ("RUN", "COPY", "ADD"):
                 text = self.src[start:end]
+                script = keyword == "RUN" and _SHELL_HEREDOC_RE.match(text[_RUN_FLAGS_RE.match(text).end():]) is not None
                 for strip, _, delim in _HEREDOC_RE.findall(text):
+                    body_first = i
                     while i < len(lines) and (lines[i].lstrip("\t") if strip else lines[i]) != delim:
                         i += 1
+                    if script and i < len(lines):
+                        self.instructions[-1].body = (body_first, i)
+                    script = False
                     i += 1
 
     def words(self, ins: Instruction) -> list[Word]:
@@ -165,6 +183,41 @@ class DockerPlan(Plan):
         self.unit = unit
         self.deleted: dict[tuple[int, int], str] = {}
         self.replaced: dict[tuple[int, int], tuple[str, str]] = {}
+        #: character edits (start, end, text) per instruction (exec-form RUN arrays)
+        self.spans: dict[int, list[tuple[int, int, str]]] = {}
+        self._bodies: dict[int, ShellPlan | None] = {}
+
+    def span(self, rule: str, group: int, start: int, end: int, text: str) -> None:
+        self.spans.setdefault(group, []).append((start, end, text))
+        self.dirty.add(group)
+
+    def body(self, group: int) -> ShellPlan | None:
+        """The shell plan of the heredoc script of a `RUN <<EOF` instruction (shared by the rules)."""
+        if group not in self._bodies:
+            ins = self.unit.instructions[group]
+            plan = None
+            if ins.body is not None:
+                a, b = ins.body
+                try:
+                    plan = ShellPlan(ShellUnit(self.lines[a:b]))
+                    plan.offset = a
+                except (ShellSyntaxError, RecursionError, ValueError):
+                    plan = None
+            self._bodies[group] = plan
+        return self._bodies[group]
+
+    def bodies(self):
+        for g, ins in enumerate(self.unit.instructions):
+            if ins.body is not None:
+                body = self.body(g)
+                if body is not None:
+                    yield g, body
+
+    def flush(self, ctx) -> None:
+        super().flush(ctx)
+        for body in self._bodies.values():
+            if body is not None:
+                body.flush(ctx)
 
     def group_range(self, group: int) -> tuple[int, int]:
         ins = self.unit.instructions[group]
@@ -194,6 +247,7 @@ class DockerPlan(Plan):
         for (g, k), (_, text) in self.replaced.items():
             if g == group and k not in gone:
                 edits.append((words[k].start, words[k].end, text))
+        edits += self.spans.get(group, [])
         run: list[int] = []
         for k in sorted(gone) + [None]:  # type: ignore[list-item]
             if run and (k is None or k != run[-1] + 1):
@@ -203,7 +257,7 @@ class DockerPlan(Plan):
                 run.append(k)
         if not edits:
             return None
-        return render(u.src, u.line_starts[ins.first], ins.end, sorted(edits), [])
+        return render(u.src, u.line_starts[ins.first], ins.end, _merge(edits), [])
 
 
 def _docker_plan(lines: list[str]) -> DockerPlan:
@@ -263,9 +317,14 @@ class XlaDlcBaseImage(DockerRule):
         FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
     """
     caveats = """
-        Images whose tag names Neuron SDK 2.33 or later are assumed to be TorchNeuron images and are
-        not flagged; an image named through a build argument is flagged where the argument's
-        default names it.
+        Images whose tag names Neuron SDK 2.33 or later (`...-sdk2.33.0-ubuntu26.04`), or starts
+        with PyTorch 2.13 or later (`2.14.0-neuronx-...`), are taken for TorchNeuron images and are
+        not flagged: AWS tags DLC images with the Neuron SDK release, torch-neuronx for PyTorch
+        2.13/2.14 is TorchNeuron from Neuron 2.33.0 on (the 2.33 DLC list has a "PyTorch Training
+        (TorchNeuron)" image with torch-neuronx 2.14), the XLA-based torch-neuronx last shipped in
+        Neuron 2.31, and the 2.32 images ship no torch-neuronx at all (so they are flagged too).
+        A tag without either (`latest`, a digest) is flagged. An image named through a build
+        argument is flagged where the argument's default names it.
     """
 
     message = ("XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native "
@@ -284,8 +343,12 @@ class XlaDlcBaseImage(DockerRule):
                 image = w.text.split("=", 1)[1] if ins.keyword == "ARG" and "=" in w.text else w.text
                 if not _XLA_DLC_RE.search(image):
                     continue
-                sdk = _SDK_RE.search(image.rsplit(":", 1)[-1])
+                tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+                sdk = _SDK_RE.search(tag)
                 if sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK:
+                    continue
+                torch = _TAG_TORCH_RE.match(tag)
+                if torch and (int(torch.group(1)), int(torch.group(2))) >= TORCHNEURON_TORCH:
                     continue
                 plan.marker(ctx, g, self.message)
                 break
@@ -311,7 +374,10 @@ class DockerfileEnv(DockerRule):
     """
     caveats = """
         `ENV` instructions with comment lines inside their continuation, and `RUN export ...`
-        commands, are not edited.
+        commands, are not edited. The script of a BuildKit heredoc run by the shell (`RUN <<EOF`,
+        `RUN bash <<-'EOF'`) is: `export X=...`, `X=... cmd`, `env X=... cmd` and `unset X` of
+        these variables are removed there as in shell scripts (NM512); heredocs that are files
+        (`COPY <<EOF`) or another language (`RUN python3 <<EOF`) are left alone.
     """
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
@@ -338,6 +404,17 @@ class DockerfileEnv(DockerRule):
                 plan.delete(self.id, (g, p.word))
                 w = u.words(ins)[p.word]
                 ctx.finding(u.line_of(w.start), f"removed ENV {p.name}: {reason}", "applied", u.col_of(w.start) + 1)
+        for _g, body in plan.bodies():  # `RUN <<EOF` scripts: `export X=1`, `X=1 cmd`, `env X=1 cmd`, `unset X`
+            bu = body.unit
+            for s in bu.simples:
+                for a in assignments(bu, s):
+                    reason = xla_only_reason(a.name)
+                    if reason is None or not body.editable(self.id, s):
+                        continue
+                    body.delete(self.id, a.tok)
+                    start = bu.toks[a.tok].start
+                    ctx.finding(body.offset + bu.line_of(start), f"removed {a.name} from the RUN script: {reason}",
+                                "applied", bu.col_of(start) + 1)
 
 
 def dockerfile_cc_flags(rule: str, ctx) -> None:
@@ -466,7 +543,8 @@ def _stable_describe(e, d) -> str:
 
 
 def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
-                       replace: Callable, delete: Callable, silenced: Callable[[object], bool]) -> set[int]:
+                       replace: Callable, delete: Callable, silenced: Callable[[object], bool],
+                       render: Callable[[object, list[str], list[str]], str] | None = None) -> set[int]:
     """The dependency decisions of NM501-NM504 (codemods.dependencies) on the requirements named by
     `pip install` commands; all the commands of a unit form one list. Returns the lines marked."""
     from codemods import dependencies as deps
@@ -503,15 +581,15 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
                 _stable_describe(e, d) + " (this pip install checks hashes: update them with the change)")
             continue
         if d.action == "respec":
-            new = [_quoted(e.text.with_spec(d.new_spec or "").strip(), quote)]
+            new = [e.text.with_spec(d.new_spec or "").strip()]
             message = d.message
         else:
             new = []
             if d.keep_extras is not None:
-                new.append(_quoted(deps._with_extras(e.text, d.keep_extras), quote))
-            new += [_quoted(name + deps._min_spec(name) + e.marker, quote) for name in d.adds]
+                new.append(deps._with_extras(e.text, d.keep_extras))
+            new += [name + deps._min_spec(name) + e.marker for name in d.adds]
             message = deps._replace_message(d)
-        edits.setdefault(id(inst), []).append((inst, n, new, message, d, e))
+        edits.setdefault(id(inst), []).append((inst, n, new, message, d, e, quote))
     for items in edits.values():
         inst = items[0][0]
         left = len(inst.texts) - len(items) + sum(len(it[2]) for it in items)
@@ -520,9 +598,12 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
                 "this pip install only installs packages of the old Neuron stack: "
                 + "; ".join(_stable_describe(it[5], it[4]) for it in items))
             continue
-        for _, n, new, message, d, e in items:
+        for _, n, new, message, d, e, quote in items:
             if new:
-                replace(inst.refs[n], " ".join(new))
+                if render is not None:
+                    replace(inst.refs[n], render(inst.refs[n], new, [quote] * len(new)))
+                else:
+                    replace(inst.refs[n], " ".join(_quoted(r, quote) for r in new))
             else:
                 delete(inst.refs[n])
             ctx.finding(inst.lines[n], message)
@@ -541,7 +622,8 @@ class DockerPipInstall(DockerRule):
     triggers = PIP_TRIGGERS
     why = """
         The dependency decisions of NM501-NM504 applied to the requirements named on
-        `RUN pip install` (`pip3`, `python -m pip`, `uv pip`) command lines of a Dockerfile:
+        `RUN pip install` (`pip3`, `python -m pip`, `uv pip`) command lines of a Dockerfile
+        (shell form, exec form and `RUN <<EOF` heredoc scripts):
         `optimum-neuron` (and `optimum[neuronx]`, `transformers-neuronx`) is replaced by the
         libraries the migrated code imports at the versions it needs, `torch-xla`, `libneuronxla`
         and `neuronx-distributed(-training)` go (TorchNeuron, `torch-neuronx`, takes their place),
@@ -563,18 +645,32 @@ class DockerPipInstall(DockerRule):
         requirement files themselves are migrated by NM501). A `pip install` that checks hashes
         (`--require-hashes`, `--hash`) gets a marker instead of an edit, and so does one that
         would be left with nothing to install. Instructions with comment lines inside their
-        continuation, BuildKit heredocs and exec-form (`RUN ["pip", ...]`) instructions are not
-        edited. torch-xla alone counts as old Neuron stack only in an image that names Neuron
+        continuation are not edited. Exec-form instructions (`RUN ["pip", "install", ...]`, a
+        JSON array of strings) are edited element by element, and the scripts of BuildKit
+        heredocs run by the shell (`RUN <<EOF`) like shell scripts; a shell string inside an
+        exec form (`RUN ["sh", "-c", "pip install ..."]`) and heredocs that are files or
+        another language are not. torch-xla alone counts as old Neuron stack only in an image that names Neuron
         somewhere (the Neuron repository, a `-neuronx` image or package).
     """
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
         u = plan.unit
         installs: list[PipInstall] = []
+        exec_items: dict[tuple, list[tuple[int, int]]] = {}  # ("exec", g): element spans
         for g, ins in enumerate(u.instructions):
             if ins.keyword != "RUN" or ins.inner_comments:
                 continue
             text = u.src[ins.args_start: ins.end]
+            array = _exec_form(u.src, ins)
+            if array is not None:
+                spans, values = array
+                exec_items[("exec", g)] = spans
+                shown = [v if not _SHELL_META.search(v) and " " not in v else _quoted(v, "") for v in values]
+                for _k, reqs, hashed, other in pip_segments(shown):
+                    installs.append(PipInstall(
+                        ("exec", g), ins.first, [("exec", g, k) for k in reqs], [shown[k] for k in reqs],
+                        [u.line_of(spans[k][0]) for k in reqs], hashed, other))
+                continue
             if text.lstrip().startswith("[") or "<<" in text:
                 continue
             try:
@@ -583,15 +679,100 @@ class DockerPipInstall(DockerRule):
                 continue
             for _k, reqs, hashed, other in pip_segments([w.text for w in words]):
                 installs.append(PipInstall(
-                    g, ins.first, [(g, k) for k in reqs], [words[k].text for k in reqs],
+                    ("word", g), ins.first, [("word", g, k) for k in reqs], [words[k].text for k in reqs],
                     [u.line_of(words[k].start) for k in reqs], hashed, other))
+        for g, body in plan.bodies():
+            bu = body.unit
+            for s in bu.simples:
+                if body.is_removed(s) or not s.words:
+                    continue
+                texts = [bu.text(i) for i in s.words]
+                for _k, reqs, hashed, other in pip_segments(texts):
+                    installs.append(PipInstall(
+                        ("body", g, id(s)), body.offset + (bu.groups[s.group][0] if s.group >= 0 else 0),
+                        [("body", g, s.words[k]) for k in reqs], [texts[k] for k in reqs],
+                        [body.offset + bu.line_of(bu.toks[s.words[k]].start) for k in reqs], hashed, other))
         hint = deps_host() in u.src or re.search(r"neuronx|aws-neuron", u.src) is not None
+
+        def edit(ref: tuple, items: list[str] | None) -> None:
+            """Write ``items`` (requirements, unquoted) in place of the operand ``ref``; None deletes it."""
+            if ref[0] == "word":
+                if items is None:
+                    plan.delete(self.id, ref[1:])
+                else:
+                    plan.replace(self.id, ref[1:], " ".join(items))
+            elif ref[0] == "body":
+                body = plan.body(ref[1])
+                assert body is not None
+                if items is None:
+                    body.delete(self.id, ref[2])
+                else:
+                    body.replace(self.id, ref[2], " ".join(items))
+            else:
+                spans = exec_items[("exec", ref[1])]
+                k = ref[2]
+                a, b = spans[k]
+                if items is not None:
+                    plan.span(self.id, ref[1], a, b, items[0])
+                elif k + 1 < len(spans):
+                    plan.span(self.id, ref[1], a, spans[k + 1][0], "")
+                else:
+                    plan.span(self.id, ref[1], spans[k - 1][1], b, "")
+
+        def silenced(key: tuple) -> bool:
+            if key[0] == "body":
+                body = plan.body(key[1])
+                s = next((x for x in body.unit.simples if id(x) == key[2]), None) if body else None
+                return s is None or not body.editable(self.id, s)
+            return plan.silenced(self.id, key[1])
+
         plan.marked |= apply_pip_installs(
             self.id, ctx, installs, hint,
-            replace=lambda key, text: plan.replace(self.id, key, text),
-            delete=lambda key: plan.delete(self.id, key),
-            silenced=lambda g: plan.silenced(self.id, g),
+            replace=lambda ref, text: edit(ref, [text]),
+            delete=lambda ref: edit(ref, None),
+            silenced=silenced,
+            render=lambda ref, reqs, quotes: (
+                ", ".join(json.dumps(r) for r in reqs) if ref[0] == "exec"
+                else " ".join(_quoted(r, q) for r, q in zip(reqs, quotes))),
         )
+
+
+def _exec_form(src: str, ins: Instruction) -> tuple[list[tuple[int, int]], list[str]] | None:
+    """(element spans, values) of an exec-form `RUN ["pip", "install", ...]` (JSON array of strings)."""
+    i, end = ins.args_start, ins.end
+    flags = _RUN_FLAGS_RE.match(src, i)
+    i = flags.end() if flags else i
+    ws = re.compile(r"(?:[ \t\n]|\\[ \t]*\n)*")
+    i = ws.match(src, i).end()
+    if i >= end or src[i] != "[":
+        return None
+    i += 1
+    spans: list[tuple[int, int]] = []
+    values: list[str] = []
+    string = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+    while True:
+        i = ws.match(src, i).end()
+        m = string.match(src, i)
+        if m is None:
+            if src.startswith("]", i) and not spans:
+                break
+            return None
+        try:
+            value = json.loads(m.group(0))
+        except ValueError:
+            return None
+        spans.append((m.start(), m.end()))
+        values.append(value)
+        i = ws.match(src, m.end()).end()
+        if src.startswith(",", i):
+            i += 1
+            continue
+        if src.startswith("]", i):
+            break
+        return None
+    if src[i + 1: end].strip(" \t"):
+        return None
+    return spans, values
 
 
 def deps_host() -> str:

@@ -27,6 +27,7 @@ from codemods.shell import (
     ShellUnit,
     Simple,
     assignments,
+    command_name,
     plan_for,
     word_value,
     _shell_plan,
@@ -207,39 +208,178 @@ def find_launch(u: ShellUnit, s: Simple, env: dict[str, str | None] | None = Non
 
 
 class _Flag:
-    def __init__(self, name: str, toks: list[int], value: str | None) -> None:
+    def __init__(self, name: str, toks: list[int], value: str | None, holder: "_Holder | None" = None) -> None:
         self.name = name
-        self.toks = toks  # tokens to delete
+        self.toks = toks  # tokens to delete (words of ``holder`` when the flag is held in a variable)
         self.value = value  # raw text of the value (None: bare boolean flag)
+        self.holder = holder
 
 
-def _script_flags(u: ShellUnit, args: list[int]) -> list[_Flag]:
-    out = []
+def _parse_flags(texts: list[str], values: list[str | None]) -> list[tuple[str, list[int], str | None]]:
+    """(flag, positions, raw value) of the flags this rule edits in a list of words."""
+    out: list[tuple[str, list[int], str | None]] = []
     k = 0
-    while k < len(args):
-        text = u.value(args[k]) or u.text(args[k])
+    while k < len(texts):
+        text = values[k] or texts[k]
         name, eq, val = text.partition("=")
         if eq and not _PLAIN_VALUE.match(val):
             val = shlex.quote(val)
-        nxt = u.text(args[k + 1]) if k + 1 < len(args) else None
-        if name in _ENV_FLAGS:
+        nxt = texts[k + 1] if k + 1 < len(texts) else None
+        shown = (values[k + 1] or nxt) if nxt is not None else None  # `"--lr"` is an option too
+        # TP/PP sizes, and HfArgumentParser booleans: `--flag`, `--flag VALUE`, `--flag=VALUE`
+        if name in _ENV_FLAGS or name in _ZERO_FLAGS or name in _DROP_FLAGS:
             if eq:
-                out.append(_Flag(name, [args[k]], val))
-            elif nxt is not None and not nxt.startswith("-"):
-                out.append(_Flag(name, [args[k], args[k + 1]], nxt))
+                out.append((name, [k], val))
+            elif nxt is not None and shown is not None and not shown.startswith("-"):
+                out.append((name, [k, k + 1], nxt))
                 k += 1
             else:
-                out.append(_Flag(name, [args[k]], None))
-        elif name in _ZERO_FLAGS or name in _DROP_FLAGS:
-            # HfArgumentParser booleans: `--flag`, `--flag VALUE` (any word not starting with -), `--flag=VALUE`
-            if eq:
-                out.append(_Flag(name, [args[k]], val))
-            elif nxt is not None and not nxt.startswith("-"):
-                out.append(_Flag(name, [args[k], args[k + 1]], nxt))
-                k += 1
-            else:
-                out.append(_Flag(name, [args[k]], None))
+                out.append((name, [k], None))
         k += 1
+    return out
+
+
+def _script_flags(u: ShellUnit, args: list[int]) -> list[_Flag]:
+    found = _parse_flags([u.text(i) for i in args], [u.value(i) for i in args])
+    return [_Flag(name, [args[k] for k in ks], value) for name, ks, value in found]
+
+
+# -- flags held in a variable: `ARGS="--tensor_parallel_size 8 --zero_1 true"`, `args=(--zero_1 true)`
+
+#: a word of a literal value that is re-written as it is (no quotes, escapes, backticks)
+_HELD_WORD = re.compile(r"""[^\s"'\\`()#;&|<>][^\s"'\\`();&|<>]*""")
+_DQ_ELEMENT = re.compile(r'"[^"\\`]*"')
+_SQ_ELEMENT = re.compile(r"'[^']*'")
+_CONT = re.compile(r"\\\n")
+
+
+class _Holder:
+    """A variable assigned once to a literal list of words, whose flags can be removed exactly."""
+
+    def __init__(self, u: ShellUnit, s: Simple, tok: int, name: str, array: bool,
+                 spans: list[tuple[int, int]]) -> None:
+        self.s = s
+        self.tok = tok
+        self.name = name
+        self.array = array
+        self.text = u.text(tok)
+        m = ASSIGN_RE.match(self.text)
+        quoted = self.text[m.end():][:1] in ("(", '"', "'") if m else False
+        #: (start, end) of the value inside ``text``, without its quotes or parentheses
+        self.body = (m.end() + 1, len(self.text) - 1) if m and quoted else (m.end() if m else 0, len(self.text))
+        self.spans = spans  # (start, end) of each word inside ``text``
+        self.words = [self.text[a:b] for a, b in spans]
+        self.dropped: set[int] = set()
+
+    def values(self) -> list[str | None]:
+        return [word_value(w) for w in self.words]
+
+    def render(self) -> str:
+        """The assignment without the dropped words: a dropped word goes with the blanks after it
+        when another word follows on its line, else with the blanks before it."""
+        text = self.text
+        cuts: list[tuple[int, int]] = []
+        runs: list[list[int]] = []
+        for k in sorted(self.dropped):
+            if runs and runs[-1][-1] == k - 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        for run in runs:
+            a, b = self.spans[run[0]][0], self.spans[run[-1]][1]
+            if run[-1] + 1 < len(self.spans):  # up to the next word (blanks, newlines, continuations)
+                cuts.append((a, self.spans[run[-1] + 1][0]))
+            elif run[0] > 0:  # the last words: from the end of the word before
+                cuts.append((self.spans[run[0] - 1][1], b))
+            else:  # every word: the whole value
+                cuts.append(self.body)
+        out, pos = [], 0
+        for a, b in sorted(cuts):
+            a = max(a, pos)
+            out.append(text[pos:a])
+            pos = max(pos, b)
+        out.append(text[pos:])
+        return "".join(out)
+
+
+def _held_spans(value: str, offset: int) -> list[tuple[int, int]] | None:
+    """Word spans (offsets in the assignment word) of a literal value: ``"..."`` or ``'...'`` split
+    at blanks, ``(...)`` elements, or one plain word; None when the words cannot be known exactly."""
+    spans: list[tuple[int, int]] = []
+    if re.search(r"\$\{[^}]*\s", value):
+        return None  # `${X:-a b}`: the blanks do not separate words
+    if value.startswith("(") and value.endswith(")"):
+        body, base = value[1:-1], offset + 1
+        i = 0
+        while i < len(body):
+            if body[i] in " \t\n":
+                i += 1
+                continue
+            m = _CONT.match(body, i)
+            if m:
+                i = m.end()
+                continue
+            m = _DQ_ELEMENT.match(body, i) or _SQ_ELEMENT.match(body, i) or _HELD_WORD.match(body, i)
+            if m is None or "$(" in m.group(0) or (m.end() < len(body) and body[m.end()] not in " \t\n\\"):
+                return None  # a comment, an escape, a command substitution, glued quotes...
+            spans.append((base + m.start(), base + m.end()))
+            i = m.end()
+        return spans
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        body, base = value[1:-1], offset + 1
+        if value[0] == "'" and "'" in body:
+            return None
+        if value[0] == '"' and (any(c in _CONT.sub(" ", body) for c in '"`\\') or "$(" in body):
+            return None
+        for m in re.finditer(r"(?:[^\s\\]|\\(?!\n))+", body):
+            spans.append((base + m.start(), base + m.end()))
+        return spans
+    if _HELD_WORD.fullmatch(value) and "$" not in value:
+        return [(offset, offset + len(value))]
+    return None
+
+
+_REF_RE = re.compile(r'"?\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[@\])?\}|([A-Za-z_][A-Za-z0-9_]*))"?\Z')
+
+
+def _reference(text: str) -> tuple[str, bool] | None:
+    """(name, array) of an argument that expands a variable into words: `$ARGS`, `${ARGS}`,
+    `"${ARGS[@]}"`, `${ARGS[@]}` (a quoted scalar `"$ARGS"` stays one word: not handled)."""
+    m = _REF_RE.match(text)
+    if m is None:
+        return None
+    quoted = text.startswith('"')
+    if quoted != (text.endswith('"') and len(text) > 1):
+        return None
+    if m.group(2):
+        return m.group(1), True
+    if quoted:
+        return None
+    return m.group(1) or m.group(3), False
+
+
+_DECLARE = ("export", "declare", "local", "readonly", "typeset")
+
+
+def find_holders(u: ShellUnit) -> dict[str, "_Holder | None"]:
+    """Variables assigned in the unit: a holder for one assigned exactly once, alone on its command
+    (``ARGS=...`` or ``export ARGS=...``), to a literal whose words are known; None otherwise."""
+    out: dict[str, _Holder | None] = {}
+    for s in u.simples:
+        name_cmd = command_name(u, s)
+        for i in s.assigns + s.words[1:]:
+            m = ASSIGN_RE.match(u.text(i))
+            if m is None or (i in s.words and name_cmd not in _DECLARE):
+                continue
+            name = m.group(1)
+            if name in out:
+                out[name] = None
+                continue
+            standalone = (i in s.assigns and not s.words) or (
+                i in s.words and name_cmd == "export" and not any(u.text(w).startswith("-") for w in s.words))
+            value = u.text(i)[m.end():]
+            spans = _held_spans(value, m.end()) if standalone and not m.group(2) and not m.group(3) else None
+            out[name] = _Holder(u, s, i, name, value.startswith("("), spans) if spans is not None else None
     return out
 
 
@@ -281,8 +421,12 @@ class LaunchFlags(ShellRule):
         TP_SIZE=8 FSDP_SIZE=4 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun --nproc_per_node=32 train.py --output_dir out --torch_compile true
     """
     caveats = """
-        Flags held in a variable or an array (`ARGS="--tensor_parallel_size 8"`, `"${ARGS[@]}"`)
-        and launches of `.sh` scripts are flagged, not edited. The number of processes is read from
+        Flags held in a variable (`ARGS="--tensor_parallel_size 8 --zero_1 true"`,
+        `args=(--zero_1 true)`) are edited where the variable is assigned, and TP_SIZE/FSDP_SIZE go
+        to the launches that expand it, when it is assigned once to a literal (no command
+        substitution, escape or nested quote) and expanded only into the arguments of Python
+        launches (`$ARGS`, `${ARGS}`, `"${ARGS[@]}"`) or shown by `echo`; otherwise, and in
+        launches of `.sh` scripts and `bash -c` strings, they are flagged. The number of processes is read from
         `--nproc_per_node` (directly or through a variable set once in the script) and
         `--nnodes`; with `--nnodes $VAR` FSDP_SIZE becomes `$((per-node ranks * VAR))`. The
         environment prefix reaches the script through `srun` (which exports the environment) but
@@ -306,16 +450,18 @@ class LaunchFlags(ShellRule):
         env = unit_variables(u)
         # a Neuron launch script: another rule of the family changed or flagged something in it
         neuron = any(f.rule in ("NM510", "NM511", "NM512", "NM513", "NM514") for f in ctx.findings)
-        launches: set[int] = set()
+        found: list[Launch] = []
         for s in u.simples:
             if plan.is_removed(s):
                 continue
             launch = find_launch(u, s, env)
-            if launch is None:
-                continue
-            launches.add(id(s))
-            self._launch(plan, ctx, launch, env, neuron)
-        # flags this rule cannot edit: in variables, arrays, non-Python launches
+            if launch is not None:
+                found.append(launch)
+        holders = self._usable_holders(plan, found)
+        for launch in found:
+            self._launch(plan, ctx, launch, env, neuron, holders)
+        launches = {id(launch.s) for launch in found} | {id(h.s) for h in holders.values()}
+        # flags this rule cannot edit: in variables it cannot follow, non-Python launches
         for s in u.simples:
             if id(s) in launches or plan.is_removed(s):
                 continue
@@ -327,10 +473,68 @@ class LaunchFlags(ShellRule):
                             "optimum-neuron's parallelism flags: pass TP_SIZE/FSDP_SIZE in the environment "
                             "of the torchrun launch instead (see `neuron-migrate explain NM515`)")
 
-    def _launch(self, plan: ShellPlan, ctx, launch: Launch, env: dict[str, str | None], neuron: bool) -> None:
+    def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
+        """Variables holding script flags that can be edited where they are assigned: assigned once
+        to a literal, expanded (unquoted, or as "${A[@]}") only into the arguments of launches of
+        Python scripts, and mentioned nowhere else but in echo-like commands."""
+        u = plan.unit
+        candidates = {name: h for name, h in find_holders(u).items()
+                      if h is not None and _parse_flags(h.words, h.values())}
+        if not candidates:
+            return {}
+        seen: dict[str, int] = {}
+        bad: set[str] = set()
+        in_launch = {id(launch.s): set(launch.args) for launch in launches}
+        for s in u.simples:
+            args = in_launch.get(id(s))
+            for i in s.words:
+                ref = _reference(u.text(i))
+                if ref is None or ref[0] not in candidates:
+                    continue
+                name, array = ref
+                if args is not None and i in args and array == candidates[name].array:
+                    seen[name] = seen.get(name, 0) + 1
+                elif not _echo_like(u, s):
+                    bad.add(name)
+            if _echo_like(u, s):  # `echo "running with $ARGS"`: shows the value, whatever it is
+                for name in candidates:
+                    pattern = r"\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])"
+                    seen[name] = seen.get(name, 0) + sum(len(re.findall(pattern, u.text(i))) for i in s.words)
+        out = {}
+        for name, h in candidates.items():
+            total = len(re.findall(r"\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])", u.src))
+            if (name in bad or not seen.get(name) or seen[name] != total or plan.is_removed(h.s)
+                    or not plan.editable(self.id, h.s)):
+                continue
+            out[name] = h
+        return out
+
+    def _drop(self, plan: ShellPlan, f: _Flag) -> None:
+        if f.holder is not None:
+            f.holder.dropped.update(f.toks)
+            plan.rewrite(self.id, f.holder.tok, f.holder.render())
+        else:
+            for t in f.toks:
+                plan.delete(self.id, t)
+
+    @staticmethod
+    def _at(f: _Flag) -> int:
+        """The token a finding about the flag points at."""
+        return f.holder.tok if f.holder is not None else f.toks[0]
+
+    def _launch(self, plan: ShellPlan, ctx, launch: Launch, env: dict[str, str | None], neuron: bool,
+                holders: dict[str, _Holder] | None = None) -> None:
         u = plan.unit
         s = launch.s
         flags = _script_flags(u, launch.args)
+        held_words: list[str] = []
+        for i in launch.args:
+            ref = _reference(u.text(i))
+            h = (holders or {}).get(ref[0]) if ref else None
+            if h is None:
+                continue
+            held_words += h.words
+            flags += [_Flag(name, ks, value, h) for name, ks, value in _parse_flags(h.words, h.values())]
         editable = plan.editable(self.id, s)
         if flags and not editable:
             _mark(plan, ctx, s.group, f"{', '.join(f.name for f in flags)}: the migrated script no longer "
@@ -360,15 +564,13 @@ class LaunchFlags(ShellRule):
         zero: _Flag | None = None
         for f in flags:
             var = _ENV_FLAGS.get(f.name)
-            plan_tokens = f.toks
-            first = plan_tokens[0]
+            first = self._at(f)
             if var is not None:
                 if f.value is None:  # `--tensor_parallel_size` without a value: not ours to guess
                     _mark(plan, ctx, s.group, f"{f.name} without a value: the migrated script no longer accepts "
                                 f"it: set {var} in the environment of this launch instead")
                     continue
-                for t in plan_tokens:
-                    plan.delete(self.id, t)
+                self._drop(plan, f)
                 if var not in present:
                     plan.prefix(self.id, s, f"{var}={f.value}")
                     present[var] = f.value
@@ -381,12 +583,10 @@ class LaunchFlags(ShellRule):
                                 "DistributedConfig equivalent in the migrated script: check how this model is "
                                 "split (TP_SIZE x FSDP_SIZE must equal the number of processes)")
             elif f.name in _ZERO_FLAGS:
-                for t in plan_tokens:
-                    plan.delete(self.id, t)
+                self._drop(plan, f)
                 zero = f
             else:
-                for t in plan_tokens:
-                    plan.delete(self.id, t)
+                self._drop(plan, f)
                 shown = f.name if f.value is None else f"{f.name} {f.value}"
                 self.finding(ctx, plan, first, f"removed {shown}: {_DROP_FLAGS[f.name]}")
 
@@ -395,11 +595,11 @@ class LaunchFlags(ShellRule):
             on = _truth(zero.value)
             shown = zero.name if zero.value is None else f"{zero.name} {zero.value}"
             if on is False:
-                self.finding(ctx, plan, zero.toks[0], f"removed {shown}: ZeRO-1 was off")
+                self.finding(ctx, plan, self._at(zero), f"removed {shown}: ZeRO-1 was off")
             elif fsdp_raw is not None:
-                self.finding(ctx, plan, zero.toks[0], f"removed {shown}: FSDP_SIZE is set already")
+                self.finding(ctx, plan, self._at(zero), f"removed {shown}: FSDP_SIZE is set already")
             elif on is None or tp is None and tp_raw is not None or nproc is None or nodes is None:
-                self.finding(ctx, plan, zero.toks[0], f"removed {shown}")
+                self.finding(ctx, plan, self._at(zero), f"removed {shown}")
                 _mark(plan, ctx, s.group, f"{shown} sharded the optimizer over the data-parallel ranks: with "
                             "TorchNeuron set FSDP_SIZE=<number of processes / TP_SIZE> in the environment of "
                             "this launch to shard with FSDP (TP_SIZE x FSDP_SIZE = number of processes)")
@@ -408,7 +608,7 @@ class LaunchFlags(ShellRule):
                 dp = nproc // tp_n if nproc % tp_n == 0 else None
                 new_fsdp = None
                 if dp is None:
-                    self.finding(ctx, plan, zero.toks[0], f"removed {shown}")
+                    self.finding(ctx, plan, self._at(zero), f"removed {shown}")
                 elif isinstance(nodes, str):
                     new_fsdp = f"${nodes}" if dp == 1 else f"$(({dp} * {nodes}))"
                 elif dp * nodes > 1:
@@ -416,10 +616,10 @@ class LaunchFlags(ShellRule):
                 if new_fsdp is not None and fsdp_raw is None:
                     plan.prefix(self.id, s, f"FSDP_SIZE={new_fsdp}")
                     present["FSDP_SIZE"] = fsdp_raw = new_fsdp
-                    self.finding(ctx, plan, zero.toks[0], f"{shown} -> FSDP_SIZE={new_fsdp}: the "
+                    self.finding(ctx, plan, self._at(zero), f"{shown} -> FSDP_SIZE={new_fsdp}: the "
                                  "data-parallel ranks shard parameters, gradients and optimizer state with FSDP")
                 elif dp is not None:
-                    self.finding(ctx, plan, zero.toks[0], f"removed {shown}: no data-parallel rank is left "
+                    self.finding(ctx, plan, self._at(zero), f"removed {shown}: no data-parallel rank is left "
                                  f"beside TP_SIZE={tp_n}")
 
         self._check_layout(plan, ctx, launch, tp, present.get("FSDP_SIZE") or fsdp_raw, nproc, nodes, env)
@@ -427,9 +627,10 @@ class LaunchFlags(ShellRule):
             plan.edited_launches.add(id(s))
 
         if ((neuron or flags) and editable and launch.script_name.endswith(".py")
-                and any(u.text(i) == "--output_dir" or u.text(i).startswith("--output_dir=") for i in launch.args)
-                and not any(u.text(i).split("=", 1)[0] in ("--torch_compile", "--torch-compile")
-                            for i in launch.args)):
+                and any(w == "--output_dir" or w.startswith("--output_dir=")
+                        for w in [u.text(i) for i in launch.args] + held_words)
+                and not any(w.split("=", 1)[0] in ("--torch_compile", "--torch-compile")
+                            for w in [u.text(i) for i in launch.args] + held_words)):
             self._add_torch_compile(plan, ctx, launch)
 
     def _check_layout(self, plan, ctx, launch: Launch, tp: int | None, fsdp_raw: str | None,
@@ -564,9 +765,13 @@ class DeactivateAsyncLoad(ShellRule):
                 if text.startswith("#"):
                     continue
                 break
-            if any(e.start == last or e.start <= last < e.end for e in getattr(ctx, "_edits", ())):
-                return  # pragma: no cover - a header line edited by another rule
-            ctx.replace_lines(last, last + 1, [lines[last], f"export {HF_ASYNC}=1"])
+            edit = ctx.edit_covering(last)
+            if edit is None:
+                ctx.replace_lines(last, last + 1, [lines[last], f"export {HF_ASYNC}=1"])
+            elif edit.start == last and edit.end == last + 1:  # `#SBATCH --export=...` that NM512 edited
+                ctx.update_lines(edit, last, last + 1, [*edit.new, f"export {HF_ASYNC}=1"])
+            else:
+                return  # pragma: no cover - header lines are single lines
             ctx.finding(last + 1, f"exported {HF_ASYNC}=1: Transformers' asynchronous weight loading is not "
                         "supported on Neuron")
             return

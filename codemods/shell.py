@@ -36,6 +36,7 @@ from typing import Callable, Iterable
 
 from migrator.model import ignored_rules, is_silenced
 from migrator.rules import TextRule
+from migrator.text_engine import LineEdit
 
 # ------------------------------------------------------------------------------------------------
 # What the rules know about the old stack
@@ -1022,9 +1023,6 @@ def render(
 # ------------------------------------------------------------------------------------------------
 # The plan shared by the rules of one unit
 
-_FROZEN = object()
-
-
 class Plan:
     """Edits that several rules make to the same unit, rendered together per statement group.
 
@@ -1035,7 +1033,10 @@ class Plan:
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
-        self.emitted: dict[int, object] = {}
+        #: line of the unit where ``lines`` start (a script embedded in a larger unit: a
+        #: Dockerfile heredoc body); group ranges are relative, engine edits absolute
+        self.offset = 0
+        self.emitted: dict[int, LineEdit] = {}
         self.marked: set[int] = set()
         self.comments: dict[int, list[str]] = {}
         self.dirty: set[int] = set()
@@ -1074,10 +1075,10 @@ class Plan:
         if self.silenced(ctx.rule_id, group):
             return
         if line in self.marked or group in self.comments:
-            ctx.finding(line, message, "manual")
+            ctx.finding(line + self.offset, message, "manual")
             return
         self.marked.add(line)
-        ctx.marker(line, message)
+        ctx.marker(line + self.offset, message)
 
     def flush(self, ctx) -> None:
         for g in sorted(set(self.touched_groups())):
@@ -1099,11 +1100,9 @@ class Plan:
             if edit is None:
                 if start == end and not lines:
                     continue
-                ctx.replace_lines(start, end, lines)
-                edits = getattr(ctx, "_edits", None)
-                self.emitted[g] = edits[-1] if edits and hasattr(edits[-1], "new") else _FROZEN
-            elif edit is not _FROZEN:
-                edit.start, edit.end, edit.new = start, end, list(lines)
+                self.emitted[g] = ctx.replace_lines(start + self.offset, end + self.offset, lines)
+            else:  # one engine edit per group, whichever rule of the family made it first
+                ctx.update_lines(edit, start + self.offset, end + self.offset, lines)
 
 
 class ShellPlan(Plan):
@@ -1139,6 +1138,12 @@ class ShellPlan(Plan):
 
     def replace(self, rule: str, tok: int, text: str) -> None:
         self.replaced.setdefault(tok, (rule, text))
+        self.dirty.add(self.unit.group_of_tok[tok])
+
+    def rewrite(self, rule: str, tok: int, text: str) -> None:
+        """Replace a token's text, replacing what an earlier rewrite of it wrote (a word that the
+        rules edit piece by piece, such as a variable's value)."""
+        self.replaced[tok] = (rule, text)
         self.dirty.add(self.unit.group_of_tok[tok])
 
     def prefix(self, rule: str, s: Simple, text: str) -> None:
@@ -1355,6 +1360,67 @@ class ShellRule(TextRule):
 
 
 # ------------------------------------------------------------------------------------------------
+# Scripts inside words: `bash -c '...'`, `sh -lc "..."`, `eval '...'`
+
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
+_SHELL_C = re.compile(r"-[A-Za-z]*c[A-Za-z]*\Z")
+
+
+def embedded_scripts(unit: ShellUnit, s: Simple) -> list[int]:
+    """Tokens of ``s`` that hold a script another shell runs: the operand of ``bash -c`` (also
+    behind a launcher: ``srun bash -c ...``) and the single operand of ``eval``."""
+    vals = [unit.value(i) for i in s.words]
+    if not vals:
+        return []
+    if vals[0] == "eval":
+        return s.words[1:2] if len(s.words) == 2 else []
+    if vals[0] in ("echo", "printf", "cat", "grep", ":"):
+        return []
+    for k, v in enumerate(vals):
+        if v is None or v.rsplit("/", 1)[-1] not in _SHELLS:
+            continue
+        j = k + 1
+        while j < len(vals) and vals[j] is not None and vals[j].startswith("-"):
+            if _SHELL_C.match(vals[j]) and not vals[j].startswith("--"):
+                return s.words[j + 1: j + 2]
+            j += 1
+        return []
+    return []
+
+
+def literal_script(text: str) -> tuple[str, str] | None:
+    """(quote, script) of a word that is one quoted literal the migration can re-quote exactly:
+    ``'...'`` without a quote inside, or ``"..."`` without ``"``, ``\\``, backticks or ``$``."""
+    if len(text) < 2 or text[0] != text[-1] or text[0] not in "\"'":
+        return None
+    body = text[1:-1]
+    if text[0] == "'" and "'" not in body:
+        return "'", body
+    if text[0] == '"' and not any(c in body for c in '"\\`$'):
+        return '"', body
+    return None
+
+
+def rewrite_script(script: str, edit: Callable[["ShellPlan"], bool]) -> str | None:
+    """``script`` after ``edit`` contributed to a plan of its own (None: it does not parse, or
+    ``edit`` changed nothing)."""
+    lines = script.split("\n")
+    try:
+        plan = ShellPlan(ShellUnit(lines))
+    except (ShellSyntaxError, RecursionError, ValueError):
+        return None
+    if not edit(plan):
+        return None
+    out = list(lines)
+    for g in sorted(set(plan.touched_groups()), reverse=True):
+        new = plan.render_group(g)
+        if new is not None:
+            a, b = plan.group_range(g)
+            out[a: b + 1] = new
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------
 # NM510: optimum-cli
 
 
@@ -1492,6 +1558,10 @@ class OptimumCliCommands(ShellRule):
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         for s in u.simples:
+            if any(re.search(r"optimum-cli\s+(export\s+neuronx?|neuron)\b|optimum\.exporters\.neuron", u.text(t))
+                   for t in embedded_scripts(u, s)):
+                plan.marker(ctx, s.group, "this command string runs optimum-cli's Neuron export or tools: remove "
+                            "them (TorchNeuron compiles on first use, see `neuron-migrate explain NM510`)")
             name = command_name(u, s)
             vals = [u.value(i) for i in s.words]
             if name == "optimum-cli" and len(vals) >= 3 and vals[1] == "export" and vals[2] in ("neuron", "neuronx"):
@@ -1564,6 +1634,9 @@ class NeuronParallelCompile(ShellRule):
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         for s in u.simples:
+            if any("neuron_parallel_compile" in u.text(t) for t in embedded_scripts(u, s)):
+                plan.marker(ctx, s.group, "this command string runs neuron_parallel_compile: remove the prefix "
+                            "and keep the command it wraps (TorchNeuron compiles on first use)")
             k = _npc_position(u, s)
             if k is None:
                 continue
@@ -1632,8 +1705,11 @@ class XlaOnlyEnvironment(ShellRule):
         `NEURON_NUM_RECENT_MODELS_TO_KEEP` (and other torch-xla settings) are read only by the XLA
         stack, and `OPTIMUM_NEURON_*`-style variables only by optimum-neuron. TorchNeuron ignores
         them; bf16 comes from `dtype=torch.bfloat16` or `bf16=True`. They are removed from
-        `export X=...`, `X=... cmd` prefixes, `env X=... cmd` and `unset X`. Runtime and EFA
-        variables (`NEURON_RT_*` other than the one above, `FI_*`, `CCOM_*`) are kept.
+        `export X=...`, `X=... cmd` prefixes, `env X=... cmd` and `unset X`, from the environment
+        that launchers pass on (`mpirun -x X=...`, `srun --export=ALL,X=...`, `#SBATCH
+        --export=...`), and from the scripts of `bash -c '...'`/`sh -c`/`eval '...'` when the
+        string is a literal (re-lexed and re-quoted as it was). Runtime and EFA variables
+        (`NEURON_RT_*` other than the one above, `FI_*`, `CCOM_*`) are kept.
     """
     before = """
         export XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2
@@ -1644,8 +1720,11 @@ class XlaOnlyEnvironment(ShellRule):
         torchrun --nproc_per_node=2 train.py
     """
     caveats = """
-        Forms inside `$(...)`, heredocs, `declare -x`, `srun --export=` and `mpirun -x` are not
-        edited. A line that still reads a removed variable (`$XLA_USE_BF16`) gets a marker.
+        Forms inside `$(...)` and heredocs, and `declare -x`, are not edited. A command string
+        with expansions, escapes or nested quotes (`bash -c "X=1 python $S"`), a quoted or
+        expanded `--export` list, and one that would be left empty (`--export=XLA_USE_BF16=1`
+        exports that variable alone) get a marker instead. A line that still reads a removed
+        variable (`$XLA_USE_BF16`) gets a marker.
     """
 
     def contribute(self, plan: ShellPlan, ctx) -> None:
@@ -1660,6 +1739,14 @@ class XlaOnlyEnvironment(ShellRule):
                 removed.setdefault(a.name, []).append(s)
                 what = {"unset": f"`unset {a.name}`"}.get(a.form, a.name)
                 self.finding(ctx, plan, a.tok, f"removed {what}: {reason}")
+            name = command_name(u, s)
+            if name in ("mpirun", "mpiexec", "orterun"):
+                self._mpirun(plan, ctx, s, removed)
+            elif name in ("srun", "sbatch", "salloc"):
+                self._srun(plan, ctx, s, removed)
+            for tok in embedded_scripts(u, s):
+                self._embedded(plan, ctx, s, tok)
+        self._sbatch_lines(plan, ctx)
         if not removed:
             return
         for s in u.simples:
@@ -1672,6 +1759,146 @@ class XlaOnlyEnvironment(ShellRule):
                     plan.marker(ctx, s.group, f"{name} is no longer set (XLA-only, removed by neuron-migrate): "
                                 "update this use")
                     break
+
+    def _mpirun(self, plan: ShellPlan, ctx, s: Simple, removed: dict[str, list[Simple]]) -> None:
+        """`mpirun -x XLA_USE_BF16=1 -x FI_PROVIDER python t.py`: the `-x` pairs of XLA-only variables go."""
+        u = plan.unit
+        words = s.words
+        k = 1
+        while k + 1 < len(words):
+            flag = u.value(words[k])
+            if flag is None or not flag.startswith("-"):
+                if flag is None or "/" in flag or flag.endswith((".py", ".sh")) or _PYTHON_RE.match(flag) or flag in (
+                        "torchrun", "bash", "sh", "env", "neuron_parallel_compile"):
+                    return  # the program: what follows are its own arguments
+                k += 1
+                continue
+            if flag == "-x":
+                operand = u.value(words[k + 1])
+                var = (operand or "").split("=", 1)[0]
+                reason = xla_only_reason(var) if operand is not None and NAME_RE.match(var) else None
+                if reason is not None:
+                    if not plan.editable(self.id, s):
+                        plan.marker(ctx, s.group, f"remove `-x {operand}` ({reason})")
+                        return
+                    plan.delete(self.id, words[k])
+                    plan.delete(self.id, words[k + 1])
+                    removed.setdefault(var, []).append(s)
+                    self.finding(ctx, plan, words[k], f"removed `-x {var}` from the MPI launch: {reason}")
+                k += 2
+                continue
+            k += 1
+
+    def _srun(self, plan: ShellPlan, ctx, s: Simple, removed: dict[str, list[Simple]]) -> None:
+        """`srun --export=ALL,XLA_USE_BF16=1 ...`: the XLA-only variables leave the list."""
+        u = plan.unit
+        words = s.words
+        for k in range(1, len(words)):
+            text = u.text(words[k])
+            if text.startswith("--export="):
+                tok, prefix, value = words[k], "--export=", text[len("--export="):]
+            elif text == "--export" and k + 1 < len(words):
+                tok, prefix, value = words[k + 1], "", u.text(words[k + 1])
+            else:
+                continue
+            plain = word_value(value)
+            new = _export_list(plain) if plain is not None else None
+            if new is None:
+                names = sorted({m.group(1) for m in _ASSIGN_ANY_RE.finditer(value) if xla_only_reason(m.group(1))})
+                if names:
+                    plan.marker(ctx, s.group, f"remove {', '.join(names)} from this --export list (XLA-only, "
+                                "TorchNeuron ignores it)")
+                return
+            kept, gone = new
+            if not gone:
+                return
+            reasons = "; ".join(f"{g}: {xla_only_reason(g)}" for g in gone)
+            if not kept or not plan.editable(self.id, s) or plain != value:
+                plan.marker(ctx, s.group, f"remove {', '.join(gone)} from this --export list ({reasons})")
+                return
+            plan.replace(self.id, tok, prefix + ",".join(kept))
+            for g in gone:
+                removed.setdefault(g, []).append(s)
+            self.finding(ctx, plan, tok, f"removed {', '.join(gone)} from the --export list: {reasons}")
+            return
+
+    def _sbatch_lines(self, plan: ShellPlan, ctx) -> None:
+        """`#SBATCH --export=ALL,XLA_USE_BF16=1` directive lines (comments to the shell)."""
+        u = plan.unit
+        comment_starts = {start for start, _end in u.comments}  # real comments: not heredoc or string text
+        for li, line in enumerate(u.lines):
+            m = _SBATCH_EXPORT_RE.match(line)
+            if m is None or u.line_starts[li] not in comment_starts:
+                continue
+            new = _export_list(m.group(2))
+            if new is None or not new[1]:
+                continue
+            kept, gone = new
+            reasons = "; ".join(f"{g}: {xla_only_reason(g)}" for g in gone)
+            inside = any(a <= li <= b for a, b in u.groups)
+            if "neuron-migrate" in line and is_silenced(ignored_rules(line), self.id):
+                continue
+            if not kept or inside or ctx.is_edited(li):
+                ctx.marker(li, f"remove {', '.join(gone)} from this --export list ({reasons})")
+                continue
+            ctx.replace_lines(li, li + 1, [line[: m.start(2)] + ",".join(kept) + line[m.end(2):]],
+                              f"removed {', '.join(gone)} from the #SBATCH --export list: {reasons}")
+
+    def _embedded(self, plan: ShellPlan, ctx, s: Simple, tok: int) -> None:
+        """`bash -c '...'` / `eval '...'`: a literal script is rewritten, anything else is flagged."""
+        u = plan.unit
+        text = u.text(tok)
+        names = sorted({m.group(1) for m in _ASSIGN_ANY_RE.finditer(text) if xla_only_reason(m.group(1))})
+        if not names:
+            return
+        found: list[str] = []
+
+        def edit(sub: ShellPlan) -> bool:
+            for inner in sub.unit.simples:
+                for a in assignments(sub.unit, inner):
+                    if xla_only_reason(a.name) is not None and sub.editable(self.id, inner):
+                        sub.delete(self.id, a.tok)
+                        found.append(a.name)
+            return bool(found)
+
+        lit = literal_script(text)
+        new = rewrite_script(lit[1], edit) if lit is not None else None
+        if new is None or not plan.editable(self.id, s) or set(found) != set(names):
+            plan.marker(ctx, s.group, f"{', '.join(names)} set inside this command string: remove "
+                        f"{'it' if len(names) == 1 else 'them'} (XLA-only, TorchNeuron ignores "
+                        f"{'it' if len(names) == 1 else 'them'})")
+            return
+        if not new.strip() and s.words.index(tok) == len(s.words) - 1 and command_name(u, s) in _SHELLS | {"eval"}:
+            plan.remove(self.id, s)  # `eval 'export XLA_USE_BF16=1'`: nothing left to run
+        else:
+            plan.replace(self.id, tok, lit[0] + new + lit[0])
+        self.finding(ctx, plan, tok, f"removed {', '.join(names)} from the command string: "
+                     + "; ".join(dict.fromkeys(str(xla_only_reason(n)) for n in names)))
+
+
+_SBATCH_EXPORT_RE = re.compile(r"^(#SBATCH\s+--export[= ])(\S+)(\s.*)?$")
+_ASSIGN_ANY_RE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=")
+_EXPORT_ITEM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(=[^,]*)?\Z")
+
+
+def _export_list(value: str) -> tuple[list[str], list[str]] | None:
+    """(kept items, removed variable names) of a Slurm ``--export`` list; None if it is not a plain
+    list of ``ALL``/``NONE``/``NAME``/``NAME=value`` items (a value with a comma is ambiguous)."""
+    items = value.split(",")
+    kept: list[str] = []
+    gone: list[str] = []
+    for item in items:
+        if item in ("ALL", "NONE", "NIL"):
+            kept.append(item)
+            continue
+        if not _EXPORT_ITEM_RE.match(item) or "$" in item or "'" in item or '"' in item:
+            return None
+        name = item.split("=", 1)[0]
+        if xla_only_reason(name) is not None:
+            gone.append(name)
+        else:
+            kept.append(item)
+    return kept, gone
 
 
 # ------------------------------------------------------------------------------------------------

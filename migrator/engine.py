@@ -15,6 +15,7 @@ import tokenize
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
@@ -118,14 +119,15 @@ def _encode(text: str, encoding: str, bom: bool) -> bytes:
     return codecs.BOM_UTF8 + data if bom else data
 
 
-def migrate_text(text: str, kind: str, rules: RuleSet) -> tuple[str, list[Finding]]:
-    """Run the rules over the decoded text of one file. Raises UnitSyntaxError/NotebookError."""
+def migrate_text(text: str, kind: str, rules: RuleSet, path: Path | None = None) -> tuple[str, list[Finding]]:
+    """Run the rules over the decoded text of one file (``path``: where it lives, for rules that read
+    the files it includes). Raises UnitSyntaxError/NotebookError."""
 
     def py(source: str) -> tuple[str, list[Finding]]:
         return run_python(source, rules.python, rules.owners)
 
     def sh(source: str) -> tuple[str, list[Finding]]:
-        return run_text(source, "shell", rules.text)
+        return run_text(source, "shell", rules.text, path)
 
     if kind == "python":
         return py(text)
@@ -133,7 +135,7 @@ def migrate_text(text: str, kind: str, rules: RuleSet) -> tuple[str, list[Findin
         return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE)
     if kind == "markdown":
         return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
-    return run_text(text, kind, rules.text)
+    return run_text(text, kind, rules.text, path)
 
 
 def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> FileResult:
@@ -163,7 +165,7 @@ def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> 
     except (UnicodeError, LookupError) as exc:
         return _error(result, f"cannot decode: {exc}")
     try:
-        new_text, findings = migrate_text(text, candidate.kind, rules)
+        new_text, findings = migrate_text(text, candidate.kind, rules, candidate.path)
     except UnitSyntaxError as exc:
         hint = " (Python 2 code is not supported)" if _looks_like_python2(text) else ""
         return _error(result, f"syntax error: {exc}{hint}")

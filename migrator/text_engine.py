@@ -10,6 +10,7 @@ Every line no rule touched is kept byte for byte, with its own line ending.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, find_markers, ignored_rules, is_silenced, marker_text
@@ -17,7 +18,10 @@ from migrator.rules import TextRule
 
 
 @dataclass
-class _LineEdit:
+class LineEdit:
+    """One pending line replacement; ``TextContext.replace_lines`` returns it so that a rule can
+    update it later in the same unit (``TextContext.update_lines``)."""
+
     rule: str
     start: int  # 0-based, inclusive
     end: int  # 0-based, exclusive
@@ -25,20 +29,39 @@ class _LineEdit:
 
 
 class TextContext:
-    def __init__(self, text: str, kind: str) -> None:
+    def __init__(self, text: str, kind: str, path: Path | None = None) -> None:
         self.text = text
         self.kind = kind
+        #: the file the unit comes from, when the caller knows it (None for notebook/markdown
+        #: pieces and in-memory text): rules may read files it refers to (``-r base.txt``)
+        self.path = path
         self.lines = text.splitlines()
         self.rule_id = ""
-        self._edits: list[_LineEdit] = []
+        self._edits: list[LineEdit] = []
         self._markers: dict[int, list[tuple[str, str]]] = {}
         self.findings: list[Finding] = []
 
-    def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> None:
+    def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> LineEdit:
         """Replace original lines [start, end) (0-based) with ``new`` (without endings)."""
-        self._edits.append(_LineEdit(self.rule_id, start, end, list(new)))
+        edit = LineEdit(self.rule_id, start, end, list(new))
+        self._edits.append(edit)
         if message:
             self.finding(start, message)
+        return edit
+
+    def update_lines(self, edit: LineEdit, start: int, end: int, new: Sequence[str]) -> None:
+        """Change an edit made earlier in this unit (by any rule) in place: a family of rules that
+        renders one statement together keeps a single edit for it. The edit keeps its rule."""
+        if not any(e is edit for e in self._edits):
+            raise ValueError("not an edit of this unit")
+        edit.start, edit.end, edit.new = start, end, list(new)
+
+    def edit_covering(self, line: int) -> LineEdit | None:
+        """The edit made so far in this unit that covers (or inserts at) 0-based ``line``."""
+        return next((e for e in self._edits if e.start == line or e.start <= line < e.end), None)
+
+    def is_edited(self, line: int) -> bool:
+        return self.edit_covering(line) is not None
 
     def finding(self, line: int, message: str, fix: str = "applied", column: int = 1) -> None:
         """A finding at 0-based ``line``."""
@@ -62,12 +85,14 @@ def indentation(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def run_text(text: str, kind: str, rules: Sequence[TextRule]) -> tuple[str, list[Finding]]:
+def run_text(
+    text: str, kind: str, rules: Sequence[TextRule], path: Path | None = None
+) -> tuple[str, list[Finding]]:
     findings = find_markers(text)
     active = [r for r in rules if kind in r.kinds and (not r.triggers or any(t in text for t in r.triggers))]
     if not active:
         return text, findings
-    ctx = TextContext(text, kind)
+    ctx = TextContext(text, kind, path)
     for rule in active:
         ctx.rule_id = rule.id
         rule.apply(ctx)

@@ -151,7 +151,9 @@ UNTOUCHED = [
     "X=$(cat <<EOF\nexport XLA_USE_BF16=1\nEOF\n)\n",
     "echo 'export XLA_USE_BF16=1'\n",
     'echo "XLA_USE_BF16=1 neuron_parallel_compile"\n',
-    "bash -c 'export XLA_USE_BF16=1; python t.py'\n",
+    "echo bash -c 'export XLA_USE_BF16=1; python t.py'\n",
+    "cat > job.sh <<EOF\n#SBATCH --export=ALL,XLA_USE_BF16=1\nEOF\n",
+    "echo '\n#SBATCH --export=ALL,XLA_USE_BF16=1\n'\n",
     "echo 'unbalanced\nexport XLA_USE_BF16=1\n",  # does not lex: left alone
     "if true; then\nexport XLA_USE_BF16=1\n",  # does not parse: left alone
     "export XLA_USE_BF16=1 # neuron-migrate: ignore\n",
@@ -166,6 +168,62 @@ def test_untouched_is_byte_identical(src: str):
     result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), data)
     assert result.status == "unchanged", result.new_text
     assert not [f for f in result.findings if f.fix == "applied"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers that carry the environment, and scripts inside strings
+
+
+@pytest.mark.parametrize("src,expected", [
+    ("mpirun -np 4 -x XLA_USE_BF16=1 -x FI_PROVIDER python t.py\n", "mpirun -np 4 -x FI_PROVIDER python t.py\n"),
+    ("mpiexec -x PJRT_DEVICE -np 2 torchrun t.py -x XLA_USE_BF16\n", "mpiexec -np 2 torchrun t.py -x XLA_USE_BF16\n"),
+    ("srun --export=ALL,XLA_USE_BF16=1,A=b python t.py\n", "srun --export=ALL,A=b python t.py\n"),
+    ("srun --export ALL,NEURON_FUSE_SOFTMAX=1 python t.py\n", "srun --export ALL python t.py\n"),
+    ("srun --export=NONE,XLA_IR_DEBUG=1,PATH python t.py\n", "srun --export=NONE,PATH python t.py\n"),
+    ("#!/bin/bash\n#SBATCH --export=ALL,XLA_USE_BF16=1 # env\n#SBATCH -N 2\n",
+     "#!/bin/bash\n#SBATCH --export=ALL # env\n#SBATCH -N 2\n"),
+    ("bash -c 'export XLA_USE_BF16=1; python t.py'\n", "bash -c 'python t.py'\n"),
+    ("srun sh -lc \"XLA_USE_BF16=1 torchrun --nproc_per_node 2 t.py\"\n",
+     "srun sh -lc \"torchrun --nproc_per_node 2 t.py\"\n"),
+    ("bash -c 'for i in 1 2; do\n  XLA_USE_BF16=1 python t.py\ndone'\n", "bash -c 'for i in 1 2; do\n  python t.py\ndone'\n"),
+    ("eval 'export PJRT_DEVICE=NEURON'\necho done\n", "echo done\n"),
+    ("if true; then eval 'export PJRT_DEVICE=NEURON'; fi\n", "if true; then :; fi\n"),
+])
+def test_environment_in_launchers_and_strings(src, expected):
+    assert check(src, ignore=("NM516",)) == expected
+
+
+@pytest.mark.parametrize("src", [
+    "srun --export=XLA_USE_BF16=1 python t.py\n",  # nothing left: the list cannot be emptied
+    'srun --export="ALL,XLA_USE_BF16=1" python t.py\n',  # quoted: not re-quoted
+    "srun --export=ALL,XLA_USE_BF16=$X python t.py\n",  # an expansion
+    "#SBATCH --export=XLA_USE_BF16=1\n",
+    'bash -c "XLA_USE_BF16=1 python $SCRIPT"\n',  # an expansion inside: not re-lexed
+    "bash -c 'XLA_USE_BF16=1 python t.py' # neuron-migrate: ignore\n",
+    'eval "export PJRT_DEVICE=$DEV"\n',
+    "bash -c 'XLA_USE_BF16=1 python \"t.py'\n",  # the inner script does not lex
+])
+def test_environment_in_launchers_and_strings_flagged(src):
+    out = check(src, ignore=("NM516",))
+    assert out.endswith(src)
+    if "ignore" in src:
+        assert out == src
+    else:
+        assert out.startswith("# TODO(neuron-migrate NM512): ")
+
+
+def test_commands_in_strings_are_flagged_by_their_rules():
+    out = check('srun bash -c "neuron_parallel_compile torchrun t.py"\nsh -c "optimum-cli export neuron -m m o"\n')
+    assert "TODO(neuron-migrate NM511): this command string runs neuron_parallel_compile" in out
+    assert "TODO(neuron-migrate NM510): this command string runs optimum-cli" in out
+    flags = check('bash -c "torchrun --nproc_per_node 8 t.py --tensor_parallel_size 8"\n')
+    assert "TODO(neuron-migrate NM515): --tensor_parallel_size" in flags
+
+
+def test_sbatch_export_line_and_async_load_export_compose():
+    src = "#!/bin/bash\n#SBATCH --export=ALL,XLA_USE_BF16=1\ntorchrun --nproc_per_node 2 t.py\n"
+    assert check(src) == (
+        "#!/bin/bash\n#SBATCH --export=ALL\nexport HF_DEACTIVATE_ASYNC_LOAD=1\ntorchrun --nproc_per_node 2 t.py\n")
 
 
 def test_heredoc_body_kept_command_after_it_edited():
@@ -414,7 +472,12 @@ DOCKER_CASES = [
     ("ENV A=1 \\\n    XLA_USE_BF16=1\nRUN true\n", "ENV A=1\nRUN true\n"),
     ("ENV XLA_USE_BF16=1 \\\n    PJRT_DEVICE=NEURON\nRUN true\n", "RUN true\n"),
     ('ENV NEURON_CC_FLAGS="--model-type=transformer" A=1\n', "ENV A=1\n"),
-    ("RUN <<EOF\nexport XLA_USE_BF16=1\nEOF\nENV XLA_USE_BF16=1\n", "RUN <<EOF\nexport XLA_USE_BF16=1\nEOF\n"),
+    ("RUN <<EOF\nexport XLA_USE_BF16=1\nEOF\nENV XLA_USE_BF16=1\n", "RUN <<EOF\nEOF\n"),
+    ("COPY <<EOF /x.sh\nexport XLA_USE_BF16=1\nEOF\nENV XLA_USE_BF16=1\n", "COPY <<EOF /x.sh\nexport XLA_USE_BF16=1\nEOF\n"),
+    ("RUN bash <<-'SH'\n\tif true; then\n\t  export XLA_USE_BF16=1\n\tfi\n\tSH\n",
+     "RUN bash <<-'SH'\n\tif true; then\n\t  :\n\tfi\n\tSH\n"),
+    ("RUN <<EOF\nexport XLA_USE_BF16=1 # neuron-migrate: ignore\nEOF\n", None),
+    ("RUN <<EOF\necho 'unbalanced\nexport XLA_USE_BF16=1\nEOF\n", None),
     ("RUN apt-get install -y aws-neuronx-runtime-lib aws-neuronx-tools\n", None),
     ("# escape=`\nENV XLA_USE_BF16=1\n", None),
     ("ENV XLA_USE_BF16=1 # neuron-migrate: ignore\n", None),
@@ -426,6 +489,22 @@ DOCKER_CASES = [
 @pytest.mark.parametrize("before,after", DOCKER_CASES, ids=[c[0][:40] for c in DOCKER_CASES])
 def test_dockerfile_env(before: str, after: str | None):
     assert check(before, "dockerfile") == (before if after is None else after)
+
+
+@pytest.mark.parametrize("image,flagged", [
+    ("public.ecr.aws/neuron/pytorch-training-neuronx:2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04", False),
+    ("public.ecr.aws/neuron/pytorch-training-neuronx:2.13.0-neuronx-py312-ubuntu26.04", False),  # torch 2.13
+    ("public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.32.0-ubuntu24.04", True),
+    ("public.ecr.aws/neuron/pytorch-inference-neuronx:2.8.0-neuronx-py311-sdk2.26.1-ubuntu22.04", True),
+    ("public.ecr.aws/neuron/pytorch-training-neuronx:latest", True),
+    ("public.ecr.aws/neuron/pytorch-training-neuronx@sha256:0123", True),
+    ("localhost:5000/pytorch-training-neuronx", True),  # a registry port is not a tag
+    ("public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.29.0.1.2.0-neuronx-py314-sdk2.33.0-ubuntu26.04", False),
+])
+def test_dockerfile_dlc_tags(image, flagged):
+    src = f"FROM {image}\n"
+    out = check(src, "dockerfile")
+    assert out.endswith(src) and out.startswith("# TODO(neuron-migrate NM520)") == flagged
 
 
 def test_dockerfile_xla_dlc_marked():
@@ -513,6 +592,10 @@ TARGETS = [
     "XLA_USE_BF16=1 \\\n  torchrun t.py \\\n    --bf16",
     "[ \"$NEURON_EXTRACT_GRAPHS_ONLY\" = 1 ] && S=5",
     "echo \"$XLA_USE_BF16\"",
+    "mpirun -np 2 -x XLA_USE_BF16=1 -x FI_PROVIDER python t.py",
+    "srun --export=ALL,XLA_USE_BF16=1 python t.py",
+    "bash -c 'export XLA_USE_BF16=1; python t.py'",
+    "eval 'export PJRT_DEVICE=NEURON'",
 ]
 PLAIN = ["echo hi", "python t.py", "export A=1", "cd /tmp", "torchrun t.py"]
 BLOCKS = [
@@ -697,12 +780,51 @@ def test_layout_markers():
 
 
 def test_flags_held_in_variables_are_marked():
-    src = 'ARGS="--tensor_parallel_size 8 --zero_1 true"\ntorchrun --nproc_per_node 8 t.py $ARGS\n'
+    # expanded by something that is not a Python launch: the flags cannot be followed
+    src = 'ARGS="--tensor_parallel_size 8 --zero_1 true"\nbash run.sh $ARGS\n'
     out = check(src)
     assert out.startswith("# TODO(neuron-migrate NM515): --tensor_parallel_size, --zero_1: the migrated script")
     assert out.endswith(src)
     arr = "ARGS=(--tensor_parallel_size 8)\nbash run.sh --zero_1\n"
     assert check(arr).count("TODO(neuron-migrate NM515)") == 2
+
+
+@pytest.mark.parametrize("src,expected", [
+    # a scalar expanded unquoted into a launch: the flags go, TP_SIZE/FSDP_SIZE go to the launch
+    ('ARGS="--tensor_parallel_size 8 --zero_1 true --bf16"\ntorchrun --nproc_per_node 32 t.py $ARGS\n',
+     'ARGS="--bf16"\nTP_SIZE=8 FSDP_SIZE=4 torchrun --nproc_per_node 32 t.py $ARGS\n'),
+    ("ARGS='--zero_1 false --bf16'\npython t.py ${ARGS}\n", "ARGS='--bf16'\npython t.py ${ARGS}\n"),
+    ("A=--async_save\npython t.py $A --bf16\n", "A=\npython t.py $A --bf16\n"),
+    # arrays, also on several lines, with quoted elements kept as written
+    ('a=(--bf16 --async_save --zero_1)\npython t.py "${a[@]}"\n', 'a=(--bf16)\npython t.py "${a[@]}"\n'),
+    ('a=(\n  --tensor_parallel_size "$TP"\n  "--lr" \'1e-4\'\n)\ntorchrun --nproc_per_node 2 t.py ${a[@]}\n',
+     'a=(\n  "--lr" \'1e-4\'\n)\nTP_SIZE="$TP" torchrun --nproc_per_node 2 t.py ${a[@]}\n'),
+    ('a=(--zero_1)\npython t.py "${a[@]}"\n', 'a=()\npython t.py "${a[@]}"\n'),
+    # a continued double-quoted value: the continuation of the last word left goes with the flags
+    ('export X="--model m \\\n    --tensor_parallel_size 2"\ntorchrun --nproc_per_node 2 t.py $X\n',
+     'export X="--model m"\nTP_SIZE=2 torchrun --nproc_per_node 2 t.py $X\n'),
+    # one variable, two launches: edited once, each launch gets its environment
+    ('A="--tensor_parallel_size 2"\ntorchrun --nproc_per_node 2 a.py $A\ntorchrun --nproc_per_node 2 b.py $A\n',
+     'A=""\nTP_SIZE=2 torchrun --nproc_per_node 2 a.py $A\nTP_SIZE=2 torchrun --nproc_per_node 2 b.py $A\n'),
+])
+def test_flags_held_in_variables_are_edited(src, expected):
+    assert check(src, ignore=("NM516",)) == expected
+
+
+@pytest.mark.parametrize("src", [
+    'A="--zero_1 true"\nA="$A --bf16"\npython t.py $A\n',  # assigned twice
+    'A="--zero_1 true"\npython t.py "$A"\n',  # one quoted word: the script gets "--zero_1 true"
+    'A="--zero_1 $(cat f)"\npython t.py $A\n',  # a command substitution
+    'A="--zero_1 \\"x y\\""\npython t.py $A\n',  # escaped quotes
+    'A=(--zero_1 # on\n)\npython t.py "${A[@]}"\n',  # a comment in the array
+    'A="--zero_1 ${B:-a b}"\npython t.py $A\n',  # blanks inside ${...}
+    'A=(--zero_1)\npython t.py $A\n',  # an array expanded as a scalar
+    'A="--zero_1"\npython t.py $A\nlog "$A"\n',  # read by another command
+    'A+=(--zero_1)\npython t.py "${A[@]}"\n',
+])
+def test_flags_held_in_variables_that_cannot_be_followed_are_marked(src):
+    out = check(src, ignore=("NM516",))
+    assert out.endswith(src) and "TODO(neuron-migrate NM515)" in out
 
 
 def test_launcher_held_in_a_variable():
@@ -785,7 +907,20 @@ PIP_CASES = [
     # kept: no old-stack package, variables, files, JSON form, comments inside, other commands
     ("RUN pip install transformers==4.40.0 datasets\n", None),
     ("RUN pip install $PKGS torch-xla\n", None),
-    ('RUN ["pip", "install", "optimum-neuron"]\n', None),
+    ('RUN ["pip", "install", "optimum-neuron"]\n', 'RUN ["pip", "install", "transformers>=5.23", "accelerate>=1.15"]\n'),
+    ('RUN ["pip", "install", "torch-xla"]\n', None),  # torch-xla alone: maybe a TPU image
+    ('RUN ["pip", "install", "optimum-neuron", "datasets"]\n',
+     'RUN ["pip", "install", "transformers>=5.23", "accelerate>=1.15", "datasets"]\n'),
+    ('RUN ["python3", "-m", "pip", "install",\\\n  "datasets",\\\n  "torch-xla", "torch-neuronx==2.1.2.2.3.0"]\n',
+     'RUN ["python3", "-m", "pip", "install",\\\n  "datasets",\\\n  "torch-neuronx"]\n'),
+    ('RUN --mount=type=cache,target=/c ["pip", "install", "torch-xla", "torch-neuronx", "x"]\n',
+     'RUN --mount=type=cache,target=/c ["pip", "install", "torch-neuronx", "x"]\n'),
+    ('RUN ["pip", "install", "torch-neuronx", "torch-xla"]\n', 'RUN ["pip", "install", "torch-neuronx"]\n'),
+    ('RUN ["sh", "-c", "pip install optimum-neuron"]\n', None),  # a shell string inside: not edited
+    ("RUN ['pip', 'install', 'optimum-neuron']\n", None),  # not JSON: a shell-form command
+    ("RUN <<EOF\nset -e\npip install optimum-neuron==0.4.5 \\\n    datasets\nEOF\n",
+     'RUN <<EOF\nset -e\npip install "transformers>=5.23" "accelerate>=1.15" \\\n    datasets\nEOF\n'),
+    ("RUN python3 <<PY\nprint('pip install optimum-neuron')\nPY\n", None),
     ("RUN echo optimum-neuron==0.4.5 > req.txt\n", None),
     ("RUN pip install -r requirements.txt\n", None),
     ("RUN pip install torch-xla==2.1.0  # neuron-migrate: ignore\n", None),
@@ -827,6 +962,8 @@ LAUNCH_TARGETS = [
     "XLA_USE_BF16=1 torchrun t.py --tensor_parallel_size=2 --output_dir=o",
     "neuron_parallel_compile torchrun --nproc_per_node 2 t.py --use_autocast true",
     "srun torchrun --nproc_per_node=32 --nnodes=$N t.py --tensor_parallel_size 8 --zero_1",
+    'ARGS="--tensor_parallel_size 2 --zero_1 true"\ntorchrun --nproc_per_node 2 t.py $ARGS',
+    "A=(\n  --bf16\n  --async_save\n)\npython t.py \"${A[@]}\"",
 ]
 
 
