@@ -2,9 +2,9 @@
 
 * NM105 -- ``device_map="auto"`` on Transformers/Diffusers ``from_pretrained`` and on
   ``transformers.pipeline`` becomes ``device_map="neuron"`` / ``device="neuron"``, in units that
-  import the old Neuron stack (so the unit is being migrated to Neuron). Units without old-stack
-  imports are left alone and get no finding: a project that never ran on Neuron keeps its
-  ``"auto"``, and a project's CUDA-only scripts are not flagged (decision documented in ``caveats``).
+  import the old Neuron stack (so the unit is being migrated to Neuron). In the other files of a
+  project that has old-stack code it gets a marker (project context: ``project_triggers``); a
+  project that never ran on Neuron keeps its ``"auto"`` unreported.
 * NM106 -- ``inputs = tokenizer(...).to(model.device)`` (or ``.to("neuron")``, ``.to(device)``,
   ``inputs = inputs.to(...)``) whose name only feeds ``.generate(...)`` in the same scope: the move is
   removed; ``generate`` moves what each forward consumes, and the growing tensors stay on CPU.
@@ -60,11 +60,18 @@ def _neuron_like(node: cst.SimpleString) -> cst.SimpleString:
     return cst.SimpleString(f"{raw[:i]}{quote}neuron{quote}")
 
 
+REPORT = ('device_map="auto" does not detect Neuron (Accelerate has no Neuron branch: the model loads on CPU '
+          "without an error); this project is being migrated to Neuron: use {fix} where this code runs on "
+          "Trainium, or mark the line `# neuron-migrate: ignore[NM105]` if it never does")
+
+
 class DeviceMapAuto(PythonRule):
     id = "NM105"
     title = "device_map='auto' does not detect Neuron -> device_map='neuron' / device='neuron'"
-    fix = "auto"
+    fix = "mixed"
     triggers = OLD_STACK_TRIGGERS
+    # the plain-Transformers files of a project that is being migrated get a marker (see caveats)
+    project_triggers = ('device_map="auto"', "device_map='auto'")
     why = """
         Accelerate's `device_map="auto"` places a model on the devices that
         `accelerate.utils.modeling.get_max_memory` lists (accelerate 1.15: npu, mlu, sdaa, musa, xpu,
@@ -93,8 +100,10 @@ class DeviceMapAuto(PythonRule):
     """
     caveats = """
         Only units that import the old stack (optimum.neuron, torch_xla, torch_neuronx,
-        transformers_neuronx, neuronx_distributed) are edited; elsewhere `device_map="auto"` is left alone and
-        NOT reported, so that projects (and a project's CUDA scripts) that never used Neuron are not flagged.
+        transformers_neuronx, neuronx_distributed) are edited. Elsewhere in a project that has old-stack code
+        (a file of the same run matched), `device_map="auto"` gets a marker instead of a rewrite: such a file
+        may also serve CUDA machines, which "auto" suits; silence it with `# neuron-migrate: ignore[NM105]`.
+        Projects with no old-stack code at all, and a file migrated on its own, are not reported.
         Not handled: `device_map` passed through `**kwargs` or `model_kwargs={"device_map": "auto"}`, non-literal
         values, Diffusers pipelines (`DiffusionPipeline.from_pretrained` accepts no "auto"), a `pipeline()` call
         that already has `device=`. Calls on optimum.neuron classes/pipelines are left to their own rules
@@ -107,7 +116,9 @@ class DeviceMapAuto(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         state = ctx.local_state()
         if "on" not in state:  # once per unit, not once per call
-            state["on"] = "device_map" in ctx.source and migrates(ctx)
+            # "fix" in a unit migrated from the old stack; "report" elsewhere in such a project
+            state["on"] = "device_map" in ctx.source and (
+                "fix" if migrates(ctx) else "report" if ctx.in_project else None)
         if not state["on"]:
             return
         arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == "device_map"), None)
@@ -119,6 +130,9 @@ class DeviceMapAuto(PythonRule):
             if ctx.owner(qual) not in (None, self.id):
                 return
             if any(a.keyword is not None and a.keyword.value == "device" for a in node.args):
+                return
+            if state["on"] == "report":
+                ctx.marker(arg, REPORT.format(fix='device="neuron"'))
                 return
             new_value = _neuron_like(arg.value)  # type: ignore[arg-type]
 
@@ -140,6 +154,9 @@ class DeviceMapAuto(PythonRule):
             return
         if owner_qual.startswith("diffusers.") and owner_qual.endswith("Pipeline"):
             return  # diffusers pipelines take no device_map="auto"; left as written
+        if state["on"] == "report":
+            ctx.marker(arg, REPORT.format(fix='device_map="neuron"'))
+            return
         ctx.replace(arg.value, _neuron_like(arg.value))  # type: ignore[arg-type]
         ctx.finding(arg, 'device_map="auto" -> device_map="neuron" (Accelerate\'s "auto" does not detect Neuron '
                          "and loads on CPU)")

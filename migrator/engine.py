@@ -80,20 +80,43 @@ class RuleSet:
         # ownership is global: ignoring the rule that owns a name does not hand it to another
         self.owners = Owners(everything)
         self.triggers: dict[str, tuple[bytes, ...]] = {}
+        #: per kind: (rule id, its own triggers, its project_triggers) of rules with project context
+        self.contextual: dict[str, tuple[tuple[str, tuple[bytes, ...], tuple[bytes, ...]], ...]] = {}
         for kind in ("python", "notebook", "markdown", "shell", "requirements", "pyproject", "dockerfile"):
             trig: set[str] = {MARKER_PREFIX}
+            contextual = []
             for r in chosen:
                 applies = kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds)
                 if applies and isinstance(r, (PythonRule, TextRule)):
                     trig.update(r.triggers or ("",))
-            self.triggers[kind] = tuple(t.encode() for t in sorted(trig))
+                    if r.project_triggers and r.triggers:
+                        contextual.append((r.id, _encoded(r.triggers), _encoded(r.project_triggers)))
+            self.triggers[kind] = _encoded(trig)
+            self.contextual[kind] = tuple(contextual)
+        self.contextual_ids = frozenset(rid for c in self.contextual.values() for rid, _, _ in c)
 
-    def wanted(self, kind: str, data: bytes) -> bool:
-        return any(t in data for t in self.triggers.get(kind, ()))
+    def wanted(self, kind: str, data: bytes, project: frozenset[str] = frozenset()) -> bool:
+        """Whether a file with these bytes can interest a rule (the byte pre-filter)."""
+        if any(t in data for t in self.triggers.get(kind, ())):
+            return True
+        return bool(project) and any(
+            rid in project and any(t in data for t in extra) for rid, _, extra in self.contextual.get(kind, ())
+        )
+
+    def project_context(self, kind: str, data: bytes, found: set[str]) -> None:
+        """Add to ``found`` the rules with ``project_triggers`` whose own triggers occur in ``data``
+        (the run then shows them the units matching their project triggers too)."""
+        for rid, own, _ in self.contextual.get(kind, ()):
+            if rid not in found and any(t in data for t in own):
+                found.add(rid)
 
     @classmethod
     def from_selection(cls, selection: RuleSelection) -> RuleSet:
         return cls(selection.resolve(), selection.load_all())
+
+
+def _encoded(strings: Iterable[str]) -> tuple[bytes, ...]:
+    return tuple(t.encode() for t in sorted(strings))
 
 
 # ------------------------------------------------------------------ one file
@@ -119,15 +142,18 @@ def _encode(text: str, encoding: str, bom: bool) -> bytes:
     return codecs.BOM_UTF8 + data if bom else data
 
 
-def migrate_text(text: str, kind: str, rules: RuleSet, path: Path | None = None) -> tuple[str, list[Finding]]:
-    """Run the rules over the decoded text of one file (``path``: where it lives, for rules that read
-    the files it includes). Raises UnitSyntaxError/NotebookError."""
+def migrate_text(
+    text: str, kind: str, rules: RuleSet, path: Path | None = None, project: frozenset[str] = frozenset()
+) -> tuple[str, list[Finding]]:
+    """Run the rules over the decoded text of one file. ``path``: where it lives, for rules that read
+    the files it includes; ``project``: ids of the rules whose project-wide context is on in this run
+    (see :meth:`RuleSet.project_context`). Raises UnitSyntaxError/NotebookError."""
 
     def py(source: str) -> tuple[str, list[Finding]]:
-        return run_python(source, rules.python, rules.owners)
+        return run_python(source, rules.python, rules.owners, project)
 
     def sh(source: str) -> tuple[str, list[Finding]]:
-        return run_text(source, "shell", rules.text, path)
+        return run_text(source, "shell", rules.text, project=project)
 
     if kind == "python":
         return py(text)
@@ -135,11 +161,14 @@ def migrate_text(text: str, kind: str, rules: RuleSet, path: Path | None = None)
         return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE)
     if kind == "markdown":
         return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
-    return run_text(text, kind, rules.text, path)
+    return run_text(text, kind, rules.text, path, project)
 
 
-def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> FileResult:
-    """Migrate one file in memory. Never raises for a problem with the file itself."""
+def process(
+    candidate: Candidate, rules: RuleSet, data: bytes | None = None, project: frozenset[str] = frozenset()
+) -> FileResult:
+    """Migrate one file in memory. Never raises for a problem with the file itself. ``project``: ids
+    of the rules whose project-wide context is on in this run (:meth:`RuleSet.project_context`)."""
     result = FileResult(candidate.display, candidate.kind, "unchanged")
     try:
         if data is None:
@@ -152,7 +181,7 @@ def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> 
         return _error(result, "is a directory")
     except OSError as exc:
         return _error(result, f"cannot read: {exc.strerror or exc}")
-    if not rules.wanted(candidate.kind, data):
+    if not rules.wanted(candidate.kind, data, project):
         return result
     if len(data) > MAX_BYTES:
         result.status = "skipped"
@@ -165,7 +194,7 @@ def process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> 
     except (UnicodeError, LookupError) as exc:
         return _error(result, f"cannot decode: {exc}")
     try:
-        new_text, findings = migrate_text(text, candidate.kind, rules, candidate.path)
+        new_text, findings = migrate_text(text, candidate.kind, rules, candidate.path, project)
     except UnitSyntaxError as exc:
         hint = " (Python 2 code is not supported)" if _looks_like_python2(text) else ""
         return _error(result, f"syntax error: {exc}{hint}")
@@ -210,9 +239,9 @@ def _worker_init(selection: RuleSelection) -> None:
     _WORKER_RULES = _ruleset_for(selection)
 
 
-def _worker_process(candidate: Candidate, data: bytes) -> FileResult:
+def _worker_process(candidate: Candidate, data: bytes, project: frozenset[str]) -> FileResult:
     assert _WORKER_RULES is not None
-    return safe_process(candidate, _WORKER_RULES, data)
+    return safe_process(candidate, _WORKER_RULES, data, project)
 
 
 def default_jobs() -> int:
@@ -235,6 +264,8 @@ def run(
     rules = _ruleset_for(selection)
     results: dict[int, FileResult] = {}
     work: list[tuple[int, Candidate, bytes]] = []
+    maybe: list[tuple[int, Candidate, bytes]] = []  # interesting only to rules with project context
+    found: set[str] = set()
     total = len(candidates)
     done = 0
     for i, cand in enumerate(candidates):
@@ -244,17 +275,27 @@ def run(
             results[i] = process(cand, rules)  # reports the read error
             done += 1
             continue
-        if not rules.wanted(cand.kind, data):
+        if rules.wanted(cand.kind, data):
+            rules.project_context(cand.kind, data, found)
+            work.append((i, cand, data))
+        elif rules.wanted(cand.kind, data, rules.contextual_ids):
+            maybe.append((i, cand, data))
+        else:
             results[i] = FileResult(cand.display, cand.kind, "unchanged")
             done += 1
-            continue
-        work.append((i, cand, data))
+    project = frozenset(found)
+    for i, cand, data in maybe:
+        if rules.wanted(cand.kind, data, project):
+            work.append((i, cand, data))
+        else:
+            results[i] = FileResult(cand.display, cand.kind, "unchanged")
+            done += 1
     if progress:
         progress(done, total)
     jobs = max(1, min(jobs or default_jobs(), 32, len(work) // MIN_FILES_PER_WORKER))
     if jobs == 1:
         for i, cand, data in work:
-            results[i] = safe_process(cand, rules, data)
+            results[i] = safe_process(cand, rules, data, project)
             done += 1
             if progress:
                 progress(done, total)
@@ -263,7 +304,7 @@ def run(
 
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(selection,)) as pool:
-            futures = {pool.submit(_worker_process, cand, data): i for i, cand, data in work}
+            futures = {pool.submit(_worker_process, cand, data, project): i for i, cand, data in work}
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
@@ -277,9 +318,11 @@ def run(
     return [results[i] for i in range(total)]
 
 
-def safe_process(candidate: Candidate, rules: RuleSet, data: bytes | None = None) -> FileResult:
+def safe_process(
+    candidate: Candidate, rules: RuleSet, data: bytes | None = None, project: frozenset[str] = frozenset()
+) -> FileResult:
     """:func:`process`, turning a crash inside a rule into an error result."""
     try:
-        return process(candidate, rules, data)
+        return process(candidate, rules, data, project)
     except Exception as exc:  # a bug in a rule must not stop the run
         return _error(FileResult(candidate.display, candidate.kind, "unchanged"), f"internal error: {exc!r}")

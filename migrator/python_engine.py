@@ -77,6 +77,7 @@ class PythonContext:
         #: ancestors of the node being handled, root first; the node itself is last
         self.stack: list[cst.CSTNode] = []
         self.rule_id = ""
+        self.project: frozenset[str] = frozenset()
         #: per-rule scratch space for one unit (rules are stateless across units)
         self.scratch: dict[str, dict] = {}
         self._edits: list[_Edit] = []
@@ -100,6 +101,12 @@ class PythonContext:
     def owner_renames(self, qualified: str) -> bool:
         """True when the owner of ``qualified`` also renames it (the rename table must not)."""
         return self.owners.renames(qualified)
+
+    @property
+    def in_project(self) -> bool:
+        """True when the run includes a file matching the current rule's own ``triggers`` (the
+        project-wide context of ``Rule.project_triggers``); False for a lone unit."""
+        return self.rule_id in self.project
 
     @property
     def parent(self) -> cst.CSTNode | None:
@@ -473,16 +480,15 @@ def _settle_ancestors(ctx: PythonContext) -> None:
                 note.statement = next((a for a in reversed(note.ancestors) if isinstance(a, STATEMENT_TYPES)), None)
 
 
-def rule_applies(rule: PythonRule, text: str) -> bool:
-    return not rule.triggers or any(t in text for t in rule.triggers)
-
-
-def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tuple[str, list[Finding]]:
-    """Run ``rules`` over ``source``; returns (new source, findings).
+def run_python(
+    source: str, rules: Sequence[PythonRule], owners: Owners, project: frozenset[str] = frozenset()
+) -> tuple[str, list[Finding]]:
+    """Run ``rules`` over ``source``; returns (new source, findings). ``project``: ids of the rules
+    whose project-wide context is on (``Rule.project_triggers``).
 
     Raises :class:`UnitSyntaxError` when the source does not parse.
     """
-    active = [r for r in rules if rule_applies(r, source)]
+    active = [r for r in rules if r.applies_to(source, project)]
     existing = find_markers(source)
     if not active:
         return source, existing
@@ -494,6 +500,7 @@ def run_python(source: str, rules: Sequence[PythonRule], owners: Owners) -> tupl
         raise UnitSyntaxError(str(exc)) from exc
 
     ctx = PythonContext(module, source, owners)
+    ctx.project = project
     table: dict[type, list[tuple[str, Callable]]] = {}
     for rule in active:
         for node_type, fn in rule.handlers().items():

@@ -34,6 +34,11 @@ class Rule:
     kinds: ClassVar[tuple[str, ...]] = ("python",)
     #: a unit whose text contains none of these substrings is never shown to the rule.
     triggers: ClassVar[tuple[str, ...]] = ()
+    #: project-wide context: a unit containing one of these (and none of ``triggers``) is shown to
+    #: the rule too, but only in a run where some file matched the rule's own ``triggers`` -- e.g.
+    #: NM105 reports ``device_map="auto"`` in the plain-Transformers files of a project that is being
+    #: migrated. The rule asks ``ctx.in_project`` (True in such runs) and decides what to do.
+    project_triggers: ClassVar[tuple[str, ...]] = ()
     #: qualified names (``optimum.neuron.NeuronTrainer``) whose calls and arguments this rule
     #: alone rewrites. The rename table still renames the name itself (import and uses)
     #: unless ``renames_owned`` is True (then the rule renames it too).
@@ -44,6 +49,14 @@ class Rule:
     before: ClassVar[str] = ""
     after: ClassVar[str] = ""
     caveats: ClassVar[str] = ""
+
+    @classmethod
+    def applies_to(cls, text: str, project: frozenset[str] = frozenset()) -> bool:
+        """Whether a unit with this text is shown to the rule (``project``: ids of the rules whose
+        project-wide context is on in this run, see ``project_triggers``)."""
+        if not cls.triggers or any(t in text for t in cls.triggers):
+            return True
+        return cls.id in project and any(t in text for t in cls.project_triggers)
 
     @classmethod
     def doc(cls) -> RuleDoc:

@@ -37,9 +37,16 @@ class TextContext:
         self.path = path
         self.lines = text.splitlines()
         self.rule_id = ""
+        #: ids of the rules whose project-wide context is on (``Rule.project_triggers``)
+        self.project: frozenset[str] = frozenset()
         self._edits: list[LineEdit] = []
         self._markers: dict[int, list[tuple[str, str]]] = {}
         self.findings: list[Finding] = []
+
+    @property
+    def in_project(self) -> bool:
+        """True when the run includes a file matching the current rule's own ``triggers``."""
+        return self.rule_id in self.project
 
     def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> LineEdit:
         """Replace original lines [start, end) (0-based) with ``new`` (without endings)."""
@@ -86,13 +93,15 @@ def indentation(line: str) -> str:
 
 
 def run_text(
-    text: str, kind: str, rules: Sequence[TextRule], path: Path | None = None
+    text: str, kind: str, rules: Sequence[TextRule], path: Path | None = None,
+    project: frozenset[str] = frozenset(),
 ) -> tuple[str, list[Finding]]:
     findings = find_markers(text)
-    active = [r for r in rules if kind in r.kinds and (not r.triggers or any(t in text for t in r.triggers))]
+    active = [r for r in rules if kind in r.kinds and r.applies_to(text, project)]
     if not active:
         return text, findings
     ctx = TextContext(text, kind, path)
+    ctx.project = project
     for rule in active:
         ctx.rule_id = rule.id
         rule.apply(ctx)

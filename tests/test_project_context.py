@@ -1,0 +1,161 @@
+"""Project-wide context (``Rule.project_triggers``): a rule sees units that match only its project
+triggers when some file of the same run matched its own triggers. NM105 uses it to report
+``device_map="auto"`` in the plain-Transformers files of a project that is being migrated."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from migrator.discover import Candidate
+from migrator.engine import RuleSelection, RuleSet, process, run
+from migrator.python_engine import PythonContext
+from migrator.rules import PythonRule
+from migrator.text_engine import TextContext, run_text
+from migrator.rules import TextRule
+
+OLD = """\
+import torch_xla.core.xla_model as xm
+from transformers import AutoModel
+
+device = xm.xla_device()
+m = AutoModel.from_pretrained("x", device_map="auto")
+"""
+
+PLAIN = """\
+from transformers import AutoModel, pipeline
+
+m = AutoModel.from_pretrained("x", device_map="auto")
+p = pipeline("text-classification", model="x", device_map='auto')
+q = AutoModel.from_pretrained("x", device_map="auto")  # neuron-migrate: ignore[NM105]
+"""
+
+
+def files(tmp_path: Path, **named: str) -> list[Candidate]:
+    out = []
+    for name, text in named.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(text))
+        out.append(Candidate(path, path.name, "python"))
+    return out
+
+
+def by_name(results) -> dict:
+    return {r.path: r for r in results}
+
+
+NM105 = RuleSelection(select=("NM105",))
+
+
+def test_plain_file_of_a_migrated_project_gets_markers(tmp_path):
+    results = by_name(run(files(tmp_path, old=OLD, plain=PLAIN), NM105, jobs=1))
+    old, plain = results["old.py"], results["plain.py"]
+    # the old-stack unit is rewritten ...
+    assert 'device_map="neuron"' in old.new_bytes.decode()
+    assert [f.fix for f in old.findings] == ["applied"]
+    # ... the plain one is left as written, with a marker above each call (not the ignored line)
+    text = plain.new_bytes.decode()
+    lines = text.splitlines()
+    code = [line for line in lines if not line.startswith("# TODO(neuron-migrate")]
+    assert code == PLAIN.splitlines()
+    marked = [lines[i + 1] for i, line in enumerate(lines) if line.startswith("# TODO(neuron-migrate NM105)")]
+    assert marked == [
+        'm = AutoModel.from_pretrained("x", device_map="auto")',
+        "p = pipeline(\"text-classification\", model=\"x\", device_map='auto')",
+    ]
+    assert 'use device="neuron"' in text  # the pipeline() advice names its own keyword
+    assert [(f.rule, f.fix, f.line) for f in plain.findings] == [("NM105", "manual", 3), ("NM105", "manual", 4)]
+
+
+def test_project_without_old_stack_code_is_not_reported(tmp_path):
+    results = run(files(tmp_path, plain=PLAIN, other="import torch\n"), NM105, jobs=1)
+    assert [r.status for r in results] == ["unchanged", "unchanged"]
+    assert all(not r.findings for r in results)
+
+
+def test_a_file_processed_on_its_own_has_no_project(tmp_path):
+    (cand,) = files(tmp_path, plain=PLAIN)
+    result = process(cand, RuleSet.from_selection(NM105))
+    assert result.status == "unchanged" and not result.findings
+
+
+def test_second_run_adds_nothing(tmp_path):
+    cands = files(tmp_path, old=OLD, plain=PLAIN)
+    first = by_name(run(cands, NM105, jobs=1))
+    for cand in cands:
+        cand.path.write_bytes(first[cand.display].new_bytes)
+    second = run(cands, NM105, jobs=1)
+    assert all(r.status == "unchanged" for r in second)
+
+
+def test_project_context_reaches_worker_processes(tmp_path):
+    # enough files for a process pool: the context found in the main process must travel with the work
+    named = {"old": OLD, **{f"plain{i:02d}": PLAIN for i in range(20)}}
+    results = run(files(tmp_path, **named), NM105, jobs=2)
+    assert all(r.status == "changed" for r in results), [r.error for r in results]
+    assert sum(1 for r in results for f in r.findings if f.fix == "manual") == 40
+
+
+def test_cli_reports_it_in_json(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from migrator.cli import app
+
+    monkeypatch.setenv("NEURON_MIGRATE_RULES", "codemods:all_rules")
+    files(tmp_path, old=OLD, plain=PLAIN)
+    res = CliRunner().invoke(app, [str(tmp_path), "--select", "NM105", "--format", "json", "--no-progress"])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    plain = next(f for f in report["files"] if f["path"].endswith("plain.py"))
+    assert {f["fix"] for f in plain["findings"]} == {"manual"}
+    assert all("does not detect Neuron" in f["message"] for f in plain["findings"])
+
+
+# ---------------------------------------------------------------- the engine mechanism, rule-agnostic
+
+
+class _Contextual(PythonRule):
+    id = "NM998"
+    title = "test rule"
+    triggers = ("OLDSTACK",)
+    project_triggers = ("WATCHED",)
+
+    def handlers(self):
+        return {cst.Module: self._on_module}
+
+    def _on_module(self, node: cst.Module, ctx: PythonContext) -> None:
+        ctx.finding(node.body[0], f"in_project={ctx.in_project}")
+
+
+class _ContextualText(TextRule):
+    id = "NM997"
+    title = "test rule"
+    kinds = ("shell",)
+    triggers = ("OLDSTACK",)
+    project_triggers = ("WATCHED",)
+
+    def apply(self, ctx: TextContext) -> None:
+        ctx.finding(0, f"in_project={ctx.in_project}")
+
+
+def rules_of_test():
+    return [_Contextual(), _ContextualText()]
+
+
+def test_engine_shows_project_units_only_in_a_project_with_the_rules_own_triggers(tmp_path, monkeypatch):
+    sel = RuleSelection("tests.test_project_context:rules_of_test")
+    cands = files(tmp_path, a="OLDSTACK = 1\n", b="WATCHED = 1\n", c="UNRELATED = 1\n")
+    msgs = {r.path: [f.message for f in r.findings] for r in run(cands, sel, jobs=1)}
+    assert msgs == {"a.py": ["in_project=True"], "b.py": ["in_project=True"], "c.py": []}
+    msgs = {r.path: [f.message for f in r.findings] for r in run(cands[1:], sel, jobs=1)}
+    assert msgs == {"b.py": [], "c.py": []}
+
+
+@pytest.mark.parametrize("project, expected", [(frozenset(), []), (frozenset({"NM997"}), ["in_project=True"])])
+def test_text_engine_honours_project_triggers(project, expected):
+    _, findings = run_text("WATCHED=1\n", "shell", [_ContextualText()], project=project)
+    assert [f.message for f in findings] == expected
