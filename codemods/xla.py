@@ -459,7 +459,7 @@ class XlaDevice(_XlaRule):
     title = "XLA device -> torch.device(\"neuron\") (per rank in multi-process scripts)"
     # the xla_device calls need a torch_xla import; "xla" device strings and the XLA compile
     # backends can sit in a helper module that never imports torch_xla itself
-    triggers = ("torch_xla", '"xla', "'xla", "openxla", "torchxla_trace_once")
+    triggers = ("torch_xla", '"xla"', "'xla'", '"xla:', "'xla:", "openxla", "torchxla_trace_once")
     owns = (f"{XM}.xla_device", "torch_xla.device")
     natives = {
         f"{XM}.xla_device": 'torch.device("neuron")',

@@ -247,3 +247,28 @@ def test_round_trip_on_real_files_touches_only_migrated_lines(rules):
         assert removed and all("Neuron" in ln or "optimum" in ln for ln in removed), (path, removed)
         again, _ = migrate_text(out, "python", rules)
         assert again == out, path
+
+
+def test_gated_prefilter_answers_like_one_search_per_trigger():
+    """The pre-filter searches shared substrings ("gates") first; it must never change the answer."""
+    import random
+
+    from migrator.engine import RuleSelection as Sel, RuleSet as RS, _gate
+
+    full = RS.from_selection(Sel())  # every rule: the real trigger set, with real gates
+    trig = full.triggers["python"]
+    ungated, groups = _gate(trig)
+    assert groups and sum(len(ts) for _, ts in groups) + len(ungated) == len(trig)
+    assert sorted(ungated + tuple(t for _, ts in groups for t in ts)) == sorted(trig)
+    rng = random.Random(7)
+    noise = b"import os\nplt.xlabel('a')\nreturn all(x for x in y)\nNeuralNet = 1\n"
+    for _ in range(300):
+        data = bytearray(noise * rng.randint(1, 3))
+        if rng.random() < 0.5:
+            t = rng.choice(trig)
+            cut = rng.randint(0, len(t))  # sometimes only a part of a trigger
+            piece = t if rng.random() < 0.5 else t[:cut]
+            pos = rng.randint(0, len(data))
+            data[pos:pos] = piece
+        data = bytes(data)
+        assert full.wanted("python", data) == any(t in data for t in trig), data
