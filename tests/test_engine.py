@@ -272,3 +272,16 @@ def test_gated_prefilter_answers_like_one_search_per_trigger():
             data[pos:pos] = piece
         data = bytes(data)
         assert full.wanted("python", data) == any(t in data for t in trig), data
+
+
+@pytest.mark.parametrize("package", ["pandas", "json"])
+def test_no_trigger_matches_code_without_neuron(package):
+    """Triggers are the pre-filter of every file of a project: one as loose as '"xla' (it matched
+    every `xlabel` of pandas) makes the engine parse files that have nothing to migrate."""
+    from pathlib import Path
+
+    mod = pytest.importorskip(package)
+    root = Path(mod.__file__).parent
+    rules = RuleSet.from_selection(RuleSelection())
+    passing = [p for p in root.rglob("*.py") if rules.wanted("python", p.read_bytes())]
+    assert passing == []
