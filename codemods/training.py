@@ -30,6 +30,7 @@ from codemods.training_args_edit import (
     NOT_LITERAL,
     ArgPlan,
     apply_plan,
+    fsdp_size_code,
     has_star_kwargs,
     keywords,
     line_prefix,
@@ -85,6 +86,14 @@ BEHAVIOUR = {
     "logging_dir": ((), "transformers v5 has no logging_dir: export TENSORBOARD_LOGGING_DIR={value} instead"),
 }
 
+ZERO_1_DEFAULT = ("zero_1 defaulted to True in optimum-neuron 0.4 and to False before: a script that did not set it "
+                  "sharded the optimizer state only under 0.4")
+ZERO_1_MAPPED = (
+    "zero_1=True became fsdp_size=WORLD_SIZE // tp_size in the model's DistributedConfig (1, no sharding, when every "
+    "process is a tensor-parallel rank): FSDP2 shards parameters and gradients as well as the optimizer state that "
+    f"ZeRO-1 sharded (less memory per core, more communication per step). {ZERO_1_DEFAULT}"
+)
+
 PARALLEL_SIZES = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size"}
 #: transformers v5 deprecations of fields the old classes used
 V5_RENAMES = {
@@ -113,12 +122,13 @@ def _class_name(ctx: PythonContext, call: cst.Call) -> str:
     return (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
 
 
-def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan) -> dict[str, cst.BaseExpression]:
+def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool = True,
+                 cls: str | None = None) -> dict[str, cst.BaseExpression]:
     """NM201's field handling (also used by NM203): fill ``plan``, report findings and markers.
     Returns the parallel sizes other than 1 (DistributedConfig field -> expression)."""
     kw = keywords(call)
     sizes: dict[str, cst.BaseExpression] = {}
-    cls = _class_name(ctx, call)
+    cls = cls or _class_name(ctx, call)
     val = {k: literal(a.value) for k, a in kw.items()}
 
     for name in PLUMBING:
@@ -139,17 +149,24 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan) -> dict[str,
         ctx.marker(call, f"{name}={_code(ctx, kw[name].value)} was dropped: {text}")
 
     # zero_1: ZeRO-1 over data-parallel ranks; closest native is FSDP2 on the model load
+    zero_1 = False
     if "zero_1" in kw:
         plan.drop.add("zero_1")
+        code = _code(ctx, kw["zero_1"].value)
+        pp = val.get("pipeline_parallel_size", 1)
         if val["zero_1"] is False:
             ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (plain data parallelism natively)")
+        elif val["zero_1"] is True and pp == 1:
+            zero_1 = True
+            ctx.marker(call, ZERO_1_MAPPED)
         else:
+            why = ("FSDP cannot be combined with pipeline parallelism natively, so it stays plain data parallelism"
+                   if pp != 1 else "pass distributed_config=DistributedConfig(fsdp_size=WORLD_SIZE // (tp_size * "
+                   "pp_size)) to from_pretrained when it is true and WORLD_SIZE > tp_size * pp_size, or keep plain "
+                   "data parallelism (more memory per core)")
             ctx.marker(call, (
-                f"zero_1={_code(ctx, kw['zero_1'].value)} was dropped: ZeRO-1 sharded the optimizer state over "
-                "data-parallel ranks; natively that is FSDP2, which also shards parameters and gradients: pass "
-                "distributed_config=DistributedConfig(fsdp_size=WORLD_SIZE // (tp_size * pp_size)) to from_pretrained "
-                "when WORLD_SIZE > tp_size * pp_size, or keep plain DDP (more memory per core). Note zero_1 defaulted "
-                "to True in optimum-neuron 0.4 and to False before"
+                f"zero_1={code} was dropped: ZeRO-1 sharded the optimizer state over data-parallel ranks; natively "
+                f"that is FSDP2, which also shards parameters and gradients: {why}. {ZERO_1_DEFAULT}"
             ))
 
     # tensor / pipeline parallel sizes move to the model load
@@ -161,6 +178,8 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan) -> dict[str,
             ctx.finding(kw[name], f"{cls}: dropped {name}=1 (no sharding)")
             continue
         sizes[native] = kw[name].value  # the caller says where they go (it knows more in finish())
+    if zero_1:
+        sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code("os.environ", sizes.get("tp_size"), quote_of(call)))
 
     # mixed precision: use_autocast / half_precision_backend
     amp = val.get("use_autocast") is True or val.get("half_precision_backend") == "amp"
@@ -195,7 +214,7 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan) -> dict[str,
             ctx.finding(kw[old], f"{cls}: {old} -> {new} (deprecated in transformers v5)")
 
     # static shapes
-    missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw]
+    missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw] if static else []
     if missing and has_star_kwargs(call):
         ctx.marker(call, (
             f"on Neuron, set {' and '.join(f'{k}={v}' for k, v in missing)} (static shapes, compiled model) "
@@ -261,8 +280,11 @@ class TrainingArgumentsFields(PythonRule):
         cache plumbing, metrics, XLA mixed precision) that transformers.TrainingArguments rejects.
         Compiler/cache plumbing (skip_cache_push, neuron_cc_optlevel, use_xser, fuse_qkv, the
         metrics switches...) is dropped; fields whose behaviour has no native equal (async_save,
-        kv_size_multiplier, sequence parallelism, zero_1=True, stochastic rounding, logging_dir)
-        are dropped with a marker; use_autocast / half_precision_backend map onto bf16;
+        kv_size_multiplier, sequence parallelism, stochastic rounding, logging_dir) are dropped
+        with a marker; zero_1=True becomes fsdp_size=WORLD_SIZE // tp_size next to the tensor
+        parallel size (FSDP2, which shards more than ZeRO-1: a marker says so and explains the
+        default flip of zero_1 between optimum-neuron versions); use_autocast /
+        half_precision_backend map onto bf16;
         tensor/pipeline parallel sizes move to the model load
         (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...))). The
         transformers v5 renames are applied (warmup_ratio -> warmup_steps, gradient_checkpointing
@@ -280,12 +302,14 @@ class TrainingArgumentsFields(PythonRule):
         args = TrainingArguments(output_dir="out", bf16=True, torch_compile=True, dataloader_drop_last=True)
     """
     caveats = """
-        Only constructor calls are rewritten: arguments parsed from the command line
-        (HfArgumentParser) are the shell rules' business, and reads such as
-        `training_args.tensor_parallel_size` elsewhere in the script are not rewritten (NM301
-        handles them inside lazy_load_for_parallelism). zero_1 is not mapped onto FSDP
-        automatically (a marker explains the choice), nor is it flagged when absent (its default
-        was True in 0.4 and False before). Arguments passed through **kwargs are not seen.
+        Only constructor calls are rewritten here: arguments parsed from the command line
+        (HfArgumentParser) are the shell rules' business (NM203 handles a parsed SFT config,
+        NM207 `dataclasses.replace` and `mp_plugin`/`trn_config` reads). zero_1 maps onto
+        fsdp_size only when it is literally True and there is no pipeline parallelism (FSDP
+        and PP do not combine natively); the size reaches the model load where NM203
+        (model_init_kwargs) or NM303 (trn_config) put the layout, else a marker gives it. An
+        absent zero_1 is not flagged (its default was True in 0.4 and False before). Arguments
+        passed through **kwargs are not seen.
     """
 
     def handlers(self):
@@ -437,13 +461,41 @@ class SFTConfigFields(PythonRule):
         `NeuronSFTConfig(**training_args.to_dict())` is kept (it works: every TrainingArguments
         field is an SFTConfig field) with a marker suggesting to parse SFTConfig directly.
         A model "passed as a string" is a string literal or a name/attribute called like a model
-        id (`model_id`, `model_name_or_path`...) in an SFTTrainer call of the same file; configs
-        built elsewhere (TrlParser) are not touched. A `model_init_kwargs` that is not a dict
-        literal gets a marker.
+        id (`model_id`, `model_name_or_path`...) in an SFTTrainer call of the same file. A config
+        parsed in the file (`a, cfg = TrlParser((A, NeuronSFTConfig)).parse_args_and_config()`,
+        HfArgumentParser alike) gets, right after the parse, `cfg.model_init_kwargs` with
+        `"device_map": None` and `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE)` from
+        the launch environment (1 when unset: no sharding); a config that comes from elsewhere
+        gets a marker. A `model_init_kwargs` that is not a dict literal gets a marker.
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call}
+        return {cst.Call: self._on_call, cst.Assign: self._on_assign}
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """``parser = TrlParser((ScriptArguments, NeuronSFTConfig))`` and ``a, b = parser.parse_...()``:
+        the name that holds the parsed SFT config (and the statement that binds it)."""
+        value = node.value
+        if len(node.targets) != 1 or not isinstance(value, cst.Call):
+            return
+        state = ctx.local_state()
+        target = node.targets[0].target
+        index = _config_index(value, ctx, SFT_CONFIG_SOURCES)
+        if index is not None and isinstance(target, cst.Name):
+            state.setdefault("parsers", {})[(_scope(ctx), target.value)] = index
+            return
+        func = value.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in PARSE_METHODS:
+            return
+        if isinstance(func.value, cst.Name):
+            index = state.get("parsers", {}).get((_scope(ctx), func.value.value))
+        elif isinstance(func.value, cst.Call):
+            index = _config_index(func.value, ctx, SFT_CONFIG_SOURCES)
+        if index is None:
+            return
+        names = _unpacked(target)
+        if index < len(names) and names[index] is not None:
+            state.setdefault("parsed", []).append((names[index], ctx.statement()))
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
@@ -484,12 +536,19 @@ class SFTConfigFields(PythonRule):
                 plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
             ctx.finding(statement, f"SFTConfig: {', '.join(moved)} moved here from the SFTTrainer call")
         names = state.get("config_names", {})
+        parsed = {name: statement for name, statement in state.get("parsed", ())}
+        fixed: set = set()
         for trainer, statement in state.get("id_trainers", ()):
             args = keywords(trainer).get("args")
             value = args.value if args is not None else None
             if isinstance(value, cst.Name) and names.get(value.value) is not None:
                 continue  # its config is built here and gets "device_map": None below
             if isinstance(value, cst.Call) and ctx.qualname(value.func) in SFT_CONFIG_SOURCES:
+                continue
+            if isinstance(value, cst.Name) and value.value in parsed:
+                if value.value not in fixed:
+                    fixed.add(value.value)
+                    self._parsed_device_map(ctx, value.value, parsed[value.value], trainer)
                 continue
             ctx.marker(statement, (
                 "SFTTrainer loads this model id with device_map=\"auto\" on neuron unless the config's "
@@ -512,6 +571,36 @@ class SFTConfigFields(PythonRule):
                     f"distributed_config=DistributedConfig({layout})) (or put it in model_init_kwargs with "
                     "\"device_map\": None when SFTTrainer gets a model id) and launch with torchrun"
                 ))
+
+    def _parsed_device_map(self, ctx: PythonContext, name: str, statement: cst.CSTNode, trainer: cst.Call) -> None:
+        """After ``..., name, ... = parser.parse_args_and_config()``: the parsed SFTConfig gets
+        ``"device_map": None`` and the launch layout (TP_SIZE / FSDP_SIZE) in model_init_kwargs."""
+        from codemods.training_parallel import _first_import
+
+        try:
+            environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, trainer)))
+        except NameClash as exc:
+            ctx.marker(statement, f"set {name}.model_init_kwargs[\"device_map\"] = None by hand ({exc})")
+            return
+        step = ctx.module.default_indent
+        size = "int({env}.get(\"{var}\", \"1\"))"
+        code = (
+            f"{name}.model_init_kwargs = {{\n"
+            f"{step}**({name}.model_init_kwargs or {{}}),\n"
+            f"{step}\"device_map\": None,\n"
+            f"{step}\"distributed_config\": {dist}(\n"
+            f"{step}{step}tp_size={size.format(env=environ, var='TP_SIZE')}, "
+            f"fsdp_size={size.format(env=environ, var='FSDP_SIZE')}\n"
+            f"{step}),\n"
+            "}\n"
+        )
+        ctx.insert_after(statement, [cst.parse_statement(code)])
+        ctx.finding(statement, (
+            f"SFTConfig: {name}.model_init_kwargs gets \"device_map\": None (SFTTrainer loads a model id with "
+            "device_map=\"auto\" on neuron otherwise) and DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE) "
+            "from the launch environment (the parsed config no longer has the parallel sizes)"
+        ))
 
     def _config(self, call: cst.Call, ctx: PythonContext):
         kw = keywords(call)
@@ -541,8 +630,9 @@ class SFTConfigFields(PythonRule):
                     else apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
         return plan, sizes
 
-    def _device_map(self, call, ctx, kw, plan: ArgPlan, quote: str, where: cst.CSTNode, sizes) -> None:
-        reason = "SFTTrainer loads a model id with device_map=\"auto\" on neuron unless told otherwise"
+    def _device_map(self, call, ctx, kw, plan: ArgPlan, quote: str, where: cst.CSTNode, sizes,
+                    trainer: str = "SFTTrainer") -> None:
+        reason = f"{trainer} loads a model id with device_map=\"auto\" on neuron unless told otherwise"
         entries: list[tuple[str, Callable[[], cst.BaseExpression]]] = []
         mik = kw.get("model_init_kwargs")
         value = mik.value if mik is not None else None
@@ -558,6 +648,12 @@ class SFTConfigFields(PythonRule):
         if sizes and "distributed_config" not in present:
             try:
                 dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, call)))
+                if "fsdp_size" in sizes:
+                    from codemods.training_parallel import _first_import
+
+                    environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+                    sizes = {**sizes, "fsdp_size": cst.parse_expression(
+                        fsdp_size_code(environ, sizes.get("tp_size"), quote))}
             except NameClash as exc:
                 ctx.marker(where, f"add distributed_config=DistributedConfig(...) to model_init_kwargs by hand ({exc})")
             else:
@@ -571,13 +667,16 @@ class SFTConfigFields(PythonRule):
             if has_star_kwargs(call):
                 ctx.marker(where, f"set model_init_kwargs={{'device_map': None, ...}}: {reason}")
                 return
-            plan.add.append(("model_init_kwargs", lambda: _dict_add(cst.Dict([]), entries, quote)))
+            step = ctx.module.default_indent
+            width = MAX_LINE - len(statement_indent(ctx)) - len(step) - len("model_init_kwargs=,")
+            plan.add.append(("model_init_kwargs", lambda: _spread(_dict_add(cst.Dict([]), entries, quote), width, step)))
         elif isinstance(value, cst.Call):  # dict(dtype=...)
             plan.revalue["model_init_kwargs"] = lambda d: apply_plan(d, ArgPlan(add=entries))
         else:
             plan.revalue["model_init_kwargs"] = lambda d: _dict_add(d, entries, quote)
         what = ", ".join(f"\"{k}\"" for k, _ in entries)
-        ctx.finding(where, f"SFTConfig: model_init_kwargs gets {what} ({reason})")
+        config = "SFTConfig" if trainer == "SFTTrainer" else trainer.replace("Trainer", "Config")
+        ctx.finding(where, f"{config}: model_init_kwargs gets {what} ({reason})")
 
 
 def _scope(ctx: PythonContext) -> int:
@@ -599,6 +698,18 @@ def _binding(ctx: PythonContext, call: cst.Call):
     return None
 
 
+def _spread(d: cst.Dict, width: int, step: str) -> cst.Dict:
+    """A new dict argument wider than ``width``: one entry per line (the call is one argument per line then)."""
+    if len(cst.Module(body=[]).code_for_node(d)) <= width or not d.elements:
+        return d
+    def ws(last: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=True,
+                                           last_line=cst.SimpleWhitespace(last))
+    elements = [e.with_changes(comma=cst.Comma(whitespace_after=ws(step if i == len(d.elements) - 1 else step * 2)))
+                for i, e in enumerate(d.elements)]
+    return d.with_changes(elements=elements, lbrace=cst.LeftCurlyBrace(whitespace_after=ws(step * 2)))
+
+
 def _dict_add(d: cst.Dict, entries, quote: str) -> cst.Dict:
     elements = list(d.elements)
     new = [cst.DictElement(cst.SimpleString(f"{quote}{k}{quote}"), make(),
@@ -615,6 +726,36 @@ def _dict_add(d: cst.Dict, entries, quote: str) -> cst.Dict:
     out = elements + new
     out = [e.with_changes(comma=middle) for e in out[:-1]] + [out[-1].with_changes(comma=closing)]
     return d.with_changes(elements=out)
+
+
+PARSE_METHODS = ("parse_args_and_config", "parse_args_into_dataclasses", "parse_dict", "parse_json_file",
+                 "parse_yaml_file")
+
+
+def _config_index(call: cst.Call, ctx: PythonContext, sources: tuple[str, ...]) -> int | None:
+    """``HfArgumentParser((A, NeuronSFTConfig))`` / ``TrlParser(NeuronSFTConfig)``: where the config
+    class is among the dataclasses the parser returns (None: it is not there)."""
+    if not call.args or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    first = call.args[0].value
+    if isinstance(first, (cst.Tuple, cst.List)):
+        items = [e.value for e in first.elements]
+    else:
+        items = [first]
+    names = {q.rsplit(".", 1)[-1] for q in sources}
+    for i, item in enumerate(items):
+        last = item.value if isinstance(item, cst.Name) else item.attr.value if isinstance(item, cst.Attribute) else None
+        if last in names and ctx.qualname(item) in sources:
+            return i
+    return None
+
+
+def _unpacked(target: cst.BaseExpression) -> list[str | None]:
+    """``a, b, c`` / ``(a,)`` / ``[a, b]``: the names in order (None for anything else)."""
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return []
+    return [e.value.value if isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement) else None
+            for e in target.elements]
 
 
 def _is_to_dict(expr: cst.BaseExpression) -> bool:

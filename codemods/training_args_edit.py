@@ -212,3 +212,15 @@ def line_prefix(ctx: PythonContext, call: cst.Call) -> int:
             return 7
         break
     return 0
+
+
+def fsdp_size_code(environ: str, tp: cst.BaseExpression | None, quote: str = '"') -> str:
+    """``fsdp_size`` for ``zero_1=True``: every data-parallel rank shards (WORLD_SIZE // tp_size);
+    WORLD_SIZE == tp_size gives 1, plain tensor parallelism."""
+    world = f"int({environ}.get({quote}WORLD_SIZE{quote}, {quote}1{quote}))"
+    if tp is None:
+        return world
+    tp_code = cst.Module(body=[]).code_for_node(tp)
+    if not isinstance(tp, (cst.Name, cst.Attribute, cst.Integer, cst.Call, cst.Subscript)):
+        tp_code = f"({tp_code})"
+    return f"{world} // {tp_code}"

@@ -26,6 +26,7 @@ from codemods.training_args_edit import (
     NOT_LITERAL,
     ArgPlan,
     apply_plan,
+    fsdp_size_code,
     keywords,
     line_prefix,
     literal,
@@ -181,7 +182,9 @@ class TrainingModelTrnConfig(PythonRule):
     caveats = """
         Every read of `<name>.trn_config` in a file that mentions trn_config is replaced by
         `DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))` with a marker (pipeline
-        parallel sizes are not carried over). `from_config(config, trn_config)` loses trn_config
+        parallel sizes are not carried over); arguments built in the same function give their
+        sizes instead (with fsdp_size=WORLD_SIZE // tp_size for zero_1=True), and reads of one
+        field (`args.trn_config.tensor_parallel_size`) are NM207's. `from_config(config, trn_config)` loses trn_config
         with a marker: from_config takes no distributed config (load with from_pretrained to
         shard). Any other trn_config expression (a TrainingNeuronConfig variable, renamed to
         DistributedConfig by NM300/NM302) is passed on as distributed_config unchanged.
@@ -204,6 +207,8 @@ class TrainingModelTrnConfig(PythonRule):
             for param, field in SIZE_FIELDS.items():
                 if param in kw and literal(kw[param].value) != 1:
                     sizes[field] = kw[param].value
+            if "zero_1" in kw and literal(kw["zero_1"].value) is True and "pp_size" not in sizes:
+                sizes["fsdp_size"] = None  # WORLD_SIZE // tp_size, written where it is used (NM201 explains)
             known[key] = None if key in known else sizes
         elif key in known:
             known[key] = None
@@ -217,6 +222,8 @@ class TrainingModelTrnConfig(PythonRule):
         if isinstance(parent, cst.AssignTarget) or (isinstance(parent, (cst.AnnAssign, cst.AugAssign))
                                                      and parent.target is node):
             return
+        if isinstance(parent, cst.Attribute) and parent.value is node and isinstance(node.value, cst.Name):
+            return  # args.trn_config.tensor_parallel_size: NM207 resolves the field read
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
             return
         quote = '"'
@@ -226,6 +233,11 @@ class TrainingModelTrnConfig(PythonRule):
         if sizes is not None:
             try:
                 dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
+                if "fsdp_size" in sizes:
+                    environ = ctx.module.code_for_node(
+                        ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+                    sizes = {**sizes, "fsdp_size": cst.parse_expression(
+                        fsdp_size_code(environ, sizes.get("tp_size")))}
             except NameClash as exc:
                 ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
                 return

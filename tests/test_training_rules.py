@@ -21,7 +21,7 @@ from migrator.engine import RuleSelection, RuleSet, process
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
-IDS = ("NM201", "NM202", "NM203", "NM301", "NM302", "NM303")
+IDS = ("NM201", "NM202", "NM203", "NM206", "NM207", "NM208", "NM301", "NM302", "NM303")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def _targets():
     import transformers
     import trl
     from transformers.distributed import DistributedConfig
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
     return {
         "TrainingArguments": _params(transformers.TrainingArguments),
@@ -54,6 +55,8 @@ def _targets():
         "SFTConfig": _params(trl.SFTConfig),
         "SFTTrainer": _params(trl.SFTTrainer),
         "DistributedConfig": _params(DistributedConfig),
+        "ORPOConfig": _params(ORPOConfig),
+        "ORPOTrainer": _params(ORPOTrainer),
     }
 
 
