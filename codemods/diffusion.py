@@ -36,6 +36,7 @@ from codemods._inference_args import (
     torch_dtype,
 )
 from codemods.renames import load_table
+from migrator.imports import build_dotted
 from migrator.python_engine import NameClash, PythonContext
 from migrator.rules import PythonRule
 
@@ -73,8 +74,16 @@ COMPILE = (
     ("NeuronPixArt", ("transformer", "compile")),
     ("Neuron", ("unet", "compile_repeated_blocks")),  # Stable Diffusion (XL), LCM, ControlNet, ...
 )
-#: the transformer class a tensor-parallel Flux pipeline is sharded through
+#: the transformer a tensor-parallel pipeline is sharded through: the one of these pipelines whose
+#: class declares a ``_tp_plan`` in diffusers 0.42.1 (FluxPipeline, FluxInpaintPipeline and
+#: FluxKontextPipeline all take a FluxTransformer2DModel; PixArt's transformer and the UNets have none)
 TP_TRANSFORMERS = {"NeuronFlux": "FluxTransformer2DModel"}
+#: the variable the sharded transformer is assigned to
+TP_NAME = "transformer"
+#: loading options of the pipeline that apply to the transformer load as well
+HUB = ("revision", "variant", "cache_dir", "token", "local_files_only", "force_download", "proxies")
+#: loading options that a tensor-parallel load rejects (diffusers.hooks.tensor_parallel._check_tp_supported)
+NO_TP = ("device_map", "low_cpu_mem_usage", "use_safetensors", "quantization_config", "use_flashpack")
 CONTROLNET = "diffusers.ControlNetModel"
 KNOBS = tuple(dict.fromkeys((*COMPILER_KNOBS, *FILE_NAMES, "export", "auto_cast_type", "output_attentions",
                              "output_hidden_states")))
@@ -125,15 +134,17 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         declares no repeated blocks) after the adapters are fused. `controlnet_ids` (a string or a
         list of strings) becomes `controlnet=ControlNetModel.from_pretrained(id, torch_dtype=<the
         pipeline's>)` (a list for several). Left to a person with a marker:
-        `data_parallel_mode`/`device_ids` (one process per NeuronCore), `tensor_parallel_size` > 1,
-        `controlnet_ids` held in a variable, `unet_id`, non-literal LoRA lists, `**kwargs` variables
-        and loads of a pre-exported (compiled) pipeline. `tensor_parallel_size` stays a marker
-        although diffusers 0.42 has `TensorParallelConfig`: `DiffusionPipeline.from_pretrained`
-        takes no `parallel_config`, so the transformer must be loaded by a separate statement
-        before the pipeline and passed as `transformer=`, the script must run under torchrun with
-        the same generator seed on every rank and write its outputs on rank 0 only, and diffusers'
-        tensor parallelism cannot run on CPU (`ZeroDivisionError` in `ModelMixin`), so such a
-        rewrite could not be checked here.
+        `data_parallel_mode`/`device_ids` (one process per NeuronCore), `controlnet_ids` held in a
+        variable, `unet_id`, non-literal LoRA lists, `**kwargs` variables and loads of a pre-exported
+        (compiled) pipeline. `tensor_parallel_size=N` of a Flux pipeline (`DiffusionPipeline.from_pretrained`
+        takes no `parallel_config`) becomes `dist.init_process_group(backend="neuron")` (unless the
+        module calls `init_process_group` itself) and `transformer = FluxTransformer2DModel.from_pretrained(
+        model_id, subfolder="transformer", torch_dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))`
+        before the load, which gets `transformer=transformer`, plus a marker: launch with torchrun
+        --nproc_per_node=N, the same generator on every rank, images saved on rank 0 only. Only for an
+        `export=True` load assigned to a name on its own line, whose model id is a name or a string and
+        whose scope does not use the name `transformer`; else (and for pipelines whose denoiser has no
+        `_tp_plan`) a marker.
     """
 
     def handlers(self):
@@ -211,15 +222,23 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                     "f\"neuron:{LOCAL_RANK}\") and split the prompts between them"
                 )
         tp = kw.get("tensor_parallel_size")
+        sharded: list[cst.SimpleStatementLine] = []  # the process group and the sharded transformer load
         if tp is not None and literal(tp.value) != 1:
-            transformer = next((t for p, t in TP_TRANSFORMERS.items() if class_name.startswith(p)), "<Transformer>")
-            markers.append(
-                f"tensor_parallel_size={code(tp.value)} was dropped: under torchrun --nproc_per_node="
-                f"{code(tp.value)}, load `transformer = {transformer}.from_pretrained(model_id, "
-                f"subfolder=\"transformer\", torch_dtype=..., parallel_config=TensorParallelConfig("
-                f"tp_degree={code(tp.value)}))` (from diffusers) before the pipeline and pass it as transformer=; "
-                "seed the generator identically on every rank and save the images on rank 0 only"
-            )
+            why = self._tensor_parallel(node, class_name, args, kw, name, dtype_expr, ctx, quote, sharded)
+            nproc = code(tp.value)
+            if why is None:
+                transformer = TP_TRANSFORMERS[_family(class_name)]
+                applied.append(f"tensor_parallel_size={nproc} becomes transformer={transformer}.from_pretrained(..., "
+                               f"parallel_config=TensorParallelConfig(tp_degree={nproc})), loaded before the pipeline")
+                markers.append(
+                    f"the transformer is sharded over {nproc} NeuronCores: launch with torchrun --nproc_per_node="
+                    f"{nproc}, pass the same generator on every rank (generator=torch.Generator(\"cpu\")"
+                    ".manual_seed(0)) and save the images on rank 0 only (torch.distributed.get_rank() == 0)"
+                    + ("" if len(sharded) == 2 else "; initialize the process group (init_process_group(backend="
+                       "\"neuron\")) before the transformer load")
+                )
+            else:
+                markers.append(f"tensor_parallel_size={nproc} was dropped: {why}")
         controlnet: cst.BaseExpression | None = None
         if "controlnet_ids" in kw:
             controlnet = self._controlnet(kw["controlnet_ids"].value, kw, ctx, quote)
@@ -316,6 +335,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 at += 1
             if controlnet is not None:
                 new_args.insert(at, cst.Arg(keyword=cst.Name("controlnet"), value=controlnet, equal=EQ))
+            if sharded:  # after the model id, as in the diffusers examples
+                first = next((i for i, a in enumerate(new_args) if a.keyword is not None or a.star), len(new_args))
+                new_args.insert(first, cst.Arg(keyword=cst.Name(TP_NAME), value=cst.Name(TP_NAME), equal=EQ))
             if moved:
                 return layout(updated, new_args, ctx.module, indent, prefix_len(ctx, node))
             prefix, rest = line_context(ctx, node)
@@ -323,7 +345,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("to")), args=[cst.Arg(neuron)])
 
         ctx.replace(node, rewrite)
-        if follow:
+        if follow or sharded:
             line = next(n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine))
 
             def method_of(path: str) -> cst.BaseExpression:
@@ -332,8 +354,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                     func = cst.Attribute(value=func, attr=cst.Name(part))
                 return func
 
-            def statements(_updated: cst.SimpleStatementLine) -> list[cst.SimpleStatementLine]:
-                return [
+            def statements(updated: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+                after = [
                     cst.SimpleStatementLine(body=[cst.Expr(cst.Call(
                         func=method_of(method),
                         args=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(margs) - 1 else
@@ -342,11 +364,17 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                     ))])
                     for method, margs in follow
                 ]
+                before = list(sharded)
+                if before:  # the comments and blank lines above the load move above what precedes it
+                    before[0] = before[0].with_changes(leading_lines=updated.leading_lines)
+                    updated = updated.with_changes(leading_lines=())
+                return cst.FlattenSentinel([*before, updated, *after])
 
-            ctx.insert_after(line, statements)
+            ctx.replace(line, statements)
             if adapters:
                 applied.append("LoRA/IP-Adapter arguments become "
                                + ", ".join(f"{name}.{m}()" for m, _ in follow[:adapters]))
+        if follow:
             applied.append(f"{name}.{denoiser}.{how}(backend=\"neuron\", fullgraph=True, dynamic=False): the denoiser "
                            "is compiled once for the fixed shapes (what optimum-neuron's export did ahead of time)")
         ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
@@ -355,6 +383,87 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             ctx.finding(node, message)
         for message in markers:
             ctx.marker(node, message)
+
+    # ------------------------------------------------------------------ tensor parallelism
+    @staticmethod
+    def _tensor_parallel(node: cst.Call, class_name: str, args: list[cst.Arg], kw: dict, name: str | None,
+                         dtype_expr: cst.BaseExpression | None, ctx: PythonContext, quote: str,
+                         out: list[cst.SimpleStatementLine]) -> str | None:
+        """Fill ``out`` with ``init_process_group(backend="neuron")`` (unless the module already calls
+        it) and ``transformer = <Transformer>.from_pretrained(model_id, subfolder="transformer",
+        torch_dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))``, the statements that go
+        before the pipeline load; else return why the load is left to a person."""
+        code = ctx.module.code_for_node
+        tp = kw["tensor_parallel_size"].value
+        transformer = TP_TRANSFORMERS.get(_family(class_name))
+        if transformer is None:
+            return ("diffusers has no tensor-parallel plan (_tp_plan) for this pipeline's denoiser; it runs on one "
+                    "NeuronCore")
+        hint = (f"under torchrun --nproc_per_node={code(tp)}, load `{TP_NAME} = {transformer}.from_pretrained("
+                f"model_id, subfolder=\"transformer\", torch_dtype=..., parallel_config=TensorParallelConfig("
+                f"tp_degree={code(tp)}))` (from diffusers) after dist.init_process_group(backend=\"neuron\"), "
+                f"before the pipeline, and pass it as {TP_NAME}=; seed the generator identically on every rank and "
+                "save the images on rank 0 only")
+        stack = ctx.stack
+        line = next((n for n in reversed(stack) if isinstance(n, cst.SimpleStatementLine)), None)
+        if name is None or line is None or len(line.body) != 1 or line.body[0] is not stack[stack.index(line) + 1]:
+            return hint
+        if kw.get("export") is None or literal(kw["export"].value) is not True:
+            return hint  # a pre-exported pipeline: the model id is to be changed first
+        if any(a.star for a in args):
+            return hint
+        positional = [a.value for a in args if a.keyword is None]
+        model_id = positional[0] if len(positional) == 1 else None
+        if not positional:
+            model_id = kw["pretrained_model_name_or_path"].value if "pretrained_model_name_or_path" in kw else None
+        if not isinstance(model_id, (cst.Name, cst.SimpleString)):
+            return hint  # evaluated once for the transformer and once for the pipeline
+        names = _scope(ctx)["names"]
+        if TP_NAME in kw or TP_NAME in names or any(k in kw for k in NO_TP):
+            return hint
+        dtype = dtype_expr or next((kw[k].value for k in ("torch_dtype", "dtype") if k in kw), None)
+        repeatable = (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)
+        if dtype is not None and not isinstance(dtype, repeatable):
+            return hint
+        hub = [(k, kw[k].value) for k in HUB if k in kw]
+        if any(not isinstance(v, repeatable) for _, v in hub):
+            return hint
+        anchor = import_anchor(ctx, node.func)
+        try:
+            cls = ctx.name_for(f"diffusers.{transformer}", anchor=anchor)
+            config = ctx.name_for("diffusers.TensorParallelConfig", anchor=anchor)
+            init = None
+            state = ctx.local_state()
+            if "process_group" not in state:  # once per unit: does the script set up torch.distributed itself?
+                state["process_group"] = "init_process_group" in ctx.source
+            if not state["process_group"]:
+                dist = ctx.imports.local_for("torch.distributed")
+                if dist is None and ctx.imports.is_free("dist", "torch.distributed") and "dist" not in names:
+                    ctx.add_import("torch.distributed", None, "dist", anchor)  # the usual spelling
+                    dist = "dist"
+                init = (build_dotted(f"{dist}.init_process_group") if dist is not None else
+                        ctx.name_for("torch.distributed.init_process_group", anchor=anchor, style="module"))
+        except NameClash:
+            return hint
+
+        def kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
+            return cst.Arg(keyword=cst.Name(key), value=value, equal=EQ)
+
+        load_args = [cst.Arg(model_id.deep_clone()),
+                     kwarg("subfolder", cst.SimpleString(f"{quote}{TP_NAME}{quote}"))]
+        if dtype is not None:
+            load_args.append(kwarg("torch_dtype", dtype.deep_clone()))
+        load_args.extend(kwarg(k, v.deep_clone()) for k, v in hub)
+        load_args.append(kwarg("parallel_config", cst.Call(func=config, args=[kwarg("tp_degree", tp.deep_clone())])))
+        load = cst.Call(func=cst.Attribute(value=cls, attr=cst.Name("from_pretrained")), args=load_args,
+                        whitespace_before_args=cst.ParenthesizedWhitespace(indent=True))  # spread when too long
+        load = hug_layout(load, load_args, ctx.module, indent_of(ctx), len(f"{TP_NAME} = "), 0)
+        if init is not None:
+            out.append(cst.SimpleStatementLine(body=[cst.Expr(cst.Call(
+                func=init, args=[kwarg("backend", cst.SimpleString(f"{quote}neuron{quote}"))]))]))
+        out.append(cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(TP_NAME))],
+                                                             value=load)]))
+        return None
 
     @staticmethod
     def _controlnet(value: cst.BaseExpression, kw: dict, ctx: PythonContext,
@@ -488,6 +597,7 @@ def _scope(ctx: PythonContext) -> dict:
         return cache[id(scope)]
     loads: dict[str, cst.Call] = {}
     calls: list[cst.Call] = []
+    names: set[str] = set()  # every name used or bound in the scope (a new variable must not clash)
 
     def walk(n: cst.CSTNode) -> None:
         if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
@@ -500,13 +610,17 @@ def _scope(ctx: PythonContext) -> dict:
                 loads[n.targets[0].target.value] = value
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Name):
             calls.append(n)
+        if isinstance(n, cst.Name):
+            names.add(n.value)
         for child in n.children:
             if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                if not isinstance(child, cst.Lambda):
+                    names.add(child.name.value)
                 continue
             walk(child)
 
     walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
-    found = {"calls": {}, "called": set()}
+    found = {"calls": {}, "called": set(), "names": names}
     for call in calls:
         name = call.func.value  # type: ignore[attr-defined]
         if name in loads and not any(a.star == "**" for a in call.args):
@@ -514,6 +628,10 @@ def _scope(ctx: PythonContext) -> dict:
             found["called"].add(name)
     cache[id(scope)] = found
     return found
+
+
+def _family(class_name: str) -> str:
+    return next(p for p, _ in COMPILE if class_name.startswith(p))
 
 
 def _call_shapes(class_name: str) -> tuple[str, ...]:

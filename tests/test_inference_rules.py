@@ -321,12 +321,13 @@ def test_nm104_keywords_exist_in_diffusers():
             method = fname.rsplit(".", 1)[-1]
             kws = {kw.arg for kw in call.keywords if kw.arg is not None}
             seen.setdefault(method, set()).update(kws)
-            if fname == "ControlNetModel.from_pretrained":
+            if fname == "ControlNetModel.from_pretrained" or fname.endswith("Transformer2DModel.from_pretrained"):
+                # models (not pipelines): ModelMixin.from_pretrained reads most keywords from **kwargs
                 model_keywords = set(inspect.signature(diffusers.ModelMixin.from_pretrained).parameters)
-                model_keywords |= set(re.findall(r'kwargs\.pop\("(\w+)"',
+                model_keywords |= set(re.findall(r'kwargs\.pop\(\s*"(\w+)"',
                                                  inspect.getsource(diffusers.ModelMixin.from_pretrained)))
                 assert kws <= model_keywords, (after.name, kws - model_keywords)
-                seen.setdefault("ControlNetModel", set()).update(kws)
+                seen.setdefault(fname.split(".")[0], set()).update(kws)
             elif method == "from_pretrained":
                 # components (controlnet=) are passed through **kwargs to the pipeline's __init__
                 pipe = targets.get(fname.split(".")[0])
@@ -353,6 +354,7 @@ def test_nm104_keywords_exist_in_diffusers():
     assert {"subfolder", "weight_name"} <= seen["load_ip_adapter"]
     assert {"backend", "fullgraph", "dynamic"} <= seen["compile_repeated_blocks"]
     assert "controlnet" in seen["from_pretrained"] and "torch_dtype" in seen["ControlNetModel"]
+    assert {"subfolder", "parallel_config"} <= seen["FluxTransformer2DModel"]
     assert "controlnet" in inspect.signature(diffusers.StableDiffusionControlNetPipeline.__init__).parameters
     # the denoiser each family compiles exists and declares repeated blocks (else compile_repeated_blocks raises)
     from codemods.diffusion import COMPILE
