@@ -26,7 +26,7 @@ from typer.testing import CliRunner  # noqa: E402
 from migrator.cli import app  # noqa: E402
 from migrator.verify import GoldenError, read_golden, write_golden  # noqa: E402
 from migrator.verify import compare as cmp  # noqa: E402
-from migrator.verify import instrument  # noqa: E402
+from migrator.verify import emulate, instrument  # noqa: E402
 
 FIX = Path(__file__).parent / "verify_fixtures"
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +90,11 @@ def test_record_writes_versioned_golden_and_baseline_passes(golden, tiny_llama):
     gen = data["observations"]["generate"]
     assert [len(call["tokens"][0]) for call in gen] == [13, 16]
     assert gen[0]["tokens"][0][:5] == [1, 17, 33, 250, 7]
+    # the score fingerprint: one row per sequence, one max score per generated position (8 new tokens)
+    assert [len(call["scores"]) for call in gen] == [1, 1]
+    assert [len(call["scores"][0]) for call in gen] == [instrument.SCORE_STEPS] * 2
+    assert all(isinstance(x, float) for call in gen for x in call["scores"][0])
+    assert gen[0]["scores"] != gen[1]["scores"] and gen[0]["dtype"] == "float32"
     assert data["observations"]["compile"]["recompiles"] == []
 
     proc = verify(str(FIX / "generate.py"), "--device", "cpu", "--baseline", str(golden),
@@ -111,6 +116,23 @@ def test_baseline_mismatch_names_first_divergent_token(golden, tiny_llama):
     assert re.search(r"call 0, sequence 0: first divergent token at position \d+: \d+ vs reference \d+",
                      proc.stdout)
     assert "result: FAILED" in proc.stdout
+
+
+def test_dtype_only_change_is_caught_by_the_scores(golden, tiny_llama):
+    """A wrong migration that loads in bfloat16 where the original used float32: the tiny model's
+    greedy tokens are the same, its scores are not."""
+    proc = verify(str(FIX / "generate.py"), "--device", "emulate", "--baseline", str(golden),
+                  "--", str(tiny_llama), "--dtype", "bfloat16")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"✗ generate\[0\]\s+13 token ids equal, but the scores differ: sequence 0, generated "
+                     r"position \d+: max score \S+ vs reference \S+", proc.stdout), proc.stdout
+    assert ("the model ran in bfloat16, the reference in float32: a dtype change is the likely cause"
+            in proc.stdout)
+    assert "result: FAILED (2 check(s) failed)" in proc.stdout
+    # the same run with tolerances a bfloat16 model meets passes
+    loose = verify(str(FIX / "generate.py"), "--device", "emulate", "--baseline", str(golden),
+                   "--atol", "0.05", "--", str(tiny_llama), "--dtype", "bfloat16")
+    assert loose.returncode == 0, loose.stdout + loose.stderr
 
 
 def test_crashing_script_exits_2_with_reason():
@@ -165,6 +187,8 @@ def test_script_that_observes_nothing_exits_2():
         ('{"format": "neuron-migrate-golden", "version": 99, "observations": {}}', "version 99"),
         ('{"format": "neuron-migrate-golden", "version": 1}', "no \"observations\""),
         ('{"format": "neuron-migrate-golden", "version": 1, "observations": {"generate": 3}}', "must be a list"),
+        ('{"format": "neuron-migrate-golden", "version": 1, "observations": {"generate": [{"tokens": [[1]], '
+         '"scores": 0.5}]}}', "scores must be a list of lists"),
     ],
 )
 def test_malformed_golden_exits_2_before_running(tmp_path, content, message):
@@ -258,7 +282,44 @@ def test_nproc_runs_under_torchrun_with_neuron_process_group_and_rank0_records(t
     assert report["compile"]["graphs"] == 1 and report["compile"]["recompiles"] == 0
 
 
+def test_device_mode_is_off_inside_generate_and_back_after_it(tiny_llama):
+    """The overhead fix: the device mode is popped for generate() (library code, devices from the
+    model) and pushed back afterwards, also when generate() raises; "neuron" works again after it."""
+    proc = verify(str(FIX / "mode_suspend.py"), "--device", "emulate", "--reference", "none", "--", str(tiny_llama))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "outside 1" in lines and "inside [0]" in lines and "after 1" in lines
+    assert "raised probe failure" in lines and "after failure 1" in lines
+    assert "neuron tensor on cpu" in lines
+
+
 # ----------------------------------------------------------------------------- units (no child)
+
+def test_suspended_pops_only_its_own_mode(monkeypatch):
+    from torch.overrides import TorchFunctionMode
+
+    class Ours(TorchFunctionMode):
+        pass
+
+    class Users(TorchFunctionMode):
+        pass
+
+    depth = torch._C._len_torch_function_stack
+    monkeypatch.setattr(emulate, "_mode_cls", Ours)
+    base = depth()
+    with Ours():
+        with emulate.suspended():
+            assert depth() == base
+        assert depth() == base + 1
+        with pytest.raises(ValueError):
+            with emulate.suspended():
+                raise ValueError("x")
+        assert depth() == base + 1 and isinstance(torch._C._get_function_stack_at(base), Ours)
+        with Users():  # a mode the user entered above ours stays, and so does ours under it
+            with emulate.suspended():
+                assert depth() == base + 2
+    assert depth() == base
+
 
 def test_compare_generate_reports_call_and_position():
     run = [{"tokens": [[1, 2, 3]]}, {"tokens": [[1, 2, 9, 4]]}]
@@ -267,6 +328,44 @@ def test_compare_generate_reports_call_and_position():
     assert [c.ok for c in checks] == [True, False]
     assert "call 1, sequence 0: first divergent token at position 2: 9 vs reference 3" in checks[1].detail
     assert not cmp.compare_generate(run[:1], ref)[0].ok  # a missing call is a mismatch
+
+
+def test_compare_generate_scores_and_old_goldens_without_them():
+    tokens = [[1, 5, 6]]
+    run = [{"tokens": tokens, "scores": [[0.5, 0.25]], "dtype": "float32"}]
+    close = [{"tokens": tokens, "scores": [[0.5 + 1e-7, 0.25]], "dtype": "float32"}]
+    check = cmp.compare_generate(run, close, atol=1e-5, rtol=1e-4)[0]
+    assert check.ok and "scores within tolerance" in check.detail
+    assert check.max_abs_diff == pytest.approx(1e-7)
+    # a golden file recorded before scores were: tokens only, still a pass
+    old = [{"tokens": tokens}]
+    check = cmp.compare_generate(run, old)[0]
+    assert check.ok and check.detail == "3 token ids equal"
+    # scores apart, same dtype: the generic causes, a dtype change among them
+    far = [{"tokens": tokens, "scores": [[0.5, 0.2]], "dtype": "float32"}]
+    check = cmp.compare_generate(run, far, atol=1e-5, rtol=1e-4)[0]
+    assert not check.ok
+    assert "but the scores differ: sequence 0, generated position 1: max score 0.25 vs reference 0.2" in check.detail
+    assert "likely causes: a dtype change" in check.detail
+    assert check.max_abs_diff == pytest.approx(0.05)
+    # other dtype: named as the likely cause, also when the tokens themselves diverge
+    bf16 = [{"tokens": [[1, 5, 7]], "scores": [[0.5, 0.2]], "dtype": "bfloat16"}]
+    check = cmp.compare_generate(bf16, run)[0]
+    assert not check.ok and "first divergent token at position 2: 7 vs reference 6" in check.detail
+    assert "the model ran in bfloat16, the reference in float32: a dtype change is the likely cause" in check.detail
+    shape = [{"tokens": tokens, "scores": [[0.5]]}]
+    assert not cmp.compare_generate(shape, run)[0].ok
+
+
+def test_score_recorder_returns_the_scores_untouched_and_keeps_the_first_steps():
+    steps: list = []
+    recorder = instrument._ScoreRecorder(steps)
+    for i in range(instrument.SCORE_STEPS + 3):
+        scores = torch.tensor([[0.0, float(i)], [float(-i), -100.0]])
+        assert recorder(None, scores) is scores
+        assert scores.tolist() == [[0.0, float(i)], [float(-i), -100.0]]
+    assert len(steps) == instrument.SCORE_STEPS
+    assert steps[:2] == [[0.0, 0.0], [1.0, -1.0]]
 
 
 def test_compare_losses_and_pipeline_tolerances():
@@ -320,3 +419,34 @@ def test_pipeline_and_generate_wrappers_observe_without_changing_results(monkeyp
     assert instrument.OBS["pipeline"] == [{"task": "text-classification",
                                            "result": [{"label": "POS", "score": 0.75}]}]
     assert instrument.OBS["generate"] == [{"tokens": [[1, 2, 3]]}]
+
+
+def test_score_recorder_is_attached_once_per_outermost_generate(monkeypatch):
+    """generate() asks for its logits processors; the recorder goes last, once per outermost call
+    (not again for a nested generate), and the scores end in that call's observation."""
+    monkeypatch.setattr(instrument, "OBS", {"generate": [], "pipeline": [], "losses": [], "images": []})
+    built = []
+
+    class GenerationMixin:
+        dtype = torch.bfloat16
+
+        def _get_logits_processor(self, config):
+            processors = [lambda ids, scores: scores * 2]
+            built.append(processors)
+            return processors
+
+        def generate(self, nested=False):
+            processors = self._get_logits_processor(None)
+            if not nested:
+                self.generate(nested=True)
+            for step in range(2):
+                scores = torch.tensor([[1.0, 2.0 + step]])
+                for p in processors:
+                    scores = p(None, scores)
+            return torch.tensor([[7, 8]])
+
+    instrument._patch_generation(type("M", (), {"GenerationMixin": GenerationMixin}))
+    GenerationMixin().generate()
+    assert [len(p) for p in built] == [2, 1]  # the outer call's list got the recorder, the nested one not
+    assert isinstance(built[0][-1], instrument._ScoreRecorder)
+    assert instrument.OBS["generate"] == [{"tokens": [[7, 8]], "scores": [[4.0, 6.0]], "dtype": "bfloat16"}]

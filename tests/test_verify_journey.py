@@ -7,7 +7,8 @@
 3. Verify the migrated copy under ``--device emulate --baseline golden.json`` WITHOUT the double:
    exit 0, same tokens, and the static cache the migration set up auto-compiles exactly one decode
    graph (backend "neuron", dynamic=False) with no recompile across the two prompt lengths.
-4. Negative journeys, each a variant of the migrated script: wrong dtype, changed
+4. Negative journeys, each a variant of the migrated script: wrong dtype (caught by the scores:
+   the tokens are the same), changed
    ``max_new_tokens``, sampling → exit 1 naming the first divergent token; an unpadded input through
    ``torch.compile(..., dynamic=False)`` and ``prefill_chunk_size`` → exit 1 from the compile audit;
    a crash (the unmigrated original without the old stack) → 2; a hang → 2 with ``--timeout``.
@@ -57,7 +58,8 @@ def test_committed_tiny_model_is_small():
     """It is the model ``make_tiny_llama.py`` builds; the journey below loads it offline
     (HF_HUB_OFFLINE=1) with ``AutoModelForCausalLM.from_pretrained``, through the double and directly."""
     files = sorted(p.name for p in MODEL.iterdir())
-    assert files == ["config.json", "generation_config.json", "model.safetensors"]
+    assert files == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                     "tokenizer_config.json"]
     assert sum(p.stat().st_size for p in MODEL.iterdir()) < 2 * 2**20
     config = json.loads((MODEL / "config.json").read_text())
     assert (config["model_type"], config["hidden_size"], config["vocab_size"]) == ("llama", 64, 512)
@@ -113,9 +115,8 @@ VARIANTS = {
                    "        compiled(input_ids=torch.tensor([prompt], device=\"neuron\"))\n"
                    "for prompt in prompts:")], ["--max-recompiles", "0"]),
     "migrated": ([], []),
-    # A dtype-only mistake (dtype=torch.bfloat16 or float16 instead of float32) is NOT caught: the
-    # tiny model's greedy tokens are identical in all three dtypes (checked for 40 new tokens), and
-    # verify compares generate() token ids only.
+    # a dtype-only mistake: the tiny model's greedy tokens are the same in bfloat16, the scores are not
+    "bfloat16": ([("dtype=torch.float32", "dtype=torch.bfloat16")], []),
     "dropped_max_new_tokens": ([("max_new_tokens=8", "max_new_tokens=6")], []),
     "sampling": ([("do_sample=False", "do_sample=True, top_k=50"),
                   ("for prompt in prompts:", "torch.manual_seed(3)\nfor prompt in prompts:")], []),
@@ -174,8 +175,10 @@ def test_migrated_script_matches_golden_and_compiles_one_decode_graph(runs):
     proc = runs["migrated"]
     assert proc.returncode == 0, out(proc)
     assert "device: emulate    reference: golden file" in proc.stdout
-    assert re.search(r"✓ generate\[0\]\s+13 token ids equal", proc.stdout)
-    assert re.search(r"✓ generate\[1\]\s+19 token ids equal", proc.stdout)
+    # static cache + compiled decode step vs the original's dynamic-cache eager run: same tokens,
+    # scores within the default tolerances
+    assert re.search(r"✓ generate\[0\]\s+13 token ids equal, scores within tolerance", proc.stdout)
+    assert re.search(r"✓ generate\[1\]\s+19 token ids equal, scores within tolerance", proc.stdout)
     assert re.search(r"✓ compile audit\s+1 graph\(s\) compiled, 0 recompile\(s\) after warm-up", proc.stdout)
     assert "observed: 2 generate() call(s), 1 compiled graph(s)" in proc.stdout
     assert "result: OK" in proc.stdout
@@ -204,6 +207,17 @@ def test_wrong_migration_fails_with_first_divergent_token(runs, name):
                          proc.stdout), proc.stdout
         pos = int(re.search(r"first divergent token at position (\d+)", proc.stdout).group(1))
         assert pos >= 5  # the prompt itself is equal; generation diverges
+
+
+def test_dtype_only_wrong_migration_fails_on_the_scores(runs):
+    """The migrated script loads the model in bfloat16 where the original used float32 (fp32 auto_cast):
+    every token is the same, the recorded scores differ, and verify says a dtype change is the cause."""
+    proc = runs["bfloat16"]
+    assert proc.returncode == 1, out(proc)
+    assert re.search(r"✗ generate\[0\]\s+13 token ids equal, but the scores differ", proc.stdout), proc.stdout
+    assert re.search(r"✗ generate\[1\]\s+19 token ids equal, but the scores differ", proc.stdout)
+    assert "the model ran in bfloat16, the reference in float32: a dtype change is the likely cause" in proc.stdout
+    assert "✓ compile audit" in proc.stdout and "result: FAILED (2 check(s) failed)" in proc.stdout
 
 
 # ----------------------------------------------------------------------------- compile audit

@@ -40,16 +40,63 @@ def _first_divergence(a: list, b: list) -> int:
     return min(len(a), len(b))
 
 
-def compare_generate(run: list, ref: list) -> list[Check]:
+def _dtype_note(run: dict, ref: dict) -> str | None:
+    a, b = run.get("dtype"), ref.get("dtype")
+    if a and b and a != b:
+        return (f"the model ran in {a}, the reference in {b}: a dtype change is the likely cause "
+                f"(load the model with dtype=torch.{b} as the original did)")
+    return None
+
+
+def _compare_scores(run: dict, ref: dict, atol: float, rtol: float) -> tuple[bool | None, str, float | None]:
+    """The score fingerprint (max processed score per sequence and generated position).
+    None when either side has none (a golden file recorded before scores were recorded)."""
+    rs, gs = run.get("scores"), ref.get("scores")
+    if not isinstance(rs, list) or not isinstance(gs, list):
+        return None, "", None
+    if len(rs) != len(gs) or any(len(a) != len(b) for a, b in zip(rs, gs)):
+        return False, "the scores cover other sequences or positions than the reference's", None
+    max_diff = 0.0
+    first = None
+    for row, (a, b) in enumerate(zip(rs, gs)):
+        for pos, (x, y) in enumerate(zip(a, b)):
+            if x is None or y is None:
+                continue
+            x, y = float(x), float(y)
+            if math.isnan(x) and math.isnan(y):
+                continue
+            d = abs(x - y)
+            max_diff = d if math.isnan(d) else max(max_diff, d)
+            if first is None and not _close(x, y, atol, rtol):
+                first = (row, pos, x, y, d)
+    if first is None:
+        return True, "", max_diff
+    row, pos, x, y, d = first
+    return False, (f"sequence {row}, generated position {pos}: max score {x:.6g} vs reference {y:.6g} "
+                   f"(abs diff {d:.3g} > atol {atol:g} + rtol {rtol:g} * |reference|)"), max_diff
+
+
+def compare_generate(run: list, ref: list, atol: float = 1e-5, rtol: float = 1e-4) -> list[Check]:
     checks = []
     if len(run) != len(ref):
         checks.append(Check("generate", False, f"{len(run)} generate() calls, the reference made {len(ref)}"))
     for i, (r, g) in enumerate(zip(run, ref)):
         rt, gt = r.get("tokens") or [], g.get("tokens") or []
         name = f"generate[{i}]"
+        note = _dtype_note(r, g)
         if rt == gt:
             n = sum(len(s) for s in rt) if rt and isinstance(rt[0], list) else len(rt)
-            checks.append(Check(name, True, f"{n} token ids equal"))
+            ok, detail, diff = _compare_scores(r, g, atol, rtol)
+            if ok is False:
+                cause = note or ("likely causes: a dtype change (dtype=/torch_dtype=, autocast), another "
+                                 "attention implementation, or a generation setting that rescales the "
+                                 "logits (temperature, repetition_penalty)")
+                checks.append(Check(name, False, f"{n} token ids equal, but the scores differ: {detail}; "
+                                                 f"{cause}", diff))
+            elif ok:
+                checks.append(Check(name, True, f"{n} token ids equal, scores within tolerance", diff))
+            else:
+                checks.append(Check(name, True, f"{n} token ids equal"))
             continue
         if len(rt) != len(gt):
             checks.append(Check(name, False, f"batch size {len(rt)}, reference {len(gt)}"))
@@ -61,7 +108,8 @@ def compare_generate(run: list, ref: list) -> list[Check]:
                     what = f"length {len(a)}, reference {len(b)} (equal up to position {pos})"
                 else:
                     what = f"first divergent token at position {pos}: {a[pos]} vs reference {b[pos]}"
-                checks.append(Check(name, False, f"call {i}, sequence {row}: {what}"))
+                checks.append(Check(name, False, f"call {i}, sequence {row}: {what}"
+                                                 + (f"; {note}" if note else "")))
                 break
     return checks
 
@@ -146,7 +194,7 @@ def compare_images(run: list, ref: list, atol: float, rtol: float) -> list[Check
 
 def compare(run: dict, ref: dict, atol: float, rtol: float) -> list[Check]:
     checks: list[Check] = []
-    checks += compare_generate(run.get("generate", []), ref.get("generate", []))
+    checks += compare_generate(run.get("generate", []), ref.get("generate", []), atol, rtol)
     checks += compare_pipeline(run.get("pipeline", []), ref.get("pipeline", []), atol, rtol)
     checks += compare_losses(run.get("losses", []), ref.get("losses", []), atol, rtol)
     checks += compare_images(run.get("images", []), ref.get("images", []), atol, rtol)

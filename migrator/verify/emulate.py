@@ -17,11 +17,15 @@ weights in a thread pool), ``torch.autocast("neuron")`` runs on the real device,
 In ``emulate`` the accelerator queries that the renamed-but-hookless PrivateUse1 backend breaks
 (``torch.accelerator.*``, ``torch._C._get_accelerator``) answer as on a cpu-only build.
 
-Cost: a TorchFunctionMode sees every torch op, about +45% on a tiny model's generate() loop (a
-per-op constant, so small on real model sizes). Wrapping the ~30 device-taking entry points
-instead costs nothing but was tried and dropped: with ``torch.arange``/``torch.empty``... wrapped,
-transformers 5.23 leaves Llama's ``rotary_emb.inv_freq`` buffer uninitialised (garbage values,
-run-to-run different losses) — do not reintroduce it without a test on the buffers.
+Cost: a TorchFunctionMode sees every torch op (a Python call each: +60-75% process cpu time on a
+tiny model's generate() loop). The mode is therefore popped for the duration of the outermost
+``GenerationMixin.generate`` call (``suspended``; instrument wraps generate), where every device
+comes from the model and its inputs: benchmarks/bench_verify.py measured the loop's cpu-time ratio
+go from 1.61 (emulate) / 1.74 (cpu) to 1.04 / 1.08. Training steps still pay the per-op cost.
+Wrapping the ~30 device-taking entry points instead costs nothing but was tried and dropped: with
+``torch.arange``/``torch.empty``... wrapped, transformers 5.23 leaves Llama's
+``rotary_emb.inv_freq`` buffer uninitialised (garbage values, run-to-run different losses) — do not
+reintroduce it without a test on the buffers.
 
 Everything here is imported lazily: it runs when the user script imports torch.
 """
@@ -44,6 +48,44 @@ def uninstall() -> None:
             mode.__exit__(None, None, None)
         except Exception:
             pass
+
+
+_mode_cls = None  # the device-remapping TorchFunctionMode class, once installed
+
+
+class suspended:
+    """Leave the device mode off while library code that takes every device from the model and
+    its inputs runs: ``GenerationMixin.generate`` (instrument wraps the outermost call in this).
+
+    In emulate the parameters and inputs already live on cpu, so nothing inside generate() names
+    the ``neuron`` device, while the mode's per-op Python dispatch cost +45-60% of a tiny model's
+    decode loop. It also means that torch.compile traces generate()'s decode step without the mode,
+    as on Neuron (no extra guard on the torch-function-mode stack). The mode is popped only when it
+    is the top of this thread's stack (a user mode entered above it stays as it is) and is pushed
+    back when the call returns or raises."""
+
+    __slots__ = ("_mode",)
+
+    def __enter__(self):
+        self._mode = None
+        cls = _mode_cls
+        if cls is None:
+            return self
+        import torch
+
+        if torch._C._len_torch_function_stack() > 0:
+            top = torch._C._get_function_stack_at(torch._C._len_torch_function_stack() - 1)
+            if isinstance(top, cls):
+                self._mode = torch._C._pop_torch_function_stack()
+        return self
+
+    def __exit__(self, *exc):
+        if self._mode is not None:
+            import torch
+
+            torch._C._push_on_torch_function_stack(self._mode)
+            self._mode = None
+        return False
 
 
 def _target_device(mode: str) -> str:
@@ -105,6 +147,8 @@ def install_device_mode(mode: str) -> None:
                 args = (args[0], remap(args[1]), *args[2:])
             return func(*args, **kwargs)
 
+    global _mode_cls
+    _mode_cls = NeuronToDevice
     mode_obj = NeuronToDevice()
     mode_obj.__enter__()  # stays active until uninstall() (main thread)
     _active.append(mode_obj)

@@ -1,4 +1,15 @@
-"""Golden files: ``{"format": "neuron-migrate-golden", "version": 1, ...}``."""
+"""Golden files: ``{"format": "neuron-migrate-golden", "version": 1, ...}``.
+
+Schema (version 1; later additions are optional keys, so older files stay readable and compare on
+what they have):
+  observations.generate[]  {"tokens": [[int]] per sequence,
+                            "scores": [[float]] per sequence: the highest processed score at each of
+                                      the first generated positions (added later; optional),
+                            "dtype": "float32" ... the model's dtype (added later; optional)}
+  observations.pipeline[]  {"task", "result"}    observations.losses[]  float
+  observations.images[]    {"pipeline", "images": [{"shape", "pixels"}]}
+  observations.compile     {"graphs", "compilations", "recompiles": [{"compile_id", "site", "reason"}]}
+"""
 
 from __future__ import annotations
 
@@ -57,4 +68,10 @@ def read_golden(path: Path) -> dict:
                      ("compile", dict)):
         if key in obs and not isinstance(obs[key], typ):
             raise GoldenError(f"golden file {path}: observations.{key} must be a {typ.__name__}")
+    for i, call in enumerate(obs.get("generate") or []):
+        if not isinstance(call, dict):
+            raise GoldenError(f"golden file {path}: observations.generate[{i}] must be an object")
+        scores = call.get("scores")
+        if scores is not None and not (isinstance(scores, list) and all(isinstance(r, list) for r in scores)):
+            raise GoldenError(f"golden file {path}: observations.generate[{i}].scores must be a list of lists")
     return data

@@ -129,9 +129,15 @@ def _outermost(kind: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         depth = getattr(_local, kind, 0)
+        if depth == 0 and kind in _BEGIN:
+            _BEGIN[kind]()
         setattr(_local, kind, depth + 1)
         try:
-            result = fn(*args, **kwargs)
+            if depth == 0 and kind in _SUSPEND:
+                with _SUSPEND[kind]():
+                    result = fn(*args, **kwargs)
+            else:
+                result = fn(*args, **kwargs)
         finally:
             setattr(_local, kind, depth)
         if depth == 0 and _state["capturing"]:
@@ -145,12 +151,51 @@ def _outermost(kind: str, fn):
     return wrapper
 
 
+SCORE_STEPS = 8  # generated positions whose scores are fingerprinted, per generate() call
+
+
+class _ScoreRecorder:
+    """Appended last to generate()'s logits processors: keeps, for the first ``SCORE_STEPS``
+    generated positions, each row's highest processed score (the logits after every other
+    processor), and returns ``scores`` itself, untouched. A float32 and a bfloat16 model produce
+    the same greedy tokens on small models but not the same scores: this is what catches a
+    dtype-only change (a full logits dump would be vocab-sized per step)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: list):
+        self.steps = steps
+
+    def __call__(self, input_ids, scores):
+        if len(self.steps) < SCORE_STEPS:
+            try:
+                self.steps.append(scores.detach().max(dim=-1).values.tolist())
+            except Exception:  # never break generation
+                pass
+        return scores
+
+
+def _begin_generate():
+    # the first _get_logits_processor() of this outermost generate() call claims the list (an
+    # assistant model's or a nested generate()'s processors are not fingerprinted twice)
+    _local.score_steps = _local.score_unclaimed = []
+
+
 def _record_generate(args, kwargs, result):
     sequences = getattr(result, "sequences", result)
     tokens = _to_list(sequences)
     if tokens and isinstance(tokens[0], int):
         tokens = [tokens]
-    OBS["generate"].append({"tokens": tokens})
+    entry = {"tokens": tokens}
+    steps = getattr(_local, "score_steps", None) or []
+    _local.score_steps = _local.score_unclaimed = None
+    if steps and all(len(row) == len(steps[0]) for row in steps):
+        # per sequence (row), the max score at each recorded position
+        entry["scores"] = [list(col) for col in zip(*steps)]
+    dtype = getattr(args[0], "dtype", None) if args else None
+    if dtype is not None:
+        entry["dtype"] = str(dtype).replace("torch.", "")
+    OBS["generate"].append(entry)
 
 
 def _record_pipeline(args, kwargs, result):
@@ -180,12 +225,32 @@ def _record_diffusion(args, kwargs, result):
 
 
 _RECORDERS = {"generate": _record_generate, "pipeline": _record_pipeline, "diffusion": _record_diffusion}
+_BEGIN = {"generate": _begin_generate}
+# kind -> context manager factory run around the outermost call (set by install(): the device
+# mode is suspended inside generate(), see emulate.suspended)
+_SUSPEND: dict = {}
 
 
 def _patch_generation(module) -> None:
     cls = getattr(module, "GenerationMixin", None)
-    if cls is not None and not hasattr(cls.generate, "__neuron_migrate_wrapped__"):
+    if cls is None:
+        return
+    if not hasattr(cls.generate, "__neuron_migrate_wrapped__"):
         cls.generate = _outermost("generate", cls.generate)
+    original = getattr(cls, "_get_logits_processor", None)
+    if original is not None and not hasattr(original, "__neuron_migrate_wrapped__"):
+
+        @functools.wraps(original)
+        def _get_logits_processor(self, *args, **kwargs):
+            processors = original(self, *args, **kwargs)
+            steps = getattr(_local, "score_unclaimed", None)
+            if steps is not None and _state["capturing"] and isinstance(processors, list):
+                _local.score_unclaimed = None
+                processors.append(_ScoreRecorder(steps))
+            return processors
+
+        _get_logits_processor.__neuron_migrate_wrapped__ = original
+        cls._get_logits_processor = _get_logits_processor
 
 
 def _patch_pipeline(module) -> None:
@@ -248,6 +313,8 @@ def install(device_mode: str) -> None:
 
     install_finder()
     on_import("torch", lambda m: emulate.install_device_mode(device_mode))
+    if device_mode in ("cpu", "emulate", "cuda"):
+        _SUSPEND["generate"] = emulate.suspended
     if device_mode != "neuron":
         on_import("torch._dynamo", lambda m: emulate.register_compile_backend())
         # init_process_group(backend="neuron") → gloo needs torch.distributed, imported by torch
