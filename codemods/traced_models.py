@@ -40,6 +40,7 @@ from codemods._inference_args import (
     torch_dtype,
 )
 from codemods.renames import load_table
+from codemods.training_args_edit import ArgPlan, apply_plan
 from migrator.python_engine import PythonContext
 from migrator.rules import PythonRule
 
@@ -129,7 +130,8 @@ class TracedModelsOnNeuron(PythonRule):
         `model(**inputs)` / `model(**tokenizer(...))` / `model.generate(**inputs)`; otherwise a
         marker asks to pad to the compiled shape. `batch_size` != 1 and the other static shapes
         (image/audio sizes, num_choices) become a marker (feed inputs of those shapes);
-        `num_beams` a marker to pass it to generate(). `output_attentions`/`output_hidden_states`
+        `num_beams` is added to the model's generate() calls in the same scope that do not pass
+        it (a marker when there is none: the model is used elsewhere). `output_attentions`/`output_hidden_states`
         are kept: from_pretrained sets them on the config. `tensor_parallel_size` > 1, arguments
         in `**kwargs` variables and loads of a pre-exported (compiled) model are left to a person
         with a marker (the placement is still added). SentenceTransformer takes sentences
@@ -233,7 +235,12 @@ class TracedModelsOnNeuron(PythonRule):
                                "(pad the last one) to avoid a recompilation per batch size")
         beams = shapes.get("num_beams")
         if beams is not None:
-            if model_name is not None and model_name in info["beams"]:
+            gens = info["generates"].get(model_name) if model_name is not None else None
+            if gens and _copyable(beams):
+                for gen in gens:
+                    ctx.replace(gen, lambda new, v=beams: apply_plan(new, ArgPlan(add=[("num_beams", lambda: v)])))
+                applied.append(f"num_beams={code(beams)} moved to the generate() calls of {model_name} in this scope")
+            elif model_name is not None and model_name in info["beams"]:
                 applied.append(f"num_beams={code(beams)} dropped: generate() already gets num_beams")
             else:
                 markers.append(f"num_beams={code(beams)} was dropped: pass num_beams={code(beams)} to generate()")
@@ -416,6 +423,7 @@ def _scope(ctx: PythonContext) -> dict:
     feeds: dict[int, dict] = {}
     fed: set[str] = set()
     beams: set[str] = set()
+    generates: dict[str, list[cst.Call]] = {}  # generate() calls of a model without num_beams
     for _pos, call in calls:
         func = call.func
         forward = isinstance(func, cst.Name)
@@ -429,6 +437,8 @@ def _scope(ctx: PythonContext) -> dict:
             continue
         if not forward and any(a.keyword is not None and a.keyword.value == "num_beams" for a in call.args):
             beams.add(model)
+        elif not forward:
+            generates.setdefault(model, []).append(call)
         for a in call.args:
             if a.star != "**":
                 continue
@@ -446,7 +456,7 @@ def _scope(ctx: PythonContext) -> dict:
                 "model_first": model_pos < tok_pos,
             }
             fed.add(model)
-    found = {"feeds": feeds, "fed": fed, "beams": beams}
+    found = {"feeds": feeds, "fed": fed, "beams": beams, "generates": generates}
     cache[id(scope)] = found
     return found
 
