@@ -7,7 +7,9 @@ rules own those names and rewrite their CALLS (source facts: shared/reference/so
 * NM201 ``NeuronTrainingArguments(...)`` (and the Seq2Seq / Trainium spellings): every Neuron-only
   field is dropped (silently when it is compiler/cache plumbing, with a marker when behaviour
   changes), mapped (``use_autocast``/``half_precision_backend`` -> ``bf16``), or moved (parallel
-  sizes go to the model load, see NM301); the transformers v5 renames (``warmup_ratio`` ->
+  sizes go to the load of the model handed to the trainer as ``distributed_config=``, followed
+  through variables and module functions, with ``save_only_model=True`` on the arguments; NM301
+  does it inside lazy_load_for_parallelism); the transformers v5 renames (``warmup_ratio`` ->
   ``warmup_steps``, ``gradient_checkpointing`` -> ``activation_checkpointing``, no
   ``overwrite_output_dir`` / ``logging_dir``); and the static-shape settings Neuron wants
   (``torch_compile=True``, ``dataloader_drop_last=True``).
@@ -20,6 +22,7 @@ rules own those names and rewrite their CALLS (source facts: shared/reference/so
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 import libcst as cst
@@ -285,8 +288,10 @@ class TrainingArgumentsFields(PythonRule):
         parallel size (FSDP2, which shards more than ZeRO-1: a marker says so and explains the
         default flip of zero_1 between optimum-neuron versions); use_autocast /
         half_precision_backend map onto bf16;
-        tensor/pipeline parallel sizes move to the model load
-        (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...))). The
+        tensor/pipeline parallel sizes move to the load of the model the trainer gets
+        (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...)), in the
+        same function or in a module function that returns the load), and the arguments get
+        save_only_model=True (the Trainer refuses a model sharded at load time without it). The
         transformers v5 renames are applied (warmup_ratio -> warmup_steps, gradient_checkpointing
         -> activation_checkpointing, overwrite_output_dir removed) and, since every new shape is
         a new compilation on Neuron, torch_compile=True and dataloader_drop_last=True are added.
@@ -306,27 +311,36 @@ class TrainingArgumentsFields(PythonRule):
         (HfArgumentParser) are the shell rules' business (NM203 handles a parsed SFT config,
         NM207 `dataclasses.replace` and `mp_plugin`/`trn_config` reads). zero_1 maps onto
         fsdp_size only when it is literally True and there is no pipeline parallelism (FSDP
-        and PP do not combine natively); the size reaches the model load where NM203
-        (model_init_kwargs) or NM303 (trn_config) put the layout, else a marker gives it. An
-        absent zero_1 is not flagged (its default was True in 0.4 and False before). Arguments
-        passed through **kwargs are not seen.
+        and PP do not combine natively). The layout is added to a load only when the arguments
+        (the call, or a name bound once to it) are passed as args= to a trainer of the same
+        function whose model is the load itself or a
+        name assigned once there from `<transformers class>.from_pretrained(...)`, or from a call
+        of a module-level function that returns such a load (directly or through one local name)
+        and is called nowhere else; sizes other than literals only in the same function. A load
+        with device_map, distributed_config or **kwargs, a from_config, a helper shared by
+        callers with different layouts, or a model the rule cannot follow keeps the marker (with
+        the reason); loads inside lazy_load_for_parallelism are NM301's, and trn_config reads
+        NM303's. An absent zero_1 is not flagged (its default was True in 0.4 and False before).
+        Arguments passed through **kwargs are not seen.
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute}
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, **_tracking_handlers()}
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
-        if ctx.qualname(node.func) not in ARGS_SOURCES:
+        qual = ctx.qualname(node.func)
+        _track_call(node, qual, ctx)
+        if qual not in ARGS_SOURCES:
             return
         plan = ArgPlan()
         sizes = _plan_fields(node, ctx, plan)
-        _rewrite(ctx, node, plan)
+        _rewrite(ctx, node, plan, always=bool(sizes))  # finish() may add save_only_model=True
         if sizes:
             target = None
             parent = ctx.parent
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
                 target = (_scope(ctx), parent.targets[0].target.value)
-            ctx.local_state().setdefault("sizes", []).append((node, sizes, target, ctx.statement()))
+            ctx.local_state().setdefault("sizes", []).append((node, sizes, target, ctx.statement(), plan))
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         if node.attr.value == "trn_config" and isinstance(node.value, cst.Name):
@@ -334,16 +348,20 @@ class TrainingArgumentsFields(PythonRule):
 
     def finish(self, ctx: PythonContext) -> None:
         state = ctx.local_state()
-        for call, sizes, target, statement in state.get("sizes", ()):
+        pending = []
+        for call, sizes, target, statement, plan in state.get("sizes", ()):
             layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
             if target is not None and target in state.get("trn_reads", ()):
                 ctx.finding(statement, f"the parallel sizes move to the model load: DistributedConfig({layout}) "
                                        "(NM303, where trn_config is read)")
                 continue
-            ctx.marker(statement, (
+            pending.append(_Layout(call, sizes, target, statement, plan, layout))
+        for entry, reason in _move_layouts(ctx, pending, "training arguments"):
+            ctx.marker(entry.statement, (
                 f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "
-                f"with from_pretrained(..., distributed_config=DistributedConfig({layout})) (NM301 does it for loads "
-                "inside lazy_load_for_parallelism) and launch the script with torchrun --nproc_per_node=WORLD_SIZE"
+                f"with from_pretrained(..., distributed_config=DistributedConfig({entry.layout})) (NM301 does it for "
+                "loads inside lazy_load_for_parallelism) and launch the script with torchrun --nproc_per_node=WORLD_SIZE"
+                + (f" ({reason})" if reason else "")
             ))
 
 
@@ -466,15 +484,18 @@ class SFTConfigFields(PythonRule):
         HfArgumentParser alike) gets, right after the parse, `cfg.model_init_kwargs` with
         `"device_map": None` and `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE)` from
         the launch environment (1 when unset: no sharding); a config that comes from elsewhere
-        gets a marker. A `model_init_kwargs` that is not a dict literal gets a marker.
+        gets a marker. A `model_init_kwargs` that is not a dict literal gets a marker. When the
+        trainer gets a model object, the parallel sizes go to the load that builds it as NM201
+        does for TrainingArguments (else a marker).
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Assign: self._on_assign}
+        return {**_tracking_handlers(), cst.Call: self._on_call, cst.Assign: self._on_assign}
 
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         """``parser = TrlParser((ScriptArguments, NeuronSFTConfig))`` and ``a, b = parser.parse_...()``:
         the name that holds the parsed SFT config (and the statement that binds it)."""
+        _track_assign(node, ctx)
         value = node.value
         if len(node.targets) != 1 or not isinstance(value, cst.Call):
             return
@@ -499,6 +520,7 @@ class SFTConfigFields(PythonRule):
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
+        _track_call(node, qual, ctx)
         if qual in SFT_TRAINER_SOURCES:
             kw = keywords(node)
             moved = [k for k in SFT_TRAINER_CONFIG_KWARGS if k in kw]
@@ -516,6 +538,10 @@ class SFTConfigFields(PythonRule):
         _record_config_name(node, ctx)
         plan, sizes = self._config(node, ctx)
         ctx.local_state().setdefault("configs", []).append((node, plan, sizes, ctx.statement()))
+        parent = ctx.parent
+        if sizes and isinstance(parent, cst.Assign) and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0].target, cst.Name):
+            ctx.local_state().setdefault("config_targets", {})[id(node)] = (_scope(ctx), parent.targets[0].target.value)
 
     def finish(self, ctx: PythonContext) -> None:
         # the trainer call that says whether the model is loaded from a string may come after the config
@@ -555,8 +581,13 @@ class SFTConfigFields(PythonRule):
                 "model_init_kwargs says otherwise: set model_init_kwargs = {..., \"device_map\": None} on the SFTConfig passed as args "
                 "(with \"distributed_config\": DistributedConfig(...) to shard it)"
             ))
+        loaded = []
         for node, plan, sizes, statement in state.get("configs", ()):
             layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+            if sizes and not state.get("model_id"):
+                target = state.get("config_targets", {}).get(id(node))
+                loaded.append(_Layout(node, sizes, target, statement, plan, layout))
+                continue
             if state.get("model_id"):
                 self._device_map(node, ctx, keywords(node), plan, quote_of(node), statement, sizes)
                 if sizes:
@@ -565,12 +596,13 @@ class SFTConfigFields(PythonRule):
                         "launch the script with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x "
                         "data-parallel size)"
                     ))
-            elif sizes:
-                ctx.marker(statement, (
-                    f"the parallel sizes were removed from the config: load the model with from_pretrained(..., "
-                    f"distributed_config=DistributedConfig({layout})) (or put it in model_init_kwargs with "
-                    "\"device_map\": None when SFTTrainer gets a model id) and launch with torchrun"
-                ))
+        for entry, reason in _move_layouts(ctx, loaded, "config"):
+            ctx.marker(entry.statement, (
+                f"the parallel sizes were removed from the config: load the model with from_pretrained(..., "
+                f"distributed_config=DistributedConfig({entry.layout})) (or put it in model_init_kwargs with "
+                "\"device_map\": None when SFTTrainer gets a model id) and launch with torchrun"
+                + (f" ({reason})" if reason else "")
+            ))
 
     def _parsed_device_map(self, ctx: PythonContext, name: str, statement: cst.CSTNode, trainer: cst.Call) -> None:
         """After ``..., name, ... = parser.parse_args_and_config()``: the parsed SFTConfig gets
@@ -726,6 +758,267 @@ def _dict_add(d: cst.Dict, entries, quote: str) -> cst.Dict:
     out = elements + new
     out = [e.with_changes(comma=middle) for e in out[:-1]] + [out[-1].with_changes(comma=closing)]
     return d.with_changes(elements=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parallel layout moves to the load of the model handed to the trainer (NM201, NM203)
+# ---------------------------------------------------------------------------------------------
+
+LOADERS = ("from_pretrained", "from_config")
+#: classes whose from_pretrained loads no model (tokenizers, configs, processors, adapters)
+_NOT_MODELS = ("Tokenizer", "Config", "Processor", "FeatureExtractor", "Peft")
+TRAINER_CLASSES = TRAINER_SOURCES + SFT_TRAINER_SOURCES + (
+    "transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer")
+SAVE_ONLY_MODEL = ("the Trainer refuses a model sharded at load time unless save_only_model=True or "
+                   "save_strategy=\"no\" (its optimizer state cannot be checkpointed for resuming)")
+LAUNCH = "launch with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)"
+
+
+@dataclass
+class _Layout:
+    """Arguments built with parallel sizes: ``call`` (bound to ``target`` = (scope, name), or None)."""
+
+    call: cst.Call
+    sizes: dict
+    target: tuple | None
+    statement: cst.CSTNode
+    plan: ArgPlan
+    layout: str
+
+
+@dataclass
+class _Load:
+    """A ``<transformers class>.from_pretrained/from_config(...)`` call and the (lazy) edit of its arguments."""
+
+    node: cst.Call
+    scope: int
+    lazy: bool  # inside `with lazy_load_for_parallelism(...)`: NM301 gives it the layout
+    plan: ArgPlan
+
+
+def _track(ctx: PythonContext) -> dict:
+    return ctx.local_state().setdefault("track", {
+        "funcs": {}, "assigns": {}, "returns": {}, "calls": {}, "trainers": [], "loads": {}})
+
+
+def _tracking_handlers() -> dict:
+    return {cst.FunctionDef: _track_def, cst.Assign: _track_assign, cst.AnnAssign: _track_assign,
+            cst.Return: _track_return}
+
+
+def _track_def(node: cst.FunctionDef, ctx: PythonContext) -> None:
+    if len(ctx.stack) == 2:  # defined at module level
+        funcs = _track(ctx)["funcs"]
+        name = node.name.value
+        funcs[name] = None if name in funcs else node
+
+
+def _track_assign(node: cst.Assign | cst.AnnAssign, ctx: PythonContext) -> None:
+    assigns = _track(ctx)["assigns"]
+    scope = _scope(ctx)
+    if isinstance(node, cst.AnnAssign):
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            assigns.setdefault((scope, node.target.value), []).append(node.value)
+        return
+    for t in node.targets:
+        if isinstance(t.target, cst.Name):
+            assigns.setdefault((scope, t.target.value), []).append(node.value if len(node.targets) == 1 else None)
+        for name in _unpacked(t.target):
+            if name is not None:
+                assigns.setdefault((scope, name), []).append(None)
+
+
+def _track_return(node: cst.Return, ctx: PythonContext) -> None:
+    _track(ctx)["returns"].setdefault(_scope(ctx), []).append(node.value)
+
+
+def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
+    """Calls of module functions (counted), trainer calls, and model loads of transformers classes."""
+    func = node.func
+    if isinstance(func, cst.Name):
+        calls = _track(ctx)["calls"]
+        calls[func.value] = calls.get(func.value, 0) + 1
+    if qual in TRAINER_CLASSES:
+        _track(ctx)["trainers"].append((_scope(ctx), node))
+        return
+    if not isinstance(func, cst.Attribute) or func.attr.value not in LOADERS:
+        return
+    cls = ctx.qualname(func.value) or ""
+    if not cls.startswith("transformers.") or any(w in cls.rsplit(".", 1)[-1] for w in _NOT_MODELS):
+        return
+    from codemods.training_parallel import LAZY_LOAD
+
+    lazy = any(isinstance(a, cst.With) and any(isinstance(i.item, cst.Call) and ctx.qualname(i.item.func) in LAZY_LOAD
+                                               for i in a.items) for a in ctx.stack)
+    plan = ArgPlan()
+    if not lazy and func.attr.value == "from_pretrained":
+        indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
+        ctx.replace(node, lambda new: new if plan.empty() else apply_plan(new, plan, MAX_LINE, indent + prefix, step))
+    _track(ctx)["loads"][id(node)] = _Load(node, _scope(ctx), lazy, plan)
+
+
+def _positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
+    args = [a for a in call.args if a.keyword is None]
+    if index < len(args) and not args[index].star and all(not a.star for a in args[:index]):
+        return args[index].value
+    return None
+
+
+def _follow(expr: cst.BaseExpression | None, scope: int, track: dict):
+    """The load that builds ``expr`` (a load call, a name assigned once from one, or a call of a module
+    function that returns one): ((load, call site, helper name or None), None) or (None, why not)."""
+    if isinstance(expr, cst.Name):
+        values = track["assigns"].get((scope, expr.value), [])
+        if len(values) != 1 or values[0] is None:
+            return None, (f"{expr.value} is not built in this function" if not values else
+                          f"{expr.value} is assigned more than once in this function" if len(values) > 1 else
+                          f"{expr.value} is not assigned from a model load")
+        expr = values[0]
+    if not isinstance(expr, cst.Call):
+        return None, "the model is not built by a call the rule can follow"
+    load = track["loads"].get(id(expr))
+    if load is not None:
+        return (load, expr, None), None
+    name = expr.func.value if isinstance(expr.func, cst.Name) else None
+    helper = track["funcs"].get(name) if name else None
+    if helper is None:
+        return None, "the model is not built by a transformers from_pretrained in this module"
+    returns = track["returns"].get(id(helper), [])
+    if len(returns) != 1:
+        return None, f"{name}() does not return one model load"
+    value = returns[0]
+    if isinstance(value, cst.Name):
+        values = track["assigns"].get((id(helper), value.value), [])
+        value = values[0] if len(values) == 1 else None
+    load = track["loads"].get(id(value)) if isinstance(value, cst.Call) else None
+    if load is None:
+        return None, f"{name}() does not return a transformers from_pretrained load the rule can follow"
+    return (load, expr, name), None
+
+
+def _load_of(entry: _Layout, track: dict):
+    """The load of the model that the trainer(s) given ``entry``'s arguments train."""
+    found, reason = None, None
+    if entry.target is not None and len(track["assigns"].get(entry.target, ())) != 1:
+        return None, f"{entry.target[1]} is assigned more than once in this function"
+    for scope, trainer in track["trainers"]:
+        kw = keywords(trainer)
+        args = kw["args"].value if "args" in kw else _positional(trainer, 1)
+        if args is not entry.call and not (entry.target is not None and isinstance(args, cst.Name)
+                                           and (scope, args.value) == entry.target):
+            continue
+        model = kw["model"].value if "model" in kw else _positional(trainer, 0)
+        if model is None:
+            return None, "the trainer gets no model the rule can see"
+        if _is_model_id(model):
+            return None, "the trainer loads the model from a name itself"
+        got, reason = _follow(model, scope, track)
+        if got is None:
+            return None, reason
+        if found is not None and found[0] is not got[0]:
+            return None, "the arguments train models loaded in different places"
+        found = got
+    return found, reason
+
+
+def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list[tuple[_Layout, str | None]]:
+    """Give each load of a model trained with ``entries`` its ``distributed_config``; return the
+    entries it could not do it for, with the reason (None: no trainer of these arguments found)."""
+    if not entries:
+        return []
+    track = ctx.local_state().get("track") or _track(ctx)
+    failed: list[tuple[_Layout, str | None]] = []
+    by_load: dict[int, tuple[_Load, str | None, list]] = {}
+    for entry in entries:
+        found, reason = _load_of(entry, track)
+        if found is None:
+            failed.append((entry, reason))
+            continue
+        load, site, helper = found
+        by_load.setdefault(id(load.node), (load, helper, []))[2].append((entry, site))
+    for load, helper, users in by_load.values():
+        reason = _cannot_edit(ctx, load, helper, users, track)
+        if reason:
+            failed.extend((entry, reason) for entry, _site in users)
+            continue
+        if load.lazy:
+            for entry, _site in users:
+                ctx.finding(entry.statement, f"the parallel sizes go to the model load inside "
+                                             f"lazy_load_for_parallelism (NM301): DistributedConfig({entry.layout})")
+                _save_only_model(ctx, entry)
+            continue
+        first = users[0][0]
+        quote = quote_of(load.node)
+        try:
+            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, first.call)))
+            sizes = dict(first.sizes)
+            if "fsdp_size" in sizes:
+                from codemods.training_parallel import _first_import
+
+                environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+                sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote))
+        except NameClash as exc:
+            failed.extend((entry, f"add it by hand: {exc}") for entry, _site in users)
+            continue
+        layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+        given = ctx.scratch.setdefault("NM201+NM203 layouts", {})  # one load, two rules (NM201 and NM203)
+        if id(load.node) in given:
+            failed.extend((entry, "the load already gets a layout from other arguments") for entry, _site in users)
+            continue
+        given[id(load.node)] = layout
+        text = f"{dist}({layout})"
+        load.plan.add.append(("distributed_config", lambda text=text: cst.parse_expression(text)))
+        where = f" in {helper}()" if helper else ""
+        ctx.finding(load.node, f"distributed_config=DistributedConfig({layout}) added to the load of the model "
+                               f"trained with the {what} (their parallel sizes)")
+        ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({layout})): {LAUNCH}")
+        for entry, _site in users:
+            ctx.finding(entry.statement, f"the parallel sizes moved to the load of the trained model{where}: "
+                                         f"distributed_config=DistributedConfig({layout})")
+            _save_only_model(ctx, entry)
+    return failed
+
+
+def _cannot_edit(ctx: PythonContext, load: _Load, helper: str | None, users: list, track: dict) -> str | None:
+    layouts = sorted({entry.layout for entry, _site in users})
+    if len(layouts) > 1:
+        where = f"{helper}()" if helper else "the same load"
+        return f"{where} loads models trained with different layouts: " + " and ".join(
+            f"DistributedConfig({x})" for x in layouts)
+    if helper:
+        sites = {id(site) for _entry, site in users}
+        if track["calls"].get(helper, 0) > len(sites):
+            return f"{helper}() is called elsewhere too: every model it loads would be sharded"
+        if any(not isinstance(v, cst.Integer) for k, v in users[0][0].sizes.items() if k != "fsdp_size"):
+            return f"the sizes are not literals and the model is loaded in {helper}()"
+    if load.lazy:
+        return None
+    node = load.node
+    if node.func.attr.value == "from_config":
+        return "the model is built with from_config, which takes no distributed_config: load it with from_pretrained"
+    kw = keywords(node)
+    for name in ("distributed_config", "device_map"):
+        if name in kw:
+            return (f"the load of the model already passes {name}=: device_map and distributed_config exclude "
+                    "each other, keep one")
+    if has_star_kwargs(node):
+        return "the load passes **kwargs, which may hold device_map or distributed_config"
+    return None
+
+
+def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
+    kw = keywords(entry.call)
+    if "save_only_model" in kw:
+        if literal(kw["save_only_model"].value) is not True:
+            ctx.marker(entry.statement, f"set save_only_model=True: {SAVE_ONLY_MODEL}")
+        return
+    if "save_strategy" in kw and literal(kw["save_strategy"].value) == "no":
+        return
+    if has_star_kwargs(entry.call):
+        ctx.marker(entry.statement, f"set save_only_model=True unless **kwargs does: {SAVE_ONLY_MODEL}")
+        return
+    entry.plan.add.append(("save_only_model", lambda: cst.Name("True")))
+    ctx.finding(entry.statement, f"added save_only_model=True: {SAVE_ONLY_MODEL}")
 
 
 PARSE_METHODS = ("parse_args_and_config", "parse_args_into_dataclasses", "parse_dict", "parse_json_file",
