@@ -355,6 +355,13 @@ def test_compare_generate_scores_and_old_goldens_without_them():
     assert "the model ran in bfloat16, the reference in float32: a dtype change is the likely cause" in check.detail
     shape = [{"tokens": tokens, "scores": [[0.5]]}]
     assert not cmp.compare_generate(shape, run)[0].ok
+    # both bfloat16, one rounding step apart: a mismatch at the default tolerance, explained as rounding
+    a = [{"tokens": tokens, "scores": [[0.5, 0.25]], "dtype": "bfloat16"}]
+    b = [{"tokens": tokens, "scores": [[0.5, 0.25390625]], "dtype": "bfloat16"}]
+    check = cmp.compare_generate(a, b, atol=1e-5, rtol=1e-4)[0]
+    assert not check.ok and "both runs are bfloat16" in check.detail and "--atol" in check.detail
+    assert "dtype change" not in check.detail
+    assert cmp.compare_generate(a, b, atol=1e-2, rtol=1e-4)[0].ok
 
 
 def test_score_recorder_returns_the_scores_untouched_and_keeps_the_first_steps():

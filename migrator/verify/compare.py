@@ -40,11 +40,19 @@ def _first_divergence(a: list, b: list) -> int:
     return min(len(a), len(b))
 
 
+#: dtypes whose scores differ by a rounding step between two correct runs (another cache, kernel, sharding)
+LOW_PRECISION = {"bfloat16": 2 ** -8, "float16": 2 ** -11}
+
+
 def _dtype_note(run: dict, ref: dict) -> str | None:
     a, b = run.get("dtype"), ref.get("dtype")
     if a and b and a != b:
         return (f"the model ran in {a}, the reference in {b}: a dtype change is the likely cause "
                 f"(load the model with dtype=torch.{b} as the original did)")
+    if a and a == b and a in LOW_PRECISION:
+        return (f"both runs are {a}: scores of two correct {a} runs differ by rounding steps (relative "
+                f"{LOW_PRECISION[a]:.0e}) when the cache, the kernels or the sharding differ; as the tokens are "
+                "equal, compare with a looser --atol (e.g. 1e-2)")
     return None
 
 

@@ -355,6 +355,10 @@ def patch_transformers_modeling(module) -> None:
         if _is_neuron(device_map) or (isinstance(device_map, dict) and device_map
                                       and all(_is_neuron(v) for v in device_map.values())):
             _mark_neuron(model)
+        elif kwargs.get("distributed_config") is not None and getattr(
+                model, "is_distributed_loading_by_transformers", False):
+            # sharded at load time: on Trainium its DTensors live on the neuron mesh of the run
+            _mark_neuron(model)
         return model
 
     from_pretrained.__neuron_migrate_wrapped__ = original
