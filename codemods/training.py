@@ -31,6 +31,7 @@ from codemods.renames import load_table
 from codemods.training_args_edit import (
     MAX_LINE,
     NOT_LITERAL,
+    SAVE_ONLY_MODEL,
     ArgPlan,
     apply_plan,
     fsdp_size_code,
@@ -39,7 +40,9 @@ from codemods.training_args_edit import (
     line_prefix,
     literal,
     quote_of,
+    save_only_model_code,
     statement_indent,
+    tokenizer_to_processing_class,
 )
 from migrator.python_engine import NameClash, PythonContext
 from migrator.rules import PythonRule
@@ -354,6 +357,7 @@ class TrainingArgumentsFields(PythonRule):
             if target is not None and target in state.get("trn_reads", ()):
                 ctx.finding(statement, f"the parallel sizes move to the model load: DistributedConfig({layout}) "
                                        "(NM303, where trn_config is read)")
+                _save_only_model(ctx, _Layout(call, sizes, target, statement, plan, layout))
                 continue
             pending.append(_Layout(call, sizes, target, statement, plan, layout))
         for entry, reason in _move_layouts(ctx, pending, "training arguments"):
@@ -411,13 +415,7 @@ class TrainerArguments(PythonRule):
         cls = qual.rsplit(".", 1)[-1]
         kw = keywords(node)
         plan = ArgPlan()
-        if "tokenizer" in kw:
-            if "processing_class" in kw:
-                plan.drop.add("tokenizer")
-                ctx.marker(node, "both tokenizer= and processing_class= were passed: tokenizer= was dropped")
-            else:
-                plan.rename["tokenizer"] = "processing_class"
-                ctx.finding(kw["tokenizer"], f"{cls}: tokenizer= -> processing_class=")
+        tokenizer_to_processing_class(node, ctx, plan, cls)
         if qual in SFT_TRAINER_SOURCES:
             moved = [k for k in SFT_TRAINER_CONFIG_KWARGS if k in kw]
             if moved:
@@ -483,7 +481,9 @@ class SFTConfigFields(PythonRule):
         parsed in the file (`a, cfg = TrlParser((A, NeuronSFTConfig)).parse_args_and_config()`,
         HfArgumentParser alike) gets, right after the parse, `cfg.model_init_kwargs` with
         `"device_map": None` and `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE)` from
-        the launch environment (1 when unset: no sharding); a config that comes from elsewhere
+        the launch environment (1 when unset: no sharding), then `cfg.save_only_model = True` when
+        TP_SIZE x FSDP_SIZE > 1 (the Trainer refuses a model sharded at load time otherwise; a
+        config with literal sizes gets save_only_model=True); a config that comes from elsewhere
         gets a marker. A `model_init_kwargs` that is not a dict literal gets a marker. When the
         trainer gets a model object, the parallel sizes go to the load that builds it as NM201
         does for TrainingArguments (else a marker).
@@ -627,12 +627,15 @@ class SFTConfigFields(PythonRule):
             f"{step}),\n"
             "}\n"
         )
-        ctx.insert_after(statement, [cst.parse_statement(code)])
+        sizes = [size.format(env=environ, var=var) for var in ("TP_SIZE", "FSDP_SIZE")]
+        ctx.insert_after(statement, [cst.parse_statement(code),
+                                     cst.parse_statement(save_only_model_code(name, sizes, step))])
         ctx.finding(statement, (
             f"SFTConfig: {name}.model_init_kwargs gets \"device_map\": None (SFTTrainer loads a model id with "
             "device_map=\"auto\" on neuron otherwise) and DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE) "
             "from the launch environment (the parsed config no longer has the parallel sizes)"
         ))
+        ctx.finding(statement, f"{name}.save_only_model = True when TP_SIZE x FSDP_SIZE > 1: {SAVE_ONLY_MODEL}")
 
     def _config(self, call: cst.Call, ctx: PythonContext):
         kw = keywords(call)
@@ -677,6 +680,7 @@ class SFTConfigFields(PythonRule):
         elif value is not None:
             ctx.marker(where, f"make sure model_init_kwargs contains \"device_map\": None: {reason}")
             return
+        sharded = None  # the trainer loads the model sharded: the config needs save_only_model=True
         if sizes and "distributed_config" not in present:
             try:
                 dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, call)))
@@ -691,6 +695,7 @@ class SFTConfigFields(PythonRule):
             else:
                 layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
                 entries.append(("distributed_config", lambda: cst.parse_expression(f"{dist}({layout})")))
+                sharded = _Layout(call, sizes, None, where, plan, layout)
         if "device_map" not in present:
             entries.append(("device_map", lambda: cst.Name("None")))
         if not entries:
@@ -698,6 +703,8 @@ class SFTConfigFields(PythonRule):
         if value is None:
             if has_star_kwargs(call):
                 ctx.marker(where, f"set model_init_kwargs={{'device_map': None, ...}}: {reason}")
+                if sharded is not None:
+                    _save_only_model(ctx, sharded)
                 return
             step = ctx.module.default_indent
             width = MAX_LINE - len(statement_indent(ctx)) - len(step) - len("model_init_kwargs=,")
@@ -709,6 +716,8 @@ class SFTConfigFields(PythonRule):
         what = ", ".join(f"\"{k}\"" for k, _ in entries)
         config = "SFTConfig" if trainer == "SFTTrainer" else trainer.replace("Trainer", "Config")
         ctx.finding(where, f"{config}: model_init_kwargs gets {what} ({reason})")
+        if sharded is not None:
+            _save_only_model(ctx, sharded)
 
 
 def _scope(ctx: PythonContext) -> int:
@@ -769,8 +778,6 @@ LOADERS = ("from_pretrained", "from_config")
 _NOT_MODELS = ("Tokenizer", "Config", "Processor", "FeatureExtractor", "Peft")
 TRAINER_CLASSES = TRAINER_SOURCES + SFT_TRAINER_SOURCES + (
     "transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer")
-SAVE_ONLY_MODEL = ("the Trainer refuses a model sharded at load time unless save_only_model=True or "
-                   "save_strategy=\"no\" (its optimizer state cannot be checkpointed for resuming)")
 LAUNCH = "launch with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)"
 
 

@@ -224,3 +224,31 @@ def fsdp_size_code(environ: str, tp: cst.BaseExpression | None, quote: str = '"'
     if not isinstance(tp, (cst.Name, cst.Attribute, cst.Integer, cst.Call, cst.Subscript)):
         tp_code = f"({tp_code})"
     return f"{world} // {tp_code}"
+
+
+def tokenizer_to_processing_class(call: cst.Call, ctx: PythonContext, plan: ArgPlan, cls: str) -> None:
+    """A trainer call's ``tokenizer=`` -> ``processing_class=`` (dropped, with a marker, when both are passed)."""
+    kw = keywords(call)
+    if "tokenizer" not in kw:
+        return
+    if "processing_class" in kw:
+        plan.drop.add("tokenizer")
+        ctx.marker(call, "both tokenizer= and processing_class= were passed: tokenizer= was dropped")
+    else:
+        plan.rename["tokenizer"] = "processing_class"
+        ctx.finding(kw["tokenizer"], f"{cls}: tokenizer= -> processing_class=")
+
+
+#: why the arguments of a trainer whose model is sharded at load time get save_only_model=True
+SAVE_ONLY_MODEL = ("the Trainer refuses a model sharded at load time unless save_only_model=True or "
+                   "save_strategy=\"no\" (its optimizer state cannot be checkpointed for resuming)")
+SAVE_ONLY_COMMENT = "# the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported"
+
+
+def save_only_model_code(owner: str, sizes: list[str], step: str) -> str:
+    """``<owner>.save_only_model = True`` for arguments that already exist (parsed), when the product
+    of ``sizes`` (the expressions of the layout) is > 1 (always when there is none), with the comment
+    saying why (inside the ``if``: markers go above the statement)."""
+    if not sizes:
+        return f"{SAVE_ONLY_COMMENT}\n{owner}.save_only_model = True\n"
+    return f"if {' * '.join(sizes)} > 1:\n{step}{SAVE_ONLY_COMMENT}\n{step}{owner}.save_only_model = True\n"

@@ -24,6 +24,7 @@ from codemods.renames import load_table
 from codemods.training_args_edit import (
     MAX_LINE,
     NOT_LITERAL,
+    SAVE_ONLY_MODEL,
     ArgPlan,
     apply_plan,
     fsdp_size_code,
@@ -31,6 +32,7 @@ from codemods.training_args_edit import (
     line_prefix,
     literal,
     quote_of,
+    save_only_model_code,
     statement_indent,
 )
 from migrator.python_engine import NameClash, PythonContext
@@ -173,6 +175,9 @@ class TrainingModelTrnConfig(PythonRule):
 
         def load(model_id, training_args):
             # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the tensor-parallel size comes from TP_SIZE in the environment, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (add pp_size= to the DistributedConfig if trn_config used pipeline parallelism)
+            if int(os.environ.get("TP_SIZE", "1")) > 1:
+                # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
+                training_args.save_only_model = True
             return AutoModelForCausalLM.from_pretrained(
                 model_id,
                 dtype=torch.bfloat16,
@@ -187,7 +192,11 @@ class TrainingModelTrnConfig(PythonRule):
         field (`args.trn_config.tensor_parallel_size`) are NM207's. `from_config(config, trn_config)` loses trn_config
         with a marker: from_config takes no distributed config (load with from_pretrained to
         shard). Any other trn_config expression (a TrainingNeuronConfig variable, renamed to
-        DistributedConfig by NM300/NM302) is passed on as distributed_config unchanged.
+        DistributedConfig by NM300/NM302) is passed on as distributed_config unchanged, with a
+        marker about save_only_model. The Trainer refuses a model sharded at load time unless its
+        arguments have save_only_model=True: arguments whose trn_config is read get it (in their
+        constructor when built in the same function, NM201; else `if TP_SIZE > 1:
+        <args>.save_only_model = True` next to the load, before it when the load is returned).
     """
 
     def handlers(self):
@@ -258,13 +267,38 @@ class TrainingModelTrnConfig(PythonRule):
         except NameClash as exc:
             ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
             return
-        ctx.replace(node, cst.parse_expression(
-            f"{dist}(tp_size=int({environ}.get({quote}TP_SIZE{quote}, {quote}1{quote})))"))
+        tp = f"int({environ}.get({quote}TP_SIZE{quote}, {quote}1{quote}))"
+        ctx.replace(node, cst.parse_expression(f"{dist}(tp_size={tp})"))
+        self._save_only_model(node, ctx, tp)
         ctx.marker(node, (
             f"{ctx.module.code_for_node(node)} no longer exists: the tensor-parallel size comes from TP_SIZE in the "
             "environment, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (add pp_size= to the "
             "DistributedConfig if trn_config used pipeline parallelism)"
         ))
+
+    def _save_only_model(self, node: cst.Attribute, ctx: PythonContext, tp: str) -> None:
+        """``<args>.trn_config`` (arguments built elsewhere: parsed) given to a model load: the Trainer refuses a
+        model sharded at load time unless its arguments have save_only_model=True, so they get it when TP_SIZE > 1
+        (next to the load; before it when the load is returned)."""
+        stack = ctx.stack
+        load = stack[-3] if len(stack) >= 3 and isinstance(stack[-2], cst.Arg) else None
+        if not (isinstance(load, cst.Call) and isinstance(load.func, cst.Attribute)
+                and load.func.attr.value == "from_pretrained" and ctx.qualname(load.func.value) in MODEL_SOURCES):
+            return
+        statement = ctx.statement()
+        done = ctx.local_state().setdefault("save_only_model", set())
+        if not isinstance(statement, cst.SimpleStatementLine) or id(statement) in done:
+            return
+        done.add(id(statement))
+        owner = ctx.module.code_for_node(node.value)
+        added = cst.parse_statement(save_only_model_code(owner, [tp], ctx.module.default_indent))
+        if any(isinstance(s, cst.Return) for s in statement.body):
+            ctx.replace(statement, lambda new: cst.FlattenSentinel([
+                added.with_changes(leading_lines=[*new.leading_lines, *added.leading_lines]),
+                new.with_changes(leading_lines=())]))
+        else:
+            ctx.insert_after(statement, [added])
+        ctx.finding(node, f"{owner}.save_only_model = True when TP_SIZE > 1: {SAVE_ONLY_MODEL}")
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
@@ -315,6 +349,11 @@ class TrainingModelTrnConfig(PythonRule):
                 ctx.marker(node, "from_config takes no distributed_config: load the model with from_pretrained(..., "
                                  "distributed_config=...) to shard it")
             ctx.finding(node, "trn_config -> distributed_config=")
+            if not from_config and not (isinstance(trn_value, cst.Attribute) and trn_value.attr.value == "trn_config"):
+                ctx.marker(node, (
+                    "if this model goes to a Trainer, give its arguments save_only_model=True or save_strategy=\"no\" "
+                    "when the config shards it (the Trainer refuses a model sharded at load time otherwise)"
+                ))
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent

@@ -35,6 +35,7 @@ from codemods.training_args_edit import (
     literal,
     quote_of,
     statement_indent,
+    tokenizer_to_processing_class,
 )
 from migrator.python_engine import PythonContext
 from migrator.rules import PythonRule
@@ -141,13 +142,7 @@ class ORPOArguments(PythonRule):
     def _trainer(self, call: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(call)
         plan = ArgPlan()
-        if "tokenizer" in kw:
-            if "processing_class" in kw:
-                plan.drop.add("tokenizer")
-                ctx.marker(call, "both tokenizer= and processing_class= were passed: tokenizer= was dropped")
-            else:
-                plan.rename["tokenizer"] = "processing_class"
-                ctx.finding(kw["tokenizer"], "ORPOTrainer: tokenizer= -> processing_class=")
+        tokenizer_to_processing_class(call, ctx, plan, "ORPOTrainer")
         model = kw.get("model")
         expr = model.value if model is not None else (
             call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None)

@@ -26,6 +26,7 @@ from codemods.training import ARGS_SOURCES, SFT_CONFIG_SOURCES
 from codemods.training_args_edit import (
     MAX_LINE,
     NOT_LITERAL,
+    SAVE_ONLY_MODEL,
     ArgPlan,
     apply_plan,
     has_star_kwargs,
@@ -33,6 +34,7 @@ from codemods.training_args_edit import (
     line_prefix,
     literal,
     quote_of,
+    save_only_model_code,
     statement_indent,
 )
 from migrator.python_engine import NameClash, PythonContext
@@ -64,7 +66,10 @@ class LazyLoadForParallelism(PythonRule):
         `distributed_config=DistributedConfig(tp_size=..., pp_size=...)`, so the `with` statement
         is removed (its body dedented) and the model loads inside it get the distributed config.
         Sizes that came from the parsed training arguments (which no longer have these fields)
-        are read from the TP_SIZE / PP_SIZE environment variables set by the launch command.
+        are read from the TP_SIZE / PP_SIZE environment variables set by the launch command, and
+        those arguments get `save_only_model = True` when the layout is distributed (the Trainer
+        refuses a model sharded at load time otherwise); arguments built in the function get it
+        in their constructor (NM201).
     """
     before = """
         from transformers import AutoModelForCausalLM
@@ -86,6 +91,9 @@ class LazyLoadForParallelism(PythonRule):
                 model_id,
                 distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1"))),
             )
+            if int(os.environ.get("TP_SIZE", "1")) > 1:
+                # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
+                training_args.save_only_model = True
             return model
     """
     caveats = """
@@ -93,7 +101,9 @@ class LazyLoadForParallelism(PythonRule):
         called there gets a marker instead. `from_config` takes no distributed config (a
         marker). `device_map` is removed from those loads (it is mutually exclusive with tensor
         parallelism). Reads of `training_args.tensor_parallel_size` outside the block are not
-        rewritten. A `with` that also enters other context managers keeps them.
+        rewritten. A `with` that also enters other context managers keeps them. When the sizes are
+        not read from training arguments (literals, other names), the marker asks to give the
+        trainer's arguments save_only_model=True.
     """
 
     def handlers(self):
@@ -154,23 +164,28 @@ class LazyLoadForParallelism(PythonRule):
             ctx.marker(node, "lazy_load_for_parallelism(...) as ...: remove it and pass distributed_config= to the "
                              "load")
             return
-        sizes, uses_env = self._sizes(call, ctx)
+        sizes, owners, built = self._sizes(call, ctx)
         state = ctx.local_state()
         state.setdefault("withs", {})[id(node)] = (sizes, call)
         state.setdefault("loads", {})[id(node)] = 0
+        added: list[cst.BaseStatement] = []  # finish() may add the save_only_model statement
+        state.setdefault("save", {})[id(node)] = (owners, built, added)
         if len(node.items) == 1:
-            ctx.replace(node, _unwrap)
+            ctx.replace(node, lambda new: _unwrap(new, added))
         else:
-            ctx.replace(node, lambda new, i=index: _drop_item(new, i))
+            ctx.replace(node, lambda new, i=index: _drop_item(new, i, added))
         ctx.finding(call, "lazy_load_for_parallelism removed: transformers shards the model while loading it")
         state["pending"] = state.get("pending", []) + [node]
 
     def _sizes(self, call: cst.Call, ctx: PythonContext):
-        """[(DistributedConfig field, expression or None for the environment variable, env name)], uses_env."""
+        """[(DistributedConfig field, expression or None for the environment variable, env name)], the
+        code of the arguments objects the environment sizes were read from, and whether a size was read
+        from arguments built in the function (NM201 then gives them save_only_model=True)."""
         kw = keywords(call)
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
         out = []
-        uses_env = False
+        owners: set[str] = set()
+        built = False
         for i, (param, field, env) in enumerate(SIZES):
             expr = kw[param].value if param in kw else (positional[i] if i < len(positional) else None)
             if expr is None:
@@ -181,6 +196,7 @@ class LazyLoadForParallelism(PythonRule):
             if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param \
                     and isinstance(expr.value, cst.Name):
                 known = (ctx.local_state().get("args_sizes") or {}).get(expr.value.value)
+                built = built or known is not None
                 if known is not None and isinstance(known[param], int) and not isinstance(known[param], bool):
                     value = known[param]  # the literal the arguments were built with
                     if value == 1:
@@ -189,10 +205,10 @@ class LazyLoadForParallelism(PythonRule):
                     continue
             if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param:
                 out.append((field, None, env))  # a parsed argument: the launch environment now
-                uses_env = True
+                owners.add(ctx.module.code_for_node(expr.value))
             else:
                 out.append((field, expr, env))
-        return out, uses_env
+        return out, owners, built
 
     def finish(self, ctx: PythonContext) -> None:
         state = ctx.local_state()
@@ -216,9 +232,12 @@ class LazyLoadForParallelism(PythonRule):
                             "torchrun --nproc_per_node=<processes>")
                 else:
                     text = "launch with torchrun --nproc_per_node=<processes>"
+                save = "" if self._save_only_model(ctx, node, sizes) else (
+                    "; give the trainer's arguments save_only_model=True or save_strategy=\"no\" (the Trainer "
+                    "refuses a model sharded at load time otherwise)")
                 ctx.marker(node, (
                     f"the model is sharded when it is loaded (DistributedConfig({what})): {text} "
-                    "(processes = tp_size x pp_size x data-parallel size)"
+                    f"(processes = tp_size x pp_size x data-parallel size){save}"
                 ))
             elif not state.get("from_config", {}).get(id(node)):
                 ctx.marker(node, (
@@ -226,6 +245,33 @@ class LazyLoadForParallelism(PythonRule):
                     f"distributed_config=DistributedConfig({what}) to the from_pretrained that builds the model "
                     "and launch with torchrun"
                 ))
+
+    def _save_only_model(self, ctx: PythonContext, node: cst.With, sizes) -> bool:
+        """The arguments of the trainer that gets the sharded model need save_only_model=True (the Trainer
+        refuses a model sharded at load time otherwise): for sizes read from arguments built in the function
+        NM201 adds it to their constructor; for sizes read from other arguments (parsed: the launch
+        environment now) they get it where the with was, when the layout is distributed. False: neither."""
+        owners, built, added = ctx.local_state()["save"][id(node)]
+        if built:
+            return True
+        if len(owners) != 1:
+            return False
+        quote = quote_of(ctx.local_state()["withs"][id(node)][1])
+        try:
+            environ = ctx.module.code_for_node(ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+        except NameClash:
+            return False
+        factors = []
+        for _field, expr, env in sizes:
+            if expr is not None and isinstance(literal(expr), int) and literal(expr) > 1:
+                factors = []  # always distributed
+                break
+            factors.append(f"int({environ}.get({quote}{env}{quote}, {quote}1{quote}))" if expr is None
+                           else ctx.module.code_for_node(expr))
+        owner = next(iter(owners))
+        added.append(cst.parse_statement(save_only_model_code(owner, factors, ctx.module.default_indent)))
+        ctx.finding(node, f"{owner}.save_only_model = True when the layout is distributed: {SAVE_ONLY_MODEL}")
+        return True
 
     # ------------------------------------------------------------------ the loads inside
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
@@ -329,13 +375,25 @@ def _first_import(ctx: PythonContext):
     return None
 
 
-def _unwrap(new: cst.With):
+def _with_added(stmts: list, added: list) -> list:
+    """The statements of a block with ``added`` after them (before them when the block ends by leaving)."""
+    if not added:
+        return stmts
+    last = stmts[-1] if stmts else None
+    if isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, (cst.Return, cst.Raise)) for s in last.body):
+        first = stmts[0]
+        moved = [added[0].with_changes(leading_lines=[*first.leading_lines, *added[0].leading_lines]), *added[1:]]
+        return [*moved, first.with_changes(leading_lines=()), *stmts[1:]]
+    return [*stmts, *added]
+
+
+def _unwrap(new: cst.With, added: list = ()):
     """The body statements of a ``with`` in its place (libcst indents them for the enclosing block)."""
     body = new.body
     if isinstance(body, cst.IndentedBlock):
-        stmts = list(body.body)
+        stmts = _with_added(list(body.body), list(added))
     else:  # `with x: a; b`
-        stmts = [cst.SimpleStatementLine(body=list(body.body))]
+        stmts = _with_added([cst.SimpleStatementLine(body=list(body.body))], list(added))
     if not stmts:
         return cst.RemovalSentinel.REMOVE
     first = stmts[0]
@@ -343,11 +401,13 @@ def _unwrap(new: cst.With):
     return cst.FlattenSentinel(stmts)
 
 
-def _drop_item(new: cst.With, index: int) -> cst.With:
+def _drop_item(new: cst.With, index: int, added: list = ()) -> cst.With:
     items = list(new.items)
     last_comma = items[-1].comma
     del items[index]
     items[-1] = items[-1].with_changes(comma=last_comma)
+    if added and isinstance(new.body, cst.IndentedBlock):
+        new = new.with_changes(body=new.body.with_changes(body=_with_added(list(new.body.body), list(added))))
     return new.with_changes(items=items)
 
 
