@@ -273,8 +273,65 @@ def _without_aliases(small: cst.BaseSmallStatement, drop: set[int]) -> cst.BaseS
     return small.with_changes(names=keep)
 
 
+#: a merged single-line `from M import ...` longer than this gets its own line instead
+MERGE_MAX_LINE = 99
+#: key of the requests placed after the module's import header (they have no anchor line)
+TOP = -1
+
+
+def _merge_target(stmt: cst.CSTNode, removals: set[int]) -> str | None:
+    """The module of a `from M import a, b` line new names of M may join (one statement on the line,
+    absolute, no star, not every alias being removed)."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None:
+        return None
+    if isinstance(small.names, cst.ImportStar) or all(id(a) in removals for a in small.names):
+        return None
+    return dotted(small.module)
+
+
+def _merged(stmt: cst.SimpleStatementLine, requests: list[ImportRequest]) -> cst.SimpleStatementLine | None:
+    """``stmt`` (`from M import ...`) with the requested names appended in the line's own style, or None
+    when the line would grow past MERGE_MAX_LINE (an unparenthesized import is not re-wrapped)."""
+    small = stmt.body[0]
+    assert isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar)
+    names = list(small.names)
+    have = {(dotted(a.name), a.asname.name.value if a.asname else None) for a in names}  # type: ignore[union-attr]
+    new = []
+    for r in sorted(requests, key=lambda r: r.order):
+        asname = r.asname if r.asname and r.asname != r.name else None
+        if (r.name, asname) not in have:
+            have.add((r.name, asname))
+            new.append(cst.ImportAlias(name=cst.Name(r.name), asname=cst.AsName(name=cst.Name(asname)) if asname else None))  # type: ignore[arg-type]
+    if not new:
+        return stmt
+    # separators as the line writes them: between names, and after the last one (a trailing comma)
+    sep = names[-2].comma if len(names) > 1 and isinstance(names[-2].comma, cst.Comma) else cst.Comma(
+        whitespace_after=cst.SimpleWhitespace(" "))
+    last_comma = names[-1].comma
+    names[-1] = names[-1].with_changes(comma=sep)
+    new = [a.with_changes(comma=sep) for a in new[:-1]] + [new[-1].with_changes(comma=last_comma)]
+    merged = stmt.with_changes(body=[small.with_changes(names=names + new)])
+    line = cst.Module(body=[]).code_for_node(merged.with_changes(leading_lines=[])).split("\n", 1)[0]
+    if small.lpar is None and len(line) > MERGE_MAX_LINE:
+        return None
+    return merged
+
+
+def _joined_leading(pending: list[cst.EmptyLine], own) -> list[cst.EmptyLine]:
+    """Lines above a statement after the statement before it was removed: the removed one's comments
+    are kept, its blank lines only where the statement has none of its own (no blank runs grow)."""
+    if own and all(el.comment is None for el in pending):
+        return list(own)
+    return list(pending) + list(own)
+
+
 class ImportFixer(cst.CSTTransformer):
-    """Applies alias removals and import insertions, visiting statements only."""
+    """Applies alias removals and import insertions, visiting statements only. A new `from M import x`
+    joins an earlier `from M import ...` line of the same block when there is one (as isort would
+    write it), else it takes the place of the import it replaces."""
 
     def __init__(
         self,
@@ -300,14 +357,41 @@ class ImportFixer(cst.CSTTransformer):
         return isinstance(node, (cst.Module, cst.IndentedBlock, cst.BaseCompoundStatement, cst.Else,
                                  cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase))
 
+    def _plan_merges(self, body, is_module: bool):
+        """Which requests join an earlier `from M import` line of this block. Returns the requests
+        left at each statement index (key TOP: after the import header), and per target index the
+        requests merged into it with the key they came from."""
+        at: dict[int, list[ImportRequest]] = {}
+        merges: dict[int, list[tuple[ImportRequest, int]]] = {}
+        targets: dict[str, int] = {}
+        for idx, stmt in enumerate(body):
+            orig_id = self.original_lines.get(id(stmt), id(stmt))
+            module = _merge_target(stmt, self.removals)
+            groups = []
+            if self.by_anchor.get(orig_id):  # they replace this line: earlier lines only
+                groups.append((idx, self.by_anchor[orig_id]))
+            if module is not None and module not in targets:
+                targets[module] = idx
+            if is_module and self.top and orig_id == id(self.header_end):  # after it: this line too
+                groups.append((TOP, self.top))
+            for key, requests in groups:
+                for r in requests:
+                    target = targets.get(r.module) if r.name is not None else None
+                    if target is not None and (target < idx or key == TOP):
+                        merges.setdefault(target, []).append((r, key))
+                    else:
+                        at.setdefault(key, []).append(r)
+        return at, merges
+
     def _fix_body(self, body, is_module: bool):
         out = []
         pending_leading: list[cst.EmptyLine] = []
         changed = False
-        for stmt in body:
+        at, merges = self._plan_merges(body, is_module)
+        for idx, stmt in enumerate(body):
             orig_id = self.original_lines.get(id(stmt), id(stmt))
             new_stmts = []
-            anchored = self.by_anchor.get(orig_id)
+            anchored = at.get(idx)
             if anchored:
                 new_stmts.extend(_new_import_lines(anchored))
             kept_stmt = stmt
@@ -323,9 +407,16 @@ class ImportFixer(cst.CSTTransformer):
                         kept_stmt = stmt.with_changes(body=smalls)
                     else:
                         kept_stmt = None
+            if idx in merges and kept_stmt is not None:
+                joined = _merged(kept_stmt, [r for r, _ in merges[idx]])
+                if joined is None:  # too long for one line: they get their own line where they were asked
+                    for r, key in merges[idx]:
+                        at.setdefault(key, []).append(r)
+                else:
+                    kept_stmt = joined
             if anchored or kept_stmt is not stmt:
                 changed = True
-                leading = list(pending_leading) + list(stmt.leading_lines)
+                leading = _joined_leading(pending_leading, stmt.leading_lines)
                 pending_leading = []
                 if new_stmts:
                     new_stmts[0] = new_stmts[0].with_changes(leading_lines=leading)
@@ -346,7 +437,7 @@ class ImportFixer(cst.CSTTransformer):
                     ]
                 out.extend(new_stmts)
             else:
-                leading = pending_leading + list(stmt.leading_lines)
+                leading = _joined_leading(pending_leading, stmt.leading_lines)
                 if is_module and not out and changed:
                     # the first statements were removed: no blank lines at the top of the file
                     while leading and leading[0].comment is None:
@@ -356,9 +447,10 @@ class ImportFixer(cst.CSTTransformer):
                 pending_leading = []
                 out.append(stmt)
             if is_module and self.top and orig_id == id(self.header_end):
-                out.extend(_new_import_lines(self.top))
+                if at.get(TOP):
+                    out.extend(_new_import_lines(at[TOP]))
+                    changed = True
                 self.top = []
-                changed = True
         if is_module and self.top:
             # no import header: insert at the top (after a docstring if the header is one)
             out[0:0] = _new_import_lines(self.top)

@@ -285,3 +285,57 @@ def test_no_trigger_matches_code_without_neuron(package):
     rules = RuleSet.from_selection(RuleSelection())
     passing = [p for p in root.rglob("*.py") if rules.wanted("python", p.read_bytes())]
     assert passing == []
+
+
+# ---------------------------------------------------------------- new imports join existing lines
+
+
+@pytest.mark.parametrize(
+    "src, expected",
+    [
+        pytest.param(  # joins the earlier line of the same module; the replaced line goes
+            "from transformers import AutoTokenizer\nfrom optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n",
+            "from transformers import AutoTokenizer, Trainer\n\nTrainer(model=m)\n",
+            id="single-line",
+        ),
+        pytest.param(  # a parenthesized import keeps its layout and trailing comma
+            "from transformers import (\n    AutoTokenizer,\n    set_seed,\n)\n"
+            "from optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n",
+            "from transformers import (\n    AutoTokenizer,\n    set_seed,\n    Trainer,\n)\n\nTrainer(model=m)\n",
+            id="parenthesized",
+        ),
+        pytest.param(  # an existing line AFTER the replaced import is not used (it binds later)
+            "from optimum.neuron import NeuronTrainer\nfrom transformers import AutoTokenizer\n\nNeuronTrainer(model=m)\n",
+            "from transformers import Trainer\nfrom transformers import AutoTokenizer\n\nTrainer(model=m)\n",
+            id="later-line",
+        ),
+        pytest.param(  # another block (try:) is not a target
+            "try:\n    from transformers import AutoTokenizer\nexcept ImportError:\n    pass\n"
+            "from optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n",
+            "try:\n    from transformers import AutoTokenizer\nexcept ImportError:\n    pass\n"
+            "from transformers import Trainer\n\nTrainer(model=m)\n",
+            id="other-block",
+        ),
+        pytest.param(  # blank lines around the removed import do not pile up
+            "from transformers import AutoTokenizer\n\nfrom optimum.neuron import NeuronTrainer\n\n\ndef f():\n"
+            "    return NeuronTrainer(model=m)\n",
+            "from transformers import AutoTokenizer, Trainer\n\n\ndef f():\n    return Trainer(model=m)\n",
+            id="blank-lines",
+        ),
+        pytest.param(  # the name is there already under that spelling: nothing added twice
+            "from transformers import Trainer\nfrom optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n",
+            "from transformers import Trainer\n\nTrainer(model=m)\n",
+            id="already-imported",
+        ),
+    ],
+)
+def test_new_imports_join_an_earlier_line_of_the_module(src, expected, rules):
+    assert mig(src, rules) == expected
+    assert mig(expected, rules) == expected
+
+
+def test_a_join_that_would_make_a_long_line_keeps_its_own_line(rules):
+    names = ", ".join(f"Name{i}" for i in range(12))
+    src = f"from transformers import {names}\nfrom optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n"
+    out = mig(src, rules)
+    assert out == f"from transformers import {names}\nfrom transformers import Trainer\n\nTrainer(model=m)\n"
