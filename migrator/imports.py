@@ -68,6 +68,8 @@ class ImportIndex:
     star_imports: list[Binding] = field(default_factory=list)
     #: the last top-level statement of the module's leading import block (or docstring/__future__)
     header_end: cst.CSTNode | None = None
+    #: id() of the compound statements with no import statement inside (the fix-up skips them)
+    import_free: set[int] = field(default_factory=set)
 
     def resolve_name(self, name: str) -> str | None:
         found = self.bindings.get(name)
@@ -132,7 +134,8 @@ def index_imports(module: cst.Module) -> ImportIndex:
     return index
 
 
-def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> None:
+def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> bool:
+    """Index the imports of ``stmt``; True when it is or contains an import statement."""
     if isinstance(stmt, cst.SimpleStatementLine):
         for small in stmt.body:
             if isinstance(small, cst.Import):
@@ -165,12 +168,16 @@ def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> N
                 for t in targets:
                     if isinstance(t, cst.Name):
                         index.defined.add(t.value)
-        return
+        return any(isinstance(small, (cst.Import, cst.ImportFrom)) for small in stmt.body)
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and toplevel:
         index.defined.add(stmt.name.value)
+    found = False
     for block in _blocks(stmt):
         for inner in block:
-            _index_statement(index, inner, toplevel=False)
+            found = _index_statement(index, inner, toplevel=False) or found
+    if not found:
+        index.import_free.add(id(stmt))
+    return found
 
 
 def _blocks(stmt: cst.CSTNode):
@@ -339,8 +346,10 @@ class ImportFixer(cst.CSTTransformer):
         requests: list[ImportRequest],
         header_end: cst.CSTNode | None,
         original_lines: dict[int, cst.SimpleStatementLine],
+        import_free: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         super().__init__()
+        self.import_free = import_free
         self.removals = removals
         self.by_anchor: dict[int, list[ImportRequest]] = {}
         self.top: list[ImportRequest] = []
@@ -354,7 +363,10 @@ class ImportFixer(cst.CSTTransformer):
         self.original_lines = original_lines
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return isinstance(node, (cst.Module, cst.IndentedBlock, cst.BaseCompoundStatement, cst.Else,
+        if isinstance(node, cst.BaseCompoundStatement):
+            # unchanged compound statements without imports (rebuilt ones have new ids: visited)
+            return id(node) not in self.import_free
+        return isinstance(node, (cst.Module, cst.IndentedBlock, cst.Else,
                                  cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase))
 
     def _plan_merges(self, body, is_module: bool):

@@ -617,7 +617,7 @@ def run_python(
 
     requests = [a.request for a in asks if a.bound in seen_names or stands_in(a)]
     if removal_ids or requests:
-        fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, line_map)
+        fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, line_map, ctx.imports.import_free)
         new_module = new_module.visit(fixer)
     new_source = new_module.code
     return new_source, findings
