@@ -4,12 +4,14 @@ libcst computes positions by generating the code of the whole module while
 recording where every node starts — more expensive than the parse itself. A
 migration needs positions for a handful of nodes (findings, ignore checks), so:
 
-1. the start line of every statement comes from the stdlib ``ast`` (C speed):
-   the statements that begin a physical line are, in source order, exactly
-   libcst's statement nodes in pre-order;
-2. the node's position inside its innermost statement comes from generating the
+1. the node's position inside its innermost statement comes from generating the
    code of that statement alone (with its real indentation) while recording
-   positions — the same machinery as PositionProvider, on a few lines.
+   positions — the same machinery as PositionProvider, on a few lines;
+2. the statement's start line: where that code occurs in the source, when it occurs
+   exactly once there at the start of a line (libcst is lossless: the code of a
+   statement IS its text); otherwise from the stdlib ``ast`` (C speed, but a parse
+   of the whole file): the statements that begin a physical line are, in source
+   order, exactly libcst's statement nodes in pre-order.
 
 Every mapping is checked (statement counts, first-line column); on any
 disagreement the exact whole-module PositionProvider is used instead.
@@ -72,9 +74,6 @@ class Positions:
         return self._starts
 
     def _fast(self, node: cst.CSTNode, ancestors: list[cst.CSTNode]) -> CodeRange | None:
-        starts = self._statement_starts()
-        if starts is None or len(starts) != len(self.statements):
-            return None
         chain = ancestors + [node]
         stmt_pos = None
         for i in range(len(chain) - 1, -1, -1):
@@ -97,13 +96,24 @@ class Positions:
             return None
         table = self._per_statement.get(id(stmt))
         if table is None:
-            table = self._codegen_positions(stmt, chain[:stmt_pos], starts[k])
+            table = self._codegen_positions(stmt, chain[:stmt_pos], k)
             if table is None:
                 return None
             self._per_statement[id(stmt)] = table
         return table.get(id(node))
 
-    def _codegen_positions(self, stmt, ancestors, start: tuple[int, int]) -> dict[int, CodeRange] | None:
+    def _start_of(self, text: str, k: int) -> tuple[int, int] | None:
+        """(line, column) where statement ``k``, whose code is ``text``, starts: found in the source
+        when the text occurs once there at the start of a line (no parse needed), else from ``ast``."""
+        idx = self.source.find(text)  # the text starts with the statement's indentation
+        if idx >= 0 and (idx == 0 or self.source[idx - 1] in "\r\n") and self.source.find(text, idx + 1) < 0:
+            return self.source.count("\n", 0, idx) + 1, len(text) - len(text.lstrip(" \t\f"))
+        starts = self._statement_starts()
+        if starts is None or len(starts) != len(self.statements):
+            return None
+        return starts[k]
+
+    def _codegen_positions(self, stmt, ancestors, k: int) -> dict[int, CodeRange] | None:
         indents = [
             (a.indent if a.indent is not None else self.module.default_indent)
             for a in ancestors
@@ -119,11 +129,13 @@ class Positions:
         bare = stmt.with_changes(leading_lines=())
         bare._codegen(state)
         computed = provider._computed
-        own = computed.get(bare)
-        line0, col0 = start
-        if own is None or own.start.line != 1 or own.start.column != col0:
+        text = "".join(state.tokens)
+        start = self._start_of(text, k)
+        # the generated text begins on the statement's first line (a decorator's for a decorated
+        # definition) with its indentation: the column where the source has it is the check
+        if start is None or bare not in computed or start[1] != len(text) - len(text.lstrip(" \t\f")):
             return None
-        shift = line0 - 1
+        shift = start[0] - 1
         table: dict[int, CodeRange] = {}
         for n, rng in computed.items():
             key = id(stmt) if n is bare else id(n)
