@@ -344,7 +344,9 @@ class NeuronModelHubCalls(PythonRule):
     id = "NM107"
     title = "optimum-neuron push_to_hub(local_dir, repository_id=X) -> push_to_hub(X); input_static_shapes reads"
     fix = "mixed"
-    triggers = ("push_to_hub", "input_static_shapes")
+    # both only matter on a model loaded through an optimum.neuron class (`push_to_hub` alone is in
+    # every Hugging Face project)
+    triggers = ("optimum.neuron", "optimum import")
     why = """
         optimum-neuron models pushed a local directory of compiled artifacts:
         `push_to_hub(save_directory, repository_id, private=None, revision=None, token=True, endpoint=None)`.
