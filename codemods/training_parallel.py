@@ -325,6 +325,11 @@ class LazyLoadForParallelism(PythonRule):
             ctx.marker(node, f"add distributed_config=DistributedConfig(...) by hand ({exc})")
             return
         code = ctx.module.code_for_node
+        indent = statement_indent(ctx)
+        # the body is dedented by one level
+        dedent = indent[: len(indent) - len(_block_indent(ctx, owner))]
+        prefix = " " * line_prefix(ctx, node)
+        step = ctx.module.default_indent
 
         def config() -> cst.Call:
             parts = []
@@ -334,14 +339,14 @@ class LazyLoadForParallelism(PythonRule):
                 else:
                     text = code(expr)
                 parts.append(f"{field}={text}")
-            return cst.parse_expression(f"{code(dist)}({', '.join(parts)})")
+            one_line = f"{code(dist)}({', '.join(parts)})"
+            if len(dedent + step) + len("distributed_config=,") + len(one_line) <= MAX_LINE:
+                return cst.parse_expression(one_line)
+            # the sizes on a line of their own (the whitespace is relative to the block's indentation:
+            # the argument sits one level below the statement, the sizes one more)
+            return cst.parse_expression(f"{code(dist)}(\n{step}{step}{', '.join(parts)}\n{step})")
 
         plan.add.append(("distributed_config", config))
-        indent = statement_indent(ctx)
-        # the body is dedented by one level
-        dedent = indent[: len(indent) - len(_block_indent(ctx, owner))]
-        prefix = " " * line_prefix(ctx, node)
-        step = ctx.module.default_indent
         ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, dedent + prefix, step))
         ctx.finding(node, "distributed_config=DistributedConfig(...) added to the load (was lazy_load_for_parallelism)")
 
