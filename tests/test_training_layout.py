@@ -228,6 +228,26 @@ if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
 '''
 
+#: The end of every torchrun script of the tests: the ranks leave together. Without it a rank can die
+#: with SIGABRT while the process group is torn down at exit (target-apis §6), failing a test whose
+#: results were all printed.
+FINISH = '''
+import torch.distributed as _dist
+
+if _dist.is_available() and _dist.is_initialized():
+    _dist.barrier()
+    _dist.destroy_process_group()
+'''
+
+#: ``python RUN_TO_THE_END script.py ARGS``: runs the script as __main__, then FINISH.
+RUN_TO_THE_END = '''\
+import runpy
+import sys
+
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+''' + FINISH
+
 #: CPU stand-in for the neuron backend. accelerate 1.15 accepts a ParallelismConfig (which the Trainer
 #: builds for a model loaded with tp_size > 1) only for FSDP2, DeepSpeed or a multi-accelerator run
 #: (MULTI_GPU ... MULTI_NEURON), not for MULTI_CPU; on Trainium the run is MULTI_NEURON. This launcher
@@ -256,7 +276,7 @@ def validate(self, accelerator):
 parallelism_config.ParallelismConfig._validate_accelerator = validate
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
-'''
+''' + FINISH
 
 
 def _env(**extra) -> dict:

@@ -99,7 +99,21 @@ def main(argv: list[str]) -> int:
             return 2
     sys.stdout.flush()
     sys.stderr.flush()
+    if status["exit"] == 0:
+        _leave_process_group()
     return int(status["exit"])
+
+
+def _leave_process_group() -> None:
+    """Ranks that finished leave the process group together: torn down at interpreter exit instead, a
+    rank can die with SIGABRT after everything was recorded (seen with gloo under torchrun)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+    except Exception:  # pragma: no cover - best effort: the run itself is over
+        pass
 
 
 if __name__ == "__main__":
