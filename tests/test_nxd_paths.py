@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 import codemods.nxd as nxd
 from migrator.engine import RuleSelection, RuleSet
+from tests.torchrun_util import torchrun
 from tests.test_fixtures import migrate
 from tests.test_nxd_rules import _resolve
 
@@ -295,8 +295,7 @@ def test_region_markers_give_dtensor_code_with_nxd_semantics(tmp_path: Path):
     script = tmp_path / "regions.py"
     script.write_text(SCRIPT)
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
-         str(tmp_path), json.dumps(exprs)],
+        torchrun(tmp_path, script, str(tmp_path), json.dumps(exprs)),
         capture_output=True, text=True, timeout=180, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     outs = [tmp_path / f"out{rank}.json" for rank in (0, 1)]

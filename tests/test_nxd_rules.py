@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from codemods.nxd import RULES as NXD_RULES
 from codemods.xla_collectives import RULES as COLLECTIVE_RULES
 from migrator.engine import RuleSelection, RuleSet
+from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate
 
 RULES = COLLECTIVE_RULES + NXD_RULES
@@ -210,7 +210,7 @@ REFERENCE = textwrap.dedent(
 def _torchrun(script: Path, out: Path) -> None:
     out.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(out)],
+        torchrun(script.parent, script, str(out)),
         capture_output=True, text=True, timeout=120, cwd=script.parent, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -23,7 +23,7 @@ from codemods import training_orpo, training_padding, training_parsed
 from codemods.training_args_edit import fsdp_size_code
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
-from tests.test_training_layout import RUN_TO_THE_END
+from tests.torchrun_util import json_reports, torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_LLAMA = ROOT / "tests" / "verify_fixtures" / "tiny-llama"
@@ -318,15 +318,11 @@ def test_migrated_tensor_parallel_script_generates_under_torchrun_like_one_proce
                             capture_output=True, text=True, timeout=300, env=_env())
     assert single.returncode == 0, single.stderr[-4000:]
     want = json.loads(single.stdout.strip().splitlines()[-1])
-    torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not installed")
-    runner = tmp_path / "run_to_the_end.py"  # the script unchanged, then the ranks leave together
-    runner.write_text(RUN_TO_THE_END)
     sharded = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node=2", str(runner), str(script), str(TINY_LLAMA),
-         str(tmp_path / "o2")],
+        torchrun(tmp_path, script, str(TINY_LLAMA), str(tmp_path / "o2")),
         capture_output=True, text=True, timeout=300, env=_env(TP_SIZE="2"))
     assert sharded.returncode == 0, sharded.stderr[-4000:]
-    ranks = [json.loads(line) for line in sharded.stdout.splitlines() if line.startswith("{")]
+    ranks = json_reports(sharded.stdout, "tp")
     assert len(ranks) == 2
     for rank in ranks:
         assert rank["tp"] == 2 and want["tp"] in (None, 1)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import math
 import os
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
+from tests.torchrun_util import FINISH, json_reports
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_LLAMA = ROOT / "tests" / "verify_fixtures" / "tiny-llama"
@@ -228,26 +228,6 @@ if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
 '''
 
-#: The end of every torchrun script of the tests: the ranks leave together. Without it a rank can die
-#: with SIGABRT while the process group is torn down at exit (target-apis §6), failing a test whose
-#: results were all printed.
-FINISH = '''
-import torch.distributed as _dist
-
-if _dist.is_available() and _dist.is_initialized():
-    _dist.barrier()
-    _dist.destroy_process_group()
-'''
-
-#: ``python RUN_TO_THE_END script.py ARGS``: runs the script as __main__, then FINISH.
-RUN_TO_THE_END = '''\
-import runpy
-import sys
-
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-''' + FINISH
-
 #: CPU stand-in for the neuron backend. accelerate 1.15 accepts a ParallelismConfig (which the Trainer
 #: builds for a model loaded with tp_size > 1) only for FSDP2, DeepSpeed or a multi-accelerator run
 #: (MULTI_GPU ... MULTI_NEURON), not for MULTI_CPU; on Trainium the run is MULTI_NEURON. This launcher
@@ -323,7 +303,7 @@ def test_migrated_tensor_parallel_trainer_trains_under_torchrun(tmp_path, rules)
     want = _reference_losses(TINY_LLAMA, tmp_path / "out-reference")
     out, err = running.communicate(timeout=300)
     assert running.returncode == 0, err[-4000:]
-    ranks = [json.loads(line) for line in out.splitlines() if line.startswith('{"rank"')]
+    ranks = json_reports(out, "rank")
     assert sorted(r["rank"] for r in ranks) == [0, 1]
     for rank in ranks:
         assert rank["tp"] == 2

@@ -16,7 +16,6 @@ error once the emitted setting is turned off (so the setting is needed, not deco
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ import pytest
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 from tests.test_training_layout import LAUNCHER, TINY_LLAMA, _env
+from tests.torchrun_util import json_reports
 
 pytest.importorskip("trl")
 
@@ -182,7 +182,7 @@ def built(migrated, tmp_path_factory) -> dict:
          str(driver), str(TINY_LLAMA), str(work)],
         capture_output=True, text=True, env=_env(TP_SIZE="2"), cwd=work, timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
+    ranks = json_reports(proc.stdout, "rank")
     assert sorted(r["rank"] for r in ranks) == [0, 1], proc.stdout[-2000:] + proc.stderr[-2000:]
     return {r["rank"]: r["results"] for r in ranks}
 

@@ -32,6 +32,7 @@ from codemods.torch_neuronx import RULES as NX_RULES
 from codemods.transformers_neuronx import RULES as TNX_RULES
 from codemods.xla_data import RULES as DATA_RULES
 from migrator.engine import RuleSelection, RuleSet
+from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate
 from tests.test_xla_rules import _chains, _import_map, _resolve
 
@@ -200,9 +201,7 @@ def test_migrated_device_loader_loop_trains_like_plain_ddp(tmp_path: Path, rules
     assert "torch_xla" not in text and not any(f.fix == "manual" for f in findings)
     script = tmp_path / "train.py"
     script.write_text(_on_cpu(text))
-    # --standalone: torchrun binds a free port itself (no race with other tests' launches)
-    proc = _run(tmp_path, ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
-                timeout=240)
+    proc = _run(tmp_path, torchrun(tmp_path, script)[1:], timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the two ranks share stdout and their lines may interleave: match each report, not each line
     got = {int(r): ast.literal_eval(values) for r, values in re.findall(r"rank (\d) losses (\[[^\]]*\])", proc.stdout)}

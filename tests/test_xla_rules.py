@@ -27,6 +27,7 @@ import torch
 
 from codemods.xla import RULES
 from migrator.engine import RuleSelection, RuleSet
+from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate
 
 XLA_FIXTURES = sorted(FIXTURES.glob("NM40*/*.after.py"))
@@ -110,11 +111,7 @@ def test_migrated_torchrun_script_runs_on_two_processes(tmp_path: Path, rules: R
     migrated, _ = migrate(before.read_bytes(), "python", rules)
     script = tmp_path / "train.py"
     script.write_text(_on_cpu(migrated.decode()))
-    launcher = [
-        # --standalone: torchrun binds a free port itself (no race with other tests' launches)
-        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
-    ]
-    proc = _run(script, launcher, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    proc = _run(script, torchrun(tmp_path, script)[1:], env={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # master_print -> printed by global rank 0 only; xm.save -> written by local rank 0
     assert proc.stdout.count("training on 2 workers") == 1

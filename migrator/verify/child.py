@@ -116,5 +116,19 @@ def _leave_process_group() -> None:
         pass
 
 
+def _end(code: int) -> None:
+    """Under torchrun, end the rank without the interpreter's final teardown, where the C++ side of
+    torch.distributed sometimes aborts on CPU ("terminate called without an active exception") after
+    everything was recorded; the script's exit handlers still run. Elsewhere: a normal exit."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _end(main(sys.argv[1:]))
