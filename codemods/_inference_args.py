@@ -199,17 +199,6 @@ def line_context(ctx: PythonContext, node: cst.Call) -> tuple[int, int]:
     return len(before.lstrip()), len(after)
 
 
-def import_anchor(ctx: PythonContext, expr: cst.BaseExpression) -> Binding | None:
-    """The import line of the name ``expr`` starts with: new imports go there (isort order)."""
-    while isinstance(expr, cst.Attribute):
-        expr = expr.value
-    if isinstance(expr, cst.Name):
-        found = ctx.imports.bindings.get(expr.value)
-        if found:
-            return found[0]
-    return None
-
-
 def torch_dtype(ctx: PythonContext, name: str, quote: str, anchor: Binding | None) -> cst.BaseExpression:
     """``torch.<name>`` (importing torch next to ``anchor``), or the string when ``torch`` is taken."""
     try:

@@ -26,7 +26,6 @@ from codemods._inference_args import (
     EQ,
     expand_literal_kwargs,
     hug_layout,
-    import_anchor,
     indent_of,
     layout,
     line_context,
@@ -203,7 +202,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         if acast is not None and casting and not has_dtype:
             value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
-                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))
+                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes torch_dtype=torch.{DTYPES[value]}")
             elif not (isinstance(value, str) and value in DTYPES):
                 markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass torch_dtype=torch.bfloat16 "
@@ -428,7 +427,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         hub = [(k, kw[k].value) for k in HUB if k in kw]
         if any(not isinstance(v, repeatable) for _, v in hub):
             return hint
-        anchor = import_anchor(ctx, node.func)
+        anchor = ctx.imports.binding_of(node.func)
         try:
             cls = ctx.name_for(f"diffusers.{transformer}", anchor=anchor)
             config = ctx.name_for("diffusers.TensorParallelConfig", anchor=anchor)
@@ -478,7 +477,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         else:
             return None  # a variable may hold one id or a list of them
         try:
-            cls = ctx.name_for(CONTROLNET, anchor=import_anchor(ctx, ctx.stack[-1].func))  # type: ignore[attr-defined]
+            cls = ctx.name_for(CONTROLNET, anchor=ctx.imports.binding_of(ctx.stack[-1].func))  # type: ignore[attr-defined]
         except NameClash:
             return None
         dtype = next((kw[k].value for k in ("torch_dtype", "dtype") if k in kw), None)

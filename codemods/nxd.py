@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.xla import _XlaRule, _anchor, _bind_args, _code, _device, _expr, _is_reference
+from codemods.xla import _XlaRule, _bind_args, _code, _device, _expr, _is_reference
 from migrator.python_engine import NameClash, PythonContext
 
 NXD = "neuronx_distributed"
@@ -330,7 +330,7 @@ class NxdBuildingBlocks(_XlaRule):
     def _get_device(self, call: cst.Call, func: cst.CSTNode, ctx: PythonContext, qual: str) -> str | None:
         if call.args:
             return "unsupported arguments"
-        ctx.replace(call, _expr(_device(ctx, _anchor(func, ctx))))
+        ctx.replace(call, _expr(_device(ctx, ctx.imports.binding_of(func))))
         ctx.finding(call, f"{qual}() -> torch.device(\"neuron\")")
         return None
 

@@ -23,7 +23,6 @@ from codemods._inference_args import (
     DTYPES,
     EQ,
     expand_literal_kwargs,
-    import_anchor,
     indent_of,
     layout,
     literal,
@@ -125,7 +124,7 @@ class PipelineStaticShapes(PythonRule):
                 if ctx.qualname(call.func) in SOURCES:
                     dtype = rule._dtype_of(call, ctx)
                     if dtype is not None:
-                        torch_dtype(ctx, dtype, '"', import_anchor(ctx, call.func))
+                        torch_dtype(ctx, dtype, '"', ctx.imports.binding_of(call.func))
 
         node.visit(Find())
 
@@ -194,7 +193,7 @@ class PipelineStaticShapes(PythonRule):
         if acast is not None and not any(k in kw for k in ("dtype", "torch_dtype")):
             value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES:
-                added.append(("dtype", torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))))
+                added.append(("dtype", torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]}")
             else:
                 markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass dtype=torch.bfloat16 for 'bf16' "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.xla import _XlaRule, _anchor, _atomic, _bind_args, _code, _expr, _quote, _torch
+from codemods.xla import _XlaRule, _atomic, _bind_args, _code, _expr, _quote, _torch
 from migrator.python_engine import PythonContext
 
 NX = "torch_neuronx"
@@ -98,7 +98,7 @@ class NeuronTrace(_XlaRule):
         bound = _bind_args(call, TRACE_PARAMS + TRACE_KEYWORDS)
         if bound is None or "func" not in bound:
             return "unsupported arguments"
-        torch = _torch(ctx, _anchor(func, ctx))
+        torch = _torch(ctx, ctx.imports.binding_of(func))
         q = _quote(ctx)
         params = TRACE_PARAMS + TRACE_KEYWORDS
 

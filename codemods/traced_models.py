@@ -30,7 +30,6 @@ from codemods._inference_args import (
     EQ,
     expand_literal_kwargs,
     hug_layout,
-    import_anchor,
     indent_of,
     layout,
     line_context,
@@ -196,7 +195,7 @@ class TracedModelsOnNeuron(PythonRule):
         if acast is not None and casting:
             value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
-                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, import_anchor(ctx, node.func))
+                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]} "
                                "(the whole model, not only the matmuls, runs in that dtype)")
             elif not (isinstance(value, str) and value in DTYPES):

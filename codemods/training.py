@@ -607,11 +607,9 @@ class SFTConfigFields(PythonRule):
     def _parsed_device_map(self, ctx: PythonContext, name: str, statement: cst.CSTNode, trainer: cst.Call) -> None:
         """After ``..., name, ... = parser.parse_args_and_config()``: the parsed SFTConfig gets
         ``"device_map": None`` and the launch layout (TP_SIZE / FSDP_SIZE) in model_init_kwargs."""
-        from codemods.training_parallel import _first_import
-
         try:
-            environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
-            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, trainer)))
+            environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(trainer.func)))
         except NameClash as exc:
             ctx.marker(statement, f"set {name}.model_init_kwargs[\"device_map\"] = None by hand ({exc})")
             return
@@ -683,11 +681,9 @@ class SFTConfigFields(PythonRule):
         sharded = None  # the trainer loads the model sharded: the config needs save_only_model=True
         if sizes and "distributed_config" not in present:
             try:
-                dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, call)))
+                dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(call.func)))
                 if "fsdp_size" in sizes:
-                    from codemods.training_parallel import _first_import
-
-                    environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+                    environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
                     sizes = {**sizes, "fsdp_size": cst.parse_expression(
                         fsdp_size_code(environ, sizes.get("tp_size"), quote))}
             except NameClash as exc:
@@ -726,17 +722,6 @@ def _scope(ctx: PythonContext) -> int:
         if isinstance(n, (cst.FunctionDef, cst.Lambda)):
             return id(n)
     return 0
-
-
-def _binding(ctx: PythonContext, call: cst.Call):
-    root = call.func
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if isinstance(root, cst.Name):
-        found = ctx.imports.bindings.get(root.value)
-        if found:
-            return found[0]
-    return None
 
 
 def _spread(d: cst.Dict, width: int, step: str) -> cst.Dict:
@@ -957,12 +942,10 @@ def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list
         first = users[0][0]
         quote = quote_of(load.node)
         try:
-            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=_binding(ctx, first.call)))
+            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(first.call.func)))
             sizes = dict(first.sizes)
             if "fsdp_size" in sizes:
-                from codemods.training_parallel import _first_import
-
-                environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+                environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
                 sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote))
         except NameClash as exc:
             failed.extend((entry, f"add it by hand: {exc}") for entry, _site in users)

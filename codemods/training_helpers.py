@@ -73,31 +73,6 @@ def _is_cache(qual: str | None) -> bool:
     return qual is not None and (qual.startswith(f"{ON}.cache.") or qual in CACHE_UTILS)
 
 
-def _binding(ctx: PythonContext, expr: cst.BaseExpression):
-    root = expr
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if isinstance(root, cst.Name):
-        found = ctx.imports.bindings.get(root.value)
-        if found:
-            return found[0]
-    return None
-
-
-def _first_import(ctx: PythonContext):
-    """The first top-level import after ``__future__`` ones: a stdlib import goes above it."""
-    lines: dict = {}
-    for b in ctx.imports.all_bindings():
-        if b.toplevel and b.alias is not None:
-            lines.setdefault(id(b.line), b)  # the first name of the line: a new import goes above the line
-    for stmt in ctx.module.body:
-        if isinstance(stmt, cst.SimpleStatementLine) and id(stmt) in lines:
-            b = lines[id(stmt)]
-            if not (b.is_from and b.module == "__future__"):
-                return b
-    return None
-
-
 def _expression_statement(ctx: PythonContext, call: cst.Call) -> cst.SimpleStatementLine | None:
     """The statement line when ``call`` is a whole expression statement (alone on its line)."""
     parent = ctx.parent
@@ -273,7 +248,7 @@ class TrainingHelpers(PythonRule):
             return
         value = literal(args[0].value) if args else True
         try:
-            environ = ctx.name_for("os.environ", anchor=_first_import(ctx), style="module")
+            environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
         except NameClash as exc:
             ctx.marker(node, f"is_main_worker() is gone: test the RANK environment variable instead ({exc})")
             return
@@ -332,7 +307,7 @@ class TrainingHelpers(PythonRule):
                              "neuron consolidate)")
             return
         try:
-            func = ctx.name_for(CONSOLIDATE_TARGET, anchor=_binding(ctx, node.func))
+            func = ctx.name_for(CONSOLIDATE_TARGET, anchor=ctx.imports.binding_of(node.func))
         except NameClash as exc:
             ctx.marker(node, f"use {CONSOLIDATE_TARGET}(checkpoint_dir, output_dir) ({exc})")
             return
@@ -568,7 +543,7 @@ class StaticShapes(PythonRule):
             # where the optimum-neuron import was (third-party block), at module level
             anchor = next((b for b in ctx.imports.all_bindings()
                            if b.qualified in TRAINING_SCRIPT and b.toplevel and b.alias is not None), None)
-            anchor = anchor or _first_import(ctx)
+            anchor = anchor or ctx.imports.first_import
             torch = "torch"
             if anchor is None:
                 local_import = True  # the script imports inside main(): so does this

@@ -244,7 +244,7 @@ class TrainingModelTrnConfig(PythonRule):
                 dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
                 if "fsdp_size" in sizes:
                     environ = ctx.module.code_for_node(
-                        ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+                        ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
                     sizes = {**sizes, "fsdp_size": cst.parse_expression(
                         fsdp_size_code(environ, sizes.get("tp_size")))}
             except NameClash as exc:
@@ -262,7 +262,8 @@ class TrainingModelTrnConfig(PythonRule):
                 ctx.finding(node, f"{code(node)} -> DistributedConfig() (no model parallelism)")
             return
         try:
-            environ = ctx.module.code_for_node(ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+            environ = ctx.module.code_for_node(
+                ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
             dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
         except NameClash as exc:
             ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
@@ -374,23 +375,6 @@ def _optimum_binding(ctx: PythonContext):
         if b.qualified.startswith("optimum.neuron") and b.alias is not None:
             return b
     return None
-
-
-def _binding(ctx: PythonContext, call: cst.Call):
-    root = call.func
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if isinstance(root, cst.Name):
-        found = ctx.imports.bindings.get(root.value)
-        if found:
-            return found[0]
-    return None
-
-
-def _first_import(ctx: PythonContext):
-    from codemods.training_parallel import _first_import as first
-
-    return first(ctx)
 
 
 RULES = (TrainingNeuronConfigFields, TrainingModelTrnConfig)

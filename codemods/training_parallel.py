@@ -258,7 +258,8 @@ class LazyLoadForParallelism(PythonRule):
             return False
         quote = quote_of(ctx.local_state()["withs"][id(node)][1])
         try:
-            environ = ctx.module.code_for_node(ctx.name_for("os.environ", anchor=_first_import(ctx), style="module"))
+            environ = ctx.module.code_for_node(
+                ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
         except NameClash:
             return False
         factors = []
@@ -314,12 +315,12 @@ class LazyLoadForParallelism(PythonRule):
         if "device_map" in kw:
             plan.drop.add("device_map")
             ctx.finding(kw["device_map"], "dropped device_map (mutually exclusive with distributed_config)")
-        anchor = _binding(ctx, lazy_call)
+        anchor = ctx.imports.binding_of(lazy_call.func)
         quote = quote_of(node)
         try:
             environ = None
             if any(x is None for _f, x, _e in sizes):
-                environ = ctx.name_for("os.environ", anchor=_first_import(ctx), style="module")
+                environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
             dist = ctx.name_for(DISTRIBUTED_CONFIG, anchor=anchor)
         except NameClash as exc:
             ctx.marker(node, f"add distributed_config=DistributedConfig(...) by hand ({exc})")
@@ -356,28 +357,6 @@ def _block_indent(ctx: PythonContext, with_node: cst.With) -> str:
     if isinstance(body, cst.IndentedBlock):
         return body.indent if body.indent is not None else ctx.module.default_indent
     return ""
-
-
-def _binding(ctx: PythonContext, call: cst.Call):
-    root = call.func
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if isinstance(root, cst.Name):
-        found = ctx.imports.bindings.get(root.value)
-        if found:
-            return found[0]
-    return None
-
-
-def _first_import(ctx: PythonContext):
-    """The first top-level import after ``__future__`` ones: a stdlib import goes above it."""
-    lines = {id(b.line): b for b in ctx.imports.all_bindings() if b.toplevel and b.alias is not None}
-    for stmt in ctx.module.body:
-        if isinstance(stmt, cst.SimpleStatementLine) and id(stmt) in lines:
-            b = lines[id(stmt)]
-            if not (b.is_from and b.module == "__future__"):
-                return b
-    return None
 
 
 def _with_added(stmts: list, added: list) -> list:

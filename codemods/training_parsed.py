@@ -27,7 +27,6 @@ from codemods.training_args_edit import (
     statement_indent,
 )
 from codemods.training_orpo import ORPO_CONFIG_SOURCES
-from codemods.training_parallel import _first_import
 from migrator.python_engine import NameClash, PythonContext
 from migrator.rules import PythonRule
 
@@ -160,7 +159,7 @@ class ParsedArgumentsIdioms(PythonRule):
             return
         built = ctx.local_state().get("built", {}).get((_scope(ctx), owner))
         try:
-            environ = _code(ctx, ctx.name_for("os.environ", anchor=_first_import(ctx), style="module")) \
+            environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")) \
                 if built is None or any(v is None for v in built.values()) else None
         except NameClash as exc:
             ctx.marker(node, f"{read} no longer exists: replace it by hand ({exc})")

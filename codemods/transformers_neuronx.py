@@ -185,7 +185,7 @@ class TransformersNeuronxSampling(PythonRule):
                              "dtype=<amp>, device_map=\"neuron\") with a static cache of n_positions tokens")
             return
         quote = _quote_style(call)
-        binding = _binding(ctx, call.func.value)  # type: ignore[attr-defined]
+        binding = ctx.imports.binding_of(call.func.value)  # type: ignore[attr-defined]
         markers: list[str] = []
         applied: list[str] = []
 
@@ -348,17 +348,6 @@ def _target(ctx: PythonContext, binding) -> cst.BaseExpression:
                 ctx.replace(line, add)
             return cst.Name(name)
     return ctx.name_for(TARGET, anchor=binding)
-
-
-def _binding(ctx: PythonContext, expr: cst.BaseExpression):
-    root = expr
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if isinstance(root, cst.Name):
-        found = ctx.imports.bindings.get(root.value)
-        if found:
-            return found[0]
-    return None
 
 
 RULES = (TransformersNeuronxSampling,)

@@ -99,18 +99,6 @@ def _quote(ctx: PythonContext) -> str:
 # --------------------------------------------------------------------------- native names
 
 
-def _anchor(node: cst.CSTNode, ctx: PythonContext) -> Binding | None:
-    """The import binding an old-stack reference goes through (new imports go in its place)."""
-    root = node
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if isinstance(root, cst.Name):
-        found = ctx.imports.bindings.get(root.value)
-        if found:
-            return found[0]
-    return None
-
-
 def _module_local(ctx: PythonContext, module: str, anchor: Binding | None, asname: str | None = None) -> str:
     """A local name for ``module`` (``os``, ``torch``), importing it when needed."""
     st = _state(ctx).setdefault("locals", {})
@@ -517,7 +505,7 @@ class XlaDevice(_XlaRule):
                 return f"devkind={_code(kind)} asks for a non-Neuron device"
             ctx.finding(call, f"devkind={_code(kind)} dropped: Neuron is the only device kind")
         index_arg = bound.get(params[0])
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         if index_arg is None:
             new = _expr(_device(ctx, anchor))
             ctx.replace(call, new)
@@ -707,7 +695,7 @@ class XlaStepMarkers(_XlaRule):
         if wait is None:
             return "`wait=` is not a literal"
         if wait:
-            new = _expr(f"{_torch(ctx, _anchor(func, ctx))}.accelerator.synchronize()")
+            new = _expr(f"{_torch(ctx, ctx.imports.binding_of(func))}.accelerator.synchronize()")
             ctx.replace(call, new)
             ctx.finding(call, f"{qual}(wait=True) -> torch.accelerator.synchronize()")
             return None
@@ -982,7 +970,7 @@ class XlaRankQueries(_XlaRule):
     """
 
     def rewrite(self, qual, call, func, ctx):
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         i = _index_in_stack(ctx, call)
         parent = ctx.stack[i - 1] if i else None
         if qual == f"{XM}.is_master_ordinal":
@@ -1106,7 +1094,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
             assert b is not None
             return [_positional(b["data"]), _positional(b["file_or_path"])]
 
-        save = f"{_torch(ctx, _anchor(func, ctx))}.save"
+        save = f"{_torch(ctx, ctx.imports.binding_of(func))}.save"
         if not master_only:
             ctx.replace(call, lambda updated: updated.with_changes(
                 func=_expr(save), args=_end_like(save_args(updated), updated.args)))
@@ -1122,7 +1110,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
         if statement is None or not isinstance(statement[1], cst.SimpleStatementLine) or len(statement[1].body) != 1:
             return "master-only calls are rewritten only as a statement on a line of their own"
         line = statement[1]
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         guarded = _already_master_only(ctx, line, local)
         test = None if guarded else _is_master(ctx, anchor, local)
 
@@ -1153,7 +1141,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
             return "`replicas=` names a subgroup; use dist.barrier(group=dist.new_group(ranks))"
         if _expression_statement(ctx, call) is None:
             return "its payloads are used; exchange them with dist.all_gather_object"
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         ctx.replace(call, _expr(f"{_dist(ctx, anchor)}.barrier()"))
         ctx.finding(call, f"{qual}() -> dist.barrier()")
         if not _has_process_group(ctx):
@@ -1167,7 +1155,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
     def _wait_device_ops(self, qual, call, func, ctx):
         if call.args:
             return "unsupported arguments"
-        ctx.replace(call, _expr(f"{_torch(ctx, _anchor(func, ctx))}.accelerator.synchronize()"))
+        ctx.replace(call, _expr(f"{_torch(ctx, ctx.imports.binding_of(func))}.accelerator.synchronize()"))
         ctx.finding(call, f"{qual}() -> torch.accelerator.synchronize()")
         return None
 

@@ -21,7 +21,6 @@ import libcst as cst
 from codemods.xla import (
     XM,
     _XlaRule,
-    _anchor,
     _bind_args,
     _code,
     _dist,
@@ -163,7 +162,7 @@ class XlaCollectives(_XlaRule):
                         and ctx.qualname(call.func) == f"{XM}.all_reduce" and call.args and call.args[0] is parent):
                     return
             op = REDUCE_OPS[qual.rsplit(".", 1)[1]]
-            ctx.replace(node, _expr(f"{_dist(ctx, _anchor(node, ctx))}.ReduceOp.{op}"))
+            ctx.replace(node, _expr(f"{_dist(ctx, ctx.imports.binding_of(node))}.ReduceOp.{op}"))
             ctx.finding(node, f"{qual} -> dist.ReduceOp.{op}")
             return
         super()._on_reference(node, ctx)
@@ -201,7 +200,7 @@ class XlaCollectives(_XlaRule):
             return "the list result is assigned; all-reduce each tensor in place instead"
         if kind == "assign" and "scale" in bound and _mentions(bound["scale"].value, target):
             return "`scale=` refers to the assigned name"
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         d = _dist(ctx, anchor)
         op = f"{d}.ReduceOp.{REDUCE_OPS[rqual.rsplit('.', 1)[1]]}"
         params = ("reduce_type", "inputs", "scale", "groups", "pin_layout")
@@ -245,7 +244,7 @@ class XlaCollectives(_XlaRule):
             return "the gathered tensor is not a plain name (it would be evaluated twice)"
         line, _, target = where
         parts = _list_name(ctx, target) if value.value == target else target
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         d = _dist(ctx, anchor)
         # `import torch` goes before `import torch.distributed as dist` when the module has one
         dist_local = ctx.imports.local_for("torch.distributed")
@@ -280,7 +279,7 @@ class XlaCollectives(_XlaRule):
         if _mentions(bound["reduce_fn"].value, target):
             return "`reduce_fn` refers to the assigned name"
         values = _list_name(ctx, target) if _mentions(bound["data"].value, target) else target
-        anchor = _anchor(func, ctx)
+        anchor = ctx.imports.binding_of(func)
         d = _dist(ctx, anchor)
         world = _world_size(ctx, anchor)
         params = ("tag", "data", "reduce_fn")

@@ -21,7 +21,6 @@ import libcst as cst
 
 from codemods.xla import (
     _XlaRule,
-    _anchor,
     _bind_args,
     _code,
     _expr,
@@ -418,7 +417,7 @@ class XlaSpawn(_XlaRule):
             return "unsupported arguments"
         if _expression_statement(ctx, call) is None:
             return "its result is used"
-        rank = _local_rank(ctx, _anchor(func, ctx))
+        rank = _local_rank(ctx, ctx.imports.binding_of(func))
         params = self.PARAMS
 
         def build(updated: cst.Call) -> cst.BaseExpression:
@@ -537,7 +536,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         if qual is not None and qual.startswith(f"{AMP}.syncfree.") and qual in self.owns:
             name = qual.rsplit(".", 1)[1]
             try:
-                expr = _expr(f"{_torch(ctx, _anchor(node, ctx))}.optim.{name}")
+                expr = _expr(f"{_torch(ctx, ctx.imports.binding_of(node))}.optim.{name}")
             except NameClash as exc:
                 ctx.marker(node, f"replace {qual} by torch.optim.{name} by hand ({exc})")
                 return
@@ -574,7 +573,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         bound = _bind_args(call, ("device", "enabled", "dtype", "cache_enabled"))
         if bound is None:
             return "unsupported arguments"
-        torch = _torch(ctx, _anchor(func, ctx))
+        torch = _torch(ctx, ctx.imports.binding_of(func))
         q = _quote(ctx)
         has_dtype = "dtype" in bound
 

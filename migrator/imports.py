@@ -70,6 +70,9 @@ class ImportIndex:
     header_end: cst.CSTNode | None = None
     #: id() of the compound statements with no import statement inside (the fix-up skips them)
     import_free: set[int] = field(default_factory=set)
+    #: the first name of the first top-level import line after ``__future__`` ones: an anchor that puts
+    #: a new (stdlib) import above the module's imports
+    first_import: Binding | None = None
 
     def resolve_name(self, name: str) -> str | None:
         found = self.bindings.get(name)
@@ -85,6 +88,17 @@ class ImportIndex:
             base = self.resolve(node.value)
             if base is not None:
                 return f"{base}.{node.attr.value}"
+        return None
+
+    def binding_of(self, expr: cst.BaseExpression) -> Binding | None:
+        """The import binding of the name a Name/Attribute chain starts with (``xm`` of
+        ``xm.mark_step``): new imports replacing that reference go in place of its import line."""
+        while isinstance(expr, cst.Attribute):
+            expr = expr.value
+        if isinstance(expr, cst.Name):
+            found = self.bindings.get(expr.value)
+            if found:
+                return found[0]
         return None
 
     def local_for(self, qualified: str) -> str | None:
@@ -207,6 +221,9 @@ def _blocks(stmt: cst.CSTNode):
 
 def _bind(index: ImportIndex, b: Binding) -> None:
     index.bindings.setdefault(b.local, []).append(b)
+    if index.first_import is None and b.toplevel and b.alias is not None and not (
+            b.is_from and b.module == "__future__"):
+        index.first_import = b
 
 
 # --------------------------------------------------------------------------- fix-up

@@ -339,3 +339,25 @@ def test_a_join_that_would_make_a_long_line_keeps_its_own_line(rules):
     src = f"from transformers import {names}\nfrom optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n"
     out = mig(src, rules)
     assert out == f"from transformers import {names}\nfrom transformers import Trainer\n\nTrainer(model=m)\n"
+
+
+def test_import_index_anchors():
+    """binding_of: the import of the name an expression starts with; first_import: the first
+    top-level import line's first name, after __future__ ones (stdlib imports go above it)."""
+    from migrator.imports import index_imports
+
+    module = cst.parse_module(
+        "from __future__ import annotations\n"
+        "import torch_xla.core.xla_model as xm, os\n"
+        "from transformers import AutoModel, Trainer\n"
+        "def f():\n    import json\n"
+    )
+    index = index_imports(module)
+    assert index.first_import is not None and index.first_import.local == "xm"
+    mark_step = cst.parse_expression("xm.mark_step")
+    assert index.binding_of(mark_step).qualified == "torch_xla.core.xla_model"
+    assert index.binding_of(cst.parse_expression("Trainer(x).train")) is None  # a call is no import's name
+    assert index.binding_of(cst.parse_expression("undefined.attr")) is None
+    nested = index.binding_of(cst.parse_expression("json.dumps"))  # imported inside a function
+    assert nested is not None and not nested.toplevel
+    assert index_imports(cst.parse_module("from __future__ import annotations\nx = 1\n")).first_import is None
