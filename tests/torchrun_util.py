@@ -16,23 +16,14 @@ import json
 import sys
 from pathlib import Path
 
-#: what a rank does after the script: leave the process group together with the other ranks, run the
-#: exit handlers, and end without the interpreter's final teardown (where the C++ side of torch.distributed
-#: sometimes aborts on CPU: "terminate called without an active exception", even after destroy)
+#: what a rank does after the script: what the verify child does (migrator.verify.child.end_rank) --
+#: leave the process group together with the other ranks, run the exit handlers, and end without the
+#: interpreter's final teardown (where the C++ side of torch.distributed sometimes aborts on CPU:
+#: "terminate called without an active exception", even after destroy)
 FINISH = '''
-import atexit as _atexit
-import os as _os
-import sys as _sys
+from migrator.verify.child import end_rank as _end_rank
 
-import torch.distributed as _dist
-
-if _dist.is_available() and _dist.is_initialized():
-    _dist.barrier()
-    _dist.destroy_process_group()
-_atexit._run_exitfuncs()
-_sys.stdout.flush()
-_sys.stderr.flush()
-_os._exit(0)
+_end_rank(0)
 '''
 
 #: ``python RUN_TO_THE_END script.py ARGS``: runs the script as __main__, then FINISH

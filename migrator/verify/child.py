@@ -99,8 +99,6 @@ def main(argv: list[str]) -> int:
             return 2
     sys.stdout.flush()
     sys.stderr.flush()
-    if status["exit"] == 0:
-        _leave_process_group()
     return int(status["exit"])
 
 
@@ -116,10 +114,14 @@ def _leave_process_group() -> None:
         pass
 
 
-def _end(code: int) -> None:
-    """Under torchrun, end the rank without the interpreter's final teardown, where the C++ side of
-    torch.distributed sometimes aborts on CPU ("terminate called without an active exception") after
-    everything was recorded; the script's exit handlers still run. Elsewhere: a normal exit."""
+def end_rank(code: int) -> None:
+    """End the process once the script is done. Under torchrun a rank that succeeded leaves the process
+    group with the others, then the rank ends without the interpreter's final teardown, where the C++
+    side of torch.distributed sometimes aborts on CPU ("terminate called without an active exception")
+    after everything was recorded; the script's exit handlers still run. Elsewhere: a normal exit.
+    (The tests' torchrun runner ends its ranks with this too: tests/torchrun_util.py.)"""
+    if code == 0:
+        _leave_process_group()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import atexit
 
@@ -131,4 +133,4 @@ def _end(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _end(main(sys.argv[1:]))
+    end_rank(main(sys.argv[1:]))
