@@ -21,8 +21,12 @@ OLD_STACK = (
 )
 
 
+#: ``import torch_neuronx`` itself is the TorchNeuron plugin (the seeds import it); only its XLA-era APIs are old
+NATIVE = ("torch_neuronx",)
+
+
 def old_stack(qualified: str) -> bool:
-    return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
+    return qualified not in NATIVE and any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
 class OldStackLeftovers(PythonRule):

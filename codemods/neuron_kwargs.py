@@ -23,19 +23,21 @@ class NeuronOnlyArguments(PythonRule):
         DistributedConfig on the model load, dtypes become `dtype=`).
     """
     before = """
-        from optimum.neuron import NeuronModelForSequenceClassification
+        from optimum.neuron import NeuronAcceleratorState
 
-        model = NeuronModelForSequenceClassification.from_pretrained(mid, export=True, batch_size=1)
+        state = NeuronAcceleratorState(cpu=False, autocast_backend="bf16")
     """
     after = """
-        from transformers import AutoModelForSequenceClassification
+        from accelerate.state import AcceleratorState
 
-        # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments batch_size, export of optimum.neuron.NeuronModelForSequenceClassification.from_pretrained (...)
-        model = AutoModelForSequenceClassification.from_pretrained(mid, export=True, batch_size=1)
+        # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments autocast_backend of optimum.neuron.NeuronAcceleratorState (...)
+        state = AcceleratorState(cpu=False, autocast_backend="bf16")
     """
     caveats = """
         Arguments passed through `**kwargs` are not seen. Calls whose class is owned by a
-        specific rule are left to that rule.
+        specific rule are left to that rule. Where the native callable rejects such an argument
+        (a TypeError at the call), the self-check leaves the call unrenamed with an NM991 marker
+        beside this one.
     """
 
     def handlers(self):

@@ -1,4 +1,5 @@
-"""NM990: a notebook cell or markdown code block that could not be analysed."""
+"""Findings of the engine itself: NM990 (a unit that could not be analysed) and the self-check's
+NM991 (an edit dropped because it would break the code) and NM992 (an old-stack import left behind)."""
 
 from __future__ import annotations
 
@@ -26,4 +27,65 @@ class SkippedUnit(Rule):
     """
 
 
-RULES = (SkippedUnit,)
+class DroppedEdit(Rule):
+    id = "NM991"
+    title = "Rewrite not applied: it would have broken the code (self-check)"
+    fix = "manual"
+    kinds = ("python", "notebook", "markdown")
+    why = """
+        Every unit a rule changed is checked before anything is written: a name that resolved
+        before and would not after, an import of the target libraries that does not exist in the
+        pinned versions, or a keyword argument the target callable does not accept. The engine first
+        tries to complete the edit (a name imported elsewhere in the module is imported where it is
+        used); when that is not enough, the edits that caused the problem are not applied and this
+        marker says which rule's rewrite was left out and why. The code stays as it was there.
+    """
+    before = """
+        def train(NeuronSFTConfig):  # a parameter that shadows the old class name
+            args = NeuronSFTConfig(output_dir="out")
+    """
+    after = """
+        def train(NeuronSFTConfig):
+            # TODO(neuron-migrate NM991): NM202's rewrite here was not applied because `SFTConfig` would be undefined: migrate this statement by hand
+            args = NeuronSFTConfig(output_dir="out")
+    """
+    caveats = """
+        The check knows the target libraries from data generated from the installed pinned
+        versions (`tools/gen_target_api.py`); calls it cannot resolve statically are not checked.
+    """
+
+
+class OldStackImport(Rule):
+    id = "NM992"
+    title = "Old-stack import still used after the migration"
+    fix = "manual"
+    kinds = ("python", "notebook", "markdown")
+    why = """
+        An import of a package the TorchNeuron environment does not have (torch_xla, optimum.neuron,
+        transformers_neuronx, neuronx_distributed, ...) stops the script at its first line. After
+        the rules ran, such an import that nothing uses any more is removed, like every import the
+        edits left unused (a bare `import torch_xla` kept after every `xm.*` use was rewritten); one
+        that is still used gets this marker. Imports
+        guarded by `try: ... except ImportError:` are left alone. `import torch_neuronx` is the
+        TorchNeuron plugin itself and is never touched.
+    """
+    before = """
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.utils.utils as xu
+
+        device = xm.xla_device()
+        ports = xu.get_free_tcp_ports()
+    """
+    after = """
+        import torch
+        # TODO(neuron-migrate NM992): `torch_xla.utils.utils` does not exist on TorchNeuron and `xu` is still used below: ...
+        import torch_xla.utils.utils as xu
+
+        device = torch.device("neuron")
+        # TODO(neuron-migrate NM900): torch_xla.utils.utils.get_free_tcp_ports has no automatic native replacement: ...
+        ports = xu.get_free_tcp_ports()
+    """
+
+
+RULES = (SkippedUnit, DroppedEdit, OldStackImport)

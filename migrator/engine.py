@@ -23,7 +23,7 @@ from migrator.filekinds import UnitSyntaxError
 from migrator.filekinds.markdown import transform_markdown
 from migrator.filekinds.notebook import NotebookError, transform_notebook
 from migrator.model import MARKER_PREFIX, FileResult, Finding
-from migrator.python_engine import run_python
+from migrator.python_engine import SELF_CHECKS, run_python
 from migrator.rules import Owners, PythonRule, Rule, TextRule
 from migrator.text_engine import run_text
 
@@ -77,6 +77,8 @@ class RuleSet:
         self.python = [r for r in chosen if isinstance(r, PythonRule)]
         self.text = [r for r in chosen if isinstance(r, TextRule)]
         self.ids = {r.id for r in chosen}
+        #: the self-check's findings that are selected (see migrator.selfcheck.policy)
+        self.checks = frozenset(self.ids & SELF_CHECKS)
         # ownership is global: ignoring the rule that owns a name does not hand it to another
         self.owners = Owners(everything)
         self.triggers: dict[str, tuple[bytes, ...]] = {}
@@ -179,7 +181,7 @@ def migrate_text(
     (see :meth:`RuleSet.project_context`). Raises UnitSyntaxError/NotebookError."""
 
     def py(source: str) -> tuple[str, list[Finding]]:
-        return run_python(source, rules.python, rules.owners, project)
+        return run_python(source, rules.python, rules.owners, project, rules.checks)
 
     def sh(source: str) -> tuple[str, list[Finding]]:
         return run_text(source, "shell", rules.text, project=project)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from migrator.model import MARKER_PREFIX
+
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
@@ -448,9 +450,17 @@ class ImportFixer(cst.CSTTransformer):
                 leading = _joined_leading(pending_leading, stmt.leading_lines)
                 pending_leading = []
                 if new_stmts:
+                    stay: list[cst.EmptyLine] = []
+                    if kept_stmt is not None:
+                        # markers right above the kept import stay with it: they are about it (and a
+                        # second run looks for them there)
+                        k = len(leading)
+                        while k and leading[k - 1].comment is not None and MARKER_PREFIX in leading[k - 1].comment.value:
+                            k -= 1
+                        leading, stay = leading[:k], leading[k:]
                     new_stmts[0] = new_stmts[0].with_changes(leading_lines=leading)
                     if kept_stmt is not None:
-                        kept_stmt = kept_stmt.with_changes(leading_lines=[])
+                        kept_stmt = kept_stmt.with_changes(leading_lines=stay)
                     elif isinstance(stmt, cst.SimpleStatementLine):
                         # the replaced line's trailing comment (`# noqa`, ...) stays on its line
                         new_stmts[-1] = new_stmts[-1].with_changes(trailing_whitespace=stmt.trailing_whitespace)
@@ -462,7 +472,7 @@ class ImportFixer(cst.CSTTransformer):
                 elif leading:
                     # keep comments above a removed import, except markers about that import
                     pending_leading = [
-                        el for el in leading if el.comment is None or "TODO(neuron-migrate" not in el.comment.value
+                        el for el in leading if el.comment is None or MARKER_PREFIX not in el.comment.value
                     ]
                 out.extend(new_stmts)
             else:

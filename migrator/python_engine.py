@@ -15,13 +15,15 @@ from typing import Callable, Iterable, Sequence, Union
 import libcst as cst
 
 from migrator.filekinds import UnitSyntaxError
-from migrator.imports import Binding, ImportFixer, ImportIndex, ImportRequest, build_dotted, index_imports
+from migrator.imports import Binding, ImportFixer, ImportIndex, ImportRequest, build_dotted, dotted, index_imports
 from migrator.model import Finding, find_markers, ignored_rules, is_silenced, marker_text
 from migrator.positions import Positions
 from migrator.rules import Owners, PythonRule
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
 STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+#: the self-check's finding ids (migrator.selfcheck.policy), on unless --select/--ignore leave them out
+SELF_CHECKS = frozenset({"NM991", "NM992"})
 
 
 @dataclass
@@ -481,10 +483,13 @@ def _settle_ancestors(ctx: PythonContext) -> None:
 
 
 def run_python(
-    source: str, rules: Sequence[PythonRule], owners: Owners, project: frozenset[str] = frozenset()
+    source: str, rules: Sequence[PythonRule], owners: Owners, project: frozenset[str] = frozenset(),
+    checks: frozenset[str] = SELF_CHECKS,
 ) -> tuple[str, list[Finding]]:
     """Run ``rules`` over ``source``; returns (new source, findings). ``project``: ids of the rules
-    whose project-wide context is on (``Rule.project_triggers``).
+    whose project-wide context is on (``Rule.project_triggers``); ``checks``: the self-check's findings
+    that are selected (``NM991``: edits that would break the code are dropped; ``NM992``: old-stack
+    imports left behind are removed or marked; see :mod:`migrator.selfcheck.policy`).
 
     Raises :class:`UnitSyntaxError` when the source does not parse.
     """
@@ -535,22 +540,17 @@ def run_python(
     edits = [e for e in ctx._edits if not silenced(e.rule, e.node, e.ancestors)]
     notes = [n for n in ctx._notes if not silenced(n.rule, n.node, n.ancestors)]
     asks = [a for a in ctx._asks if a.node is None or not silenced(a.rule, a.node, a.ancestors)]
-    removals = [b for rule, b in ctx._removals if not silenced(rule, b.line, ctx._known.get(id(b.line), ()))]
+    removals = [(rule, b) for rule, b in ctx._removals if not silenced(rule, b.line, ctx._known.get(id(b.line), ()))]
 
-    # ---- dead imports: bindings all of whose references sit inside replaced nodes
-    replaced_ids = {id(e.node) for e in edits}
     refs_by_name: dict[str, list[tuple[cst.Name, tuple]]] = {}
     for name_node, anc in ctx._refs:
         refs_by_name.setdefault(name_node.value, []).append((name_node, anc))
-    candidates: set[str] = set()
-    for name, refs in refs_by_name.items():
-        if all(id(n) in replaced_ids or any(id(a) in replaced_ids for a in anc) for n, anc in refs):
-            candidates.add(name)
 
     # ---- markers (de-duplicated against markers already above the statement)
     markers: dict[int, list[str]] = {}
     marker_anc: dict[int, tuple] = {}
     findings: list[Finding] = list(existing)
+    finding_notes: list[_Note | None] = [None] * len(findings)  # the note behind each finding
     seen_markers: set[tuple[int, str]] = set()
     for n in notes:
         pos = positions.get(n.node, n.ancestors) if positions is not None else None
@@ -561,17 +561,93 @@ def run_python(
             if key in seen_markers:
                 continue
             seen_markers.add(key)
-            above = list(getattr(n.statement, "leading_lines", ()))
-            if module.body and n.statement is module.body[0]:
-                above = list(module.header) + above  # comments at the top of a module live in its header
-            if any(el.comment is not None and el.comment.value.strip() == text for el in above):
+            if _marked_above(module, n.statement, text):
                 continue  # already there: reported by the existing-marker scan
             markers.setdefault(id(n.statement), []).append(text)
             marker_anc[id(n.statement)] = ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))
         findings.append(Finding(line, col, n.rule, n.message, n.fix))  # type: ignore[arg-type]
+        finding_notes.append(n)
 
     if not edits and not markers and not asks and not removals:
         return source, findings
+
+    # ---- rendering a plan: the rules' edits less those the self-check dropped, plus its markers,
+    # removals and imports (see migrator.selfcheck.policy)
+    from migrator.selfcheck import policy
+
+    statements_of: list[cst.CSTNode] = []  # statements the self-check may put a marker above
+    statement_index: dict[int, int] = {}
+
+    def statement_id(node: cst.CSTNode, ancestors: tuple) -> int:
+        stmt = node if isinstance(node, STATEMENT_TYPES) else next(
+            (a for a in reversed(ancestors) if isinstance(a, STATEMENT_TYPES)), None)
+        if stmt is None:
+            stmt = module.body[0] if module.body else module
+        if id(stmt) not in statement_index:
+            statement_index[id(stmt)] = len(statements_of)
+            statements_of.append(stmt)
+        return statement_index[id(stmt)]
+
+    edit_infos = [policy.EditInfo(e.rule, statement_id(e.node, e.ancestors)) for e in edits]
+    bindings = [b for b in ctx.imports.all_bindings() if b.alias is not None]
+    import_infos = [
+        policy.ImportInfo(b.local, b.module if b.is_from else (dotted(b.alias.name) or b.module),
+                          statement_id(b.line, ctx._known.get(id(b.line), ())))
+        for b in bindings
+    ]
+
+    def render(plan: policy.Plan) -> str:
+        kept = [e for i, e in enumerate(edits) if i not in plan.dropped]
+        all_markers = {k: list(v) for k, v in markers.items()}
+        all_anc = dict(marker_anc)
+        for index, notes_ in plan.markers.items():
+            stmt = statements_of[index]
+            for rule, message in notes_:
+                text = marker_text(rule, message)
+                if text not in all_markers.get(id(stmt), ()) and not _marked_above(module, stmt, text):
+                    all_markers.setdefault(id(stmt), []).append(text)
+                    all_anc[id(stmt)] = ctx._known.get(id(stmt), ())
+        dropped_asks = {e.rule for i, e in enumerate(edits) if i in plan.dropped} - {e.rule for e in kept}
+        extra = [ImportRequest(r.module, r.name, r.asname, None, 10**9) for r in plan.requests]
+        return _render(ctx, module, kept, all_markers, all_anc, [a for a in asks if a.rule not in dropped_asks],
+                       [b for rule, b in removals if rule not in dropped_asks], {id(bindings[i].alias) for i in plan.removals},
+                       extra, refs_by_name)
+
+    new_source, plan = policy.enforce(source, edit_infos, import_infos, render,
+                                      policy.DROPPED_RULE in checks, policy.OLD_IMPORT_RULE in checks)
+    if plan.dropped or plan.markers:
+        dropped_nodes = {id(edits[i].node) for i in plan.dropped}
+        findings = [
+            f for f, n in zip(findings, finding_notes)
+            if n is None or n.fix != "applied" or not _inside(n, dropped_nodes)
+        ]
+        if positions is None:
+            positions = Positions(module, source, statements)
+        for index, notes_ in plan.markers.items():
+            stmt = statements_of[index]
+            pos = positions.get(stmt, ctx._known.get(id(stmt), ()))
+            line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
+            for rule, message in notes_:
+                if not _marked_above(module, stmt, marker_text(rule, message)):  # else found by the marker scan
+                    findings.append(Finding(line, col, rule, message, "manual"))
+    return new_source, findings
+
+
+def _inside(note: _Note, nodes: set[int]) -> bool:
+    """Whether a finding's node is (or lies inside) one of ``nodes``."""
+    return id(note.node) in nodes or any(id(a) in nodes for a in note.ancestors)
+
+
+def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers: dict[int, list[str]],
+            marker_anc: dict[int, tuple], asks: list[_ImportAsk], removals: list[Binding], extra_removals: set[int],
+            extra_requests: list[ImportRequest], refs_by_name: dict[str, list[tuple[cst.Name, tuple]]]) -> str:
+    """The unit's new source: ``edits`` applied, ``markers`` inserted, dead imports removed, imports added."""
+    # ---- dead imports: bindings all of whose references sit inside replaced nodes
+    replaced_ids = {id(e.node) for e in edits}
+    candidates: set[str] = set()
+    for name, refs in refs_by_name.items():
+        if all(id(n) in replaced_ids or any(id(a) in replaced_ids for a in anc) for n, anc in refs):
+            candidates.add(name)
 
     path: set[int] = set()
     deep: set[int] = set()
@@ -600,7 +676,7 @@ def run_python(
         line_map = {new: line_map.get(mid, mid) for new, mid in again.line_map.items()} | line_map
     dead = candidates - seen_names
 
-    removal_ids = {id(b.alias) for b in removals if b.alias is not None}
+    removal_ids = {id(b.alias) for b in removals if b.alias is not None} | extra_removals
     for b in ctx.imports.all_bindings():
         if b.local in dead and b.alias is not None:
             removal_ids.add(id(b.alias))
@@ -615,12 +691,19 @@ def run_python(
             and (a.bound == b.local or b.local not in used_locals)
         )
 
-    requests = [a.request for a in asks if a.bound in seen_names or stands_in(a)]
+    requests = [a.request for a in asks if a.bound in seen_names or stands_in(a)] + extra_requests
     if removal_ids or requests:
         fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, line_map, ctx.imports.import_free)
         new_module = new_module.visit(fixer)
-    new_source = new_module.code
-    return new_source, findings
+    return new_module.code
+
+
+def _marked_above(module: cst.Module, statement: cst.CSTNode, text: str) -> bool:
+    """Whether the comment ``text`` already stands right above ``statement``."""
+    above = list(getattr(statement, "leading_lines", ()))
+    if module.body and statement is module.body[0]:
+        above = list(module.header) + above  # comments at the top of a module live in its header
+    return any(el.comment is not None and el.comment.value.strip() == text for el in above)
 
 
 def _ancestors_until(ancestors: tuple, stmt: cst.CSTNode) -> tuple:

@@ -9,7 +9,7 @@ import pytest
 
 from migrator.engine import RuleSelection, RuleSet, migrate_text
 from migrator.filekinds import UnitSyntaxError
-from migrator.python_engine import PythonContext, run_python
+from migrator.python_engine import SELF_CHECKS, PythonContext, run_python
 from migrator.rules import Owners, PythonRule, TextRule
 from migrator.text_engine import run_text
 
@@ -150,7 +150,7 @@ def _run_with(extra_rule, src):
 
     everything = list(fixed_rules()) + [extra_rule]
     python_rules = [r for r in everything if isinstance(r, PythonRule)]
-    return run_python(src, python_rules, Owners(everything))
+    return run_python(src, python_rules, Owners(everything), checks=frozenset(r.id for r in everything) & SELF_CHECKS)
 
 
 def test_owner_rewrites_the_call_and_the_table_still_renames():

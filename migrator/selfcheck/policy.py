@@ -1,0 +1,223 @@
+"""The engine's promise: nothing it hands back is broken by it.
+
+After the rules of a unit ran, :func:`enforce` checks the output (:mod:`.check`) against the input:
+
+* a name an edit left undefined is completed when an import elsewhere in the output binds it (the
+  same import is added at the top of the module) and that really resolves it;
+* any other violation an edit introduced (an undefined name, a target import that does not exist,
+  a keyword the target does not accept) drops the edits that caused it, each replaced by an NM991
+  marker that says why. Edits are dropped rule by rule first, then given back one by one where
+  that keeps the output clean, so that one bad rewrite does not cost the unit its other edits;
+* last, an old-stack import left in the output without a marker is removed when nothing uses it any
+  more, and marked (NM992) when something still does (dropped edits may still need it).
+
+The engine renders candidate outputs through a callback; this module knows nothing of libcst.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from migrator.selfcheck.check import OLD_STACK, UNDEFINED, Violation, check_source, introduced
+
+DROPPED_RULE = "NM991"
+OLD_IMPORT_RULE = "NM992"
+#: at most this many edits of a dropped rule are given back one by one (each costs a render)
+MAX_REFINE = 40
+
+
+@dataclass(frozen=True)
+class Request:
+    """An import to add at the top of the module (``name`` None: ``import module [as asname]``)."""
+
+    module: str
+    name: str | None
+    asname: str | None
+
+
+@dataclass
+class Plan:
+    """What the engine renders: edits left out, markers added, import aliases removed, imports added."""
+
+    dropped: set[int] = field(default_factory=set)
+    markers: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # statement index -> (rule, message)
+    removals: set[int] = field(default_factory=set)  # binding indices
+    requests: list[Request] = field(default_factory=list)
+
+
+Render = Callable[[Plan], str]
+
+
+@dataclass(frozen=True)
+class EditInfo:
+    rule: str
+    statement: int  # index of the statement a marker about this edit goes above
+
+
+@dataclass(frozen=True)
+class ImportInfo:
+    local: str  # the name the import binds
+    module: str  # the module imported (``from M import x``: M)
+    statement: int  # index of the import's statement
+
+
+def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo], render: Render,
+            drop: bool = True, old_imports: bool = True) -> tuple[str, Plan]:
+    """Render the unit, check it, and repair or drop what an edit broke (``drop``), remove or mark the
+    old-stack imports left behind (``old_imports``). Returns the output and the plan that produced it
+    (its markers are to be reported as manual findings)."""
+    plan = Plan()
+    new = render(plan)
+    if new == source or not (drop or old_imports):
+        return new, plan
+    after = _check(new)
+    if after is None:
+        return new, plan
+    if drop and any(v.kind != OLD_STACK for v in after):
+        before = _check(source) or []
+        intro = _introduced(before, after)
+        if intro and _complete(intro, new, plan):
+            candidate = render(plan)
+            found = _check(candidate) or []
+            if len(_introduced(before, found)) < len(intro):
+                new, after = candidate, found
+                intro = _introduced(before, after)
+            else:
+                plan.requests.clear()
+        if intro:
+            new = _drop(before, intro, edits, render, plan)
+            after = _check(new) or []
+    # last, so that it sees the imports that dropped edits still need
+    if old_imports and _old_imports(after, imports, new, plan):
+        new = render(plan)
+    return new, plan
+
+
+def _check(text: str) -> list[Violation] | None:
+    try:
+        return check_source(text)
+    except RecursionError:  # pragma: no cover - absurdly nested code: nothing to say about it
+        return None
+
+
+def _introduced(before: list[Violation], after: list[Violation]) -> list[Violation]:
+    return [v for v in introduced(before, after) if v.kind != OLD_STACK]
+
+
+# ------------------------------------------------------------------ old-stack imports
+
+
+def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str, plan: Plan) -> bool:
+    """Remove the unmarked old-stack imports nothing uses any more; mark those still used."""
+    modules = {v.name for v in after if v.kind == OLD_STACK}
+    if not modules:
+        return False
+    used = _used_names(new)
+    changed = False
+    for i, info in enumerate(imports):
+        if info.module not in modules:
+            continue
+        if info.local in used:
+            message = (
+                f"`{info.module}` does not exist on TorchNeuron and `{info.local}` is still used below: "
+                "replace those uses with their native equivalents, then remove this import"
+            )
+            notes = plan.markers.setdefault(info.statement, [])
+            if (OLD_IMPORT_RULE, message) not in notes:
+                notes.append((OLD_IMPORT_RULE, message))
+        else:
+            plan.removals.add(i)  # silently, like every import the edits left unused
+        changed = True
+    return changed
+
+
+def _used_names(text: str) -> set[str]:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+# ------------------------------------------------------------------ completion
+
+
+def _complete(intro: list[Violation], new: str, plan: Plan) -> bool:
+    """For each name left undefined that an import elsewhere in the output binds, ask for that import
+    at the top of the module."""
+    names = {v.name for v in intro if v.kind == UNDEFINED}
+    if not names:
+        return False
+    try:
+        tree = ast.parse(new)
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    found: dict[str, Request] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                local = a.asname or a.name.split(".")[0]
+                if local in names:
+                    found.setdefault(local, Request(a.name if a.asname else a.name.split(".")[0], None, a.asname))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                local = a.asname or a.name
+                if local in names and a.name != "*":
+                    found.setdefault(local, Request(node.module, a.name, a.asname))
+    plan.requests.extend(found.values())
+    return bool(found)
+
+
+# ------------------------------------------------------------------ dropping edits
+
+
+def _drop(before: list[Violation], intro: list[Violation], edits: Sequence[EditInfo], render: Render,
+          plan: Plan) -> str:
+    by_rule: dict[str, list[int]] = {}
+    for i, e in enumerate(edits):
+        by_rule.setdefault(e.rule, []).append(i)
+    count = len(intro)
+    reasons: dict[str, list[Violation]] = {}
+    # 1. whole rules, greedily, while the count goes down
+    while count:
+        best = None
+        for rule, idx in by_rule.items():
+            if rule in reasons:
+                continue
+            trial = Plan(plan.dropped | set(idx), plan.markers, plan.removals, plan.requests)
+            out = render(trial)
+            left = _introduced(before, _check(out) or [])
+            if len(left) < count and (best is None or len(left) < best[1]):
+                best = (rule, len(left), left)
+        if best is None:
+            break
+        rule, count, left = best
+        reasons[rule] = [v for v in intro if v.key not in {x.key for x in left}] or intro
+        plan.dropped |= set(by_rule[rule])
+        intro = left
+    # 2. give back the edits of a dropped rule one by one where the output stays as clean
+    for rule in reasons:
+        idx = by_rule[rule]
+        if len(idx) > MAX_REFINE:
+            continue
+        for i in idx:
+            trial = Plan(plan.dropped - {i}, plan.markers, plan.removals, plan.requests)
+            out = render(trial)
+            if len(_introduced(before, _check(out) or [])) <= count:
+                plan.dropped.discard(i)
+    # 3. a statement is migrated whole or not at all: the other rules' edits of a statement whose
+    # rewrite was dropped go too (a half-migrated statement is worse than the original)
+    statements = {edits[i].statement for i in plan.dropped}
+    plan.dropped |= {i for i, e in enumerate(edits) if e.statement in statements}
+    # 4. a marker above each statement whose edits were dropped
+    for rule, why in reasons.items():
+        text = "; ".join(dict.fromkeys(v.describe() for v in why))
+        message = f"{rule}'s rewrite here was not applied because {text}: migrate this statement by hand"
+        for i in by_rule[rule]:
+            if i in plan.dropped:
+                notes = plan.markers.setdefault(edits[i].statement, [])
+                if (DROPPED_RULE, message) not in notes:
+                    notes.append((DROPPED_RULE, message))
+    return render(plan)
