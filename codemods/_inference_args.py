@@ -44,18 +44,78 @@ def literal(expr: cst.BaseExpression):
 NOT = object()
 
 
-def expand_literal_kwargs(args) -> list[cst.Arg]:
-    """``**{"k": v}`` with string keys that are identifiers -> ``k=v`` arguments."""
+def _keyword_dict(value: cst.BaseExpression) -> bool:
+    """A non-empty ``{"k": v, ...}`` whose keys are identifier strings."""
+    return isinstance(value, cst.Dict) and bool(value.elements) and all(
+        isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) and literal(e.key).isidentifier()
+        for e in value.elements
+    )
+
+
+def expand_literal_kwargs(args, dicts: dict[str, cst.Dict] | None = None) -> list[cst.Arg]:
+    """``**{"k": v}`` with string keys that are identifiers -> ``k=v`` arguments; so is ``**name`` where
+    ``dicts`` (see :func:`literal_dicts`) gives the dict literal ``name`` stands for."""
     out: list[cst.Arg] = []
     for a in args:
-        if a.star == "**" and isinstance(a.value, cst.Dict) and a.value.elements and all(
-            isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) and literal(e.key).isidentifier()
-            for e in a.value.elements
-        ):
-            for e in a.value.elements:
+        value = a.value
+        if a.star == "**" and isinstance(value, cst.Name) and dicts and value.value in dicts:
+            value = dicts[value.value]
+        if a.star == "**" and _keyword_dict(value):
+            for e in value.elements:
                 out.append(cst.Arg(keyword=cst.Name(literal(e.key)), value=e.value, equal=EQ))
         else:
             out.append(a)
+    return out
+
+
+def literal_dicts(ctx: PythonContext) -> dict[str, cst.Dict]:
+    """Names that stand for a dict literal in the scope of the node being handled (the innermost
+    function, else the module): assigned once, to ``{"k": v, ...}`` whose values are literals or dotted
+    names (so that moving them to a call does not change what they evaluate to), and never changed
+    (no ``name[k] = v``, ``name.update(...)``, augmented assignment or ``del``). ``compiler_args =
+    {...}`` then ``from_pretrained(..., **compiler_args)`` is the usual optimum-neuron form."""
+    scope: cst.CSTNode = ctx.module
+    for n in reversed(ctx.stack[:-1]):
+        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+            scope = n
+            break
+    cache = ctx.scratch.setdefault("_literal_dicts", {})
+    if id(scope) in cache:
+        return cache[id(scope)]
+    found: dict[str, cst.Dict | None] = {}
+
+    def changed(name: str) -> None:
+        found[name] = None
+
+    todo = list(scope.children)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name):
+                    name = t.target.value
+                    stable = len(n.targets) == 1 and _keyword_dict(n.value) and all(
+                        literal(e.value) is not NOT or dotted(e.value) is not None for e in n.value.elements)
+                    found[name] = n.value if stable and name not in found else None
+                elif isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
+                    changed(t.target.value.value)
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)) and isinstance(n.target, cst.Name):
+            changed(n.target.value)
+        elif isinstance(n, cst.Del):
+            target = n.target.value if isinstance(n.target, cst.Subscript) else n.target
+            if isinstance(target, cst.Name):
+                changed(target.value)
+        elif (isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Name)
+              and n.func.attr.value in ("update", "pop", "setdefault", "clear", "popitem")):
+            changed(n.func.value.value)
+        elif isinstance(n, (cst.For, cst.CompFor)) and isinstance(n.target, cst.Name):
+            changed(n.target.value)
+        elif isinstance(n, (cst.WithItem,)) and n.asname is not None and isinstance(n.asname.name, cst.Name):
+            changed(n.asname.name.value)
+        todo.extend(n.children)
+    out = cache[id(scope)] = {k: v for k, v in found.items() if v is not None}
     return out
 
 

@@ -37,6 +37,7 @@ from codemods._inference_args import (
     EQ,
     assigned_target,
     expand_literal_kwargs,
+    literal_dicts,
     indent_of,
     insert_after,
     layout,
@@ -284,7 +285,7 @@ class CausalLMStaticCache(PythonRule):
         # the class name is renamed by _on_name/_on_attribute; this rewrite reports it
         ctx.local_state()["quiet"].add(id(node.func.value))  # type: ignore[attr-defined]
         source_name = f"{ctx.qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]
-        args = expand_literal_kwargs(node.args)
+        args = expand_literal_kwargs(node.args, literal_dicts(ctx))
         keywords = {a.keyword.value: a for a in args if a.keyword is not None}
         star_vars = [a for a in args if a.star == "**"]
         export = keywords.get("export")
@@ -394,9 +395,10 @@ class CausalLMStaticCache(PythonRule):
         indent, prefix = indent_of(ctx), prefix_len(ctx, node)
         holder: dict[str, cst.CSTNode] = {}
 
+        dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
-            for a in expand_literal_kwargs(updated.args):
+            for a in expand_literal_kwargs(updated.args, dicts):
                 if a.keyword is not None and a.keyword.value == "sequence_length":
                     holder["max_cache_len"] = a.value
                 if a.keyword is not None and a.keyword.value in drop:

@@ -25,6 +25,7 @@ from codemods._inference_args import (
     DTYPES,
     EQ,
     expand_literal_kwargs,
+    literal_dicts,
     hug_layout,
     indent_of,
     layout,
@@ -168,7 +169,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             return
         code = ctx.module.code_for_node
         quote = quote_style(node)
-        args = expand_literal_kwargs(node.args)
+        args = expand_literal_kwargs(node.args, literal_dicts(ctx))
         kw = {a.keyword.value: a for a in args if a.keyword is not None}
         star = [a for a in args if a.star == "**"]
         markers: list[str] = []
@@ -325,8 +326,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         neuron = cst.SimpleString(f"{quote}neuron{quote}")
         moved = _already_moved(ctx, node)
 
+        dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
         def rewrite(updated: cst.Call) -> cst.BaseExpression:
-            new_args = [a for a in expand_literal_kwargs(updated.args)
+            new_args = [a for a in expand_literal_kwargs(updated.args, dicts)
                         if not (a.keyword is not None and a.keyword.value in drop)]
             at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             if dtype_expr is not None:
@@ -512,7 +514,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
-        kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args) if a.keyword is not None}
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args, literal_dicts(ctx))
+              if a.keyword is not None}
         have = {a.keyword.value for a in node.args if a.keyword is not None}
         if any(a.star == "**" for a in node.args):
             return

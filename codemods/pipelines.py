@@ -23,6 +23,7 @@ from codemods._inference_args import (
     DTYPES,
     EQ,
     expand_literal_kwargs,
+    literal_dicts,
     indent_of,
     layout,
     literal,
@@ -130,7 +131,7 @@ class PipelineStaticShapes(PythonRule):
 
     @staticmethod
     def _dtype_of(call: cst.Call, ctx: PythonContext) -> str | None:
-        kw = {a.keyword.value: a for a in expand_literal_kwargs(call.args) if a.keyword is not None}
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(call.args, literal_dicts(ctx)) if a.keyword is not None}
         if "auto_cast_type" not in kw or "dtype" in kw or "torch_dtype" in kw:
             return None
         value = literal(kw["auto_cast_type"].value)
@@ -144,7 +145,7 @@ class PipelineStaticShapes(PythonRule):
             return
         code = ctx.module.code_for_node
         quote = quote_style(node)
-        args = _keywordize(expand_literal_kwargs(node.args))
+        args = _keywordize(expand_literal_kwargs(node.args, literal_dicts(ctx)))
         kw = {a.keyword.value: a for a in args if a.keyword is not None}
         star = [a for a in args if a.star]
         for i, a in enumerate(args[:2]):
@@ -274,9 +275,10 @@ class PipelineStaticShapes(PythonRule):
 
         indent, prefix = indent_of(ctx), prefix_len(ctx, node)
 
+        dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
-            for a in _keywordize(expand_literal_kwargs(updated.args)):
+            for a in _keywordize(expand_literal_kwargs(updated.args, dicts)):
                 name = a.keyword.value if a.keyword is not None else None
                 if name in drop:
                     continue

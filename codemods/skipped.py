@@ -41,13 +41,19 @@ class DroppedEdit(Rule):
         marker says which rule's rewrite was left out and why. The code stays as it was there.
     """
     before = """
-        def train(NeuronSFTConfig):  # a parameter that shadows the old class name
-            args = NeuronSFTConfig(output_dir="out")
+        from optimum.neuron import NeuronSFTTrainer
+
+        def train(model, dataset, args):
+            trainer = NeuronSFTTrainer(model, args=args, train_dataset=dataset, max_seq_length=512)
     """
     after = """
-        def train(NeuronSFTConfig):
-            # TODO(neuron-migrate NM991): NM202's rewrite here was not applied because `SFTConfig` would be undefined: migrate this statement by hand
-            args = NeuronSFTConfig(output_dir="out")
+        # TODO(neuron-migrate NM992): `optimum.neuron` does not exist on TorchNeuron and `NeuronSFTTrainer` is still used below: ...
+        from optimum.neuron import NeuronSFTTrainer
+
+        def train(model, dataset, args):
+            # TODO(neuron-migrate NM202): SFTTrainer takes max_seq_length from SFTConfig now: move them to the config (...)
+            # TODO(neuron-migrate NM991): NM200's rewrite here was not applied because `trl.SFTTrainer(max_seq_length=)` is not accepted by the target library: migrate this statement by hand
+            trainer = NeuronSFTTrainer(model, args=args, train_dataset=dataset, max_seq_length=512)
     """
     caveats = """
         The check knows the target libraries from data generated from the installed pinned

@@ -29,6 +29,7 @@ from codemods._inference_args import (
     DTYPES,
     EQ,
     expand_literal_kwargs,
+    literal_dicts,
     hug_layout,
     indent_of,
     layout,
@@ -161,7 +162,7 @@ class TracedModelsOnNeuron(PythonRule):
         code = ctx.module.code_for_node
         quote = quote_style(node)
         st = class_name in SENTENCE_TRANSFORMERS
-        args = expand_literal_kwargs(node.args)
+        args = expand_literal_kwargs(node.args, literal_dicts(ctx))
         kw = {a.keyword.value: a for a in args if a.keyword is not None}
         star = [a for a in args if a.star == "**"]
         markers: list[str] = []
@@ -281,9 +282,10 @@ class TracedModelsOnNeuron(PythonRule):
 
         indent, prefix = indent_of(ctx), prefix_len(ctx, node)
 
+        dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
-            for a in expand_literal_kwargs(updated.args):
+            for a in expand_literal_kwargs(updated.args, dicts):
                 name = a.keyword.value if a.keyword is not None else None
                 if name in drop:
                     continue
@@ -326,7 +328,8 @@ class TracedModelsOnNeuron(PythonRule):
         if stmt is not None and ctx.is_ignored(stmt):
             return
         model_call: cst.Call = feed["model_call"]
-        kw = {a.keyword.value: a for a in expand_literal_kwargs(model_call.args) if a.keyword is not None}
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(model_call.args, literal_dicts(ctx))
+              if a.keyword is not None}
         seq = kw["sequence_length"].value if "sequence_length" in kw else None
         if not _copyable(seq):
             seq = None
