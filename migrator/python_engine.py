@@ -19,6 +19,7 @@ from migrator.imports import Binding, ImportFixer, ImportIndex, ImportRequest, b
 from migrator.model import Finding, find_markers, ignored_rules, is_silenced, marker_text
 from migrator.positions import Positions
 from migrator.rules import Owners, PythonRule
+from migrator.selfcheck.check import is_old_stack
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
 STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -80,6 +81,9 @@ class PythonContext:
         self.stack: list[cst.CSTNode] = []
         self.rule_id = ""
         self.project: frozenset[str] = frozenset()
+        #: the self-check's findings selected for this run (``SELF_CHECKS``): with NM992, old-stack
+        #: imports that nothing uses after the edits are removed by the engine
+        self.checks: frozenset[str] = frozenset()
         #: per-rule scratch space for one unit (rules are stateless across units)
         self.scratch: dict[str, dict] = {}
         self._edits: list[_Edit] = []
@@ -506,6 +510,7 @@ def run_python(
 
     ctx = PythonContext(module, source, owners)
     ctx.project = project
+    ctx.checks = checks
     table: dict[type, list[tuple[str, Callable]]] = {}
     for rule in active:
         for node_type, fn in rule.handlers().items():
@@ -517,7 +522,9 @@ def run_python(
         rule.finish(ctx)
     _settle_ancestors(ctx)
 
-    if not (ctx._edits or ctx._notes or ctx._asks or ctx._removals):
+    # an old-stack import left in the unit is the self-check's business even when no rule edited it
+    leftovers = "NM992" in checks and any(is_old_stack(b.qualified) for b in ctx.imports.all_bindings())
+    if not (ctx._edits or ctx._notes or ctx._asks or ctx._removals or leftovers):
         return source, existing
 
     lines = source.splitlines()
@@ -568,7 +575,7 @@ def run_python(
         findings.append(Finding(line, col, n.rule, n.message, n.fix))  # type: ignore[arg-type]
         finding_notes.append(n)
 
-    if not edits and not markers and not asks and not removals:
+    if not edits and not markers and not asks and not removals and not leftovers:
         return source, findings
 
     # ---- rendering a plan: the rules' edits less those the self-check dropped, plus its markers,

@@ -144,7 +144,8 @@ def _undefined(trees: list[tuple[int, ast.Module, list[str]]], notebook: bool) -
 # ------------------------------------------------------------------ imports
 
 
-def _is_old(module: str) -> bool:
+def is_old_stack(module: str) -> bool:
+    """Whether ``module`` (or a name in it) belongs to a package of the old stack."""
     return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)
 
 
@@ -252,7 +253,7 @@ def _old_stack(index: int, tree: ast.Module, lines: list[str]) -> list[Violation
     out = []
     for stmt, module, name, guarded in _Imports(tree).items:
         full = module if name is None or name == "*" else f"{module}.{name}"
-        if guarded or not (_is_old(module) or _is_old(full)):
+        if guarded or not (is_old_stack(module) or is_old_stack(full)):
             continue
         if _marked(lines, stmt):
             continue

@@ -70,12 +70,12 @@ def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo
     (its markers are to be reported as manual findings)."""
     plan = Plan()
     new = render(plan)
-    if new == source or not (drop or old_imports):
+    if not (drop or old_imports) or (new == source and not old_imports):
         return new, plan
     after = _check(new)
     if after is None:
         return new, plan
-    if drop and any(v.kind != OLD_STACK for v in after):
+    if drop and new != source and any(v.kind != OLD_STACK for v in after):
         before = _check(source) or []
         intro = _introduced(before, after)
         if intro and _complete(intro, new, plan):
