@@ -110,27 +110,30 @@ def _introduced(before: list[Violation], after: list[Violation]) -> list[Violati
 
 
 def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str, plan: Plan) -> bool:
-    """Remove the unmarked old-stack imports nothing uses any more; mark those still used."""
+    """Remove the unmarked old-stack imports nothing uses any more; mark those still used (one marker
+    per import statement, naming the names still used)."""
     modules = {v.name for v in after if v.kind == OLD_STACK}
     if not modules:
         return False
     used = _used_names(new)
-    changed = False
+    still: dict[tuple[int, str], list[str]] = {}
     for i, info in enumerate(imports):
         if info.module not in modules:
             continue
         if info.local in used:
-            message = (
-                f"`{info.module}` does not exist on TorchNeuron and `{info.local}` is still used below: "
-                "replace those uses with their native equivalents, then remove this import"
-            )
-            notes = plan.markers.setdefault(info.statement, [])
-            if (OLD_IMPORT_RULE, message) not in notes:
-                notes.append((OLD_IMPORT_RULE, message))
+            still.setdefault((info.statement, info.module), []).append(info.local)
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
-        changed = True
-    return changed
+    for (statement, module), names in still.items():
+        listed = ", ".join(f"`{n}`" for n in dict.fromkeys(names))
+        message = (
+            f"`{module}` does not exist on TorchNeuron and {listed} {'is' if len(names) == 1 else 'are'} still used "
+            "below: replace those uses with their native equivalents, then remove this import"
+        )
+        notes = plan.markers.setdefault(statement, [])
+        if (OLD_IMPORT_RULE, message) not in notes:
+            notes.append((OLD_IMPORT_RULE, message))
+    return True
 
 
 def _used_names(text: str) -> set[str]:
