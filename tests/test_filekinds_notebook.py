@@ -448,3 +448,33 @@ def test_indented_placeholder_restores_inside_blocks(rec):
     assert rec.python_calls == [
         "def f():\n    pass  # __nm_magic_0__\n    pass  # __nm_magic_1__\n    import optimum.neuron\n"
     ]
+
+
+# --------------------------------------------------------------------------- %pip
+
+
+def test_pip_magic_goes_to_shell_and_keeps_the_percent(rec):
+    src = "%pip install -U optimum-neuron\nimport os\nif os:\n    %pip install optimum-neuron"
+    new, findings = run(jupyter_dumps(notebook([code(src)])), rec)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "%pip install -U transformers\nimport os\nif os:\n    %pip install transformers"
+    )
+    assert rec.shell_calls == ["pip install -U optimum-neuron\n", "pip install optimum-neuron\n"]
+    assert [(f.rule, f.line, f.column) for f in findings] == [("NM501", 1, 17), ("NM501", 4, 18)]
+
+
+def test_pip_magic_split_into_commands_keeps_percent_only_before_pip():
+    def split(source):
+        return "pip install transformers\nexport X=1\npip install accelerate\n", []
+
+    text = jupyter_dumps(notebook([code("%pip install optimum-neuron")]))
+    new, _ = transform_notebook(text, Recorder().run_python, split)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "%pip install transformers\n!export X=1\n%pip install accelerate"
+    )
+
+
+def test_other_line_magics_stay_out_of_the_shell_rules(rec):
+    src = "%pipe optimum-neuron\n%env X=optimum-neuron\n%conda install optimum-neuron"
+    new, _ = run(jupyter_dumps(notebook([code(src)])), rec)
+    assert rec.shell_calls == []

@@ -8,8 +8,8 @@ lines, formatted like its siblings, or a single string).
 
 Python cells keep IPython syntax out of the parser's way: line magics (``%matplotlib inline``), shell
 escapes (``!pip install ...``, ``files = !ls``) are replaced by placeholder lines that keep the line
-count, the cell is migrated, and the lines are put back -- shell escapes after their command has been
-migrated by the shell rules. ``%%bash`` / ``%%sh`` / ``%%script bash`` cells go to the shell rules.
+count, the cell is migrated, and the lines are put back -- shell escapes and ``%pip`` lines after their
+command has been migrated by the shell rules. ``%%bash`` / ``%%sh`` / ``%%script bash`` cells go to the shell rules.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ _PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
 
 _MAGIC_TAG_RE = re.compile(r"#\s*__nm_magic_(\d+)(_cont)?__\s*$")
 _ASSIGN_RE = re.compile(r"([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*=\s*)(?=[!%])")
+_PIP_MAGIC_RE = re.compile(r"%pip(?:\s|$)")
 
 
 class NotebookError(Exception):
@@ -78,8 +79,8 @@ class _Magic:
     start: int  # 0-based index of the first line of the block (markers included)
     lines: list[str]  # original lines of the block, with endings
     indent: str
-    shell: bool  # a `!cmd` / `var = !cmd` block (else: kept verbatim)
-    prefix: str = ""  # text between the indentation and the command: "!", "!!", "files = !"
+    shell: bool  # a `!cmd` / `var = !cmd` / `%pip ...` block (else: kept verbatim)
+    prefix: str = ""  # text between the indentation and the command: "!", "!!", "files = !", "%"
     n_markers: int = 0  # leading marker comment lines that belong to the shell unit
 
     @property
@@ -160,8 +161,9 @@ def _find_magics(lines: list[str]) -> list[_Magic]:
             while j < len(lines) and _strip_nl(lines[j - 1])[0].endswith("\\"):
                 j += 1
             block = lines[i:j]
-            if head.startswith("!"):
-                bang = "!!" if head.startswith("!!") else "!"
+            if head.startswith("!") or _PIP_MAGIC_RE.match(head):
+                # `%pip install ...` runs pip like `!pip install ...`: the shell rules migrate both
+                bang = "!!" if head.startswith("!!") else head[0]
                 prefix = (m.group(1) if m else "") + bang
                 # marker comments just above belong to the shell unit (so that a second run sees
                 # them and does not add the same marker again)
@@ -239,7 +241,10 @@ def _render_shell_magic(mg: _Magic, new_lines: list[str], indent: str) -> list[s
         elif line.lstrip().startswith("#"):
             out.append(indent + line.lstrip())
         else:
-            out.append(indent + (mg.prefix if not seen_command else "!") + line)
+            prefix = mg.prefix if not seen_command else "!"
+            if mg.prefix.endswith("%"):  # a `%pip` block: `%` before pip, `!` before anything else
+                prefix = prefix[:-1] + ("%" if line.split()[0] == "pip" else "!")
+            out.append(indent + prefix + line)
             seen_command = True
         prev = line
     if not seen_command:
