@@ -88,6 +88,11 @@ def run(text: str, rec: Recorder):
     return transform_notebook(text, rec.run_python, rec.run_shell)
 
 
+def run_cells(cells: list[dict], rec: Recorder):
+    """Migrate a notebook of these cells, as Jupyter writes it."""
+    return run(jupyter_dumps(notebook(cells)), rec)
+
+
 # --------------------------------------------------------------------------- untouched
 
 
@@ -461,7 +466,7 @@ def test_python_cells_are_one_program(rec):
         code("%%bash\necho hi"),
         code("%%time\ny = 2"),
     ]
-    run(jupyter_dumps(notebook(cells)), rec)
+    run_cells(cells, rec)
     assert rec.python_calls == [
         "import os\n"
         "__nm_cell__(1)\n"
@@ -477,7 +482,7 @@ def test_findings_map_back_to_cell_and_line(rec):
         markdown_cell("optimum.neuron"),
         code("%pip install optimum-neuron\nx = 1\n\ny = optimum.neuron.z"),
     ]
-    new, findings = run(jupyter_dumps(notebook(cells)), rec)
+    new, findings = run_cells(cells, rec)
     assert [(f.rule, f.cell, f.line, f.column) for f in findings] == [
         ("NM101", 0, 2, 8),
         ("NM501", 2, 1, 14),  # "%pip install " is 13 characters
@@ -539,8 +544,7 @@ def test_unparsable_cell_between_two_is_left_out_of_the_program(rec):
         code("!pip install optimum-neuron\nx = (optimum.neuron.a"),
         code("y = optimum.neuron.b"),
     ]
-    text = jupyter_dumps(notebook(cells))
-    new, findings = run(text, rec)
+    new, findings = run_cells(cells, rec)
     # the program holds a stand-in that refers to the names the broken cell uses, so that no
     # rule removes an import that cell needs; no rule edits it
     assert rec.python_calls[0] == (
@@ -563,7 +567,7 @@ def test_unparsable_cell_between_two_is_left_out_of_the_program(rec):
 
 def test_cell_that_looks_like_a_boundary_is_migrated_alone(rec):
     cells = [code("import optimum.neuron"), code("__nm_cell__(1)\nx = optimum.neuron.a")]
-    new, findings = run(jupyter_dumps(notebook(cells)), rec)
+    new, findings = run_cells(cells, rec)
     assert rec.python_calls == ["import optimum.neuron", "__nm_cell__(1)\nx = optimum.neuron.a"]
     assert [(f.cell, f.line) for f in findings] == [(0, 1), (1, 2)]
 
@@ -685,5 +689,5 @@ def test_writefile_python_that_does_not_parse_is_reported(rec):
 def test_unparsable_cell_with_the_old_stack_only_in_comments_and_shell_lines_is_not_reported(rec):
     # an indented cell (IPython removes the first line's indentation; Python does not)
     cells = [code(" # upgrade neuronx-cc\n !pip install -U neuronx-cc\n !neuronx-cc --version")]
-    new, findings = run(jupyter_dumps(notebook(cells)), rec)
+    new, findings = run_cells(cells, rec)
     assert [f.rule for f in findings] == []
