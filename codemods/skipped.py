@@ -12,10 +12,11 @@ class SkippedUnit(Rule):
     fix = "manual"
     kinds = ("notebook", "markdown")
     why = """
-        A notebook cell or a fenced code block is migrated as a unit of its own. When it mentions
-        the old stack but does not parse as Python (IPython syntax beyond magics and `!` lines, a
-        fragment, a doctest transcript), it is left unchanged and reported so that a person can
-        migrate it.
+        A notebook's Python cells are migrated together as one program, a fenced code block as a
+        unit of its own. A cell or block that mentions the old stack but does not parse as Python
+        on its own (IPython syntax beyond magics and `!` lines, a fragment, a doctest transcript)
+        is left unchanged and reported so that a person can migrate it; the other cells of the
+        notebook are still migrated.
     """
     before = """
         ```python

@@ -30,14 +30,14 @@ import fnmatch
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 import pathspec
 
 from .model import FileResult
 
-__all__ = ["Candidate", "file_kind", "discover", "SKIP_DIRS"]
+__all__ = ["Candidate", "file_kind", "kind_of_name", "discover", "SKIP_DIRS"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,14 @@ def _shebang_kind(path: str) -> str | None:
     except OSError:
         return None
     return "shell" if _shebang_is_shell(head) else None
+
+
+def kind_of_name(path: str) -> str | None:
+    """The kind a path names, from its name alone (never touches the file system, so an
+    extension-less script has none): for files a program writes, e.g. a notebook's
+    ``%%writefile path`` cell."""
+    pure = PurePosixPath(path.replace("\\", "/"))
+    return _kind_by_name(pure.name, pure.parent.name)
 
 
 def file_kind(path: Path) -> str | None:

@@ -30,6 +30,8 @@ from migrator.text_engine import run_text
 MAX_BYTES = 5 * 1024 * 1024
 SKIPPED_RULE = "NM990"
 PYTHON_KINDS = ("python", "notebook", "markdown")
+#: kinds of the files a notebook may write (``%%writefile requirements.txt``): their rules see notebooks
+WRITTEN_KINDS = frozenset({"requirements", "pyproject", "dockerfile"})
 
 
 class SelectionError(ValueError):
@@ -89,7 +91,8 @@ class RuleSet:
             trig: set[str] = {MARKER_PREFIX}
             contextual = []
             for r in chosen:
-                applies = kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds)
+                applies = kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds) or (
+                    kind == "notebook" and bool(set(r.kinds) & WRITTEN_KINDS))  # %%writefile cells
                 if applies and isinstance(r, (PythonRule, TextRule)):
                     trig.update(r.triggers or ("",))
                     if r.project_triggers and r.triggers:
@@ -186,10 +189,15 @@ def migrate_text(
     def sh(source: str) -> tuple[str, list[Finding]]:
         return run_text(source, "shell", rules.text, project=project)
 
+    def written(source: str, kind: str, name: str) -> tuple[str, list[Finding]]:
+        # a file the notebook writes (`%%writefile name`): migrated as a file of its own kind
+        where = path.parent / name if path is not None else None
+        return migrate_text(source, kind, rules, where, project)
+
     if kind == "python":
         return py(text)
     if kind == "notebook":
-        return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE)
+        return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
     if kind == "markdown":
         return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
     return run_text(text, kind, rules.text, path, project)

@@ -128,11 +128,38 @@ def _module_name(node: cst.BaseExpression) -> str:
     return dotted(node) or ""
 
 
+#: the statements a notebook's program puts between two cells (``__nm_cell__(3)``) and in place of
+#: a cell that does not parse (``__nm_skipped__(names...)``), see migrator.filekinds.notebook: like
+#: a bare ``pass`` (an IPython line kept out of the parser's way), they do not end the import
+#: header, so that new imports go after the imports of the notebook's first cells rather than
+#: above its first ``%pip install`` line
+CELL_BOUNDARY = "__nm_cell__"
+SKIPPED_CELL = "__nm_skipped__"
+
+
+def _header_neutral(stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.Pass):
+            continue
+        if (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+                and isinstance(small.value.func, cst.Name)
+                and small.value.func.value in (CELL_BOUNDARY, SKIPPED_CELL)):
+            continue
+        return False
+    return True
+
+
 def index_imports(module: cst.Module) -> ImportIndex:
     index = ImportIndex()
     leading = True
+    neutral: cst.CSTNode | None = None  # the last header-neutral statement of the leading ones
     for pos, stmt in enumerate(module.body):
         is_header = False
+        if leading and _header_neutral(stmt):
+            neutral = stmt
+            continue
         if isinstance(stmt, cst.SimpleStatementLine):
             small = stmt.body
             if all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in small):
@@ -146,6 +173,10 @@ def index_imports(module: cst.Module) -> ImportIndex:
                 index.header_end = stmt
             else:
                 leading = False
+                if index.header_end is None and neutral is not None:
+                    # no import before the first real statement: new imports go right above it
+                    # (in a notebook: not above the `%pip install` line of its first cell)
+                    index.header_end = neutral
         _index_statement(index, stmt, toplevel=True)
     return index
 

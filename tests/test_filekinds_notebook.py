@@ -88,6 +88,11 @@ def run(text: str, rec: Recorder):
     return transform_notebook(text, rec.run_python, rec.run_shell)
 
 
+def run_cells(cells: list[dict], rec: Recorder):
+    """Migrate a notebook of these cells, as Jupyter writes it."""
+    return run(jupyter_dumps(notebook(cells)), rec)
+
+
 # --------------------------------------------------------------------------- untouched
 
 
@@ -448,3 +453,241 @@ def test_indented_placeholder_restores_inside_blocks(rec):
     assert rec.python_calls == [
         "def f():\n    pass  # __nm_magic_0__\n    pass  # __nm_magic_1__\n    import optimum.neuron\n"
     ]
+
+
+# --------------------------------------------------------------------------- one program
+
+
+def test_python_cells_are_one_program(rec):
+    cells = [
+        code("import os"),
+        markdown_cell("text"),
+        code("%matplotlib inline\nx = 1\n"),
+        code("%%bash\necho hi"),
+        code("%%time\ny = 2"),
+    ]
+    run_cells(cells, rec)
+    assert rec.python_calls == [
+        "import os\n"
+        "__nm_cell__(1)\n"
+        "pass  # __nm_magic_0__\nx = 1\n"
+        "__nm_cell__(2)\n"
+        "pass  # __nm_magic_1__\ny = 2"
+    ]
+
+
+def test_findings_map_back_to_cell_and_line(rec):
+    cells = [
+        code("import os\nimport optimum.neuron"),
+        markdown_cell("optimum.neuron"),
+        code("%pip install optimum-neuron\nx = 1\n\ny = optimum.neuron.z"),
+    ]
+    new, findings = run_cells(cells, rec)
+    assert [(f.rule, f.cell, f.line, f.column) for f in findings] == [
+        ("NM101", 0, 2, 8),
+        ("NM501", 2, 1, 14),  # "%pip install " is 13 characters
+        ("NM101", 2, 4, 5),
+    ]
+    data = json.loads(new)
+    assert "".join(data["cells"][2]["source"]) == "%pip install transformers\nx = 1\n\ny = transformers.z"
+
+
+def test_unchanged_cells_stay_byte_identical():
+    def touch_second_cell(source):  # a rule that edits one statement of the program
+        return source.replace("b = 2", "b = 3"), [Finding(4, 1, "NM101", "x")]
+
+    cells = [
+        code("%env A=1\na = 1", id="x1"),
+        code("b = 2\n", id="x2"),
+        code("!ls\nc = 3  # ünïcode", id="x3"),
+    ]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = transform_notebook(text, touch_second_cell, Recorder().run_shell)
+    expected = notebook(cells)
+    expected["cells"][1]["source"] = ["b = 3\n"]
+    assert new == jupyter_dumps(expected)
+    assert [(f.cell, f.line) for f in findings] == [(1, 1)]
+
+
+def test_lost_boundary_falls_back_to_cell_by_cell(rec):
+    def drops_boundaries(source):
+        kept = [ln for ln in source.split("\n") if not ln.startswith("__nm_cell__")]
+        return rec.run_python("\n".join(kept))
+
+    cells = [code("import optimum.neuron"), code("x = optimum.neuron.a")]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = transform_notebook(text, drops_boundaries, rec.run_shell)
+    # the program was tried once, then each cell on its own
+    assert len(rec.python_calls) == 3
+    assert rec.python_calls[1:] == ["import optimum.neuron", "x = optimum.neuron.a"]
+    data = json.loads(new)
+    assert [d["source"] for d in data["cells"]] == [["import transformers"], ["x = transformers.a"]]
+    assert [(f.cell, f.line) for f in findings] == [(0, 1), (1, 1)]
+
+
+def test_placeholder_moved_to_another_cell_falls_back(rec):
+    def swaps_cells(source):
+        if "__nm_cell__" not in source:
+            return source, []
+        first, second = source.split("__nm_cell__(1)\n")
+        return second + "\n__nm_cell__(1)\n" + first.rstrip("\n"), []
+
+    cells = [code("!ls\nimport os\n"), code("%time x = 1")]
+    text = jupyter_dumps(notebook(cells))
+    new, _ = transform_notebook(text, swaps_cells, rec.run_shell)
+    assert new is text  # cell by cell, the fake moves nothing
+
+
+def test_unparsable_cell_between_two_is_left_out_of_the_program(rec):
+    cells = [
+        code("import optimum.neuron"),
+        code("!pip install optimum-neuron\nx = (optimum.neuron.a"),
+        code("y = optimum.neuron.b"),
+    ]
+    new, findings = run_cells(cells, rec)
+    # the program holds a stand-in that refers to the names the broken cell uses, so that no
+    # rule removes an import that cell needs; no rule edits it
+    assert rec.python_calls[0] == (
+        "import optimum.neuron\n"
+        "__nm_cell__(1)\n"
+        "__nm_skipped__(pip, install, optimum, neuron, x, optimum.neuron.a)  # neuron-migrate: ignore\n"
+        "__nm_cell__(2)\n"
+        "y = optimum.neuron.b"
+    )
+    data = json.loads(new)
+    assert [("".join(c["source"])) for c in data["cells"]] == [
+        "import transformers",
+        "!pip install transformers\nx = (optimum.neuron.a",  # its shell line is still migrated
+        "y = transformers.b",
+    ]
+    assert [(f.rule, f.cell, f.line) for f in findings] == [
+        ("NM101", 0, 1), ("NM990", 1, 1), ("NM501", 1, 1), ("NM101", 2, 1),
+    ]
+
+
+def test_cell_that_looks_like_a_boundary_is_migrated_alone(rec):
+    cells = [code("import optimum.neuron"), code("__nm_cell__(1)\nx = optimum.neuron.a")]
+    new, findings = run_cells(cells, rec)
+    assert rec.python_calls == ["import optimum.neuron", "__nm_cell__(1)\nx = optimum.neuron.a"]
+    assert [(f.cell, f.line) for f in findings] == [(0, 1), (1, 2)]
+
+
+def test_one_program_is_idempotent(rec):
+    cells = [
+        code("%pip install optimum-neuron\n!neuron_parallel_compile python train.py"),
+        code("import optimum.neuron"),
+        code("x = (optimum"),
+        code("%%writefile train.py\nimport optimum.neuron\n"),
+        code("y = optimum.neuron.b"),
+    ]
+    once, _ = transform_notebook(jupyter_dumps(notebook(cells)), rec.run_python, rec.run_shell,
+                                 run_kind=lambda text, kind, name: rec.run_python(text))
+    twice, _ = transform_notebook(once, rec.run_python, rec.run_shell,
+                                  run_kind=lambda text, kind, name: rec.run_python(text))
+    assert twice is once
+
+
+def test_new_imports_go_after_the_leading_import_cells():
+    # the fix-up puts imports no old import stands for after the module's import header; in a
+    # notebook's program, placeholders (`pass`) and cell boundaries do not end that header
+    import libcst as cst
+
+    from migrator.imports import index_imports
+
+    def header_end(source: str) -> str | None:
+        module = cst.parse_module(source)
+        end = index_imports(module).header_end
+        return None if end is None else module.code_for_node(end).strip()
+
+    assert header_end("pass  # __nm_magic_0__\n__nm_cell__(1)\nimport os\n__nm_cell__(2)\nx = 1\n") == "import os"
+    assert header_end("pass  # __nm_magic_0__\n__nm_cell__(1)\nx = 1\n") == "__nm_cell__(1)"
+    assert header_end("import os\n__nm_cell__(1)\nx = 1\nimport sys\n") == "import os"
+    assert header_end("x = 1\nimport os\n") is None
+
+
+# --------------------------------------------------------------------------- %pip and %%writefile
+
+
+def test_pip_magic_goes_to_shell_and_keeps_the_percent(rec):
+    src = "%pip install -U optimum-neuron\nimport os\nif os:\n    %pip install optimum-neuron"
+    new, findings = run(jupyter_dumps(notebook([code(src)])), rec)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "%pip install -U transformers\nimport os\nif os:\n    %pip install transformers"
+    )
+    assert rec.shell_calls == ["pip install -U optimum-neuron\n", "pip install optimum-neuron\n"]
+    assert [(f.rule, f.line, f.column) for f in findings] == [("NM501", 1, 17), ("NM501", 4, 18)]
+
+
+def test_pip_magic_split_into_commands_keeps_percent_only_before_pip():
+    def split(source):
+        return "pip install transformers\nexport X=1\npip install accelerate\n", []
+
+    text = jupyter_dumps(notebook([code("%pip install optimum-neuron")]))
+    new, _ = transform_notebook(text, Recorder().run_python, split)
+    assert "".join(json.loads(new)["cells"][0]["source"]) == (
+        "%pip install transformers\n!export X=1\n%pip install accelerate"
+    )
+
+
+def test_other_line_magics_stay_out_of_the_shell_rules(rec):
+    src = "%pipe optimum-neuron\n%env X=optimum-neuron\n%conda install optimum-neuron"
+    new, _ = run(jupyter_dumps(notebook([code(src)])), rec)
+    assert rec.shell_calls == []
+
+
+def test_writefile_cells_are_files_of_their_kind(rec):
+    calls = []
+
+    def run_kind(text, kind, name):
+        calls.append((kind, name))
+        if kind == "python":
+            return rec.run_python(text)
+        return rec.run_shell(text)
+
+    cells = [
+        code("%%writefile train.py\nimport optimum.neuron\n"),
+        code("%%writefile -a 'deps/requirements-dev.txt'\noptimum-neuron\n"),
+        code("%%writefile run.sh\npip install optimum-neuron"),
+        code("%%writefile Dockerfile\nRUN pip install optimum-neuron\n"),
+        code("%%writefile notes.ipynb\n{}\n"),  # not migrated: another notebook
+        code("%%writefile data.csv\noptimum-neuron\n"),  # not a kind the tool handles
+        code("%%writefile\n"),
+        code("import os"),
+    ]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = transform_notebook(text, rec.run_python, rec.run_shell, run_kind=run_kind)
+    assert calls == [
+        ("python", "train.py"),
+        ("requirements", "deps/requirements-dev.txt"),
+        ("shell", "run.sh"),
+        ("dockerfile", "Dockerfile"),
+    ]
+    data = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert data[:6] == [
+        "%%writefile train.py\nimport transformers\n",
+        "%%writefile -a 'deps/requirements-dev.txt'\ntransformers\n",
+        "%%writefile run.sh\npip install transformers",
+        "%%writefile Dockerfile\nRUN pip install transformers\n",
+        "%%writefile notes.ipynb\n{}\n",
+        "%%writefile data.csv\noptimum-neuron\n",
+    ]
+    # a written .py file is a module of its own, not part of the notebook's program
+    assert rec.python_calls == ["import os", "import optimum.neuron\n"]
+    assert [(f.cell, f.line, f.column) for f in findings] == [(0, 2, 8), (1, 2, 1), (2, 2, 13), (3, 2, 17)]
+
+
+def test_writefile_python_that_does_not_parse_is_reported(rec):
+    cells = [code("%%writefile train.py\nimport torch_xla\nx = (\n")]
+    text = jupyter_dumps(notebook(cells))
+    new, findings = transform_notebook(
+        text, rec.run_python, rec.run_shell, run_kind=lambda t, kind, name: rec.run_python(t)
+    )
+    assert new is text
+    assert [(f.rule, f.cell, f.line) for f in findings] == [("NM990", 0, 1)]
+
+
+def test_unparsable_cell_with_the_old_stack_only_in_comments_and_shell_lines_is_not_reported(rec):
+    # an indented cell (IPython removes the first line's indentation; Python does not)
+    cells = [code(" # upgrade neuronx-cc\n !pip install -U neuronx-cc\n !neuronx-cc --version")]
+    new, findings = run_cells(cells, rec)
+    assert [f.rule for f in findings] == []

@@ -6,24 +6,43 @@ original text, so outputs, metadata, ids, key order, indentation and escapes of 
 byte-identical. The new ``source`` value is written in the representation the original used (a list of
 lines, formatted like its siblings, or a single string).
 
+A notebook is one program: its Python cells, in order, are migrated as ONE module (a name imported in
+one cell is resolved, rewritten or kept in every later cell), with a boundary statement
+``__nm_cell__(k)`` between cells to cut the result back into cells. A cell that does not parse on
+its own stays out of that module and is migrated alone (NM990 when it mentions the old stack); if the
+boundaries do not come back intact, every cell is migrated alone.
+
 Python cells keep IPython syntax out of the parser's way: line magics (``%matplotlib inline``), shell
 escapes (``!pip install ...``, ``files = !ls``) are replaced by placeholder lines that keep the line
-count, the cell is migrated, and the lines are put back -- shell escapes after their command has been
-migrated by the shell rules. ``%%bash`` / ``%%sh`` / ``%%script bash`` cells go to the shell rules.
+count, the cell is migrated, and the lines are put back -- shell escapes and ``%pip`` lines after their
+command has been migrated by the shell rules. ``%%bash`` / ``%%sh`` / ``%%script bash`` cells go to the
+shell rules; a ``%%writefile path`` cell is a file of the project, migrated as the kind its path names
+(``.py`` as a module of its own, ``requirements*.txt``, ``.sh``, ``Dockerfile``).
 """
 
 from __future__ import annotations
 
+import ast
+import bisect
 import dataclasses
+import functools
 import json
+import keyword
 import re
+import shlex
+import warnings
 from json.decoder import scanstring
 from typing import Callable, Iterator
 
+from migrator.discover import kind_of_name
 from migrator.filekinds import UnitSyntaxError
+from migrator.imports import CELL_BOUNDARY, SKIPPED_CELL
 from migrator.model import MARKER_RE, Finding
 
 RunUnit = Callable[[str], "tuple[str, list[Finding]]"]
+#: ``run_kind(text, kind=..., name=...)``: migrate a file of ``kind`` (see migrator.discover)
+#: written by the notebook under the path ``name``
+RunKind = Callable[..., "tuple[str, list[Finding]]"]
 
 SKIP_CELL_MESSAGE = "cell could not be parsed as Python; migrate it by hand"
 
@@ -34,6 +53,7 @@ _PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
 
 _MAGIC_TAG_RE = re.compile(r"#\s*__nm_magic_(\d+)(_cont)?__\s*$")
 _ASSIGN_RE = re.compile(r"([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*=\s*)(?=[!%])")
+_PIP_MAGIC_RE = re.compile(r"%pip(?:\s|$)")
 
 
 class NotebookError(Exception):
@@ -78,8 +98,8 @@ class _Magic:
     start: int  # 0-based index of the first line of the block (markers included)
     lines: list[str]  # original lines of the block, with endings
     indent: str
-    shell: bool  # a `!cmd` / `var = !cmd` block (else: kept verbatim)
-    prefix: str = ""  # text between the indentation and the command: "!", "!!", "files = !"
+    shell: bool  # a `!cmd` / `var = !cmd` / `%pip ...` block (else: kept verbatim)
+    prefix: str = ""  # text between the indentation and the command: "!", "!!", "files = !", "%"
     n_markers: int = 0  # leading marker comment lines that belong to the shell unit
 
     @property
@@ -160,8 +180,9 @@ def _find_magics(lines: list[str]) -> list[_Magic]:
             while j < len(lines) and _strip_nl(lines[j - 1])[0].endswith("\\"):
                 j += 1
             block = lines[i:j]
-            if head.startswith("!"):
-                bang = "!!" if head.startswith("!!") else "!"
+            if head.startswith("!") or _PIP_MAGIC_RE.match(head):
+                # `%pip install ...` runs pip like `!pip install ...`: the shell rules migrate both
+                bang = "!!" if head.startswith("!!") else head[0]
                 prefix = (m.group(1) if m else "") + bang
                 # marker comments just above belong to the shell unit (so that a second run sees
                 # them and does not add the same marker again)
@@ -185,9 +206,10 @@ def _find_magics(lines: list[str]) -> list[_Magic]:
     return magics
 
 
-def _protect(lines: list[str], magics: list[_Magic]) -> str:
+def _protect(lines: list[str], magics: list[_Magic], base: int = 0) -> str:
+    """The lines with each magic block replaced by placeholders numbered from ``base``."""
     out = list(lines)
-    for n, mg in enumerate(magics):
+    for n, mg in enumerate(magics, start=base):
         for k in range(mg.count):
             _, nl = _strip_nl(lines[mg.start + k])
             if k == mg.n_markers:
@@ -239,7 +261,10 @@ def _render_shell_magic(mg: _Magic, new_lines: list[str], indent: str) -> list[s
         elif line.lstrip().startswith("#"):
             out.append(indent + line.lstrip())
         else:
-            out.append(indent + (mg.prefix if not seen_command else "!") + line)
+            prefix = mg.prefix if not seen_command else "!"
+            if mg.prefix.endswith("%"):  # a `%pip` block: `%` before pip, `!` before anything else
+                prefix = prefix[:-1] + ("%" if line.split()[0] == "pip" else "!")
+            out.append(indent + prefix + line)
             seen_command = True
         prev = line
     if not seen_command:
@@ -275,16 +300,8 @@ def migrate_python_unit(source: str, run_python: RunUnit, run_shell: RunUnit) ->
     if not magics:
         return UnitResult(new_py, list(py_findings), failed)
 
-    findings = list(py_findings)
-    shell_results: list[list[str] | None] = []
-    for mg in magics:
-        if mg.shell:
-            new_lines, fs = _run_shell_magic(mg, run_shell)
-            findings.extend(dataclasses.replace(f, line=f.line + mg.start) for f in fs)
-        else:
-            new_lines = None
-        shell_results.append(new_lines)
-
+    shell_results, shell_findings = _run_shell_magics(magics, run_shell)
+    findings = list(py_findings) + shell_findings
     restored = _restore(new_py, magics, shell_results)
     if restored is None and new_py != protected:
         # a rule moved or dropped a placeholder: give up the Python changes of this unit
@@ -294,16 +311,34 @@ def migrate_python_unit(source: str, run_python: RunUnit, run_shell: RunUnit) ->
     return UnitResult(restored, findings, failed)
 
 
+def _run_shell_magics(
+    magics: list[_Magic], run_shell: RunUnit
+) -> tuple[list[list[str] | None], list[Finding]]:
+    """Migrate the shell blocks among ``magics``: (new lines or None per magic, findings with
+    lines within the unit)."""
+    findings: list[Finding] = []
+    results: list[list[str] | None] = []
+    for mg in magics:
+        new_lines = None
+        if mg.shell:
+            new_lines, fs = _run_shell_magic(mg, run_shell)
+            findings.extend(dataclasses.replace(f, line=f.line + mg.start) for f in fs)
+        results.append(new_lines)
+    return results, findings
+
+
 def _restore(
-    new_py: str, magics: list[_Magic], shell_results: list[list[str] | None]
+    new_py: str, magics: list[_Magic], shell_results: list[list[str] | None], base: int = 0
 ) -> str | None:
+    """Put the magic blocks (placeholders numbered from ``base``) back; None when a placeholder
+    went missing, came back twice or came back from another unit."""
     new_lines = split_lines(new_py)
     heads: dict[int, int] = {}
     for idx, line in enumerate(new_lines):
         m = _MAGIC_TAG_RE.search(line)
         if m and not m.group(2):
-            n = int(m.group(1))
-            if n in heads or n >= len(magics):
+            n = int(m.group(1)) - base
+            if n in heads or not 0 <= n < len(magics):
                 return None
             heads[n] = idx
     if len(heads) != len(magics):
@@ -311,12 +346,12 @@ def _restore(
     out: list[str] = []
     for idx, line in enumerate(new_lines):
         m = _MAGIC_TAG_RE.search(line)
-        if m is None or int(m.group(1)) >= len(magics):
+        if m is None or not 0 <= int(m.group(1)) - base < len(magics):
             out.append(line)
             continue
         if m.group(2):
             continue  # continuation placeholder: the head line brings the whole block back
-        n = int(m.group(1))
+        n = int(m.group(1)) - base
         mg = magics[n]
         _, nl = _strip_nl(line)
         indent = _indent_of(line)
@@ -346,29 +381,70 @@ def _shell_cell(first_line: str) -> bool:
     return any(words[: len(m)] == m for m in _SHELL_CELL_MAGICS)
 
 
+def writefile_path(first_line: str) -> str | None:
+    """The path a ``%%writefile [-a] path`` line names (None for another line)."""
+    try:
+        words = shlex.split(first_line.strip())
+    except ValueError:
+        words = first_line.split()
+    if not words or words[0] != "%%writefile":
+        return None
+    args = [w for w in words[1:] if not w.startswith("-")]
+    return args[0] if args else None
+
+
+def _is_python_cell(source: str) -> bool:
+    """A cell whose body is Python: no cell magic, or a Python one (%%time, ...)."""
+    if not source.strip():
+        return False
+    first = source.split("\n", 1)[0].strip()
+    return not first.startswith("%%") or first.split()[0] in _PYTHON_CELL_MAGICS
+
+
 def migrate_code_cell(
-    source: str, index: int, run_python: RunUnit, run_shell: RunUnit, skipped_rule: str
+    source: str, index: int, run_python: RunUnit, run_shell: RunUnit, skipped_rule: str,
+    run_kind: RunKind | None = None,
 ) -> tuple[str, list[Finding]]:
-    """Migrate one code cell; findings carry ``cell=index`` and lines within the cell."""
+    """Migrate one code cell on its own; findings carry ``cell=index`` and lines within the cell.
+
+    ``%%bash`` bodies go to ``run_shell``; a ``%%writefile path`` body is a file of the project
+    and goes to ``run_kind`` as the kind its path names (the magic line is kept as it was).
+    """
     lines = split_lines(source)
     if not lines:
         return source, []
     first = lines[0].strip()
     findings: list[Finding] = []
     if first.startswith("%%"):
+        run_body: RunUnit | None = None
+        body = "".join(lines[1:])
         if _shell_cell(first):
-            body = "".join(lines[1:])
+            run_body = run_shell
+        elif first.split()[0] == "%%writefile":
+            name = writefile_path(first)
+            kind = kind_of_name(name) if name is not None else None
+            if run_kind is None or kind is None or kind == "notebook":
+                return source, []  # a file of a kind this tool does not migrate
+            run_body = functools.partial(run_kind, kind=kind, name=name)
+        elif first.split()[0] not in _PYTHON_CELL_MAGICS:
+            return source, []  # another language (%%html, %%javascript, ...)
+        if run_body is not None:
             if not body.strip():
                 return source, []
-            new_body, fs = run_shell(body)
+            try:
+                new_body, fs = run_body(body)
+            except UnitSyntaxError:
+                if not mentions_neuron(body):
+                    return source, []
+                skip = Finding(line=1, column=1, rule=skipped_rule, message=SKIP_CELL_MESSAGE,
+                               fix="manual", cell=index)
+                return source, [skip]
             findings = [dataclasses.replace(f, line=f.line + 1, cell=index) for f in fs]
             if new_body == body:
                 return source, findings
             if not lines[0].endswith("\n"):
                 lines[0] += "\n"
             return lines[0] + new_body, findings
-        if first.split()[0] not in _PYTHON_CELL_MAGICS:
-            return source, []  # another language (%%writefile, %%html, %%javascript, ...)
     if not source.strip():
         return source, []
     res = migrate_python_unit(source, run_python, run_shell)
@@ -382,6 +458,161 @@ def migrate_code_cell(
         )
     findings.sort(key=lambda f: (f.line, f.column, f.rule))
     return res.text, findings
+
+
+# --------------------------------------------------------------------------------------------
+# the notebook's program: its Python cells, in order, as one module
+
+
+_BOUNDARY_RE = re.compile(rf"^{CELL_BOUNDARY}\((\d+)\)\n", re.M)
+
+
+@dataclasses.dataclass
+class _ProgramCell:
+    index: int  # among all cells
+    source: str
+    magics: list[_Magic]
+    base: int  # number of the first magic's placeholder
+    protected: str  # placeholders instead of IPython lines; ends with "\n" unless last
+    added_nl: bool  # "\n" added after a last line that had none (the next boundary needs it)
+    first_line: int = 0  # 1-based line of the program where the cell starts
+    #: the cell does not parse on its own: the program holds a stand-in that refers to every name
+    #: the cell mentions (so that no import it may use goes away); the cell is migrated alone
+    skipped: bool = False
+
+
+def _parses(source: str) -> bool:
+    """Whether ``source`` parses as a module on its own (a cell may ``await`` at top level)."""
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<cell>", "exec", flags=flags, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+_CHAIN_RE = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _stand_in(source: str) -> str:
+    """A statement that refers to every name (and ``name.attr`` chain, as rules look at those)
+    ``source`` may use; its ignore comment keeps every rule from editing or flagging it."""
+    chains: dict[str, None] = {}
+    for chain in _CHAIN_RE.findall(source):
+        parts = chain.split(".")
+        cut = next((i for i, part in enumerate(parts) if keyword.iskeyword(part)), len(parts))
+        if cut:
+            chains[".".join(parts[:cut])] = None
+    return f"{SKIPPED_CELL}({', '.join(chains)})  # neuron-migrate: ignore\n"
+
+
+def _program_cells(cells: list[tuple[int, str]]) -> list[_ProgramCell]:
+    """The Python cells, protected, with consecutive placeholder numbers; a stand-in for those
+    that do not parse on their own."""
+    out: list[_ProgramCell] = []
+    base = 0
+    for index, source in cells:
+        lines = split_lines(source)
+        magics = _find_magics(lines)
+        protected = _protect(lines, magics, base) if magics else source
+        if not _parses(protected):
+            out.append(_ProgramCell(index, source, [], base, _stand_in(source), False, skipped=True))
+            continue
+        out.append(_ProgramCell(index, source, magics, base, protected, False))
+        base += len(magics)
+    for cell in out[:-1]:
+        if cell.protected and not cell.protected.endswith("\n"):
+            cell.protected += "\n"
+            cell.added_nl = True
+    return out
+
+
+def _join(program: list[_ProgramCell]) -> str:
+    """One module: the cells, with a boundary statement ``__nm_cell__(k)`` above the k-th cell
+    (a statement, not a comment: a rule that removes a statement drops the comments above it,
+    never a statement it does not touch)."""
+    parts: list[str] = []
+    line = 1
+    for k, cell in enumerate(program):
+        if k:
+            parts.append(f"{CELL_BOUNDARY}({k})\n")
+            line += 1
+        cell.first_line = line
+        parts.append(cell.protected)
+        line += cell.protected.count("\n")
+    return "".join(parts)
+
+
+def _split(new_program: str, program: list[_ProgramCell]) -> list[str] | None:
+    """The migrated text of each cell (placeholders still in), or None unless every boundary
+    came back once, in order, at the start of a line."""
+    found = list(_BOUNDARY_RE.finditer(new_program))
+    if [int(m.group(1)) for m in found] != list(range(1, len(program))):
+        return None
+    if new_program.count(CELL_BOUNDARY) != len(found):
+        return None
+    texts, pos = [], 0
+    for m in found:
+        texts.append(new_program[pos : m.start()])
+        pos = m.end()
+    texts.append(new_program[pos:])
+    for k, cell in enumerate(program):
+        if cell.added_nl and texts[k].endswith("\n"):
+            texts[k] = texts[k][:-1]
+    return texts
+
+
+def _code_mentions_neuron(source: str) -> bool:
+    """Whether lines other than comments and IPython lines mention the old stack."""
+    lines = split_lines(source)
+    magic_lines = {mg.start + k for mg in _find_magics(lines) for k in range(mg.count)}
+    return any(
+        mentions_neuron(line) and not line.lstrip().startswith("#")
+        for n, line in enumerate(lines) if n not in magic_lines
+    )
+
+
+def _unparsable(source: str) -> tuple[str, list[Finding]]:
+    raise UnitSyntaxError("the cell does not parse on its own")
+
+
+def _migrate_program(
+    program: list[_ProgramCell], run_python: RunUnit, run_shell: RunUnit
+) -> dict[int, tuple[str, list[Finding]]] | None:
+    """Migrate the program's cells as one module: cell index -> (new source, findings with lines
+    within the cell). None when the cells cannot be put back apart (the caller then migrates
+    them one by one)."""
+    try:
+        new_program, py_findings = run_python(_join(program))
+    except UnitSyntaxError:
+        return None  # a cell ast accepts and libcst does not
+    texts = _split(new_program, program)
+    if texts is None or any(t != c.protected for c, t in zip(program, texts) if c.skipped):
+        return None
+    if any(
+        _restore(text, cell.magics, [None] * len(cell.magics), cell.base) is None
+        for cell, text in zip(program, texts)
+    ):
+        return None  # a rule moved or dropped a placeholder
+    starts = [cell.first_line for cell in program]
+    out: dict[int, tuple[str, list[Finding]]] = {}
+    by_cell: list[list[Finding]] = [[] for _ in program]
+    for f in py_findings:
+        k = max(bisect.bisect_right(starts, f.line) - 1, 0)
+        by_cell[k].append(dataclasses.replace(f, line=f.line - starts[k] + 1, cell=program[k].index))
+    for cell, text, findings in zip(program, texts, by_cell):
+        if cell.skipped:
+            continue  # migrated alone (its stand-in's findings are not its own)
+        if cell.magics:
+            shell_results, shell_findings = _run_shell_magics(cell.magics, run_shell)
+            findings.extend(dataclasses.replace(f, cell=cell.index) for f in shell_findings)
+            text = _restore(text, cell.magics, shell_results, cell.base)
+            assert text is not None
+        findings.sort(key=lambda f: (f.line, f.column, f.rule))
+        out[cell.index] = (text, findings)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -516,9 +747,15 @@ def _is_python_notebook(nb: dict) -> bool:
 
 
 def transform_notebook(
-    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990"
+    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990",
+    run_kind: RunKind | None = None,
 ) -> tuple[str, list[Finding]]:
     """Migrate the code cells of an nbformat-4 notebook.
+
+    The Python cells that parse are ONE module for ``run_python`` (their order kept, boundary
+    statements between them); ``%%bash`` cells go to ``run_shell``; ``%%writefile path`` cells to
+    ``run_kind(body, kind=..., name=path)`` (a file of its own: a ``.py`` one is not part of the
+    notebook's program). Without ``run_kind``, ``%%writefile`` cells are left alone.
 
     Returns ``text`` itself when nothing changed; otherwise a text in which only the "source"
     values of changed cells differ. Findings carry the 0-based cell index (among all cells) and
@@ -541,21 +778,44 @@ def transform_notebook(
     if not _is_python_notebook(nb):
         return text, []
 
-    findings: list[Finding] = []
-    changed: dict[int, str] = {}
+    code_cells: list[tuple[int, str]] = []
     for index, cell in enumerate(cells):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         src = cell.get("source")
         if isinstance(src, list) and all(isinstance(x, str) for x in src):
-            source = "".join(src)
+            code_cells.append((index, "".join(src)))
         elif isinstance(src, str):
-            source = src
+            code_cells.append((index, src))
+
+    # the Python cells are one program: a name imported in one cell is used in the next ones
+    python = [
+        (i, src) for i, src in code_cells if _is_python_cell(src) and CELL_BOUNDARY not in src
+    ]
+    program = _program_cells(python)
+    migrated = None
+    if any(not cell.skipped for cell in program):
+        migrated = _migrate_program(program, run_python, run_shell)
+    if migrated is None:
+        # the cells could not be put back apart: each is migrated on its own (as before
+        # notebooks were migrated as one program), which is never worse than leaving them
+        migrated = {}
+    # a cell that does not parse on its own: its shell lines are migrated, its Python is not (and
+    # is reported when its code, not only its comments or shell lines, mentions the old stack)
+    unparsable = {cell.index: _code_mentions_neuron(cell.source) for cell in program if cell.skipped}
+
+    findings: list[Finding] = []
+    changed: dict[int, str] = {}
+    for index, source in code_cells:
+        if index in migrated:
+            new_source, cell_findings = migrated[index]
         else:
-            continue
-        new_source, cell_findings = migrate_code_cell(
-            source, index, run_python, run_shell, skipped_rule
-        )
+            new_source, cell_findings = migrate_code_cell(
+                source, index, _unparsable if index in unparsable else run_python, run_shell,
+                skipped_rule, run_kind,
+            )
+        if index in unparsable and not unparsable[index]:
+            cell_findings = [f for f in cell_findings if f.rule != skipped_rule]
         findings.extend(cell_findings)
         if new_source != source:
             changed[index] = new_source
