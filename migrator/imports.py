@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from migrator.model import MARKER_PREFIX
+from migrator.model import CELL_BOUNDARY, MARKER_PREFIX, SKIPPED_CELL
 
 
 def dotted(node: cst.BaseExpression) -> str | None:
@@ -128,13 +128,10 @@ def _module_name(node: cst.BaseExpression) -> str:
     return dotted(node) or ""
 
 
-#: the statements a notebook's program puts between two cells (``__nm_cell__(3)``) and in place of
-#: a cell that does not parse (``__nm_skipped__(names...)``), see migrator.filekinds.notebook: like
-#: a bare ``pass`` (an IPython line kept out of the parser's way), they do not end the import
-#: header, so that new imports go after the imports of the notebook's first cells rather than
-#: above its first ``%pip install`` line
-CELL_BOUNDARY = "__nm_cell__"
-SKIPPED_CELL = "__nm_skipped__"
+# a notebook's cell boundaries (CELL_BOUNDARY, SKIPPED_CELL, see migrator.model): like a bare
+# ``pass`` (an IPython line kept out of the parser's way), they do not end the import header, so
+# that new imports go after the imports of the notebook's first cells rather than above its first
+# ``%pip install`` line
 
 
 def _header_neutral(stmt: cst.CSTNode) -> bool:

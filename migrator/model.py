@@ -18,6 +18,10 @@ KINDS = ("python", "notebook", "shell", "requirements", "pyproject", "dockerfile
 #: `# TODO(neuron-migrate NM123): message` -- the one marker format for every file kind.
 MARKER_PREFIX = "TODO(neuron-migrate "
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*?)\s*$")
+#: the statements a notebook's program puts between two cells (``__nm_cell__(3)``) and in place of
+#: a cell that does not parse (``__nm_skipped__(names...)``), see migrator.filekinds.notebook
+CELL_BOUNDARY = "__nm_cell__"
+SKIPPED_CELL = "__nm_skipped__"
 #: `# neuron-migrate: ignore` or `# neuron-migrate: ignore[NM101, NM2]`
 IGNORE_RE = re.compile(r"#\s*neuron-migrate:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 

@@ -276,3 +276,39 @@ def test_the_check_does_not_import_heavy_libraries(kind, tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_writefile_cell_is_a_program_of_its_own():
+    import json
+
+    from migrator.selfcheck.programs import programs
+
+    def cell(src):
+        return {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src}
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        cell("import torch\n"),
+        cell("%%writefile train.py\nmodel = torch.nn.Linear(2, 2)\n"),  # the file does not see the notebook's torch
+        cell("x = torch.ones(1)\n"),
+    ]}
+    found = [(v.kind, v.name, notebook) for parts, notebook in programs("notebook", json.dumps(nb))
+             for v in check_program(parts, notebook)]
+    assert found == [(UNDEFINED, "torch", False)]
+
+
+def test_the_text_report_counts_what_the_self_check_did(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_src("""
+        from optimum.neuron import NeuronSFTTrainer
+
+        def train(model, dataset, args):
+            return NeuronSFTTrainer(model, args=args, train_dataset=dataset, max_seq_length=512)
+    """))
+    out = subprocess.run([sys.executable, "-m", "migrator", "--check", "--no-progress", str(script)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1
+    assert ("Self-check: 1 rewrite not applied because it would have broken the code (NM991), "
+            "1 old-stack import still used (NM992).") in out.stdout

@@ -36,8 +36,7 @@ from typing import Callable, Iterator
 
 from migrator.discover import kind_of_name
 from migrator.filekinds import UnitSyntaxError
-from migrator.imports import CELL_BOUNDARY, SKIPPED_CELL
-from migrator.model import MARKER_RE, Finding
+from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, Finding
 
 RunUnit = Callable[[str], "tuple[str, list[Finding]]"]
 #: ``run_kind(text, kind=..., name=...)``: migrate a file of ``kind`` (see migrator.discover)

@@ -53,6 +53,25 @@ def summary_sentence(run: RunResult, mode: str, *, seconds: bool = True) -> str:
     return text
 
 
+def selfcheck_sentence(run: RunResult) -> str | None:
+    """What the self-check did, when it did something: e.g. ``Self-check: 2 rewrites not applied
+    because they would have broken the code (NM991), 1 old-stack import still used (NM992).``"""
+    from migrator.selfcheck.policy import DROPPED_RULE, OLD_IMPORT_RULE
+
+    counts = {DROPPED_RULE: 0, OLD_IMPORT_RULE: 0}
+    for f in run.files:
+        for finding in f.findings:
+            if finding.rule in counts:
+                counts[finding.rule] += 1
+    parts = []
+    if counts[DROPPED_RULE]:
+        parts.append(f"{plural(counts[DROPPED_RULE], 'rewrite')} not applied because "
+                     f"{'it' if counts[DROPPED_RULE] == 1 else 'they'} would have broken the code ({DROPPED_RULE})")
+    if counts[OLD_IMPORT_RULE]:
+        parts.append(f"{plural(counts[OLD_IMPORT_RULE], 'old-stack import')} still used ({OLD_IMPORT_RULE})")
+    return f"Self-check: {', '.join(parts)}." if parts else None
+
+
 def scanned_sentence(run: RunResult) -> str:
     return f"{plural(len(run.files), 'file')} scanned"
 

@@ -25,6 +25,7 @@ from migrator.report._common import (
     location,
     one_line,
     scanned_sentence,
+    selfcheck_sentence,
     sorted_files,
     sorted_findings,
     summary_sentence,
@@ -63,6 +64,9 @@ def render(run: RunResult, *, rules: dict, show_diff: bool, mode: str) -> str:
         blocks.append("\n".join(lines) + "\n")
 
     summary = [f"{scanned_sentence(run)}: {summary_sentence(run, mode)}"]
+    checked = selfcheck_sentence(run)
+    if checked:
+        summary.append(checked)
     s = run.summary
     if mode == "dry-run" and s["files_changed"]:
         summary.append("Run again with --write to apply the changes.")

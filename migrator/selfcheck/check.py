@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from migrator.model import MARKER_RE, ignored_rules
+from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, ignored_rules
 
 UNDEFINED = "undefined-name"
 UNRESOLVED = "unresolved-import"
@@ -30,6 +30,8 @@ OLD_STACK_ROOTS = (
 
 #: names IPython defines in every notebook
 NOTEBOOK_BUILTINS = ("display", "get_ipython", "In", "Out", "exit", "quit")
+#: the statements the notebook engine joins a notebook's cells with (migrator.filekinds.notebook)
+ENGINE_NAMES = (CELL_BOUNDARY, SKIPPED_CELL)
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def _undefined(trees: list[tuple[int, ast.Module, list[str]]], notebook: bool) -
         body.extend(tree.body)
         line += max(len(lines), 1) + 1
     program = ast.Module(body=body, type_ignores=[])
-    builtins = set(NOTEBOOK_BUILTINS) if notebook else None
+    builtins = set(ENGINE_NAMES) | (set(NOTEBOOK_BUILTINS) if notebook else set())
     found = checker.Checker(program, filename="<unit>", builtins=builtins).messages
     out = []
     for msg in found:
