@@ -1,4 +1,4 @@
-"""NM501-NM504 (codemods/dependencies.py): checks beyond the before/after fixtures."""
+"""NM501-NM504 (codemods/project/dependencies.py): checks beyond the before/after fixtures."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from codemods import dependencies as deps
+from codemods.project import dependencies as deps
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 
