@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from codemods.project import dependency_policy as deps
+from codemods.project.dependency_policy import _NEURON_HOST
 from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _merge, assignments, deletion_span, plan_for, render
 from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
@@ -514,8 +516,6 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
                        render: Callable[[object, list[str], list[str]], str] | None = None) -> set[int]:
     """The dependency decisions of NM501-NM504 (codemods.project.dependencies) on the requirements named by
     `pip install` commands; all the commands of a unit form one list. Returns the lines marked."""
-    from codemods.project import dependencies as deps
-
     entries = []
     for inst in installs:
         for n, text in enumerate(inst.texts):
@@ -743,8 +743,6 @@ def _exec_form(src: str, ins: Instruction) -> tuple[list[tuple[int, int]], list[
 
 
 def deps_host() -> str:
-    from codemods.project.dependencies import _NEURON_HOST
-
     return _NEURON_HOST
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 from packaging.utils import canonicalize_name
 
-from codemods.project.dependencies import MINIMUMS, TORCHNEURON_MARKER, _decide_all, _Entry, _min_spec, _parse_req, _replace_message, _with_extras
+from codemods.project.dependency_policy import MINIMUMS, TORCHNEURON_MARKER, _decide_all, _Entry, _min_spec, _parse_req, _replace_message, _with_extras
 from migrator.rules import PythonContext, PythonRule
 
 SETUP = ("setuptools.setup", "distutils.core.setup")

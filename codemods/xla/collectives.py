@@ -18,7 +18,7 @@ import re
 
 import libcst as cst
 
-from codemods.xla.core import (
+from codemods.xla.base import (
     XM,
     _XlaRule,
     _bind_args,

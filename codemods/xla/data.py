@@ -19,9 +19,10 @@ import re
 
 import libcst as cst
 
-from codemods.xla.core import (
+from codemods.xla.base import (
     _XlaRule,
     _bind_args,
+    _call_args,
     _code,
     _expr,
     _expression_statement,
@@ -619,7 +620,6 @@ class XlaPrecisionAndMetrics(_XlaRule):
                                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                                         whitespace_after=cst.SimpleWhitespace("")))
                     args.insert(at, new)
-                    from codemods.xla.core import _call_args
                     return updated.with_changes(args=_call_args(args))
 
                 ctx.replace(call, add_dtype)

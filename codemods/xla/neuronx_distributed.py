@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.xla.core import _XlaRule, _bind_args, _code, _device, _expr, _is_reference
+from codemods.xla.base import _XlaRule, _bind_args, _code, _device, _expr, _is_reference
 from migrator.rules import NameClash, PythonContext
 
 NXD = "neuronx_distributed"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.xla.core import _XlaRule, _atomic, _bind_args, _code, _expr, _quote, _torch
+from codemods.xla.base import _XlaRule, _atomic, _bind_args, _code, _expr, _quote, _torch
 from migrator.rules import PythonContext
 
 NX = "torch_neuronx"

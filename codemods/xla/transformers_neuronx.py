@@ -37,7 +37,7 @@ from codemods.inference.causal_lm import (
     _prefix_len,
     _quote_style,
 )
-from codemods.xla.core import _atomic, _expression_statement, _is_reference
+from codemods.xla.base import _atomic, _expression_statement, _is_reference
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 NX = "transformers_neuronx"
