@@ -17,7 +17,8 @@ Safety rules the plan follows:
   becomes ``:``;
 * markers and explanatory comments are only put above the first line of a statement.
 
-The lexer/parser and the plan are also used by :mod:`codemods.project.dockerfile` (``ENV`` lines) and by
+The lexer/parser and the plan are used by :mod:`codemods.project.shell` (NM510-NM512, NM514), by
+:mod:`codemods.project.neuron_cc_flags` (NM513), by :mod:`codemods.project.dockerfile` (``ENV`` lines) and by
 :mod:`codemods.project.launch_flags` (NM515-NM516, NM523), which also writes new words through the plan:
 :meth:`ShellPlan.prefix` (``TP_SIZE=8`` before the first word left of a command) and
 :meth:`ShellPlan.append` (``--torch_compile true`` after the last argument left, on a new
