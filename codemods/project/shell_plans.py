@@ -3,7 +3,7 @@
 Shell units are ``.sh``/``.slurm`` files, notebook ``!`` lines and ``%%bash`` cells, and bash fences
 of Markdown documents. Every unit is lexed and parsed once (a small bash lexer/parser that knows
 quotes, ``\\`` continuations, ``$(...)``/``${...}``/backticks, arrays, heredocs, comments and the
-compound commands) and the rules of this module edit the commands they understand, word by word,
+compound commands) and the rules edit the commands they understand, word by word,
 through a plan shared by all of them (several rules may edit the same command:
 ``NEURON_CC_FLAGS=... XLA_USE_BF16=1 neuron_parallel_compile torchrun ...``).
 
