@@ -35,6 +35,7 @@ from codemods.common.arg_plan import (
     save_only_model_code,
     statement_indent,
 )
+from codemods.training.layouts import _scope
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 CONFIG_SOURCES = tuple(sorted(s for s, r in load_table().items()
@@ -358,14 +359,6 @@ class TrainingModelTrnConfig(PythonRule):
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
         ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
-
-
-def _scope(ctx: PythonContext) -> int:
-    """The innermost function (or the module) around the node being handled."""
-    for n in reversed(ctx.stack):
-        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
-            return id(n)
-    return 0
 
 
 def _optimum_binding(ctx: PythonContext):
