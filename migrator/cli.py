@@ -11,9 +11,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -22,9 +23,16 @@ from migrator import __version__
 from migrator.config import ConfigError, load_config
 from migrator.discover import discover
 from migrator.engine import RuleSelection, SelectionError, default_jobs, parse_ids, run
-from migrator.model import FileResult, RunResult
+from migrator.model import RunResult
 from migrator.report import RuleInfo, render
 from migrator.write import atomic_write, dirty_files
+
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.model import FileResult
+
+# Fast start: this module imports only what every migrate run needs. The rules (and libcst) are
+# imported by the engine when a file passes its byte pre-filter; the rule documentation by a report
+# that shows it (_RuleInfos); the progress bar and verify by the paths that use them.
 
 SUBCOMMANDS = ("verify", "rules", "explain")
 def rule_loader() -> str:
@@ -97,6 +105,27 @@ def rule_infos() -> dict[str, RuleInfo]:
     return infos
 
 
+class _RuleInfos(Mapping):
+    """:func:`rule_infos`, computed when a report first reads it (a run with no finding never does)."""
+
+    def __init__(self) -> None:
+        self._infos: dict[str, RuleInfo] | None = None
+
+    def _get(self) -> dict[str, RuleInfo]:
+        if self._infos is None:
+            self._infos = rule_infos()
+        return self._infos
+
+    def __getitem__(self, key: str) -> RuleInfo:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
 # hidden: reached only through _Group (``neuron-migrate migrate`` names a path called migrate)
 @app.command("migrate", hidden=True, help="Migrate PATH... (dry run unless --write).")
 def migrate(
@@ -124,7 +153,7 @@ def migrate(
     ignore_ids = parse_ids(ignore) if ignore else tuple(parse_ids(config.ignore))
     selection = RuleSelection(rule_loader(), select_ids, ignore_ids)
     try:
-        selection.resolve()
+        selection.chosen_ids()
     except SelectionError as exc:
         raise _fail(str(exc))
     excludes = list(config.exclude) + list(exclude or [])
@@ -142,7 +171,7 @@ def migrate(
     mode = "write" if write else ("check" if check else "dry-run")
     show_diff = diff if diff is not None else mode == "dry-run"
     run_result = RunResult(results, time.perf_counter() - started, wrote=write)
-    report = render(run_result, fmt.value, rules=rule_infos(), show_diff=show_diff, mode=mode)
+    report = render(run_result, fmt.value, rules=_RuleInfos(), show_diff=show_diff, mode=mode)
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")
@@ -204,6 +233,7 @@ def rules_cmd(
 ) -> None:
     rules = RuleSelection(rule_loader()).load_all()
     if fmt == "json":
+
         typer.echo(json.dumps([{"id": r.id, "title": r.title, "fix": r.fix, "kinds": list(r.kinds)} for r in rules], indent=2))
     elif fmt == "markdown":
         typer.echo(rules_markdown(rules), nl=False)

@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import codecs
 import importlib
-import io
 import os
-import tokenize
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
-from migrator.filekinds import UnitSyntaxError
-from migrator.filekinds.markdown import transform_markdown
-from migrator.filekinds.notebook import NotebookError, transform_notebook
-from migrator.model import MARKER_PREFIX, FileResult, Finding
-from migrator.python_engine import SELF_CHECKS, run_python
-from migrator.rules import Owners, PythonRule, Rule, TextRule
-from migrator.text_engine import run_text
+from migrator.model import MARKER_PREFIX, SELF_CHECKS, FileResult, Finding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from migrator.rules import Owners, PythonRule, Rule, TextRule
+
+# The byte pre-filter needs only the trigger table (RuleSelection.index): the rule modules, the
+# contracts, libcst and the per-kind engines are imported when a file passes it (fast start).
 
 MAX_BYTES = 5 * 1024 * 1024
 SKIPPED_RULE = "NM990"
@@ -39,8 +36,32 @@ class SelectionError(ValueError):
 
 
 @dataclass(frozen=True)
+class RuleRow:
+    """What the byte pre-filter and ``--select``/``--ignore`` need of a rule, without importing it:
+    ``engine`` is "python" (a PythonRule), "text" (a TextRule) or "" (a rule no engine runs)."""
+
+    id: str
+    engine: str
+    kinds: tuple[str, ...]
+    triggers: tuple[str, ...]
+    project_triggers: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rule: Rule) -> RuleRow:
+        from migrator.rules import PythonRule, TextRule
+
+        engine = "python" if isinstance(rule, PythonRule) else "text" if isinstance(rule, TextRule) else ""
+        return cls(rule.id, engine, tuple(rule.kinds), tuple(rule.triggers), tuple(rule.project_triggers))
+
+
+@dataclass(frozen=True)
 class RuleSelection:
-    """Picklable description of the rules to run: where to load them, which to keep."""
+    """Picklable description of the rules to run: where to load them, which to keep.
+
+    A loader ``module:function`` may come with ``module:function_triggers``, a function returning
+    the :class:`RuleRow` fields of every rule without importing the rules (``codemods`` has one, a
+    generated table); the engine then imports the rules only when a file passes the pre-filter.
+    """
 
     loader: str = "codemods:all_rules"
     select: tuple[str, ...] | None = None
@@ -50,19 +71,35 @@ class RuleSelection:
         module, _, attr = self.loader.partition(":")
         return tuple(getattr(importlib.import_module(module), attr)())
 
-    def resolve(self) -> tuple[Rule, ...]:
-        rules = self.load_all()
-        ids = [r.id for r in rules]
+    def index(self) -> tuple[RuleRow, ...]:
+        """Every rule's row: from the loader's trigger table when it has one, else from the rules."""
+        return _index(self.loader)
+
+    def chosen_ids(self) -> frozenset[str]:
+        """The ids this selection keeps; SelectionError on an unknown id or prefix."""
+        ids = [r.id for r in self.index()]
         for pattern in (self.select or ()) + self.ignore:
             if not any(i.startswith(pattern) for i in ids):
                 raise SelectionError(f"unknown rule or prefix: {pattern}")
-        chosen = [
-            r
-            for r in rules
-            if (self.select is None or any(r.id.startswith(p) for p in self.select))
-            and not any(r.id.startswith(p) for p in self.ignore)
-        ]
-        return tuple(chosen)
+        return frozenset(
+            i
+            for i in ids
+            if (self.select is None or any(i.startswith(p) for p in self.select))
+            and not any(i.startswith(p) for p in self.ignore)
+        )
+
+    def resolve(self) -> tuple[Rule, ...]:
+        chosen = self.chosen_ids()
+        return tuple(r for r in self.load_all() if r.id in chosen)
+
+
+@lru_cache(maxsize=8)
+def _index(loader: str) -> tuple[RuleRow, ...]:
+    module, _, attr = loader.partition(":")
+    table = getattr(importlib.import_module(module), f"{attr}_triggers", None)
+    if table is not None:
+        return tuple(RuleRow(*row) for row in table())
+    return tuple(RuleRow.of(r) for r in RuleSelection(loader).load_all())
 
 
 def parse_ids(values: Iterable[str] | None) -> tuple[str, ...]:
@@ -73,16 +110,16 @@ def parse_ids(values: Iterable[str] | None) -> tuple[str, ...]:
 
 
 class RuleSet:
-    """Rules of one run, grouped for the engine."""
+    """Rules of one run, grouped for the engine. The pre-filter (``wanted``...) is built from the
+    selection's rows; the rule instances (``python``, ``text``, ``owners``) are loaded on first use,
+    i.e. only when some file passes the pre-filter."""
 
-    def __init__(self, chosen: Sequence[Rule], everything: Sequence[Rule]) -> None:
-        self.python = [r for r in chosen if isinstance(r, PythonRule)]
-        self.text = [r for r in chosen if isinstance(r, TextRule)]
-        self.ids = {r.id for r in chosen}
+    def __init__(self, selection: RuleSelection) -> None:
+        self.selection = selection
+        self.ids = selection.chosen_ids()
+        chosen = [r for r in selection.index() if r.id in self.ids and r.engine]
         #: the self-check's findings that are selected (see migrator.selfcheck.policy)
         self.checks = frozenset(self.ids & SELF_CHECKS)
-        # ownership is global: ignoring the rule that owns a name does not hand it to another
-        self.owners = Owners(everything)
         self.triggers: dict[str, tuple[bytes, ...]] = {}
         self._gated: dict[str, tuple[tuple[bytes, ...], tuple[tuple[bytes, tuple[bytes, ...]], ...]]] = {}
         #: per kind: (rule id, its own triggers, its project_triggers) of rules with project context
@@ -91,9 +128,8 @@ class RuleSet:
             trig: set[str] = {MARKER_PREFIX}
             contextual = []
             for r in chosen:
-                applies = kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds) or (
-                    kind == "notebook" and bool(set(r.kinds) & WRITTEN_KINDS))  # %%writefile cells
-                if applies and isinstance(r, (PythonRule, TextRule)):
+                if kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds) or (
+                        kind == "notebook" and bool(set(r.kinds) & WRITTEN_KINDS)):  # %%writefile cells
                     trig.update(r.triggers or ("",))
                     if r.project_triggers and r.triggers:
                         contextual.append((r.id, _encoded(r.triggers), _encoded(r.project_triggers)))
@@ -101,6 +137,28 @@ class RuleSet:
             self._gated[kind] = _gate(self.triggers[kind])
             self.contextual[kind] = tuple(contextual)
         self.contextual_ids = frozenset(rid for c in self.contextual.values() for rid, _, _ in c)
+
+    @cached_property
+    def _loaded(self) -> tuple[list[PythonRule], list[TextRule], Owners]:
+        from migrator.rules import Owners, PythonRule, TextRule
+
+        everything = self.selection.load_all()
+        chosen = [r for r in everything if r.id in self.ids]
+        # ownership is global: ignoring the rule that owns a name does not hand it to another
+        return ([r for r in chosen if isinstance(r, PythonRule)], [r for r in chosen if isinstance(r, TextRule)],
+                Owners(everything))
+
+    @property
+    def python(self) -> list[PythonRule]:
+        return self._loaded[0]
+
+    @property
+    def text(self) -> list[TextRule]:
+        return self._loaded[1]
+
+    @property
+    def owners(self) -> Owners:
+        return self._loaded[2]
 
     def wanted(self, kind: str, data: bytes, project: frozenset[str] = frozenset()) -> bool:
         """Whether a file with these bytes can interest a rule (the byte pre-filter)."""
@@ -122,7 +180,7 @@ class RuleSet:
 
     @classmethod
     def from_selection(cls, selection: RuleSelection) -> RuleSet:
-        return cls(selection.resolve(), selection.load_all())
+        return cls(selection)
 
 
 def _encoded(strings: Iterable[str]) -> tuple[bytes, ...]:
@@ -158,6 +216,9 @@ def _gate(triggers: tuple[bytes, ...], min_group: int = 3):
 
 def _decode(data: bytes, kind: str) -> tuple[str, str, bool]:
     """(text, encoding, had_bom). Python honours a PEP 263 cookie."""
+    import io
+    import tokenize
+
     bom = data.startswith(codecs.BOM_UTF8)
     body = data[3:] if bom else data
     encoding = "utf-8"
@@ -182,6 +243,10 @@ def migrate_text(
     """Run the rules over the decoded text of one file. ``path``: where it lives, for rules that read
     the files it includes; ``project``: ids of the rules whose project-wide context is on in this run
     (see :meth:`RuleSet.project_context`). Raises UnitSyntaxError/NotebookError."""
+    from migrator.filekinds.markdown import transform_markdown
+    from migrator.filekinds.notebook import transform_notebook
+    from migrator.python_engine import run_python
+    from migrator.text_engine import run_text
 
     def py(source: str) -> tuple[str, list[Finding]]:
         return run_python(source, rules.python, rules.owners, project, rules.checks)
@@ -228,6 +293,9 @@ def process(
         return result
     if b"\x00" in data[:8192]:
         return _error(result, "binary file (contains NUL bytes)")
+    from migrator.filekinds import UnitSyntaxError
+    from migrator.filekinds.notebook import NotebookError
+
     try:
         text, encoding, bom = _decode(data, candidate.kind)
     except (UnicodeError, LookupError) as exc:
@@ -264,6 +332,17 @@ def _error(result: FileResult, reason: str) -> FileResult:
 
 
 # ------------------------------------------------------------------ many files
+
+
+def __getattr__(name: str):
+    """``ProcessPoolExecutor`` on first use: concurrent.futures.process imports multiprocessing, which
+    a run that needs no pool (one file, or nothing past the pre-filter) should not pay for."""
+    if name == "ProcessPoolExecutor":
+        from concurrent.futures import ProcessPoolExecutor
+
+        globals()[name] = ProcessPoolExecutor
+        return ProcessPoolExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _WORKER_RULES: RuleSet | None = None
 
@@ -340,9 +419,12 @@ def run(
                 progress(done, total)
     else:
         import multiprocessing
+        import sys
+        from concurrent.futures import as_completed
 
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_worker_init, initargs=(selection,)) as pool:
+        pool_class = sys.modules[__name__].ProcessPoolExecutor  # see __getattr__ (tests replace it)
+        with pool_class(jobs, mp_context=ctx, initializer=_worker_init, initargs=(selection,)) as pool:
             futures = {pool.submit(_worker_process, cand, data, project): i for i, cand, data in work}
             for fut in as_completed(futures):
                 i = futures[fut]

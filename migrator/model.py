@@ -18,6 +18,9 @@ KINDS = ("python", "notebook", "shell", "requirements", "pyproject", "dockerfile
 #: `# TODO(neuron-migrate NM123): message` -- the one marker format for every file kind.
 MARKER_PREFIX = "TODO(neuron-migrate "
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*?)\s*$")
+#: the self-check's findings (migrator.selfcheck.policy): NM991, an edit dropped because it would break
+#: the code; NM992, an old-stack import left behind. On unless --select/--ignore leave them out.
+SELF_CHECKS = frozenset({"NM991", "NM992"})
 #: the statements a notebook's program puts between two cells (``__nm_cell__(3)``) and in place of
 #: a cell that does not parse (``__nm_skipped__(names...)``), see migrator.filekinds.notebook
 CELL_BOUNDARY = "__nm_cell__"

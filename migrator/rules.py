@@ -1,9 +1,14 @@
-"""What a rule is, for the engine.
+"""The contract between the engines and the rules: what a rule is, and what it sees.
 
 The engine knows rules only through these base classes: an id, a title, the file
 kinds it applies to, the substrings that can trigger it, the qualified names it
 owns, its documentation, and either node handlers (Python rules) or a function
-over lines (text rules). Rule modules live in :mod:`codemods`.
+over lines (text rules). A rule sees one unit through a context:
+:class:`PythonContext` (the original libcst tree, shared analyses, edit requests)
+or :class:`TextContext` (the original lines, line edits). Both contexts live here,
+below both engines (``python_engine``, ``text_engine`` import from this module,
+never the reverse), so that a rule module imports the contracts from this one
+module only. Rule modules live in :mod:`codemods`.
 """
 
 from __future__ import annotations
@@ -11,13 +16,13 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from pathlib import Path
+from typing import Callable, ClassVar, Sequence, Union
 
-if TYPE_CHECKING:  # pragma: no cover
-    import libcst as cst
+import libcst as cst
 
-    from migrator.python_engine import PythonContext
-    from migrator.text_engine import TextContext
+from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
+from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, ignored_rules, is_silenced, marker_text
 
 RULE_ID_RE = re.compile(r"^NM\d{3}$")
 FIX_KINDS = ("auto", "manual", "mixed")
@@ -84,7 +89,7 @@ class RuleDoc:
     caveats: str
 
 
-Handler = Callable[["cst.CSTNode", "PythonContext"], None]
+Handler = Callable[[cst.CSTNode, "PythonContext"], None]
 
 
 class PythonRule(Rule):
@@ -143,3 +148,313 @@ class Owners:
             if qualified.startswith(prefix):
                 return rule_id
         return None
+
+
+# ------------------------------------------------------------------ what a Python rule sees
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
+STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+@dataclass
+class _Edit:
+    rule: str
+    node: cst.CSTNode
+    new: Replacement
+    ancestors: tuple[cst.CSTNode, ...]
+    deep: bool = False  # ancestors end above the node at an unknown depth
+
+
+@dataclass
+class _Note:
+    rule: str
+    node: cst.CSTNode
+    message: str
+    fix: str
+    statement: cst.CSTNode | None  # where a marker goes (manual findings only)
+    ancestors: tuple[cst.CSTNode, ...] = ()
+    deep: bool = False
+
+
+@dataclass
+class _ImportAsk:
+    rule: str
+    request: ImportRequest
+    node: cst.CSTNode | None
+    ancestors: tuple[cst.CSTNode, ...] = ()
+    replaces: Binding | None = None  # the import this one is placed at (and may stand in for)
+
+    @property
+    def bound(self) -> str:
+        """The local name the requested import binds."""
+        r = self.request
+        if r.asname:
+            return r.asname
+        return r.name if r.name is not None else r.module.split(".")[0]
+
+
+class NameClash(Exception):
+    """A rule cannot refer to its target without clashing with a name of the module."""
+
+
+class PythonContext:
+    """What a rule handler sees: the original tree, shared analyses, and edit requests."""
+
+    def __init__(self, module: cst.Module, source: str, owners: Owners) -> None:
+        self.module = module
+        self.source = source
+        self.imports: ImportIndex = index_imports(module)
+        #: which rule owns a qualified name (across every known rule, selected or not)
+        self.owners = owners
+        #: ancestors of the node being handled, root first; the node itself is last
+        self.stack: list[cst.CSTNode] = []
+        self.rule_id = ""
+        self.project: frozenset[str] = frozenset()
+        #: the self-check's findings selected for this run (``migrator.model.SELF_CHECKS``): with NM992,
+        #: old-stack imports that nothing uses after the edits are removed by the engine
+        self.checks: frozenset[str] = frozenset()
+        #: per-rule scratch space for one unit (rules are stateless across units)
+        self.scratch: dict[str, dict] = {}
+        self._edits: list[_Edit] = []
+        self._notes: list[_Note] = []
+        self._asks: list[_ImportAsk] = []
+        self._removals: list[tuple[str, Binding]] = []
+        self._names_for: dict[tuple[str, str], str] = {}
+        #: Name nodes referring to import bindings, with their ancestors (for dead-import detection)
+        self._refs: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
+        #: ancestors of every statement and import alias, recorded by the pass
+        self._known: dict[int, tuple[cst.CSTNode, ...]] = {}
+
+    # ---------------------------------------------------------------- queries
+    def qualname(self, node: cst.BaseExpression) -> str | None:
+        return self.imports.resolve(node)
+
+    def owner(self, qualified: str) -> str | None:
+        """The rule that owns the calls/arguments of ``qualified`` (None: no rule)."""
+        return self.owners.get(qualified)
+
+    def owner_renames(self, qualified: str) -> bool:
+        """True when the owner of ``qualified`` also renames it (the rename table must not)."""
+        return self.owners.renames(qualified)
+
+    @property
+    def in_project(self) -> bool:
+        """True when the run includes a file matching the current rule's own ``triggers`` (the
+        project-wide context of ``Rule.project_triggers``); False for a lone unit."""
+        return self.rule_id in self.project
+
+    @property
+    def parent(self) -> cst.CSTNode | None:
+        return self.stack[-2] if len(self.stack) > 1 else None
+
+    def statement(self) -> cst.CSTNode | None:
+        """The innermost statement around the node being handled."""
+        for node in reversed(self.stack):
+            if isinstance(node, STATEMENT_TYPES):
+                return node
+        return None
+
+    def is_ignored(self, node: cst.CSTNode, rule: str | None = None) -> bool:
+        """True when a ``# neuron-migrate: ignore`` comment on the simple statement
+        ``node`` (or around it) silences ``rule`` (default: the current rule)."""
+        if "neuron-migrate" not in self.source:
+            return False
+        stmt = node
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            stmt = next((a for a in reversed(self._ancestors_of(node)[0]) if isinstance(a, cst.SimpleStatementLine)), None)
+            if stmt is None:
+                return False
+        code = self.module.code_for_node(stmt.with_changes(leading_lines=()))
+        rule = rule or self.rule_id
+        return any(is_silenced(ignored_rules(line), rule) for line in code.splitlines())
+
+    def local_state(self) -> dict:
+        return self.scratch.setdefault(self.rule_id, {})
+
+    # ---------------------------------------------------------------- edits
+    def replace(self, node: cst.CSTNode, new: Replacement) -> None:
+        """Replace ``node`` (an original node) by a node, a function of its updated
+        form (so that edits inside it are kept), or ``cst.RemovalSentinel.REMOVE``."""
+        anc, deep = self._ancestors_of(node)
+        self._edits.append(_Edit(self.rule_id, node, new, anc, deep))
+
+    def insert_after(
+        self,
+        statement: cst.BaseStatement,
+        new: Sequence[cst.BaseStatement] | Callable[[cst.BaseStatement], Sequence[cst.BaseStatement]],
+    ) -> None:
+        """Insert statements right after ``statement`` (an original statement), in its block.
+
+        ``new`` may be a function of the updated statement (to follow its quoting, say).
+        """
+
+        def apply(updated: cst.BaseStatement) -> cst.FlattenSentinel:
+            extra = list(new(updated) if callable(new) else new)
+            return cst.FlattenSentinel([updated, *extra])
+
+        self.replace(statement, apply)
+
+    def remove_statement(self, small: cst.BaseSmallStatement | cst.BaseStatement) -> None:
+        """Remove a statement (a small statement on a line of several removes just that)."""
+        self.replace(small, cst.RemovalSentinel.REMOVE)
+
+    def _ancestors_of(self, node: cst.CSTNode) -> tuple[tuple[cst.CSTNode, ...], bool]:
+        """(ancestors root first, deep): deep means the node lies somewhere below them."""
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i] is node:
+                return tuple(self.stack[:i]), False
+        known = self._known.get(id(node))
+        if known is not None:
+            return known, False
+        return tuple(self.stack), True  # a descendant of the current node (or not yet visited)
+
+    def finding(self, node: cst.CSTNode, message: str, fix: str = "applied") -> None:
+        """Report what was done (``applied``) at ``node``."""
+        anc, deep = self._ancestors_of(node)
+        self._notes.append(_Note(self.rule_id, node, message, fix, None, anc, deep))
+
+    def marker(self, node: cst.CSTNode, message: str, rule: str | None = None) -> None:
+        """Ask a person to act: a ``# TODO(neuron-migrate NMxxx)`` comment above the
+        statement around ``node`` plus a manual finding."""
+        anc, deep = self._ancestors_of(node)
+        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", None, anc, deep))
+
+    # ---------------------------------------------------------------- imports
+    def add_import(self, module: str, name: str | None = None, asname: str | None = None,
+                   anchor: Binding | None = None) -> None:
+        """Ask for ``from module import name [as asname]`` (or ``import module``).
+
+        With ``anchor``, the new import goes where that binding's import line is. An import
+        is only added if the migrated code uses the name it binds (in a replacement), or if it
+        stands in for the ``anchor`` import that goes away.
+        """
+        if anchor is not None:
+            order = 0
+            for small_index, small in enumerate(anchor.line.body):
+                names = getattr(small, "names", ())
+                if small is anchor.statement and not isinstance(names, cst.ImportStar):
+                    order = small_index * 1000 + next((i for i, a in enumerate(names) if a is anchor.alias), 0)
+            req = ImportRequest(module, name, asname, anchor.line, order)
+        else:
+            req = ImportRequest(module, name, asname, None, 10**9)
+        if any((a.request.module, a.request.name, a.request.asname) == (module, name, asname) for a in self._asks):
+            return  # one import serves every use
+        node = self.stack[-1] if self.stack else None
+        self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), anchor))
+
+    def remove_import(self, binding: Binding) -> None:
+        """Drop an import alias even if names still refer to it (e.g. side-effect imports)."""
+        self._removals.append((self.rule_id, binding))
+
+    def name_for(self, target: str, anchor: Binding | None = None, style: str = "from") -> cst.BaseExpression:
+        """An expression referring to ``target`` (``pkg.mod.Name``), importing it if needed.
+
+        ``style="from"`` prefers ``from pkg.mod import Name`` (when ``Name`` is free),
+        ``style="module"`` prefers ``import pkg.mod`` + ``pkg.mod.Name``.
+        """
+        key = (target, style)
+        if key in self._names_for:
+            return build_dotted(self._names_for[key])
+        module, _, name = target.rpartition(".")
+        existing = self.imports.local_for(target)
+        if existing is not None and not self._is_removed(existing, target):
+            expr = existing
+        elif style == "from" and self.imports.is_free(name, target) and self._free_of_requests(name, target):
+            self.add_import(module, name, None, anchor)
+            expr = name
+        else:
+            mod_local = self.imports.local_for(module)
+            if mod_local is not None and not self._is_removed(mod_local, module):
+                expr = f"{mod_local}.{name}"
+            else:
+                root = module.split(".")[0]
+                if not self.imports.is_free(root, root):
+                    raise NameClash(f"cannot import {module}: the name {root!r} is already used")
+                self.add_import(module, None, None, anchor)
+                expr = target
+        self._names_for[key] = expr
+        return build_dotted(expr)
+
+    def _is_removed(self, local: str, qualified: str) -> bool:
+        return any(b.local == local and b.qualified == qualified for _, b in self._removals)
+
+    def _free_of_requests(self, name: str, target: str) -> bool:
+        for ask in self._asks:
+            r = ask.request
+            bound = r.asname or r.name
+            if bound == name and f"{r.module}.{r.name}" != target:
+                return False
+        return True
+
+
+# ------------------------------------------------------------------ what a text rule sees
+
+@dataclass
+class LineEdit:
+    """One pending line replacement; ``TextContext.replace_lines`` returns it so that a rule can
+    update it later in the same unit (``TextContext.update_lines``)."""
+
+    rule: str
+    start: int  # 0-based, inclusive
+    end: int  # 0-based, exclusive
+    new: list[str]
+
+
+class TextContext:
+    def __init__(self, text: str, kind: str, path: Path | None = None) -> None:
+        self.text = text
+        self.kind = kind
+        #: the file the unit comes from, when the caller knows it (None for notebook/markdown
+        #: pieces and in-memory text): rules may read files it refers to (``-r base.txt``)
+        self.path = path
+        self.lines = text.splitlines()
+        self.rule_id = ""
+        #: ids of the rules whose project-wide context is on (``Rule.project_triggers``)
+        self.project: frozenset[str] = frozenset()
+        self._edits: list[LineEdit] = []
+        self._markers: dict[int, list[tuple[str, str]]] = {}
+        self.findings: list[Finding] = []
+
+    @property
+    def in_project(self) -> bool:
+        """True when the run includes a file matching the current rule's own ``triggers``."""
+        return self.rule_id in self.project
+
+    def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> LineEdit:
+        """Replace original lines [start, end) (0-based) with ``new`` (without endings)."""
+        edit = LineEdit(self.rule_id, start, end, list(new))
+        self._edits.append(edit)
+        if message:
+            self.finding(start, message)
+        return edit
+
+    def update_lines(self, edit: LineEdit, start: int, end: int, new: Sequence[str]) -> None:
+        """Change an edit made earlier in this unit (by any rule) in place: a family of rules that
+        renders one statement together keeps a single edit for it. The edit keeps its rule."""
+        if not any(e is edit for e in self._edits):
+            raise ValueError("not an edit of this unit")
+        edit.start, edit.end, edit.new = start, end, list(new)
+
+    def edit_covering(self, line: int) -> LineEdit | None:
+        """The edit made so far in this unit that covers (or inserts at) 0-based ``line``."""
+        return next((e for e in self._edits if e.start == line or e.start <= line < e.end), None)
+
+    def is_edited(self, line: int) -> bool:
+        return self.edit_covering(line) is not None
+
+    def finding(self, line: int, message: str, fix: str = "applied", column: int = 1) -> None:
+        """A finding at 0-based ``line``."""
+        self.findings.append(Finding(line + 1, column, self.rule_id, message, fix))  # type: ignore[arg-type]
+
+    def marker(self, line: int, message: str) -> None:
+        """A ``# TODO(neuron-migrate ...)`` line above 0-based ``line`` and a manual finding."""
+        text = marker_text(self.rule_id, message)
+        # the markers already stacked above the line (from earlier runs, any rule)
+        above = set()
+        i = line - 1
+        while i >= 0 and MARKER_PREFIX in self.lines[i] and MARKER_RE.search(self.lines[i]):
+            above.add(self.lines[i].strip())
+            i -= 1
+        if text not in above and (self.rule_id, text) not in self._markers.get(line, []):
+            self._markers.setdefault(line, []).append((self.rule_id, text))
+            self.finding(line, message, "manual")

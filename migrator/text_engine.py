@@ -9,83 +9,11 @@ Every line no rule touched is kept byte for byte, with its own line ending.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, find_markers, ignored_rules, is_silenced, marker_text
-from migrator.rules import TextRule
-
-
-@dataclass
-class LineEdit:
-    """One pending line replacement; ``TextContext.replace_lines`` returns it so that a rule can
-    update it later in the same unit (``TextContext.update_lines``)."""
-
-    rule: str
-    start: int  # 0-based, inclusive
-    end: int  # 0-based, exclusive
-    new: list[str]
-
-
-class TextContext:
-    def __init__(self, text: str, kind: str, path: Path | None = None) -> None:
-        self.text = text
-        self.kind = kind
-        #: the file the unit comes from, when the caller knows it (None for notebook/markdown
-        #: pieces and in-memory text): rules may read files it refers to (``-r base.txt``)
-        self.path = path
-        self.lines = text.splitlines()
-        self.rule_id = ""
-        #: ids of the rules whose project-wide context is on (``Rule.project_triggers``)
-        self.project: frozenset[str] = frozenset()
-        self._edits: list[LineEdit] = []
-        self._markers: dict[int, list[tuple[str, str]]] = {}
-        self.findings: list[Finding] = []
-
-    @property
-    def in_project(self) -> bool:
-        """True when the run includes a file matching the current rule's own ``triggers``."""
-        return self.rule_id in self.project
-
-    def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> LineEdit:
-        """Replace original lines [start, end) (0-based) with ``new`` (without endings)."""
-        edit = LineEdit(self.rule_id, start, end, list(new))
-        self._edits.append(edit)
-        if message:
-            self.finding(start, message)
-        return edit
-
-    def update_lines(self, edit: LineEdit, start: int, end: int, new: Sequence[str]) -> None:
-        """Change an edit made earlier in this unit (by any rule) in place: a family of rules that
-        renders one statement together keeps a single edit for it. The edit keeps its rule."""
-        if not any(e is edit for e in self._edits):
-            raise ValueError("not an edit of this unit")
-        edit.start, edit.end, edit.new = start, end, list(new)
-
-    def edit_covering(self, line: int) -> LineEdit | None:
-        """The edit made so far in this unit that covers (or inserts at) 0-based ``line``."""
-        return next((e for e in self._edits if e.start == line or e.start <= line < e.end), None)
-
-    def is_edited(self, line: int) -> bool:
-        return self.edit_covering(line) is not None
-
-    def finding(self, line: int, message: str, fix: str = "applied", column: int = 1) -> None:
-        """A finding at 0-based ``line``."""
-        self.findings.append(Finding(line + 1, column, self.rule_id, message, fix))  # type: ignore[arg-type]
-
-    def marker(self, line: int, message: str) -> None:
-        """A ``# TODO(neuron-migrate ...)`` line above 0-based ``line`` and a manual finding."""
-        text = marker_text(self.rule_id, message)
-        # the markers already stacked above the line (from earlier runs, any rule)
-        above = set()
-        i = line - 1
-        while i >= 0 and MARKER_PREFIX in self.lines[i] and MARKER_RE.search(self.lines[i]):
-            above.add(self.lines[i].strip())
-            i -= 1
-        if text not in above and (self.rule_id, text) not in self._markers.get(line, []):
-            self._markers.setdefault(line, []).append((self.rule_id, text))
-            self.finding(line, message, "manual")
+from migrator.model import Finding, find_markers, ignored_rules, is_silenced
+from migrator.rules import TextContext, TextRule
 
 
 def indentation(line: str) -> str:

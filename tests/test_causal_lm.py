@@ -1,4 +1,4 @@
-"""NM101 (codemods/causal_lm.py): what it emits exists in the pinned transformers, and the
+"""NM101 (codemods/inference/causal_lm.py): what it emits exists in the pinned transformers, and the
 migrated code really generates the same tokens as the original model, with a static cache."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods.causal_lm import DISTRIBUTED_CONFIG, SOURCES, TARGET, CausalLMStaticCache
-from codemods.renames import load_table
+from codemods.inference.causal_lm import DISTRIBUTED_CONFIG, SOURCES, TARGET, CausalLMStaticCache
+from codemods.common.renames import load_table
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 

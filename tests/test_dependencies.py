@@ -1,4 +1,4 @@
-"""NM501-NM504 (codemods/dependencies.py): checks beyond the before/after fixtures."""
+"""NM501-NM504 (codemods/project/dependencies.py): checks beyond the before/after fixtures."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from codemods import dependencies as deps
+from codemods.project import dependencies as deps
+from codemods.project import dependency_policy as policy
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 
@@ -61,7 +62,7 @@ def test_minimum_is_the_installed_target_release(name):
     assert deps.MINIMUMS[name] == f"{installed.major}.{installed.minor}"
 
 
-@pytest.mark.parametrize("name", deps._ADD_ORDER)
+@pytest.mark.parametrize("name", policy._ADD_ORDER)
 def test_every_added_requirement_parses_and_admits_the_installed_release(name):
     req = Requirement(name + deps._min_spec(name))
     assert canonicalize_name(req.name) == name
@@ -118,7 +119,7 @@ def test_every_requirement_written_by_the_fixtures_parses(rules):
     ],
 )
 def test_xla_era_torch_neuronx_pins(spec, xla):
-    assert deps._xla_torch_neuronx(SpecifierSet(spec)) is xla
+    assert policy._xla_torch_neuronx(SpecifierSet(spec)) is xla
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ def test_poetry_constraints(constraint, expected):
 @pytest.mark.parametrize("spec,old", [("==2.15.128.0", True), ("==2.21.*", True), ("<2.16", True),
                                       ("", False), ("==2.*", False), (">=2.14", False)])
 def test_neuronx_cc_pins(spec, old):
-    assert deps._old_neuronx_cc_pin(SpecifierSet(spec)) is old
+    assert policy._old_neuronx_cc_pin(SpecifierSet(spec)) is old
 
 
 # --------------------------------------------------------------------------- nothing to do
@@ -296,7 +297,7 @@ def test_torch_neuronx_is_added_when_the_xla_runtime_goes(rules):
 
 def test_vllm_extra_gets_a_marker(rules):
     new, findings = migrate("optimum-neuron[vllm]==0.4.5\n", "requirements", rules)
-    assert new.startswith(f"# TODO(neuron-migrate NM501): {deps.VLLM_MARKER}\ntransformers>=5.23\n")
+    assert new.startswith(f"# TODO(neuron-migrate NM501): {policy.VLLM_MARKER}\ntransformers>=5.23\n")
 
 
 def test_hashed_file_gets_markers_and_no_unhashed_lines(rules):

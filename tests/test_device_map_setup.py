@@ -1,4 +1,4 @@
-"""NM105-NM107 (codemods/device_map.py) and NM505 (codemods/setup_py.py) beyond their fixtures."""
+"""NM105-NM107 (codemods/inference/device_map.py) and NM505 (codemods/project/setup_py.py) beyond their fixtures."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_emitted_names_and_keywords_exist_in_diffusers():
     import diffusers
     import torch.distributed
 
-    from codemods.diffusion import SOURCES, TP_NAME, TP_TRANSFORMERS, _family
+    from codemods.inference.diffusion import SOURCES, TP_NAME, TP_TRANSFORMERS, _family
 
     seen = set()
     for after in ("tensor_parallel.after.py", "markers.after.py"):
@@ -88,7 +88,7 @@ def test_emitted_names_and_keywords_exist_in_diffusers():
     assert "TensorParallelConfig" in str(inspect.signature(diffusers.ModelMixin.from_pretrained)) or \
         "isinstance(parallel_config, TensorParallelConfig)" in inspect.getsource(diffusers.ModelMixin.from_pretrained)
     # the pipeline -> transformer mapping is the real one, and only transformers with a _tp_plan are sharded
-    from codemods.renames import load_table
+    from codemods.common.renames import load_table
 
     for qual, neuron_name in SOURCES.items():
         pipe = getattr(diffusers, load_table()[qual].target.rsplit(".", 1)[1])

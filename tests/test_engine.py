@@ -9,7 +9,8 @@ import pytest
 
 from migrator.engine import RuleSelection, RuleSet, migrate_text
 from migrator.filekinds import UnitSyntaxError
-from migrator.python_engine import SELF_CHECKS, PythonContext, run_python
+from migrator.model import SELF_CHECKS
+from migrator.python_engine import PythonContext, run_python
 from migrator.rules import Owners, PythonRule, TextRule
 from migrator.text_engine import run_text
 

@@ -130,7 +130,7 @@ def test_fixture_output_parses(before: Path, after: Path, kind: str):
 
 
 def _violations(text: str, kind: str):
-    from migrator.selfcheck import check_program
+    from migrator.selfcheck.check import check_program
     from migrator.selfcheck.programs import programs
 
     return [v for parts, notebook in programs(kind, text) for v in check_program(parts, notebook)]
@@ -140,7 +140,7 @@ def _violations(text: str, kind: str):
 def test_fixture_passes_the_self_check(before: Path, after: Path, kind: str):
     """No fixture output has a violation its input did not have: an undefined name, a target import
     that does not resolve, a keyword the target rejects, an old-stack import left without a marker."""
-    from migrator.selfcheck import introduced
+    from migrator.selfcheck.check import introduced
 
     new = introduced(_violations(_read(before), kind), _violations(_read(after), kind))
     assert not new, f"the migration introduced: {[(v.kind, v.name, v.line) for v in new]}"
@@ -150,7 +150,7 @@ def test_rule_examples_pass_the_self_check():
     """The before/after example each rule shows in `explain` is held to the same standard (examples
     that are fragments, with `...`, are checked when they parse)."""
     from codemods import all_rules
-    from migrator.selfcheck import check_source, introduced
+    from migrator.selfcheck.check import check_source, introduced
 
     bad = {}
     for rule in all_rules():

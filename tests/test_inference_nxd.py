@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from codemods.causal_lm import EmbeddingModel, ImageTextToTextStaticCache
-from codemods.neuron_attributes import NeuronConfigReads
-from codemods.renames import load_table
+from codemods.inference.causal_lm import EmbeddingModel, ImageTextToTextStaticCache
+from codemods.inference.neuron_attributes import NeuronConfigReads
+from codemods.common.renames import load_table
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 

@@ -121,7 +121,7 @@ def test_nm102_keywords_exist_in_transformers_pipeline():
     g = GenerationConfig()
     assert hasattr(g, "cache_implementation") and hasattr(g, "max_cache_len")
     # the task names the rule maps are real tasks (question-answering is gone in 5.23)
-    from codemods.pipelines import REMOVED_TASKS, TOKENIZER_KWARGS
+    from codemods.inference.pipelines import REMOVED_TASKS, TOKENIZER_KWARGS
 
     tasks = set(P.SUPPORTED_TASKS) | set(getattr(P, "TASK_ALIASES", {}))
     assert set(TOKENIZER_KWARGS) <= tasks | {"sentiment-analysis"}
@@ -296,18 +296,18 @@ def test_nm104_keywords_exist_in_diffusers():
     import diffusers
     from diffusers import DiffusionPipeline
 
-    from codemods.diffusion import SOURCES
+    from codemods.inference.diffusion import SOURCES
 
     load_keywords = set(inspect.signature(DiffusionPipeline.from_pretrained).parameters)
     load_keywords |= set(re.findall(r'kwargs\.pop\("(\w+)"', inspect.getsource(DiffusionPipeline.from_pretrained)))
     targets = {}
-    from codemods.renames import load_table
+    from codemods.common.renames import load_table
 
     for qual in SOURCES:
         target = load_table()[qual].target.rsplit(".", 1)[1]
         targets[target] = getattr(diffusers, target)
     assert len(targets) == 15
-    from codemods.diffusion import _call_shapes
+    from codemods.inference.diffusion import _call_shapes
 
     for qual, neuron_name in SOURCES.items():
         name = load_table()[qual].target.rsplit(".", 1)[1]
@@ -357,7 +357,7 @@ def test_nm104_keywords_exist_in_diffusers():
     assert {"subfolder", "parallel_config"} <= seen["FluxTransformer2DModel"]
     assert "controlnet" in inspect.signature(diffusers.StableDiffusionControlNetPipeline.__init__).parameters
     # the denoiser each family compiles exists and declares repeated blocks (else compile_repeated_blocks raises)
-    from codemods.diffusion import COMPILE
+    from codemods.inference.diffusion import COMPILE
 
     families = {"NeuronFlux": diffusers.FluxPipeline, "NeuronPixArt": diffusers.PixArtAlphaPipeline,
                 "Neuron": diffusers.StableDiffusionPipeline}
@@ -382,9 +382,9 @@ def test_nm104_pipeline_call_keeps_explicit_shapes(rules):
     assert 'pipe("a cat", height=768, width=512)' in new
 
 
-@pytest.mark.parametrize("rule_path", ["codemods.pipelines:PipelineStaticShapes",
-                                       "codemods.traced_models:TracedModelsOnNeuron",
-                                       "codemods.diffusion:DiffusionPipelinesOnNeuron"])
+@pytest.mark.parametrize("rule_path", ["codemods.inference.pipelines:PipelineStaticShapes",
+                                       "codemods.inference.traced_models:TracedModelsOnNeuron",
+                                       "codemods.inference.diffusion:DiffusionPipelinesOnNeuron"])
 def test_explain_example_is_what_the_rule_does(rule_path, rules):
     import importlib
 

@@ -1,4 +1,4 @@
-"""NM412-NM414 (codemods/xla_collectives.py, codemods/nxd.py): emitted code runs, names exist.
+"""NM412-NM414 (codemods/xla/collectives.py, codemods/xla/neuronx_distributed.py): emitted code runs, names exist.
 
 The fixtures (tests/fixtures/NM412..NM414) pin the exact output; these tests check that a
 migrated collective script computes what hand-written torch.distributed code computes under
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods.nxd import RULES as NXD_RULES
-from codemods.xla_collectives import RULES as COLLECTIVE_RULES
+from codemods.xla.neuronx_distributed import RULES as NXD_RULES
+from codemods.xla.collectives import RULES as COLLECTIVE_RULES
 from migrator.engine import RuleSelection, RuleSet
 from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate
@@ -96,8 +96,8 @@ def test_every_api_named_in_messages_exists(name: str):
 
 def test_messages_name_only_listed_apis():
     """The native APIs the rules' messages name are among MARKER_APIS (checked above)."""
-    import codemods.nxd as nxd
-    import codemods.xla_collectives as xc
+    import codemods.xla.neuronx_distributed as nxd
+    import codemods.xla.collectives as xc
 
     text = json.dumps([nxd.NATIVES, nxd._PS_NATIVE, xc.XlaCollectives.natives, xc.XlaShardingWrappers.natives])
     for short in ("ColwiseParallel", "RowwiseParallel", "parallelize_module", "loss_parallel", "init_device_mesh",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods import dependencies as deps
+from codemods.project import dependencies as deps
 from migrator import engine
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process

@@ -1,4 +1,4 @@
-"""Checks for the data-driven symbol rename table ``codemods/renames.toml``.
+"""Checks for the data-driven symbol rename table ``codemods/common/renames.toml``.
 
 1. Shape: every entry has rule/from/to/neuron_kwargs/note with the right types, the rule id is
    NM100/NM200/NM300, every source path is under ``optimum.neuron.`` and is claimed by one entry.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-TABLE_PATH = Path(__file__).resolve().parent.parent / "codemods" / "renames.toml"
+TABLE_PATH = Path(__file__).resolve().parent.parent / "codemods" / "common" / "renames.toml"
 FIELDS = {"rule": str, "from": list, "to": str, "neuron_kwargs": list, "note": str}
 RULE_RE = re.compile(r"NM[123]00")
 DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")

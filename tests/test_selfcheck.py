@@ -12,7 +12,7 @@ import pytest
 from migrator.engine import RuleSelection, RuleSet, migrate_text
 from migrator.python_engine import run_python
 from migrator.rules import Owners, PythonRule
-from migrator.selfcheck import KEYWORD, OLD_STACK, UNDEFINED, UNRESOLVED, check_program, check_source, introduced
+from migrator.selfcheck.check import KEYWORD, OLD_STACK, UNDEFINED, UNRESOLVED, check_program, check_source, introduced
 
 
 def _src(text: str) -> str:
@@ -270,7 +270,7 @@ def test_the_check_does_not_import_heavy_libraries(kind, tmp_path):
     import sys
 
     code = (
-        "import sys\nfrom migrator.selfcheck import check_source\n"
+        "import sys\nfrom migrator.selfcheck.check import check_source\n"
         "check_source('from transformers import AutoModel\\nAutoModel.from_pretrained(\"m\", export=True)\\n')\n"
         "print(sorted(m for m in ('torch', 'transformers', 'trl', 'diffusers') if m in sys.modules))\n"
     )

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from codemods.dockerfile import DockerUnit
-from codemods.shell import ShellSyntaxError, ShellUnit, cc_flags_plan, export_comments
+from codemods.project.dockerfile import DockerUnit
+from codemods.project.neuron_cc_flags import cc_flags_plan
+from codemods.project.shell import export_comments
+from codemods.project.shell_plans import ShellUnit
+from codemods.project.shell_syntax import ShellSyntaxError
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, migrate_text, process
 

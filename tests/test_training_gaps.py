@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import libcst as cst
 import pytest
 
-from codemods import training_orpo, training_padding, training_parsed
-from codemods.training_args_edit import fsdp_size_code
+from codemods.training import orpo as training_orpo, padding as training_padding, parsed as training_parsed
+from codemods.common.arg_plan import fsdp_size_code
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 from tests.torchrun_util import json_reports, torchrun
@@ -127,7 +127,7 @@ def test_orpo_targets_and_removed_fields():
 
 
 def test_orpo_owns_the_table_entries():
-    from codemods.renames import load_table
+    from codemods.common.renames import load_table
 
     table = load_table()
     owned = set(training_orpo.ORPO_CONFIG_SOURCES + training_orpo.ORPO_TRAINER_SOURCES)

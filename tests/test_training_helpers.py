@@ -1,4 +1,4 @@
-"""NM204 / NM205 / NM304 (codemods/training_helpers.py): emitted APIs exist, docs are real output,
+"""NM204 / NM205 / NM304 (codemods/training/helpers.py): emitted APIs exist, docs are real output,
 tricky inputs are handled and idempotent."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods.training_helpers import (
+from codemods.training.helpers import (
     ACCELERATOR,
     CONSOLIDATE_TARGET,
     AcceleratorArguments,
@@ -68,7 +68,7 @@ def test_dynamo_setting_exists():
 
 
 def test_accelerator_ownership_covers_the_table_entries():
-    from codemods.renames import load_table
+    from codemods.common.renames import load_table
 
     table = load_table()
     assert all(table[name].target == "accelerate.Accelerator" for name in ACCELERATOR)

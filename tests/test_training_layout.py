@@ -1,4 +1,4 @@
-"""Parallel sizes of the training arguments move to the model load (NM201 / NM203, codemods/training.py):
+"""Parallel sizes of the training arguments move to the model load (NM201 / NM203, codemods/training/arguments.py):
 ``distributed_config=DistributedConfig(tp_size=..., pp_size=..., fsdp_size=...)`` on the from_pretrained
 that builds the model handed to the trainer, followed through variables and module functions. What is
 emitted exists in transformers 5.23, the cases the rule cannot follow keep a marker, and a migrated

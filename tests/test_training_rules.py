@@ -1,4 +1,4 @@
-"""NM201/NM202/NM203/NM301 (codemods/training.py, codemods/training_parallel.py): what they emit
+"""NM201/NM202/NM203/NM301 (codemods/training/arguments.py, codemods/training/parallel.py): what they emit
 exists in the pinned transformers / TRL, what they drop does not, and a migrated Trainer
 fine-tune really trains like a hand-written plain-transformers script."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods import training, training_models, training_parallel
+from codemods.training import arguments as training, models as training_models, parallel as training_parallel
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 
@@ -127,7 +127,7 @@ def test_dropped_fields_do_not_exist_natively():
 
 
 def test_owned_names_are_the_table_entries():
-    from codemods.renames import load_table
+    from codemods.common.renames import load_table
 
     table = load_table()
     for name in training.ARGS_SOURCES + training.TRAINER_SOURCES + training.SFT_TRAINER_SOURCES + \

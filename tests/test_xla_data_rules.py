@@ -1,4 +1,4 @@
-"""NM407-NM410 (codemods/xla_data.py, codemods/torch_neuronx.py): the migrated code runs.
+"""NM407-NM410 (codemods/xla/data.py, codemods/xla/torch_neuronx.py): the migrated code runs.
 
 The fixtures (tests/fixtures/NM407..NM410) pin the exact output; these tests check that the
 torch APIs the rules emit exist, that nothing they own is left without a marker, and that
@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from codemods.torch_neuronx import RULES as NX_RULES
-from codemods.transformers_neuronx import RULES as TNX_RULES
-from codemods.xla_data import RULES as DATA_RULES
+from codemods.xla.torch_neuronx import RULES as NX_RULES
+from codemods.xla.transformers_neuronx import RULES as TNX_RULES
+from codemods.xla.data import RULES as DATA_RULES
 from migrator.engine import RuleSelection, RuleSet
 from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate

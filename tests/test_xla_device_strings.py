@@ -1,4 +1,4 @@
-"""NM401 device/backend strings and NM410 traced-model calls (codemods/xla.py, codemods/torch_neuronx.py).
+"""NM401 device/backend strings and NM410 traced-model calls (codemods/xla/core.py, codemods/xla/torch_neuronx.py).
 
 The fixtures (NM401/devkind, NM401/strings_without_torch_xla_import, NM410/trace_calls) pin the
 exact output; these tests pin what the fixtures cannot: the backend list matches torch, the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods import xla
+from codemods.xla import core as xla
 from migrator.engine import RuleSelection, RuleSet
 from tests.test_fixtures import migrate
 

@@ -1,4 +1,4 @@
-"""NM401-NM406 (codemods/xla.py): the migrated code runs and uses only torch APIs that exist.
+"""NM401-NM406 (codemods/xla/core.py): the migrated code runs and uses only torch APIs that exist.
 
 The fixtures (tests/fixtures/NM40x) pin the exact output; these tests check what exact output
 cannot: that a migrated training script still trains to the same numbers, that a migrated
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codemods.xla import RULES
+from codemods.xla.core import RULES
 from migrator.engine import RuleSelection, RuleSet
 from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate

@@ -8,27 +8,6 @@ libraries (``target_api.json.gz``, ``tools/gen_target_api.py``); nothing here im
 
 :func:`check_program` finds the violations of one program (a ``.py`` file, a notebook's code
 cells in order, a markdown code block); :func:`introduced` tells which of them an edit made.
-The engine's policy (complete the edit or drop it with a marker) is in :mod:`.policy`.
+The engine's policy (complete the edit or drop it with a marker) is in :mod:`.policy`. The package
+imports nothing itself (its modules import each other: no circle through it).
 """
-
-from migrator.selfcheck.check import (
-    KEYWORD,
-    OLD_STACK,
-    UNDEFINED,
-    UNRESOLVED,
-    Violation,
-    check_program,
-    check_source,
-    introduced,
-)
-
-__all__ = [
-    "KEYWORD",
-    "OLD_STACK",
-    "UNDEFINED",
-    "UNRESOLVED",
-    "Violation",
-    "check_program",
-    "check_source",
-    "introduced",
-]

@@ -1,0 +1,151 @@
+"""NM900: old-stack imports and names that no rule migrates automatically."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.renames import load_table
+from migrator.rules import PythonContext, PythonRule
+
+#: top-level packages of the old stack; none of them exists under TorchNeuron
+OLD_STACK = (
+    "optimum.neuron",
+    "torch_xla",
+    "torch_neuronx",
+    "torch_neuron",
+    "transformers_neuronx",
+    "neuronx_distributed",
+    "neuronx_distributed_training",
+    "libneuronxla",
+)
+
+
+#: ``import torch_neuronx`` itself is the TorchNeuron plugin (the seeds import it); only its XLA-era APIs are old
+NATIVE = ("torch_neuronx",)
+
+
+def old_stack(qualified: str) -> bool:
+    return qualified not in NATIVE and any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
+
+
+class OldStackLeftovers(PythonRule):
+    id = "NM900"
+    title = "Old-stack import or name with no automatic native replacement"
+    fix = "manual"
+    triggers = ("optimum.neuron", "optimum import", "torch_xla", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
+                "libneuronxla")
+    why = """
+        optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
+        neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
+        rule rewrites is flagged, so that nothing of the old stack is left behind silently and
+        `--check` keeps failing until it is gone.
+    """
+    before = """
+        from optimum.neuron.utils.instance import current_instance_type
+    """
+    after = """
+        # TODO(neuron-migrate NM900): optimum.neuron.utils.instance.current_instance_type has no automatic native replacement: ...
+        from optimum.neuron.utils.instance import current_instance_type
+    """
+    caveats = """
+        Names owned by a specific rule, and names of the rename table, are not flagged here.
+    """
+
+    def handlers(self):
+        return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute}
+
+    def _covered(self, ctx: PythonContext, qualified: str) -> bool:
+        """A table rename or a rule that owns the name (or a prefix of it) handles it."""
+        parts = qualified.split(".")
+        table = load_table()
+        for i in range(len(parts), 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in table or ctx.owner(prefix) is not None:
+                return True
+        return False
+
+    def _attribute_uses(self, ctx: PythonContext) -> set[str]:
+        """Local names (bound by imports) that appear as the root of an attribute chain."""
+        state = ctx.local_state()
+        if "roots" not in state:
+            import re
+
+            names = set(ctx.imports.bindings)
+            # not the dotted module paths of import statements (`import torch_xla.core.xla_model as xm`
+            # does not use `torch_xla`: counting it made a second run add a marker the first did not)
+            state["roots"] = {m for m in re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*\.", self._code(ctx)) if m in names}
+        return state["roots"]
+
+    def _used(self, ctx: PythonContext) -> set[str]:
+        """Local names (bound by imports) that occur in the code outside import statements."""
+        state = ctx.local_state()
+        if "used" not in state:
+            import re
+
+            names = set(ctx.imports.bindings)
+            state["used"] = {m for m in re.findall(r"(?<![\w.])([A-Za-z_]\w*)", self._code(ctx)) if m in names}
+        return state["used"]
+
+    @staticmethod
+    def _code(ctx: PythonContext) -> str:
+        """The source without its import lines (whose dotted paths are not uses)."""
+        return "\n".join(ln for ln in ctx.source.splitlines() if not ln.lstrip().startswith(("import ", "from ")))
+
+    def _on_alias(self, node: cst.ImportAlias, ctx: PythonContext) -> None:
+        stmt = ctx.parent
+        if isinstance(stmt, cst.ImportFrom):
+            if stmt.relative or stmt.module is None:
+                return
+            qual = f"{_dotted(stmt.module)}.{_dotted(node.name)}"
+        else:
+            qual = _dotted(node.name)
+        if not old_stack(qual) and not any(p.startswith(qual + ".") for p in OLD_STACK):
+            return
+        local = (
+            node.asname.name.value
+            if node.asname is not None and isinstance(node.asname.name, cst.Name)
+            else _dotted(node.name).split(".")[0] if isinstance(stmt, cst.Import) else _dotted(node.name)
+        )
+        if local in self._attribute_uses(ctx):
+            return  # a module used as `mod.name`: each use is checked on its own
+        if "NM992" in ctx.checks and local not in self._used(ctx):
+            return  # used nowhere: the engine's self-check removes it (NM992)
+        if old_stack(qual) and not self._covered(ctx, qual):
+            ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
+
+    def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:
+        stmt = ctx.parent
+        if isinstance(stmt, cst.ImportFrom) and stmt.module is not None and old_stack(_dotted(stmt.module)):
+            ctx.marker(node, f"replace `from {_dotted(stmt.module)} import *` with explicit imports of the native names")
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        parent = ctx.parent
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            return  # only the whole chain
+        if isinstance(parent, (cst.ImportFrom, cst.Import)):
+            return  # `from a.b import c`: the module path is not a use
+        qual = ctx.qualname(node)
+        if qual is None or not old_stack(qual):
+            return
+        if self._covered(ctx, qual):
+            return
+        ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
+
+
+def _dotted(node) -> str:
+    from migrator.imports import dotted
+
+    return dotted(node) or ""
+
+
+def _advice(qual: str) -> str:
+    if qual.startswith("optimum.neuron"):
+        return "remove it or use the Transformers/TRL/Diffusers equivalent (see `neuron-migrate explain NM900`)"
+    if qual.startswith(("torch_xla", "torch_neuronx", "torch_neuron")):
+        return "TorchNeuron runs eagerly on the `neuron` device with plain torch.distributed; use the native PyTorch equivalent"
+    if qual.startswith("transformers_neuronx"):
+        return "load the model with transformers.AutoModelForCausalLM on device_map=\"neuron\" with a static cache"
+    return "use DTensor/DistributedConfig or torch.distributed equivalents"
+
+
+RULES = (OldStackLeftovers,)

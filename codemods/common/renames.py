@@ -1,0 +1,258 @@
+"""NM100 / NM200 / NM300: data-driven renames of optimum.neuron symbols (``renames.toml``).
+
+The table maps every public optimum.neuron name that has a one-to-one home in
+transformers / trl / diffusers / peft / accelerate / sentence-transformers to
+that home. One engine, three rule ids (one per family), so that users can select
+or ignore them with the family prefixes. A specific rule that owns a name
+(``Rule.owns``) rewrites its calls and arguments while this table still renames
+it, unless that rule declares ``renames_owned = True`` and renames it itself.
+
+Renaming follows the file's style:
+
+* ``from optimum.neuron import NeuronTrainer`` + ``NeuronTrainer(...)``
+  becomes ``from transformers import Trainer`` + ``Trainer(...)``;
+* an alias is kept: ``from optimum.neuron import NeuronTrainer as T`` becomes
+  ``from transformers import Trainer as T`` and the uses of ``T`` stay;
+* module style stays module style: ``import optimum.neuron as on`` +
+  ``on.NeuronTrainer`` becomes ``import transformers`` + ``transformers.Trainer``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import libcst as cst
+
+from migrator.imports import Binding
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TABLE_PATH = Path(__file__).with_name("renames.toml")
+
+
+@dataclass(frozen=True)
+class Rename:
+    rule: str
+    sources: tuple[str, ...]
+    target: str
+    neuron_kwargs: frozenset[str]
+    note: str
+
+
+@lru_cache(maxsize=None)
+def load_table(path: Path = TABLE_PATH) -> dict[str, Rename]:
+    """source qualified name -> Rename."""
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    table: dict[str, Rename] = {}
+    for entry in data.get("rename", []):
+        r = Rename(
+            rule=entry["rule"],
+            sources=tuple(entry["from"]),
+            target=entry["to"],
+            neuron_kwargs=frozenset(entry.get("neuron_kwargs", ())),
+            note=entry.get("note", ""),
+        )
+        for src in r.sources:
+            if src in table:
+                raise ValueError(f"renames.toml: {src} is listed twice")
+            table[src] = r
+    return table
+
+
+class _RenameRule(PythonRule):
+    """Shared engine of NM100/NM200/NM300; subclasses only set id/title/docs."""
+
+    fix = "auto"
+    triggers = ("optimum.neuron", "optimum import")
+
+    def handlers(self):
+        return {cst.Name: self._on_name, cst.Attribute: self._on_attribute}
+
+    # -- which bindings does this rule rename, and how
+    def _plan(self, ctx: PythonContext) -> dict[str, tuple[Binding, Rename, str]]:
+        """local name -> (binding, rename, mode) for from-imported table names; mode is
+        "refs" (rename every use) or "rebind" (swap the import, keep the local name)."""
+        state = ctx.local_state()
+        if "plan" in state:
+            return state["plan"]
+        table = load_table()
+        plan: dict[str, tuple[Binding, Rename, str]] = {}
+        for b in ctx.imports.all_bindings():
+            if not b.is_from or b.alias is None:
+                continue
+            r = table.get(b.qualified)
+            if r is None or r.rule != self.id or ctx.owner_renames(b.qualified):
+                continue
+            if ctx.is_ignored(b.line):
+                continue  # the import is left alone, so are the uses of its name
+            target_module, _, target_name = r.target.rpartition(".")
+            original_name = b.qualified.rsplit(".", 1)[1]
+            if b.local != original_name or b.local == target_name:
+                _rebind(ctx, b, r)
+                plan[b.local] = (b, r, "rebind")
+            else:
+                plan[b.local] = (b, r, "refs")
+        state["plan"] = plan
+        state["renamed"] = set()
+        return plan
+
+    def finish(self, ctx: PythonContext) -> None:
+        # an imported name that is never used: swap the import itself
+        state = ctx.local_state()
+        for local, (b, r, mode) in state.get("plan", {}).items():
+            if mode == "refs" and local not in state["renamed"]:
+                _rebind(ctx, b, r)
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        plan = self._plan(ctx)
+        if node.value not in plan:
+            return
+        binding, rename, mode = plan[node.value]
+        if mode != "refs" or not _is_reference(node, ctx.parent):
+            return
+        try:
+            expr = ctx.name_for(rename.target, anchor=binding)
+        except NameClash as exc:
+            ctx.marker(node, f"rename {binding.qualified} to {rename.target} by hand ({exc})")
+            return
+        ctx.replace(node, expr)
+        ctx.finding(node, _message(binding.qualified, rename))
+        ctx.local_state()["renamed"].add(node.value)
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        self._plan(ctx)
+        if isinstance(ctx.parent, (cst.ImportFrom, cst.Import)):
+            return  # `from a.b import c`: the module path is not a use
+        qual = ctx.qualname(node)
+        if qual is None or not qual.startswith("optimum."):
+            return
+        rename = load_table().get(qual)
+        if rename is None or rename.rule != self.id or ctx.owner_renames(qual):
+            return
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
+        try:
+            expr = ctx.name_for(rename.target, anchor=anchor, style="module")
+        except NameClash as exc:
+            ctx.marker(node, f"rename {qual} to {rename.target} by hand ({exc})")
+            return
+        ctx.replace(node, expr)
+        ctx.finding(node, _message(qual, rename))
+
+
+def _message(source: str, rename: Rename) -> str:
+    return f"{source} -> {rename.target}"
+
+
+def _rebind(ctx: PythonContext, b: Binding, r: Rename) -> None:
+    """Swap the import of ``b`` for the target, keeping the local name."""
+    target_module, _, target_name = r.target.rpartition(".")
+    ctx.remove_import(b)
+    ctx.add_import(target_module, target_name, b.local if b.local != target_name else None, anchor=b)
+    ctx.finding(b.alias, _message(b.qualified, r))
+
+
+def _is_reference(node: cst.Name, parent: cst.CSTNode | None) -> bool:
+    if parent is None:
+        return True
+    if isinstance(parent, cst.Attribute) and parent.attr is node:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return False
+    if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node:
+        return False
+    if isinstance(parent, cst.Param) and parent.name is node:
+        return False
+    if isinstance(parent, (cst.ImportAlias, cst.AsName)):
+        return False
+    return True
+
+
+class InferenceRenames(_RenameRule):
+    id = "NM100"
+    title = "Rename optimum.neuron inference classes, diffusion pipelines and pipeline() to their Transformers/Diffusers homes"
+    why = """
+        optimum-neuron's inference classes (NeuronModelFor*, Neuron*Pipeline, pipeline) wrap
+        a Transformers/Diffusers class around a compiled Neuron artifact. Under TorchNeuron the
+        plain class runs on the `neuron` device, so the import and every use are renamed to it
+        (table: codemods/common/renames.toml). Neuron-only arguments such as `export=True` are handled
+        by the argument rules or flagged by NM901.
+    """
+    before = """
+        from optimum.neuron import NeuronModelForSequenceClassification
+
+        model = NeuronModelForSequenceClassification.from_pretrained("bert-base-uncased")
+    """
+    after = """
+        from transformers import AutoModelForSequenceClassification
+
+        model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")
+    """
+    caveats = """
+        Names are renamed wherever the import is visible; a local variable that shadows an
+        imported name is not tracked. String annotations are left alone.
+    """
+
+
+class TrainingRenames(_RenameRule):
+    id = "NM200"
+    title = "Rename optimum.neuron trainers, arguments, TRL, PEFT and accelerate classes to their native homes"
+    why = """
+        NeuronTrainer, NeuronTrainingArguments, NeuronSFTTrainer/Config, NeuronHfArgumentParser,
+        the PEFT and accelerate wrappers are subclasses of the Transformers/TRL/PEFT/accelerate
+        classes that TorchNeuron supports directly, so the import and every use are renamed.
+    """
+    before = """
+        from optimum.neuron import NeuronTrainer as Trainer
+        from optimum.neuron import NeuronTrainingArguments
+
+        args = NeuronTrainingArguments(output_dir="out")
+    """
+    after = """
+        from transformers import Trainer
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(output_dir="out")
+    """
+    caveats = """
+        Neuron-only fields (tensor_parallel_size, zero_1, ...) are moved by the training rules
+        or flagged by NM901; this rule only renames.
+    """
+
+
+class ParallelismRenames(_RenameRule):
+    id = "NM300"
+    title = "Rename optimum.neuron parallelism names (TrainingNeuronConfig, training model classes) to transformers"
+    why = """
+        optimum.neuron.models.training re-implements a few model classes with NxD parallel
+        layers configured by TrainingNeuronConfig. Transformers does the same with its own
+        classes and `transformers.distributed.DistributedConfig`.
+    """
+    before = """
+        from optimum.neuron.models.training import TrainingNeuronConfig
+
+        trn_config = TrainingNeuronConfig(tensor_parallel_size=8)
+    """
+    after = """
+        from transformers.distributed import DistributedConfig
+
+        # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments tensor_parallel_size; ...
+        trn_config = DistributedConfig(tensor_parallel_size=8)
+    """
+    caveats = """
+        Field names differ (tensor_parallel_size -> tp_size); NM901 flags the call until the
+        parallelism rules rewrite it.
+    """
+
+
+RULES = (InferenceRenames, TrainingRenames, ParallelismRenames)

@@ -1,0 +1,19 @@
+"""Inference (NM1xx): optimum-neuron's exported and traced models, pipelines and their
+arguments moved to Transformers/Diffusers on ``device_map="neuron"``. NM101 causal LMs on a static
+cache, NM108 image-text-to-text, NM109 embedding models (``causal_lm.py``); NM102 ``pipeline()``
+(``pipelines.py``); NM103 traced ``NeuronModelFor*`` classes (``traced_models.py``); NM104
+diffusion pipelines (``diffusion.py``); NM105 ``device_map="auto"``, NM106 generation inputs left on
+CPU, NM107 Hub calls of the Neuron models (``device_map.py``); NM110 reads of ``neuron_config``
+(``neuron_attributes.py``). ``args.py`` holds the load/shape argument helpers these rules share;
+the renames of the inference names themselves are NM100 in :mod:`codemods.common`."""
+
+from codemods.inference import causal_lm, device_map, diffusion, neuron_attributes, pipelines, traced_models
+
+RULES = (
+    *causal_lm.RULES,
+    *device_map.RULES,
+    *diffusion.RULES,
+    *neuron_attributes.RULES,
+    *pipelines.RULES,
+    *traced_models.RULES,
+)

@@ -1,0 +1,677 @@
+"""NM101: optimum.neuron.NeuronModelForCausalLM -> AutoModelForCausalLM on device "neuron" with a static cache.
+
+Generations A and B of optimum-neuron compile a decoder on the fly::
+
+    model = NeuronModelForCausalLM.from_pretrained(
+        model_id, export=True, batch_size=1, sequence_length=512, num_cores=2, auto_cast_type="bf16"
+    )
+
+Under TorchNeuron the eager Transformers model runs on the ``neuron`` device and a static
+KV cache keeps the decode graph stable, so this becomes::
+
+    model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16, distributed_config=DistributedConfig(tp_size=2))
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.max_cache_len = 512
+
+(``device_map="neuron"`` instead of ``distributed_config`` on one NeuronCore). The rule owns the
+class, so it also renames the import and every other use of the name (like NM100 would).
+
+Left to a person, with a marker: generation C (``get_neuron_config`` + ``export``), loading a
+pre-exported Neuron artifact (``from_pretrained(dir)`` without ``export=True``), arguments hidden
+in ``**kwargs`` and non-literal ``num_cores``/``auto_cast_type``. Reads of ``model.neuron_config`` /
+``model.config.neuron`` are NM110's (codemods/inference/neuron_attributes.py).
+
+NM108 (NeuronModelForImageTextToText) and NM109 (NeuronModelForEmbedding) are the same rule with
+another target class; NM109 adds no static cache (the model does not generate).
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from codemods.inference.args import (
+    COMPILER_KNOBS,
+    DTYPES,
+    EQ,
+    assigned_target,
+    expand_literal_kwargs,
+    literal_dicts,
+    indent_of,
+    insert_after,
+    layout,
+    literal,
+    prefix_len,
+    quote_style,
+)
+from codemods.common.renames import _is_reference
+from migrator.imports import Binding
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+#: every import path of the inference class (the NM100 entry of renames.toml)
+SOURCES = (
+    "optimum.neuron.NeuronModelForCausalLM",
+    "optimum.neuron.modeling.NeuronModelForCausalLM",
+    "optimum.neuron.modeling_decoder.NeuronModelForCausalLM",
+    "optimum.neuron.models.inference.modeling_utils.NeuronModelForCausalLM",
+)
+CLASS_NAME = "NeuronModelForCausalLM"
+TARGET = "transformers.AutoModelForCausalLM"
+TARGET_NAME = "AutoModelForCausalLM"
+DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
+
+#: class attributes of the two-step (generation B/C) compile API; their uses keep the old class
+TWO_STEP = ("get_neuron_config", "export", "_export")
+
+SHAPE_KWARGS = ("batch_size", "sequence_length", "num_cores", "tensor_parallel_size", "auto_cast_type")
+TP_KWARGS = ("num_cores", "tensor_parallel_size")
+DTYPE_KWARGS = ("torch_dtype", "dtype")
+#: native kwargs this rule adds; a call that already has one keeps it
+PLACEMENT_KWARGS = ("device_map", "distributed_config")
+
+class CausalLMStaticCache(PythonRule):
+    id = "NM101"
+    title = "NeuronModelForCausalLM -> AutoModelForCausalLM on device_map='neuron' with a static cache"
+    fix = "mixed"
+    triggers = (CLASS_NAME,)
+    owns = SOURCES
+    renames_owned = True  # the two-step export API keeps its name until a person rewrites it
+    #: what this rule migrates (subclasses for the other NxD inference classes change these)
+    sources: tuple[str, ...] = SOURCES
+    class_name = CLASS_NAME
+    target = TARGET
+    target_name = TARGET_NAME
+    #: generation models get the static-cache lines after the load
+    static_cache = True
+    why = """
+        optimum-neuron's NeuronModelForCausalLM compiled a decoder for fixed shapes
+        (`export=True, batch_size, sequence_length, num_cores, auto_cast_type`). Under TorchNeuron
+        the plain Transformers model runs on the `neuron` device; a static KV cache of
+        `max_cache_len` tokens keeps the compiled decode graph stable. So the load becomes
+        `AutoModelForCausalLM.from_pretrained(..., dtype=..., device_map="neuron")` (or
+        `distributed_config=DistributedConfig(tp_size=N)` under torchrun when the model was
+        sharded over N NeuronCores) followed by the static-cache generation settings.
+    """
+    before = """
+        from optimum.neuron import NeuronModelForCausalLM
+
+        def load(model_id):
+            model = NeuronModelForCausalLM.from_pretrained(
+                model_id, export=True, batch_size=1, sequence_length=512, num_cores=1, auto_cast_type="bf16"
+            )
+            return model
+    """
+    after = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        def load(model_id):
+            model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16, device_map="neuron")
+            model.generation_config.cache_implementation = "static"
+            model.generation_config.max_cache_len = 512
+            return model
+    """
+    caveats = """
+        `num_cores`/`tensor_parallel_size` > 1 become `distributed_config=DistributedConfig(tp_size=N)`
+        (not `device_map`) and the script must be launched with `torchrun --nproc_per_node=N`
+        (a marker says so). `batch_size` and compiler options are dropped (pad the prompts you
+        pass to generate() instead). Left to a person with a marker: the two-step
+        `get_neuron_config()` + `export()` API, loading a pre-exported Neuron model (it holds
+        compiled NEFFs, not weights: point to the original checkpoint), arguments passed through
+        `**kwargs` variables, non-literal `num_cores`/`auto_cast_type`, and loads that are not
+        assigned to a name or attribute (set the static cache yourself). Reads of
+        `model.neuron_config` / `model.config.neuron` are handled by NM110. The static-cache lines are only inserted
+        after an assignment inside a function, class or compound statement; at module level a
+        marker gives them (the engine cannot yet insert statements there).
+    """
+
+    def handlers(self):
+        return {cst.Name: self._on_name, cst.Attribute: self._on_attribute, cst.Call: self._on_call}
+
+    # ------------------------------------------------------------------ renaming
+    def _plan(self, ctx: PythonContext) -> dict[str, tuple[Binding, str]]:
+        """local name -> (binding, mode) for from-imports of the class; mode is "refs" (rename
+        every use) or "rebind" (swap the import, keep the local name)."""
+        state = ctx.local_state()
+        if "plan" in state:
+            return state["plan"]
+        plan: dict[str, tuple[Binding, str]] = {}
+        for b in ctx.imports.all_bindings():
+            if not b.is_from or b.alias is None or b.qualified not in self.sources:
+                continue
+            if ctx.is_ignored(b.line):
+                continue
+            if (b.local != self.class_name or b.local == self.target_name) and not _uses_two_step(ctx, b.local):
+                plan[b.local] = (b, "rebind")  # the import is swapped in finish(), after torch & co
+            else:
+                plan[b.local] = (b, "refs")
+        state["plan"] = plan
+        state["renamed"] = set()
+        state["quiet"] = set()  # ids of names whose rename is reported by the call rewrite
+        state["clash"] = set()  # local names that could not be renamed
+        return plan
+
+    def finish(self, ctx: PythonContext) -> None:
+        # swap the import of an aliased name, or of a name that is never used
+        state = ctx.local_state()
+        for local, (b, mode) in state.get("plan", {}).items():
+            if local in state["clash"]:
+                continue
+            if mode == "rebind" or (local not in state["renamed"] and not _uses_two_step(ctx, local)):
+                ctx.remove_import(b)
+                ctx.add_import("transformers", self.target_name, b.local if b.local != self.target_name else None,
+                               anchor=b)
+                ctx.finding(b.alias, f"{b.qualified} -> {self.target}")
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        plan = self._plan(ctx)
+        if node.value not in plan:
+            return
+        binding, mode = plan[node.value]
+        parent = ctx.parent
+        if mode != "refs" or not _is_reference(node, parent):
+            return
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
+            return  # the two-step compile API stays (with a marker) until a person rewrites it
+        try:
+            expr = ctx.name_for(self.target, anchor=binding)
+        except NameClash as exc:
+            ctx.marker(node, f"rename {binding.qualified} to {self.target} by hand ({exc})")
+            ctx.local_state()["clash"].add(node.value)
+            return
+        ctx.replace(node, expr)
+        state = ctx.local_state()
+        state["renamed"].add(node.value)
+        if id(node) not in state["quiet"]:
+            ctx.finding(node, f"{binding.qualified} -> {self.target}")
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        self._plan(ctx)
+        parent = ctx.parent
+        attr = node.attr.value
+        if attr != self.class_name:
+            return
+        qual = ctx.qualname(node)
+        if qual not in self.sources:
+            return
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
+            return
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
+        try:
+            expr = ctx.name_for(self.target, anchor=anchor, style="module")
+        except NameClash as exc:
+            ctx.marker(node, f"rename {qual} to {self.target} by hand ({exc})")
+            return
+        ctx.replace(node, expr)
+        if id(node) not in ctx.local_state()["quiet"]:
+            ctx.finding(node, f"{qual} -> {self.target}")
+
+    # ------------------------------------------------------------------ calls
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute):
+            return
+        cls_qual = ctx.qualname(func.value)
+        if cls_qual not in self.sources:
+            return
+        self._plan(ctx)
+        method = func.attr.value
+        if method in TWO_STEP:
+            self._two_step(node, method, ctx)
+        elif method == "from_pretrained":
+            self._from_pretrained(node, ctx)
+
+    def _two_step(self, node: cst.Call, method: str, ctx: PythonContext) -> None:
+        if method != "get_neuron_config" and "get_neuron_config" in ctx.source:
+            ctx.marker(node, (
+                f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot build "
+                "or load: it goes away with get_neuron_config() (see the marker there)"
+            ))
+            return
+        if method != "get_neuron_config":
+            ctx.marker(node, (
+                f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot build "
+                f"or load: load the original checkpoint with {self.target_name}.from_pretrained(model_id, dtype=..., "
+                f"device_map=\"neuron\") and {self._after_load_advice('sequence_length')}"
+            ))
+            return
+        code = ctx.module.code_for_node
+        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        positional = [a.value for a in node.args if a.keyword is None and not a.star]
+        model_id = kw.get("model_name_or_path", positional[0] if positional else None)
+        load = [code(model_id) if model_id is not None else "<original checkpoint>"]
+        acast = literal(kw["auto_cast_type"]) if "auto_cast_type" in kw else None
+        if isinstance(acast, str) and acast in DTYPES:
+            load.append(f"dtype=torch.{DTYPES[acast]}")
+        tp = kw.get("tensor_parallel_size")
+        tp_value = literal(tp) if tp is not None else None
+        launch = ""
+        if tp is None or tp_value == 1:
+            load.append('device_map="neuron"')
+        elif isinstance(tp_value, int) and not isinstance(tp_value, bool):
+            load.append(f"distributed_config=DistributedConfig(tp_size={tp_value})")
+            launch = f" and launch with `torchrun --nproc_per_node={tp_value}`"
+        else:
+            load.append(f'device_map="neuron" (or distributed_config=DistributedConfig(tp_size={code(tp)}) '
+                        "under torchrun when it is > 1)")
+        steps = [f"model = {self.target_name}.from_pretrained({', '.join(load)})"]
+        seq_text = code(kw["sequence_length"]) if "sequence_length" in kw else None
+        if self.static_cache:
+            steps.append('model.generation_config.cache_implementation = "static"')
+            if seq_text is not None:
+                steps.append(f"model.generation_config.max_cache_len = {seq_text}")
+        pad = f"; batch_size={code(kw['batch_size'])} is the batch you pad the prompts to" if "batch_size" in kw else ""
+        if not self.static_cache and seq_text is not None:
+            pad += f"; pad the inputs to sequence_length={seq_text} (tokenizer padding=\"max_length\")"
+        ctx.marker(node, (
+            "get_neuron_config() + export() compile a Neuron artifact that native Transformers cannot build or load: "
+            f"replace both by `{'; '.join(steps)}`{launch}{pad}"
+        ))
+
+    def _after_load_advice(self, seq: str) -> str:
+        """What follows a native load, for a person (the load's own marker texts)."""
+        return ("set a static cache (model.generation_config.cache_implementation = \"static\", "
+                f"model.generation_config.max_cache_len = {seq})")
+
+    def _from_pretrained(self, node: cst.Call, ctx: PythonContext) -> None:
+        stmt = ctx.statement()
+        if stmt is not None and ctx.is_ignored(stmt):
+            return
+        # the class name is renamed by _on_name/_on_attribute; this rewrite reports it
+        ctx.local_state()["quiet"].add(id(node.func.value))  # type: ignore[attr-defined]
+        source_name = f"{ctx.qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]
+        args = expand_literal_kwargs(node.args, literal_dicts(ctx))
+        keywords = {a.keyword.value: a for a in args if a.keyword is not None}
+        star_vars = [a for a in args if a.star == "**"]
+        export = keywords.get("export")
+        export_value = literal(export.value) if export is not None else None
+        has_shapes = any(k in keywords for k in SHAPE_KWARGS)
+
+        if export_value is False or (export is None and not has_shapes):
+            if star_vars:
+                names = ", ".join(f"**{ctx.module.code_for_node(a.value)}" for a in star_vars)
+                ctx.marker(node, f"the arguments in {names} are not seen: with export=True, {self._kwargs_advice()}; "
+                           f"without it, {self._pre_exported_advice()}")
+            else:
+                ctx.marker(node, self._pre_exported_advice())
+            return
+
+        quote = quote_style(node)
+        extra_markers: list[str] = []
+        applied: list[str] = []
+        if export is not None and export_value is not True:
+            extra_markers.append(
+                f"export={ctx.module.code_for_node(export.value)}: when it is false this loads a pre-exported "
+                f"Neuron model; {self._pre_exported_advice()}"
+            )
+        for a in star_vars:
+            extra_markers.append(
+                f"the arguments in **{ctx.module.code_for_node(a.value)} are not seen: {self._kwargs_advice()}"
+            )
+
+        # ---- dtype
+        dtype_expr: cst.BaseExpression | None = None
+        dtype_from: str | None = None
+        acast = keywords.get("auto_cast_type")
+        if acast is not None:
+            value = literal(acast.value)
+            if isinstance(value, str) and value in DTYPES:
+                dtype_expr = _torch_dtype(ctx, DTYPES[value], quote)
+                dtype_from = "auto_cast_type"
+                if value == "tf32":
+                    applied.append("auto_cast_type='tf32' becomes dtype=torch.float32")
+            else:
+                extra_markers.append(
+                    f"auto_cast_type={ctx.module.code_for_node(acast.value)} was dropped: pass the matching "
+                    "dtype= (torch.bfloat16 for 'bf16', torch.float16 for 'fp16', torch.float32 for 'fp32')"
+                )
+        explicit_dtype = next((keywords[k] for k in DTYPE_KWARGS if k in keywords), None)
+        if explicit_dtype is not None and dtype_expr is not None:
+            applied.append(f"{explicit_dtype.keyword.value}= dropped: auto_cast_type gives the dtype")  # type: ignore[union-attr]
+
+        _request_target(ctx, node.func.value, self.target)  # type: ignore[attr-defined]  # keeps the imports in isort order
+
+        # ---- tensor parallelism
+        tp_size: int | None = None
+        tp_kw = next((keywords[k] for k in TP_KWARGS if k in keywords), None)
+        if tp_kw is not None:
+            value = literal(tp_kw.value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                tp_size = value
+            else:
+                code = ctx.module.code_for_node(tp_kw.value)
+                extra_markers.append(
+                    f"{tp_kw.keyword.value}={code} was dropped: when it is > 1, load with "  # type: ignore[union-attr]
+                    f"distributed_config=DistributedConfig(tp_size={code}) instead of device_map=\"neuron\" and "
+                    "launch the script with torchrun --nproc_per_node=<that number>"
+                )
+        placement: tuple[str, cst.BaseExpression] | None = None
+        if not any(k in keywords for k in PLACEMENT_KWARGS):
+            if tp_size is not None and tp_size > 1:
+                try:
+                    dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))
+                except NameClash as exc:
+                    extra_markers.append(f"pass distributed_config=DistributedConfig(tp_size={tp_size}) ({exc})")
+                else:
+                    placement = ("distributed_config", cst.Call(
+                        func=dc,
+                        args=[cst.Arg(keyword=cst.Name("tp_size"), value=cst.Integer(str(tp_size)),
+                                      equal=EQ)],
+                    ))
+                    extra_markers.append(
+                        f"launch with `torchrun --nproc_per_node={tp_size}`: "
+                        f"{tp_kw.keyword.value}={tp_size} became DistributedConfig(tp_size={tp_size}), "  # type: ignore[union-attr]
+                        "one process per NeuronCore"
+                    )
+            else:
+                placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+
+        # ---- static cache
+        seq = keywords.get("sequence_length")
+        batch = keywords.get("batch_size")
+        if batch is not None:
+            applied.append(
+                f"batch_size={ctx.module.code_for_node(batch.value)} dropped: it becomes the (padded) batch "
+                + ("you pass to generate()" if self.static_cache else "you pass to the model")
+            )
+        knobs = [k for k in keywords if k in COMPILER_KNOBS]
+        if knobs:
+            applied.append(f"compiler options dropped: {', '.join(knobs)}")
+        if "neuron_config" in keywords:
+            extra_markers.append(
+                "neuron_config= is an optimum-neuron compile configuration: remove it and map its values "
+                "(sequence_length -> max_cache_len, tp_degree -> DistributedConfig(tp_size=N), dtype -> dtype=)"
+            )
+
+        drop = {"export", "batch_size", "sequence_length", "auto_cast_type", *TP_KWARGS, *COMPILER_KNOBS}
+        if dtype_expr is not None:
+            drop.update(DTYPE_KWARGS)
+
+        indent, prefix = indent_of(ctx), prefix_len(ctx, node)
+        holder: dict[str, cst.CSTNode] = {}
+
+        dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
+        def rewrite(updated: cst.Call) -> cst.Call:
+            new_args: list[cst.Arg] = []
+            for a in expand_literal_kwargs(updated.args, dicts):
+                if a.keyword is not None and a.keyword.value == "sequence_length":
+                    holder["max_cache_len"] = a.value
+                if a.keyword is not None and a.keyword.value in drop:
+                    continue
+                if a.keyword is not None and a.keyword.value == "torch_dtype":
+                    a = a.with_changes(keyword=cst.Name("dtype"))
+                new_args.append(a)
+            added = []
+            if dtype_expr is not None:
+                added.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=EQ))
+            if placement is not None:
+                added.append(cst.Arg(keyword=cst.Name(placement[0]), value=placement[1], equal=EQ))
+            at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
+            new_args[at:at] = added
+            new = layout(updated, new_args, ctx.module, indent, prefix)
+            holder["call"] = new
+            return new
+
+        ctx.replace(node, rewrite)
+
+        # ---- where the static cache goes
+        max_len_text = ctx.module.code_for_node(seq.value) if seq is not None else None
+        inserted = False
+        target = assigned_target(ctx, node)
+        if not self.static_cache:
+            extra_markers.extend(self._no_cache_markers(target, max_len_text, ctx, quote))
+        elif target is not None:
+            inserted = insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
+        if not inserted and self.static_cache:
+            model = ctx.module.code_for_node(target) if target is not None else "<model>"
+            lines = f"`{model}.generation_config.cache_implementation = {quote}static{quote}`"
+            if max_len_text is not None:
+                lines += f" and `{model}.generation_config.max_cache_len = {max_len_text}`"
+            extra_markers.append(f"set a static cache on this model after loading it: {lines}")
+        elif seq is None and self.static_cache:
+            applied.append(
+                "no sequence_length: the static cache is sized by each generate() call; set "
+                "generation_config.max_cache_len to the longest prompt + new tokens to avoid recompiles"
+            )
+
+        placement_text = (
+            f"distributed_config=DistributedConfig(tp_size={tp_size})"
+            if placement is not None and placement[0] == "distributed_config"
+            else f"device_map={quote}neuron{quote}"
+        )
+        cache_text = f"static cache, max_cache_len={max_len_text}" if max_len_text else "static cache"
+        ctx.finding(node, f"{source_name}(export=True) -> {self.target}.from_pretrained(..., {placement_text})"
+                          + (f" with a {cache_text}" if self.static_cache else "")
+                          + (f", dtype from {dtype_from}" if dtype_from else ""))
+        for message in applied:
+            ctx.finding(node, message)
+        for message in extra_markers:
+            ctx.marker(node, message)
+
+    # ---------------------------------------------------------- texts subclasses change
+    def _kwargs_advice(self) -> str:
+        return _KWARGS_ADVICE
+
+    def _pre_exported_advice(self) -> str:
+        return _pre_exported_advice()
+
+    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
+        """Markers for a model without a static cache (subclasses that do not generate)."""
+        return []
+
+
+_KWARGS_ADVICE = (
+    "move num_cores/tensor_parallel_size > 1 to distributed_config=DistributedConfig(tp_size=N) "
+    "(instead of device_map, under torchrun), auto_cast_type to dtype=, sequence_length to "
+    "model.generation_config.max_cache_len, and drop export, batch_size and the compiler options"
+)
+
+
+def _pre_exported_advice() -> str:
+    return (
+        "this loads a pre-exported Neuron model (compiled NEFFs + neuron_config.json), which native Transformers "
+        "cannot load: point it to the original checkpoint (config.json \"neuron\" -> \"checkpoint_id\" or "
+        "neuron_config.json \"checkpoint_id\"), add dtype= and device_map=\"neuron\", then set "
+        "model.generation_config.cache_implementation = \"static\" and max_cache_len = the exported sequence_length"
+    )
+
+
+def _request_target(ctx: PythonContext, class_expr: cst.BaseExpression, target: str = TARGET) -> None:
+    """Ask for the target import now, the way _on_name/_on_attribute will refer to it."""
+    plan = ctx.local_state().get("plan", {})
+    try:
+        if isinstance(class_expr, cst.Name):
+            if class_expr.value in plan and plan[class_expr.value][1] == "refs":
+                ctx.name_for(target, anchor=plan[class_expr.value][0])
+        else:
+            ctx.name_for(target, anchor=_anchor(ctx), style="module")
+    except NameClash:
+        pass  # reported where the name is renamed
+
+
+def _uses_two_step(ctx: PythonContext, local: str) -> bool:
+    return re.search(rf"\b{re.escape(local)}\s*\.\s*(?:{'|'.join(TWO_STEP)})\b", ctx.source) is not None
+
+
+def _torch_dtype(ctx: PythonContext, name: str, quote: str) -> cst.BaseExpression:
+    try:
+        return ctx.name_for(f"torch.{name}", anchor=_anchor(ctx), style="module")
+    except NameClash:
+        return cst.SimpleString(f"{quote}{name}{quote}")
+
+
+def _anchor(ctx: PythonContext) -> Binding | None:
+    """The import line of the class: new imports (torch, DistributedConfig) go there."""
+    plan = ctx.local_state().get("plan", {})
+    for b, _mode in plan.values():
+        return b
+    for b in ctx.imports.all_bindings():
+        if b.qualified in SOURCES or any(s.startswith(b.qualified + ".") for s in SOURCES):
+            return b
+    return None
+
+
+def _cache_lines(line: cst.SimpleStatementLine, holder: dict, quote: str):
+    small = next(s for s in line.body if isinstance(s, (cst.Assign, cst.AnnAssign)) and s.value is holder["call"])
+    target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+    gen = cst.Attribute(value=target.deep_clone(), attr=cst.Name("generation_config"))
+
+    def assign(attr: str, value: cst.BaseExpression) -> cst.SimpleStatementLine:
+        return cst.SimpleStatementLine(body=[cst.Assign(
+            targets=[cst.AssignTarget(target=cst.Attribute(value=gen.deep_clone(), attr=cst.Name(attr)))],
+            value=value,
+        )])
+
+    lines = [assign("cache_implementation", cst.SimpleString(f"{quote}static{quote}"))]
+    if "max_cache_len" in holder:
+        lines.append(assign("max_cache_len", holder["max_cache_len"].deep_clone()))
+    return lines
+
+
+# the names codemods/xla/transformers_neuronx.py imports from here (they live in _inference_args now)
+_EQ, _literal, _quote_style, _indent, _prefix_len, _layout = EQ, literal, quote_style, indent_of, prefix_len, layout
+_assigned_target, _insert_after = assigned_target, insert_after
+
+
+# ---------------------------------------------------------------------- the other NxD inference classes
+IMAGE_TEXT_SOURCES = (
+    "optimum.neuron.NeuronModelForImageTextToText",
+    "optimum.neuron.models.inference.modeling_utils.NeuronModelForImageTextToText",
+)
+EMBEDDING_SOURCES = (
+    "optimum.neuron.NeuronModelForEmbedding",
+    "optimum.neuron.models.inference.modeling_utils.NeuronModelForEmbedding",
+)
+
+
+class ImageTextToTextStaticCache(CausalLMStaticCache):
+    id = "NM108"
+    title = ("NeuronModelForImageTextToText -> AutoModelForImageTextToText on device_map='neuron' "
+             "with a static cache")
+    triggers = ("NeuronModelForImageTextToText",)
+    owns = IMAGE_TEXT_SOURCES
+    sources = IMAGE_TEXT_SOURCES
+    class_name = "NeuronModelForImageTextToText"
+    target = "transformers.AutoModelForImageTextToText"
+    target_name = "AutoModelForImageTextToText"
+    why = """
+        optimum-neuron's NeuronModelForImageTextToText (NxD backend, after 0.4.5) compiled a
+        vision-language decoder for fixed shapes, exactly like NeuronModelForCausalLM
+        (`export=True, batch_size, sequence_length, tensor_parallel_size`, or
+        `get_neuron_config()` + `export()`). Under TorchNeuron the Transformers model runs on the
+        `neuron` device: `AutoModelForImageTextToText.from_pretrained(..., dtype=...,
+        device_map="neuron")` (or `distributed_config=DistributedConfig(tp_size=N)` under torchrun),
+        then a static KV cache of `max_cache_len = sequence_length` tokens for generate().
+    """
+    before = """
+        from optimum.neuron import NeuronModelForImageTextToText
+
+        def load(model_id):
+            model = NeuronModelForImageTextToText.from_pretrained(
+                model_id, export=True, batch_size=1, sequence_length=4096, tensor_parallel_size=1
+            )
+            return model
+    """
+    after = """
+        from transformers import AutoModelForImageTextToText
+
+        def load(model_id):
+            model = AutoModelForImageTextToText.from_pretrained(model_id, device_map="neuron")
+            model.generation_config.cache_implementation = "static"
+            model.generation_config.max_cache_len = 4096
+            return model
+    """
+    caveats = """
+        As for NM101: `tensor_parallel_size` > 1 becomes `distributed_config=DistributedConfig(tp_size=N)`
+        with a marker to launch under `torchrun --nproc_per_node=N`; the two-step
+        `get_neuron_config()` + `export()` API, pre-exported (compiled) repositories, `**kwargs`
+        variables and loads that are not assigned get a marker. The processor call that builds
+        the inputs is not changed: keep the number of images and the prompt length fixed to
+        limit recompiles.
+    """
+
+
+class EmbeddingModel(CausalLMStaticCache):
+    id = "NM109"
+    title = "NeuronModelForEmbedding -> AutoModel on device_map='neuron' (last-token pooling left to you)"
+    triggers = ("NeuronModelForEmbedding",)
+    owns = EMBEDDING_SOURCES
+    sources = EMBEDDING_SOURCES
+    class_name = "NeuronModelForEmbedding"
+    target = "transformers.AutoModel"
+    target_name = "AutoModel"
+    static_cache = False
+    why = """
+        optimum-neuron's NeuronModelForEmbedding (0.4.5, NxD backend, e.g. Qwen3-Embedding) compiled
+        a decoder for fixed shapes (`export=True, batch_size, sequence_length, tensor_parallel_size`,
+        or `get_neuron_config()` + `export()`) and returned the hidden state of the last position.
+        Under TorchNeuron the plain Transformers base model runs on the `neuron` device:
+        `AutoModel.from_pretrained(..., dtype=..., device_map="neuron")` (or
+        `distributed_config=DistributedConfig(tp_size=N)` under torchrun). It returns the hidden
+        states of every position, so the pooling is left to a person (a marker says how).
+    """
+    before = """
+        from optimum.neuron import NeuronModelForEmbedding
+
+        def load(model_id):
+            model = NeuronModelForEmbedding.from_pretrained(
+                model_id, export=True, batch_size=1, sequence_length=512, tensor_parallel_size=1
+            )
+            return model
+    """
+    after = """
+        from transformers import AutoModel
+
+        def load(model_id):
+            # TODO(neuron-migrate NM109): pad the inputs to sequence_length=512 (the compiled shape): tokenizer(..., padding="max_length", max_length=512, truncation=True); each new input length compiles a new graph
+            # TODO(neuron-migrate NM109): AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last position's: pool `outputs.last_hidden_state` yourself (last non-padding token, then normalize if your model expects it) or load the model with sentence_transformers.SentenceTransformer(model_id, device="neuron")
+            model = AutoModel.from_pretrained(model_id, device_map="neuron")
+            return model
+    """
+    caveats = """
+        No static cache (the model does not generate). `sequence_length` becomes a marker asking to
+        pad the tokenizer call to it; the pooling NeuronModelForEmbedding did (the last position's
+        hidden state) becomes a marker. As for NM101: `tensor_parallel_size` > 1 becomes
+        `distributed_config=DistributedConfig(tp_size=N)` under torchrun, and the two-step
+        `get_neuron_config()` + `export()` API, pre-exported repositories and `**kwargs` variables get a
+        marker.
+    """
+
+    def _after_load_advice(self, seq: str) -> str:
+        return f"pad the inputs to {seq} (tokenizer padding=\"max_length\")"
+
+    def _kwargs_advice(self) -> str:
+        return ("move tensor_parallel_size > 1 to distributed_config=DistributedConfig(tp_size=N) (instead of "
+                "device_map, under torchrun), drop export, batch_size and the compiler options, and pad the inputs "
+                "to sequence_length")
+
+    def _pre_exported_advice(self) -> str:
+        return (
+            "this loads a pre-exported Neuron model (compiled NEFFs + neuron_config.json), which native Transformers "
+            "cannot load: point it to the original checkpoint (neuron_config.json \"checkpoint_id\"), add dtype= and "
+            "device_map=\"neuron\", pad the inputs to the exported sequence_length and pool the last position's "
+            "hidden state yourself"
+        )
+
+    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
+        markers = []
+        if max_len_text is not None:
+            markers.append(
+                f"pad the inputs to sequence_length={max_len_text} (the compiled shape): tokenizer(..., "
+                f"padding={quote}max_length{quote}, max_length={max_len_text}, truncation=True); each new input "
+                "length compiles a new graph"
+            )
+        markers.append(
+            "AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last "
+            "position's: pool `outputs.last_hidden_state` yourself (last non-padding token, then normalize if your "
+            "model expects it) or load the model with sentence_transformers.SentenceTransformer(model_id, "
+            f"device={quote}neuron{quote})"
+        )
+        return markers
+
+
+RULES = (CausalLMStaticCache, ImageTextToTextStaticCache, EmbeddingModel)

@@ -1,0 +1,677 @@
+"""NM104: optimum.neuron diffusion pipelines (Neuron*Pipeline) -> the diffusers pipeline on "neuron".
+
+optimum-neuron compiled every component of a diffusion pipeline for static shapes::
+
+    pipe = NeuronStableDiffusionPipeline.from_pretrained(
+        model_id, export=True, batch_size=1, height=512, width=512, auto_cast="matmul", auto_cast_type="bf16"
+    )
+    image = pipe(prompt).images[0]
+
+Under TorchNeuron the diffusers pipeline runs on the ``neuron`` device; the shapes become call-time
+arguments (keep them fixed: one shape, one compiled graph) and LoRA adapters are loaded and fused::
+
+    pipe = StableDiffusionPipeline.from_pretrained(model_id, torch_dtype=torch.bfloat16).to("neuron")
+    image = pipe(prompt, height=512, width=512).images[0]
+
+The rename table (NM100) renames the classes; this rule owns their ``from_pretrained`` arguments.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.inference.args import (
+    COMPILER_KNOBS,
+    DTYPES,
+    EQ,
+    expand_literal_kwargs,
+    literal_dicts,
+    hug_layout,
+    indent_of,
+    layout,
+    line_context,
+    literal,
+    prefix_len,
+    quote_style,
+    torch_dtype,
+)
+from codemods.common.renames import load_table
+from migrator.imports import build_dotted
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+
+def _sources() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for qual, rename in load_table().items():
+        if rename.rule == "NM100" and rename.target.startswith("diffusers."):
+            out[qual] = qual.rsplit(".", 1)[1]
+    return out
+
+
+SOURCES = _sources()
+CLASS_NAMES = tuple(sorted(set(SOURCES.values())))
+
+#: shapes that become arguments of the pipeline call
+CALL_SHAPES = ("height", "width", "num_images_per_prompt")
+SHAPES = ("batch_size", "sequence_length", *CALL_SHAPES, "image_size", "num_channels", "vae_scale_factor",
+          "encoder_hidden_size", "rotary_axes_dim")
+#: pipelines whose call takes no height/width: the output size follows the input image
+NO_SIZE = ("NeuronStableDiffusionImg2ImgPipeline", "NeuronStableDiffusionXLImg2ImgPipeline",
+           "NeuronStableDiffusionInstructPix2PixPipeline")
+LORA = ("lora_model_ids", "lora_weight_names", "lora_adapter_names", "lora_scales")
+IP_ADAPTER = ("ip_adapter_id", "ip_adapter_subfolder", "ip_adapter_weight_name", "ip_adapter_scale")
+FILE_NAMES = ("text_encoder_file_name", "text_encoder_2_file_name", "unet_file_name", "transformer_file_name",
+              "vae_encoder_file_name", "vae_decoder_file_name", "controlnet_file_name", "image_encoder_file_name",
+              "model_and_vae_file_name")
+PARALLEL = ("data_parallel_mode", "device_ids")
+#: the denoiser of each pipeline family and how to compile it: diffusers' compile_repeated_blocks
+#: compiles each repeated block once (``_repeated_blocks`` of UNet2DConditionModel and
+#: FluxTransformer2DModel, diffusers 0.42.1); PixArtTransformer2DModel declares none, so the
+#: whole module is compiled (``nn.Module.compile``)
+COMPILE = (
+    ("NeuronFlux", ("transformer", "compile_repeated_blocks")),
+    ("NeuronPixArt", ("transformer", "compile")),
+    ("Neuron", ("unet", "compile_repeated_blocks")),  # Stable Diffusion (XL), LCM, ControlNet, ...
+)
+#: the transformer a tensor-parallel pipeline is sharded through: the one of these pipelines whose
+#: class declares a ``_tp_plan`` in diffusers 0.42.1 (FluxPipeline, FluxInpaintPipeline and
+#: FluxKontextPipeline all take a FluxTransformer2DModel; PixArt's transformer and the UNets have none)
+TP_TRANSFORMERS = {"NeuronFlux": "FluxTransformer2DModel"}
+#: the variable the sharded transformer is assigned to
+TP_NAME = "transformer"
+#: loading options of the pipeline that apply to the transformer load as well
+HUB = ("revision", "variant", "cache_dir", "token", "local_files_only", "force_download", "proxies")
+#: loading options that a tensor-parallel load rejects (diffusers.hooks.tensor_parallel._check_tp_supported)
+NO_TP = ("device_map", "low_cpu_mem_usage", "use_safetensors", "quantization_config", "use_flashpack")
+CONTROLNET = "diffusers.ControlNetModel"
+KNOBS = tuple(dict.fromkeys((*COMPILER_KNOBS, *FILE_NAMES, "export", "auto_cast_type", "output_attentions",
+                             "output_hidden_states")))
+
+
+class DiffusionPipelinesOnNeuron(PythonRule):
+    id = "NM104"
+    title = "Neuron*Pipeline (diffusion) -> diffusers pipeline .to('neuron'), shapes at call time, LoRA loaded and fused"
+    fix = "mixed"
+    triggers = tuple(CLASS_NAMES)
+    owns = tuple(SOURCES)
+    why = """
+        optimum-neuron compiled the text encoder, denoiser and VAE of a diffusion pipeline for static
+        shapes (`export=True, batch_size, height, width, num_images_per_prompt`), with the compiler
+        casting matmuls to bf16, LoRA adapters fused at compile time and several NeuronCores used for
+        data parallelism. Under TorchNeuron the diffusers pipeline itself runs on the `neuron`
+        device: it is loaded with `torch_dtype` and moved with `.to("neuron")`, the shapes are passed
+        to the pipeline call (keep them fixed so that one graph is compiled), and LoRA adapters are
+        loaded with `load_lora_weights` and fused with `fuse_lora`.
+    """
+    before = """
+        from optimum.neuron import NeuronStableDiffusionPipeline
+
+        pipe = NeuronStableDiffusionPipeline.from_pretrained(
+            "stable-diffusion-v1-5/stable-diffusion-v1-5", export=True, batch_size=1, height=512, width=512,
+            auto_cast="matmul", auto_cast_type="bf16",
+        )
+        image = pipe("a photo of an astronaut riding a horse on mars").images[0]
+    """
+    after = """
+        import torch
+        from diffusers import StableDiffusionPipeline
+
+        pipe = StableDiffusionPipeline.from_pretrained(
+            "stable-diffusion-v1-5/stable-diffusion-v1-5", torch_dtype=torch.bfloat16
+        ).to("neuron")
+        pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
+        image = pipe("a photo of an astronaut riding a horse on mars", height=512, width=512).images[0]
+    """
+    caveats = """
+        The shapes are added to calls of the pipeline's name in the same function (or module);
+        elsewhere a marker lists them. `batch_size` is the number of prompts per call (a marker when
+        it is not 1). `auto_cast_type` becomes `torch_dtype` (the whole pipeline runs in it) unless
+        `torch_dtype` is given or `auto_cast="none"`. LoRA and IP-Adapter statements are inserted
+        only after a load assigned to a plain name; the denoiser is then compiled with
+        `pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)`
+        (`pipe.transformer` for Flux; `pipe.transformer.compile(...)` for PixArt, whose transformer
+        declares no repeated blocks) after the adapters are fused. `controlnet_ids` (a string or a
+        list of strings) becomes `controlnet=ControlNetModel.from_pretrained(id, torch_dtype=<the
+        pipeline's>)` (a list for several). Left to a person with a marker:
+        `data_parallel_mode`/`device_ids` (one process per NeuronCore), `controlnet_ids` held in a
+        variable, `unet_id`, non-literal LoRA lists, `**kwargs` variables and loads of a pre-exported
+        (compiled) pipeline. `tensor_parallel_size=N` of a Flux pipeline (`DiffusionPipeline.from_pretrained`
+        takes no `parallel_config`) becomes `dist.init_process_group(backend="neuron")` (unless the
+        module calls `init_process_group` itself) and `transformer = FluxTransformer2DModel.from_pretrained(
+        model_id, subfolder="transformer", torch_dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))`
+        before the load, which gets `transformer=transformer`, plus a marker: launch with torchrun
+        --nproc_per_node=N, the same generator on every rank, images saved on rank 0 only. Only for an
+        `export=True` load assigned to a name on its own line, whose model id is a name or a string and
+        whose scope does not use the name `transformer`; else (and for pipelines whose denoiser has no
+        `_tp_plan`) a marker.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+            qual = ctx.qualname(func.value)
+            if qual in SOURCES:
+                self._load(node, SOURCES[qual], ctx)
+                return
+        if isinstance(func, cst.Name):
+            info = _scope(ctx)
+            if id(node) in info["calls"]:
+                self._pipe_call(node, info["calls"][id(node)], ctx)
+
+    # ------------------------------------------------------------------ the load
+    def _load(self, node: cst.Call, class_name: str, ctx: PythonContext) -> None:
+        stmt = ctx.statement()
+        if stmt is not None and ctx.is_ignored(stmt):
+            return
+        code = ctx.module.code_for_node
+        quote = quote_style(node)
+        args = expand_literal_kwargs(node.args, literal_dicts(ctx))
+        kw = {a.keyword.value: a for a in args if a.keyword is not None}
+        star = [a for a in args if a.star == "**"]
+        markers: list[str] = []
+        applied: list[str] = []
+        export = kw.get("export")
+        export_value = literal(export.value) if export is not None else None
+        shapes = {k: kw[k].value for k in SHAPES if k in kw}
+        name = _assigned_name(ctx, node)
+        info = _scope(ctx)
+        called = name is not None and name in info["called"]
+
+        for a in star:
+            markers.append(f"the arguments in **{code(a.value)} are not seen: drop export and the compiler options, "
+                           "pass the shapes (height, width, num_images_per_prompt) to the pipeline call")
+        if export_value is not True and not shapes and not star:
+            markers.append(
+                "this loads a pre-exported Neuron pipeline (compiled NEFFs), which diffusers cannot load: point it to "
+                "the original checkpoint (model_index.json / the \"neuron\" entries of the component configs name it) "
+                "and pass the compiled height/width/num_images_per_prompt to the pipeline call"
+            )
+        elif export is not None and export_value not in (True, False):
+            markers.append(f"export={code(export.value)}: when it is false this loads a pre-exported Neuron pipeline; "
+                           "point it to the original checkpoint")
+
+        # ---- dtype
+        dtype_expr: cst.BaseExpression | None = None
+        has_dtype = any(k in kw for k in ("torch_dtype", "dtype"))
+        acast = kw.get("auto_cast_type")
+        auto_cast = kw.get("auto_cast")
+        casting = auto_cast is None or literal(auto_cast.value) not in ("none", None)
+        if acast is not None and casting and not has_dtype:
+            value = literal(acast.value)
+            if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
+                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
+                applied.append(f"auto_cast_type={code(acast.value)} becomes torch_dtype=torch.{DTYPES[value]}")
+            elif not (isinstance(value, str) and value in DTYPES):
+                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass torch_dtype=torch.bfloat16 "
+                               "for 'bf16'")
+
+        if export_value is True and not has_dtype and dtype_expr is None and auto_cast is None and acast is None:
+            applied.append("no torch_dtype: the pipeline runs in float32 (optimum-neuron cast matmuls to bf16 by "
+                           "default); pass torch_dtype=torch.bfloat16 for speed")
+
+        # ---- parallelism
+        for k in PARALLEL:
+            if k in kw:
+                markers.append(
+                    f"{k}={code(kw[k].value)} was dropped: a pipeline runs on one NeuronCore; for data parallelism "
+                    "run one process per core (torchrun --nproc_per_node=N, each rank moving the pipeline to "
+                    "f\"neuron:{LOCAL_RANK}\") and split the prompts between them"
+                )
+        tp = kw.get("tensor_parallel_size")
+        sharded: list[cst.SimpleStatementLine] = []  # the process group and the sharded transformer load
+        if tp is not None and literal(tp.value) != 1:
+            why = self._tensor_parallel(node, class_name, args, kw, name, dtype_expr, ctx, quote, sharded)
+            nproc = code(tp.value)
+            if why is None:
+                transformer = TP_TRANSFORMERS[_family(class_name)]
+                applied.append(f"tensor_parallel_size={nproc} becomes transformer={transformer}.from_pretrained(..., "
+                               f"parallel_config=TensorParallelConfig(tp_degree={nproc})), loaded before the pipeline")
+                markers.append(
+                    f"the transformer is sharded over {nproc} NeuronCores: launch with torchrun --nproc_per_node="
+                    f"{nproc}, pass the same generator on every rank (generator=torch.Generator(\"cpu\")"
+                    ".manual_seed(0)) and save the images on rank 0 only (torch.distributed.get_rank() == 0)"
+                    + ("" if len(sharded) == 2 else "; initialize the process group (init_process_group(backend="
+                       "\"neuron\")) before the transformer load")
+                )
+            else:
+                markers.append(f"tensor_parallel_size={nproc} was dropped: {why}")
+        controlnet: cst.BaseExpression | None = None
+        if "controlnet_ids" in kw:
+            controlnet = self._controlnet(kw["controlnet_ids"].value, kw, ctx, quote)
+            if controlnet is None or "controlnet" in kw:
+                markers.append(f"controlnet_ids={code(kw['controlnet_ids'].value)} was dropped: load it with "
+                               "ControlNetModel.from_pretrained(...) and pass it as controlnet=")
+                controlnet = None
+            else:
+                applied.append(f"controlnet_ids={code(kw['controlnet_ids'].value)} becomes "
+                               "controlnet=ControlNetModel.from_pretrained(...)")
+        if "unet_id" in kw:
+            markers.append(f"unet_id={code(kw['unet_id'].value)} was dropped: load it with "
+                           "UNet2DConditionModel.from_pretrained(...) and pass it as unet=")
+
+        # ---- shapes
+        call_shapes = {k: v for k, v in shapes.items() if k in _call_shapes(class_name) and not _default(k, v)}
+        size = [k for k in ("height", "width") if k in shapes and k not in _call_shapes(class_name)]
+        if size:
+            listed = ", ".join(f"{k}={code(shapes[k])}" for k in size)
+            markers.append(f"{listed} dropped: this pipeline's output size follows its input image; resize the "
+                           "input images to that size to keep one compiled shape")
+        if call_shapes:
+            listed = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
+            if called:
+                applied.append(f"{listed} passed to the pipeline call")
+            else:
+                markers.append(f"pass {listed} to every call of this pipeline (fixed shapes avoid recompiles)")
+        batch = shapes.get("batch_size")
+        if batch is not None:
+            if literal(batch) == 1:
+                applied.append("batch_size=1 dropped")
+            else:
+                markers.append(f"batch_size={code(batch)} was dropped: call the pipeline with {code(batch)} prompts "
+                               "at a time to keep one compiled shape")
+        other = [k for k in shapes if k not in CALL_SHAPES and k != "batch_size"]  # vae/encoder shapes
+        other += [k for k in CALL_SHAPES if k in shapes and _default(k, shapes[k])]
+        if other:
+            applied.append(f"static shapes dropped: {', '.join(other)}")
+        knobs = [k for k in kw if k in KNOBS and k not in ("export", "auto_cast_type")]
+        if knobs:
+            applied.append(f"compiler options dropped: {', '.join(knobs)}")
+
+        # ---- LoRA and IP-Adapter statements
+        follow: list[tuple[str, list[cst.Arg]]] = []
+        lora = {k: kw[k].value for k in LORA if k in kw}
+        if lora:
+            steps = _lora_steps(lora, quote)
+            if steps is None:
+                listed = ", ".join(f"{k}={code(v)}" for k, v in lora.items())
+                markers.append(f"{listed} were dropped: load the adapters with pipe.load_lora_weights(model_id, "
+                               "weight_name=..., adapter_name=...), then pipe.set_adapters([...], adapter_weights=[...]) "
+                               "and pipe.fuse_lora()")
+            else:
+                follow.extend(steps)
+        ip = {k: kw[k].value for k in IP_ADAPTER if k in kw}
+        if ip:
+            if "ip_adapter_id" in ip:
+                load_args = [cst.Arg(ip["ip_adapter_id"])]
+                for k in ("ip_adapter_subfolder", "ip_adapter_weight_name"):
+                    load_args.append(cst.Arg(keyword=cst.Name(k[len("ip_adapter_"):]),
+                                             value=ip.get(k, cst.Name("None")), equal=EQ))
+                follow.append(("load_ip_adapter", load_args))
+                if "ip_adapter_scale" in ip:
+                    follow.append(("set_ip_adapter_scale", [cst.Arg(ip["ip_adapter_scale"])]))
+            else:
+                markers.append("ip_adapter_* arguments were dropped: load the adapter with pipe.load_ip_adapter(...)")
+        if follow and name is None:
+            markers.append("the LoRA/IP-Adapter arguments were dropped: load them on the pipeline with "
+                           + ", ".join(f"pipe.{m}(...)" for m, _ in follow))
+            follow = []
+        elif follow and not _has_line(ctx):
+            follow = []
+        adapters = len(follow)
+        denoiser, how = next(v for p, v in COMPILE if class_name.startswith(p))
+        if name is not None and _has_line(ctx):  # after the adapters are fused
+            follow.append((f"{denoiser}.{how}", [
+                cst.Arg(keyword=cst.Name("backend"), value=cst.SimpleString(f"{quote}neuron{quote}"), equal=EQ),
+                cst.Arg(keyword=cst.Name("fullgraph"), value=cst.Name("True"), equal=EQ),
+                cst.Arg(keyword=cst.Name("dynamic"), value=cst.Name("False"), equal=EQ),
+            ]))
+
+        drop = set(KNOBS) | set(SHAPES) | set(LORA) | set(IP_ADAPTER) | set(PARALLEL) | {
+            "tensor_parallel_size", "controlnet_ids", "unet_id"}
+        indent = indent_of(ctx)
+        neuron = cst.SimpleString(f"{quote}neuron{quote}")
+        moved = _already_moved(ctx, node)
+
+        dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
+        def rewrite(updated: cst.Call) -> cst.BaseExpression:
+            new_args = [a for a in expand_literal_kwargs(updated.args, dicts)
+                        if not (a.keyword is not None and a.keyword.value in drop)]
+            at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
+            if dtype_expr is not None:
+                new_args.insert(at, cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype_expr, equal=EQ))
+                at += 1
+            if controlnet is not None:
+                new_args.insert(at, cst.Arg(keyword=cst.Name("controlnet"), value=controlnet, equal=EQ))
+            if sharded:  # after the model id, as in the diffusers examples
+                first = next((i for i, a in enumerate(new_args) if a.keyword is not None or a.star), len(new_args))
+                new_args.insert(first, cst.Arg(keyword=cst.Name(TP_NAME), value=cst.Name(TP_NAME), equal=EQ))
+            if moved:
+                return layout(updated, new_args, ctx.module, indent, prefix_len(ctx, node))
+            prefix, rest = line_context(ctx, node)
+            call = hug_layout(updated, new_args, ctx.module, indent, prefix, rest + len('.to("neuron")'))
+            return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("to")), args=[cst.Arg(neuron)])
+
+        ctx.replace(node, rewrite)
+        if follow or sharded:
+            line = next(n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine))
+
+            def method_of(path: str) -> cst.BaseExpression:
+                func: cst.BaseExpression = cst.Name(name)  # type: ignore[arg-type]
+                for part in path.split("."):
+                    func = cst.Attribute(value=func, attr=cst.Name(part))
+                return func
+
+            def statements(updated: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+                after = [
+                    cst.SimpleStatementLine(body=[cst.Expr(cst.Call(
+                        func=method_of(method),
+                        args=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(margs) - 1 else
+                              a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                              for i, a in enumerate(margs)],
+                    ))])
+                    for method, margs in follow
+                ]
+                before = list(sharded)
+                if before:  # the comments and blank lines above the load move above what precedes it
+                    before[0] = before[0].with_changes(leading_lines=updated.leading_lines)
+                    updated = updated.with_changes(leading_lines=())
+                return cst.FlattenSentinel([*before, updated, *after])
+
+            ctx.replace(line, statements)
+            if adapters:
+                applied.append("LoRA/IP-Adapter arguments become "
+                               + ", ".join(f"{name}.{m}()" for m, _ in follow[:adapters]))
+        if follow:
+            applied.append(f"{name}.{denoiser}.{how}(backend=\"neuron\", fullgraph=True, dynamic=False): the denoiser "
+                           "is compiled once for the fixed shapes (what optimum-neuron's export did ahead of time)")
+        ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
+                    + " -> diffusers from_pretrained(...)" + ("" if moved else ".to(\"neuron\")"))
+        for message in applied:
+            ctx.finding(node, message)
+        for message in markers:
+            ctx.marker(node, message)
+
+    # ------------------------------------------------------------------ tensor parallelism
+    @staticmethod
+    def _tensor_parallel(node: cst.Call, class_name: str, args: list[cst.Arg], kw: dict, name: str | None,
+                         dtype_expr: cst.BaseExpression | None, ctx: PythonContext, quote: str,
+                         out: list[cst.SimpleStatementLine]) -> str | None:
+        """Fill ``out`` with ``init_process_group(backend="neuron")`` (unless the module already calls
+        it) and ``transformer = <Transformer>.from_pretrained(model_id, subfolder="transformer",
+        torch_dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))``, the statements that go
+        before the pipeline load; else return why the load is left to a person."""
+        code = ctx.module.code_for_node
+        tp = kw["tensor_parallel_size"].value
+        transformer = TP_TRANSFORMERS.get(_family(class_name))
+        if transformer is None:
+            return ("diffusers has no tensor-parallel plan (_tp_plan) for this pipeline's denoiser; it runs on one "
+                    "NeuronCore")
+        hint = (f"under torchrun --nproc_per_node={code(tp)}, load `{TP_NAME} = {transformer}.from_pretrained("
+                f"model_id, subfolder=\"transformer\", torch_dtype=..., parallel_config=TensorParallelConfig("
+                f"tp_degree={code(tp)}))` (from diffusers) after dist.init_process_group(backend=\"neuron\"), "
+                f"before the pipeline, and pass it as {TP_NAME}=; seed the generator identically on every rank and "
+                "save the images on rank 0 only")
+        stack = ctx.stack
+        line = next((n for n in reversed(stack) if isinstance(n, cst.SimpleStatementLine)), None)
+        if name is None or line is None or len(line.body) != 1 or line.body[0] is not stack[stack.index(line) + 1]:
+            return hint
+        if kw.get("export") is None or literal(kw["export"].value) is not True:
+            return hint  # a pre-exported pipeline: the model id is to be changed first
+        if any(a.star for a in args):
+            return hint
+        positional = [a.value for a in args if a.keyword is None]
+        model_id = positional[0] if len(positional) == 1 else None
+        if not positional:
+            model_id = kw["pretrained_model_name_or_path"].value if "pretrained_model_name_or_path" in kw else None
+        if not isinstance(model_id, (cst.Name, cst.SimpleString)):
+            return hint  # evaluated once for the transformer and once for the pipeline
+        names = _scope(ctx)["names"]
+        if TP_NAME in kw or TP_NAME in names or any(k in kw for k in NO_TP):
+            return hint
+        dtype = dtype_expr or next((kw[k].value for k in ("torch_dtype", "dtype") if k in kw), None)
+        repeatable = (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)
+        if dtype is not None and not isinstance(dtype, repeatable):
+            return hint
+        hub = [(k, kw[k].value) for k in HUB if k in kw]
+        if any(not isinstance(v, repeatable) for _, v in hub):
+            return hint
+        anchor = ctx.imports.binding_of(node.func)
+        try:
+            cls = ctx.name_for(f"diffusers.{transformer}", anchor=anchor)
+            config = ctx.name_for("diffusers.TensorParallelConfig", anchor=anchor)
+            init = None
+            state = ctx.local_state()
+            if "process_group" not in state:  # once per unit: does the script set up torch.distributed itself?
+                state["process_group"] = "init_process_group" in ctx.source
+            if not state["process_group"]:
+                dist = ctx.imports.local_for("torch.distributed")
+                if dist is None and ctx.imports.is_free("dist", "torch.distributed") and "dist" not in names:
+                    ctx.add_import("torch.distributed", None, "dist", anchor)  # the usual spelling
+                    dist = "dist"
+                init = (build_dotted(f"{dist}.init_process_group") if dist is not None else
+                        ctx.name_for("torch.distributed.init_process_group", anchor=anchor, style="module"))
+        except NameClash:
+            return hint
+
+        def kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
+            return cst.Arg(keyword=cst.Name(key), value=value, equal=EQ)
+
+        load_args = [cst.Arg(model_id.deep_clone()),
+                     kwarg("subfolder", cst.SimpleString(f"{quote}{TP_NAME}{quote}"))]
+        if dtype is not None:
+            load_args.append(kwarg("torch_dtype", dtype.deep_clone()))
+        load_args.extend(kwarg(k, v.deep_clone()) for k, v in hub)
+        load_args.append(kwarg("parallel_config", cst.Call(func=config, args=[kwarg("tp_degree", tp.deep_clone())])))
+        load = cst.Call(func=cst.Attribute(value=cls, attr=cst.Name("from_pretrained")), args=load_args,
+                        whitespace_before_args=cst.ParenthesizedWhitespace(indent=True))  # spread when too long
+        load = hug_layout(load, load_args, ctx.module, indent_of(ctx), len(f"{TP_NAME} = "), 0)
+        if init is not None:
+            out.append(cst.SimpleStatementLine(body=[cst.Expr(cst.Call(
+                func=init, args=[kwarg("backend", cst.SimpleString(f"{quote}neuron{quote}"))]))]))
+        out.append(cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(TP_NAME))],
+                                                             value=load)]))
+        return None
+
+    @staticmethod
+    def _controlnet(value: cst.BaseExpression, kw: dict, ctx: PythonContext,
+                    quote: str) -> cst.BaseExpression | None:
+        """``ControlNetModel.from_pretrained(id[, torch_dtype=...])`` (a list of them for a list of ids)."""
+        if isinstance(value, (cst.List, cst.Tuple)):
+            if not value.elements or any(not isinstance(e, cst.Element) for e in value.elements):
+                return None
+            ids = [e.value for e in value.elements]
+        elif isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+            ids = [value]
+        else:
+            return None  # a variable may hold one id or a list of them
+        try:
+            cls = ctx.name_for(CONTROLNET, anchor=ctx.imports.binding_of(ctx.stack[-1].func))  # type: ignore[attr-defined]
+        except NameClash:
+            return None
+        dtype = next((kw[k].value for k in ("torch_dtype", "dtype") if k in kw), None)
+        if dtype is not None and not isinstance(dtype, (cst.Attribute, cst.Name, cst.SimpleString)):
+            dtype = None  # not an expression that can be repeated
+
+        def load(mid: cst.BaseExpression) -> cst.Call:
+            args = [cst.Arg(mid.deep_clone())]
+            if dtype is not None:
+                args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                args.append(cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype.deep_clone(), equal=EQ))
+            return cst.Call(func=cst.Attribute(value=cls.deep_clone(), attr=cst.Name("from_pretrained")), args=args)
+
+        if len(ids) == 1 and not isinstance(value, (cst.List, cst.Tuple)):
+            return load(ids[0])
+        # one model per line, one level deeper than the argument (the call is spread by layout)
+        step = ctx.module.default_indent
+
+        def newline(depth: int) -> cst.ParenthesizedWhitespace:
+            return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=True,
+                                               last_line=cst.SimpleWhitespace(step * depth))
+
+        return cst.List(
+            [cst.Element(load(m), comma=cst.Comma(whitespace_after=newline(2 if i < len(ids) - 1 else 1)))
+             for i, m in enumerate(ids)],
+            lbracket=cst.LeftSquareBracket(whitespace_after=newline(2)),
+        )
+
+    # ------------------------------------------------------------------ the pipeline call
+    def _pipe_call(self, node: cst.Call, load: cst.Call, ctx: PythonContext) -> None:
+        class_name = SOURCES.get(ctx.qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
+        stmt = ctx.statement()
+        if stmt is not None and ctx.is_ignored(stmt):
+            return
+        kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args, literal_dicts(ctx))
+              if a.keyword is not None}
+        have = {a.keyword.value for a in node.args if a.keyword is not None}
+        if any(a.star == "**" for a in node.args):
+            return
+        add = [(k, kw[k].value) for k in _call_shapes(class_name)
+               if k in kw and k not in have and _copyable(kw[k].value) and not _default(k, kw[k].value)]
+        if not add:
+            return
+        indent = indent_of(ctx)
+        prefix, rest = line_context(ctx, node)
+
+        def rewrite(updated: cst.Call) -> cst.Call:
+            new_args = list(updated.args) + [
+                cst.Arg(keyword=cst.Name(k), value=v.deep_clone(), equal=EQ) for k, v in add
+            ]
+            return hug_layout(updated, new_args, ctx.module, indent, prefix, rest)
+
+        ctx.replace(node, rewrite)
+        ctx.finding(node, "static shapes of the compiled pipeline passed to the call: "
+                    + ", ".join(f"{k}={ctx.module.code_for_node(v)}" for k, v in add))
+
+
+def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[str, list[cst.Arg]]] | None:
+    """load_lora_weights(...) per adapter, then set_adapters + fuse_lora (None: not literal enough)."""
+
+    def items(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
+        if value is None:
+            return None
+        if isinstance(value, (cst.List, cst.Tuple)):
+            if any(not isinstance(e, cst.Element) for e in value.elements):
+                return None
+            return [e.value for e in value.elements]
+        return [value]
+
+    ids = items(lora.get("lora_model_ids"))
+    if not ids:
+        return None
+    value = lora["lora_model_ids"]
+    if not isinstance(value, (cst.List, cst.Tuple)) and not any(
+        isinstance(v, (cst.SimpleString, cst.ConcatenatedString, cst.Float, cst.Integer)) for v in lora.values()
+    ):
+        return None  # a variable that may hold one id or a list of them
+    weights = items(lora.get("lora_weight_names"))
+    names = items(lora.get("lora_adapter_names"))
+    scales = items(lora.get("lora_scales"))
+    for seq in (weights, names, scales):
+        if seq is not None and len(seq) != len(ids):
+            return None
+    steps: list[tuple[str, list[cst.Arg]]] = []
+    for i, mid in enumerate(ids):
+        margs = [cst.Arg(mid)]
+        if weights is not None:
+            margs.append(cst.Arg(keyword=cst.Name("weight_name"), value=weights[i], equal=EQ))
+        if names is not None:
+            margs.append(cst.Arg(keyword=cst.Name("adapter_name"), value=names[i], equal=EQ))
+        steps.append(("load_lora_weights", margs))
+    if len(ids) == 1:
+        fuse = [cst.Arg(keyword=cst.Name("lora_scale"), value=scales[0], equal=EQ)] if scales else []
+        steps.append(("fuse_lora", fuse))
+        return steps
+    if names is None:
+        return None  # several adapters need names to be weighted
+    set_args = [cst.Arg(cst.List([cst.Element(n) for n in names]))]
+    if scales is not None:
+        set_args.append(cst.Arg(keyword=cst.Name("adapter_weights"), value=cst.List([cst.Element(s) for s in scales]),
+                                equal=EQ))
+    steps.append(("set_adapters", set_args))
+    steps.append(("fuse_lora", []))
+    return steps
+
+
+# ---------------------------------------------------------------------- scope analysis
+def _scope(ctx: PythonContext) -> dict:
+    """Pipelines assigned to a name in the innermost function (or module), and the calls of them."""
+    scope: cst.CSTNode = ctx.module
+    for n in reversed(ctx.stack[:-1]):
+        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+            scope = n
+            break
+    cache = ctx.local_state().setdefault("scopes", {})
+    if id(scope) in cache:
+        return cache[id(scope)]
+    loads: dict[str, cst.Call] = {}
+    calls: list[cst.Call] = []
+    names: set[str] = set()  # every name used or bound in the scope (a new variable must not clash)
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            value = n.value
+            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
+                    and isinstance(value.func.value, cst.Call)):
+                value = value.func.value
+            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value == "from_pretrained" and ctx.qualname(value.func.value) in SOURCES):
+                loads[n.targets[0].target.value] = value
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name):
+            calls.append(n)
+        if isinstance(n, cst.Name):
+            names.add(n.value)
+        for child in n.children:
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                if not isinstance(child, cst.Lambda):
+                    names.add(child.name.value)
+                continue
+            walk(child)
+
+    walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
+    found = {"calls": {}, "called": set(), "names": names}
+    for call in calls:
+        name = call.func.value  # type: ignore[attr-defined]
+        if name in loads and not any(a.star == "**" for a in call.args):
+            found["calls"][id(call)] = loads[name]
+            found["called"].add(name)
+    cache[id(scope)] = found
+    return found
+
+
+def _family(class_name: str) -> str:
+    return next(p for p, _ in COMPILE if class_name.startswith(p))
+
+
+def _call_shapes(class_name: str) -> tuple[str, ...]:
+    return ("num_images_per_prompt",) if class_name in NO_SIZE else CALL_SHAPES
+
+
+def _default(key: str, value: cst.BaseExpression) -> bool:
+    """num_images_per_prompt=1 is the pipeline call's default: nothing to pass."""
+    return key == "num_images_per_prompt" and literal(value) == 1
+
+
+def _copyable(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Name, cst.Attribute))
+
+
+def _assigned_name(ctx: PythonContext, call: cst.Call) -> str | None:
+    """The name a load is assigned to (``pipe = X.from_pretrained(...)`` or ``... .to(...)``)."""
+    stack = ctx.stack
+    i = len(stack) - 1
+    value: cst.CSTNode = call
+    parent = stack[i - 1] if i > 0 else None
+    if isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == "to" and i > 1:
+        grand = stack[i - 2]
+        if isinstance(grand, cst.Call) and grand.func is parent:
+            value, parent = grand, stack[i - 3] if i > 2 else None
+    if isinstance(parent, cst.Assign) and parent.value is value and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+    return None
+
+
+def _already_moved(ctx: PythonContext, call: cst.Call) -> bool:
+    parent = ctx.parent
+    return isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value == "to"
+
+
+def _has_line(ctx: PythonContext) -> bool:
+    return any(isinstance(n, cst.SimpleStatementLine) for n in ctx.stack)
+
+
+RULES = (DiffusionPipelinesOnNeuron,)

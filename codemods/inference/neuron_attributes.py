@@ -1,0 +1,192 @@
+"""NM110: reads of optimum-neuron compile settings on models this tool migrates.
+
+A model loaded through any optimum.neuron class (``NeuronModelForCausalLM``, the traced
+``NeuronModelFor<Task>`` classes, ``NeuronModelForEmbedding``, ...) carried the shapes it was
+compiled for::
+
+    model = NeuronModelForCausalLM.from_pretrained(model_id, export=True, batch_size=1, sequence_length=512)
+    max_length = model.neuron_config.sequence_length
+    padded = model.config.neuron["static_sequence_length"]
+
+A native Transformers model has neither ``neuron_config`` nor ``config.neuron``. When the load in
+the same unit passed the value as a literal, the read becomes that literal (the shape the
+inputs are padded to / the static cache length); otherwise a marker says what to read instead::
+
+    model = AutoModelForCausalLM.from_pretrained(model_id, device_map="neuron")
+    max_length = 512
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.inference.args import literal
+from migrator.rules import PythonContext, PythonRule
+
+#: what to read instead of model.neuron_config.<field> / model.config.neuron[<field>]
+NEURON_CONFIG_FIELDS = {
+    "sequence_length": "`{m}.generation_config.max_cache_len`",
+    "max_context_length": "`{m}.generation_config.max_cache_len`",
+    "batch_size": "the batch size you pad the prompts to",
+    "max_batch_size": "the batch size you pad the prompts to",
+    "tp_degree": "`{m}.tp_size` (None when the model is not sharded)",
+    "tensor_parallel_size": "`{m}.tp_size` (None when the model is not sharded)",
+    "num_cores": "`{m}.tp_size` (None when the model is not sharded)",
+    "auto_cast_type": "`{m}.dtype`",
+    "torch_dtype": "`{m}.dtype`",
+    "checkpoint_id": "the original checkpoint id you now load",
+}
+#: field read -> the load keywords that gave it (first found wins)
+LOAD_KEYWORDS = {
+    "sequence_length": ("sequence_length",),
+    "max_context_length": ("sequence_length",),
+    "batch_size": ("batch_size",),
+    "max_batch_size": ("batch_size",),
+    "tp_degree": ("tensor_parallel_size", "num_cores"),
+    "tensor_parallel_size": ("tensor_parallel_size", "num_cores"),
+    "num_cores": ("num_cores", "tensor_parallel_size"),
+}
+#: methods of optimum.neuron classes that return a model
+LOADS = ("from_pretrained", "export")
+
+
+def _field(node: cst.Attribute, parent: cst.CSTNode | None) -> str | None:
+    """``.field`` after ``x.neuron_config`` / ``["field"]`` after ``x.config.neuron``."""
+    if node.attr.value == "neuron_config":
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            return parent.attr.value
+        return None
+    if isinstance(parent, cst.Subscript) and parent.value is node and len(parent.slice) == 1:
+        index = parent.slice[0].slice
+        if isinstance(index, cst.Index):
+            value = literal(index.value)
+            if isinstance(value, str):
+                return value
+    return None
+
+
+class NeuronConfigReads(PythonRule):
+    id = "NM110"
+    title = "model.neuron_config.* / model.config.neuron[...] -> the literal the load passed, else a marker"
+    fix = "mixed"
+    triggers = ("neuron_config", "config.neuron")
+    why = """
+        Models loaded through optimum.neuron classes carried their compile settings:
+        `model.neuron_config` (batch_size, sequence_length, tp_degree, checkpoint_id, ... on the
+        NxD decoders) and `model.config.neuron` (a dict: `sequence_length`, `num_cores`,
+        `auto_cast_type`, `checkpoint_id` on the old decoders; `static_sequence_length`,
+        `static_batch_size`, ... on traced models). A native Transformers model has neither. When
+        the load in the same unit passed the value as an integer literal, the read becomes that
+        literal (it is the shape the migrated code pads to, or the static cache length); other
+        reads get a marker naming what to read instead (`generation_config.max_cache_len`,
+        `model.tp_size`, `model.dtype`).
+    """
+    before = """
+        from optimum.neuron import NeuronModelForCausalLM
+
+        def load(model_id):
+            model = NeuronModelForCausalLM.from_pretrained(model_id, export=True, batch_size=1, sequence_length=512)
+            return model, model.neuron_config.sequence_length
+    """
+    after = """
+        from transformers import AutoModelForCausalLM
+
+        def load(model_id):
+            model = AutoModelForCausalLM.from_pretrained(model_id, device_map="neuron")
+            model.generation_config.cache_implementation = "static"
+            model.generation_config.max_cache_len = 512
+            return model, 512
+    """
+    caveats = """
+        Only in units that import optimum.neuron. The model must be a name or attribute assigned
+        from `<optimum.neuron class>.from_pretrained(...)` (or `.export(..., neuron_config=cfg)` with
+        `cfg = <class>.get_neuron_config(...)`) earlier in the unit, with the value as an integer
+        literal; a write to the attribute, a whole-object read (`model.neuron_config`), a field the
+        load did not pass, or a model the rule did not see loaded gets a marker instead.
+        `input_static_shapes` reads are NM107's.
+    """
+
+    def handlers(self):
+        return {cst.Assign: self._on_assign, cst.Attribute: self._on_attribute}
+
+    def _active(self, ctx: PythonContext) -> bool:
+        state = ctx.local_state()
+        if "on" not in state:
+            state["on"] = any(b.qualified == "optimum.neuron" or b.qualified.startswith("optimum.neuron.")
+                              for b in ctx.imports.all_bindings())
+            state["models"], state["configs"] = {}, {}
+        return state["on"]
+
+    # ------------------------------------------------------------------ what the loads passed
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        value = node.value
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in (*LOADS, "get_neuron_config")) or len(node.targets) != 1:
+            return
+        if not self._active(ctx):
+            return
+        qual = ctx.qualname(value.func.value) or ""
+        if not qual.startswith("optimum.neuron."):
+            return
+        target = node.targets[0].target
+        if not isinstance(target, (cst.Name, cst.Attribute)):
+            return
+        state = ctx.local_state()
+        code = ctx.module.code_for_node
+        kw = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
+        known = {k: v for k, v in kw.items() if isinstance(v, cst.Integer)}
+        method = value.func.attr.value
+        if method == "get_neuron_config":
+            if isinstance(target, cst.Name):
+                state["configs"][target.value] = known
+            return
+        if method == "export":
+            cfg = kw.get("neuron_config")
+            if cfg is None and len(value.args) > 1 and value.args[1].keyword is None:
+                cfg = value.args[1].value
+            known = dict(state["configs"].get(cfg.value, {})) if isinstance(cfg, cst.Name) else {}
+        state["models"][code(target)] = known
+
+    # ------------------------------------------------------------------ the reads
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        attr = node.attr.value
+        if attr not in ("neuron_config", "neuron"):
+            return
+        if attr == "neuron" and not (isinstance(node.value, cst.Attribute) and node.value.attr.value == "config"):
+            return
+        if not self._active(ctx) or ctx.qualname(node) is not None:
+            return  # an imported module's attribute (optimum.neuron itself), not a model's
+        stack = ctx.stack
+        parent = stack[-2] if len(stack) > 1 else None
+        model_expr = node.value.value if attr == "neuron" else node.value  # type: ignore[attr-defined]
+        model = ctx.module.code_for_node(model_expr)
+        models = ctx.local_state()["models"]
+        field = _field(node, parent)
+        read = parent if field is not None else node
+        above = stack[-3] if field is not None and len(stack) > 2 else parent
+        written = isinstance(above, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
+            isinstance(above, cst.AnnAssign) and above.target is read)
+        if field is not None and not written and model in models:
+            key = field[len("static_"):] if field.startswith("static_") else field
+            for name in LOAD_KEYWORDS.get(key, (key,)):
+                value = models[model].get(name)
+                if value is not None:
+                    what = ctx.module.code_for_node(read)  # type: ignore[arg-type]
+                    ctx.replace(read, value.deep_clone())  # type: ignore[arg-type]
+                    ctx.finding(read, f"{what} -> {value.value}: the value the optimum-neuron load passed "  # type: ignore[arg-type]
+                                      "(a native model has no compile settings)")
+                    return
+        what = ctx.module.code_for_node(read)  # type: ignore[arg-type]
+        if field is not None:
+            key = field[len("static_"):] if field.startswith("static_") and field[7:] in LOAD_KEYWORDS else field
+            instead = NEURON_CONFIG_FIELDS.get(key)
+            if instead is None and model not in models:
+                return  # an unknown field on an unknown object: maybe not optimum-neuron's
+            hint = f": use {instead.format(m=model)}" if instead else ""
+        else:
+            hint = (f": read `{model}.generation_config.max_cache_len`, `{model}.dtype` or `{model}.tp_size` "
+                    "instead, and the batch size you pad to")
+        ctx.marker(node, f"`{what}` (optimum-neuron compile settings) does not exist on a native model{hint}")
+
+
+RULES = (NeuronConfigReads,)

@@ -1,0 +1,388 @@
+"""What the dependency rules (NM501-NM505, NM522, NM523) decide, whatever file a requirement sits in:
+the facts about the old and new stacks (which packages go, what replaces them, the minimum
+versions the migrated code needs), the version logic, the parsing of one requirement, the
+decision for each entry and the plan of edits. The file formats (requirements files, setup.cfg,
+pyproject.toml) are read and edited in :mod:`codemods.project.dependencies`, setup.py in
+:mod:`codemods.project.setup_py`, Dockerfile and shell ``pip install`` lines in
+:mod:`codemods.project.dockerfile`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+# --------------------------------------------------------------------------- facts
+
+#: Lowest versions with the APIs the migrated code uses (shared/reference/target-apis.md: the
+#: target stack is transformers 5.23, accelerate 1.15, trl 1.16, peft 0.21, diffusers 0.42).
+MINIMUMS: dict[str, str] = {
+    "transformers": "5.23",
+    "accelerate": "1.15",
+    "trl": "1.16",
+    "peft": "0.21",
+    "diffusers": "0.42",
+    "sentence-transformers": "5.0",
+}
+#: Order in which added libraries are written.
+_ADD_ORDER = ("torch-neuronx", "transformers", "accelerate", "trl", "peft", "diffusers", "sentence-transformers")
+
+#: TorchNeuron is torch-neuronx 2.13 / 2.14 (Neuron 2.33+); torch-neuronx for PyTorch <= 2.9 is
+#: the XLA-based package (the 2.9 one last shipped in Neuron 2.31).
+TORCHNEURON_FIRST = Version("2.13")
+#: TorchNeuron releases are built against PyTorch 2.13 or later.
+TORCH_FIRST = Version("2.13")
+NEURON_REPO = "https://pip.repos.neuron.amazonaws.com"
+_NEURON_HOST = "pip.repos.neuron.amazonaws.com"
+
+#: libraries implied by optimum-neuron itself and by its extras (optimum-neuron pyproject.toml)
+_OPTIMUM_NEURON_BASE = ("transformers", "accelerate")
+_OPTIMUM_NEURON_EXTRAS: dict[str, tuple[str, ...]] = {
+    "training": ("trl", "peft"),
+    "diffusers": ("diffusers", "peft"),
+    "sentence-transformers": ("sentence-transformers",),
+    "neuronx": ("torch-neuronx",),
+    "neuron": ("torch-neuronx",),
+}
+#: removed packages of the XLA runtime; TorchNeuron (torch-neuronx) takes their place
+_XLA_RUNTIME = frozenset({"torch-xla", "libneuronxla", "neuronx-distributed", "neuronx-distributed-training"})
+#: names whose presence makes a list a Neuron one (torch-xla alone may be a TPU project)
+_NEURON_NAMES = frozenset(
+    {"optimum-neuron", "torch-neuronx", "neuronx-cc", "transformers-neuronx", "libneuronxla",
+     "neuronx-distributed", "neuronx-distributed-training"}
+)
+
+TORCHNEURON_MARKER = (
+    "TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository "
+    f"{NEURON_REPO}: pin the release of your Neuron SDK."
+)
+TORCH_MARKER = (
+    "TorchNeuron (torch-neuronx 2.13+) is built for PyTorch 2.13 or later and pins its own torch: remove this pin "
+    "or set it to the torch version of your torch-neuronx release."
+)
+HASHED_TAIL = (
+    "; this line is hashed: make the change in the file this one is generated from, then regenerate the hashes "
+    "(pip-compile --generate-hashes)."
+)
+VLLM_MARKER = (
+    "optimum-neuron[vllm] served models with vLLM through optimum-neuron; install vLLM with the Neuron "
+    "support of your Neuron SDK yourself."
+)
+
+
+def _min_spec(name: str) -> str:
+    return f">={MINIMUMS[name]}" if name in MINIMUMS else ""
+
+
+# --------------------------------------------------------------------------- version logic
+
+
+def _below(spec: SpecifierSet, minimum: Version) -> bool:
+    """True when ``spec`` caps the version below ``minimum`` (a pin, ``<``, ``~=`` or ``==X.*``)."""
+    for s in spec:
+        op, raw = s.operator, s.version
+        if op in (">", ">=", "!="):
+            continue
+        if op in ("<", "<="):
+            try:
+                v = Version(raw)
+            except InvalidVersion:
+                continue
+            if v < minimum or (op == "<" and v == minimum):
+                return True
+            continue
+        if op in ("==", "~=", "==="):
+            text = raw[:-2] if raw.endswith(".*") else raw
+            try:
+                v = Version(text)
+            except InvalidVersion:
+                continue
+            if v < minimum and not s.contains(minimum, prereleases=True):
+                return True
+    return False
+
+
+def _xla_torch_neuronx(spec: SpecifierSet) -> bool:
+    """An XLA-era torch-neuronx pin: below 2.13, or in the ``<torch>.<neuron>`` 6-part scheme."""
+    if _below(spec, TORCHNEURON_FIRST):
+        return True
+    for s in spec:
+        if s.operator in ("==", "===") and not s.version.endswith(".*"):
+            try:
+                if len(Version(s.version).release) >= 5:
+                    return True
+            except InvalidVersion:
+                pass
+    return False
+
+
+def _old_neuronx_cc_pin(spec: SpecifierSet) -> bool:
+    """A neuronx-cc pin tied to one SDK release (``==2.*`` and lower bounds are kept)."""
+    return len(spec) > 0 and not spec.contains(Version("2.9999"), prereleases=True)
+
+
+_POETRY_TOKEN = re.compile(r"(\^|~(?!=)|~=|==|!=|<=|>=|<|>|=)?\s*([0-9A-Za-z.*+!-]+)")
+
+
+def _poetry_spec(constraint: str) -> list[SpecifierSet] | None:
+    """A Poetry constraint (``^4.51``, ``~1.2``, ``2.5.*``, ``>=1,<2``, ``a || b``) as PEP 440 sets."""
+    out: list[SpecifierSet] = []
+    for alt in constraint.split("||"):
+        parts: list[str] = []
+        for chunk in re.split(r"[,\s]+", alt.strip()):
+            if not chunk or chunk == "*":
+                continue
+            m = _POETRY_TOKEN.fullmatch(chunk)
+            if not m:
+                return None
+            op, ver = m.group(1) or "", m.group(2)
+            if op in ("^", "~"):
+                try:
+                    release = list(Version(ver).release)
+                except InvalidVersion:
+                    return None
+                if op == "^":
+                    idx = next((i for i, n in enumerate(release) if n != 0), len(release) - 1)
+                else:
+                    idx = min(1, len(release) - 1) if len(release) > 1 else 0
+                upper = release[: idx + 1]
+                upper[-1] += 1
+                parts += [f">={ver}", "<" + ".".join(map(str, upper))]
+            elif op in ("", "="):
+                parts.append(f"=={ver}")
+            else:
+                parts.append(f"{op}{ver}")
+        try:
+            out.append(SpecifierSet(",".join(parts)))
+        except InvalidSpecifier:
+            return None
+    return out
+
+
+# --------------------------------------------------------------------------- requirement text
+
+_REQ_RE = re.compile(
+    r"^(?P<lead>\s*)(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?P<extras>\s*\[[^\]]*\])?"
+    r"(?P<spec>[^;@]*?)(?P<url>\s*@[^;]*?)?(?P<marker>\s*;.*?)?(?P<trail>\s*)$",
+    re.S,
+)
+
+
+@dataclass
+class _Text:
+    """A PEP 508 requirement as written, split so that one part can change and the rest stays."""
+
+    req: Requirement
+    m: re.Match
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(self.req.name)
+
+    @property
+    def marker(self) -> str:
+        return (self.m.group("marker") or "").rstrip()
+
+    def with_spec(self, spec: str, extras: str | None = None) -> str:
+        g = self.m.group
+        ext = g("extras") or "" if extras is None else extras
+        return g("lead") + g("name") + ext + spec + (g("url") or "") + (g("marker") or "") + g("trail")
+
+    def unpinned(self) -> str:
+        return self.with_spec("")
+
+
+def _with_extras(text: _Text, extras: frozenset[str]) -> str:
+    """The requirement as written, with only ``extras`` (optimum[onnxruntime] from optimum[neuronx,onnxruntime])."""
+    return text.with_spec(text.m.group("spec"), "[" + ",".join(sorted(extras)) + "]").strip()
+
+
+def _parse_req(text: str) -> _Text | None:
+    try:
+        req = Requirement(text.strip())
+    except InvalidRequirement:
+        return None
+    m = _REQ_RE.match(text)
+    if not m or canonicalize_name(m.group("name")) != canonicalize_name(req.name):
+        return None
+    return _Text(req, m)
+
+
+# --------------------------------------------------------------------------- entries and decisions
+
+
+@dataclass
+class _Entry:
+    """One dependency declaration found in the unit."""
+
+    name: str  # canonical
+    extras: frozenset[str]
+    group: str  # "" = the base list (requirements file, install_requires, project/poetry deps)
+    line: int  # first physical line (0-based)
+    fmt: str  # "pip" | "cfg" | "pep621" | "poetry" | "poetry-extra"
+    spec: list[SpecifierSet] | None  # PEP 440 sets (Poetry: alternatives); None = unknown
+    marker: str = ""  # environment marker suffix as written (``; python_version < "3.11"``)
+    text: _Text | None = None
+    data: dict = field(default_factory=dict)  # format-specific
+    hashed: bool = False
+    url: bool = False
+
+
+@dataclass
+class _Decision:
+    rule: str
+    action: str  # "replace" (by other packages, maybe none) | "respec" | "marker"
+    message: str
+    new_spec: str | None = None  # respec: "" = unpinned
+    keep_extras: frozenset[str] | None = None  # replace: keep the package itself with these extras
+    implied: tuple[str, ...] = ()
+    marker: str | None = None
+    adds: list[str] = field(default_factory=list)  # canonical names added in its place
+    describe: str = ""  # for NM502
+
+
+def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
+    spec = e.spec
+    name = e.name
+    if name == "optimum-neuron":
+        implied = list(_OPTIMUM_NEURON_BASE)
+        for extra in sorted(e.extras):
+            implied += _OPTIMUM_NEURON_EXTRAS.get(extra, ())
+        shown = name + (f"[{','.join(sorted(e.extras))}]" if e.extras else "")
+        return _Decision("NM501", "replace", shown,
+                         implied=tuple(dict.fromkeys(implied)), marker=VLLM_MARKER if "vllm" in e.extras else None)
+    if name == "optimum" and e.extras & {"neuron", "neuronx"}:
+        keep = frozenset(e.extras - {"neuron", "neuronx"})
+        return _Decision("NM501", "replace", f"the Neuron extra of optimum[{','.join(sorted(e.extras))}]",
+                         keep_extras=keep or None, implied=("torch-neuronx", *_OPTIMUM_NEURON_BASE))
+    if name == "transformers-neuronx":
+        return _Decision("NM501", "replace", name,
+                         implied=("torch-neuronx", "transformers"))
+    if name in _XLA_RUNTIME and (name != "torch-xla" or (neuron_group and "tpu" not in e.extras)):
+        return _Decision("NM501", "replace", name,
+                         implied=("torch-neuronx",))
+    if e.url or spec is None:
+        return None
+    if name == "torch-neuronx" and any(_xla_torch_neuronx(s) for s in spec):
+        return _Decision("NM501", "respec", "XLA-era torch-neuronx pin removed: the package is now TorchNeuron",
+                         new_spec="", marker=TORCHNEURON_MARKER)
+    if name == "neuronx-cc" and all(_old_neuronx_cc_pin(s) for s in spec):
+        return _Decision("NM501", "respec",
+                         "neuronx-cc pin of the old Neuron SDK removed: install the compiler release of your TorchNeuron",
+                         new_spec="")
+    if not migrating:
+        return None
+    if name in MINIMUMS and all(_below(s, Version(MINIMUMS[name])) for s in spec):
+        return _Decision("NM503", "respec", f"{name} raised to {_min_spec(name)}, the version the migrated code needs",
+                         new_spec=_min_spec(name))
+    if name == "torch" and all(_below(s, TORCH_FIRST) for s in spec):
+        return _Decision("NM504", "marker", "torch pin older than TorchNeuron's PyTorch",
+                         marker=TORCH_MARKER)
+    return None
+
+
+def _allocate(entries: list[_Entry], decisions: dict[int, _Decision], base: str = "",
+              included: frozenset[str] = frozenset()) -> None:
+    """Choose the libraries each replacement adds: implied, not listed in its list or the base list
+    (nor in the files the base list includes with ``-r``)."""
+    listed: dict[str, set[str]] = {base: set(included)}
+    for i, e in enumerate(entries):
+        d = decisions.get(i)
+        if d is None or d.action != "replace" or d.keep_extras is not None:
+            listed.setdefault(e.group, set()).add(e.name)
+    added: dict[str, set[str]] = {}
+    # the base list first: what it gains is not added again to the optional lists
+    for i in sorted(range(len(entries)), key=lambda i: (entries[i].group != base, i)):
+        e = entries[i]
+        d = decisions.get(i)
+        if d is None or d.action != "replace":
+            continue
+        have = listed.get(e.group, set()) | listed.get(base, set()) | added.get(base, set())
+        have |= added.setdefault(e.group, set())
+        d.adds = [n for n in _ADD_ORDER if n in d.implied and n not in have]
+        added[e.group].update(d.adds)
+        if "torch-neuronx" in d.adds:
+            d.marker = f"{d.marker} {TORCHNEURON_MARKER}" if d.marker else TORCHNEURON_MARKER
+
+
+def _replace_message(d: _Decision) -> str:
+    """The finding of a replacement (``d.message`` names what goes)."""
+    if d.adds:
+        return f"{d.message} (old Neuron stack) replaced by " + ", ".join(n + _min_spec(n) for n in d.adds)
+    return f"{d.message} (old Neuron stack) removed" + (
+        "; what it stood for is listed already" if d.implied else "")
+
+
+def _describe(e: _Entry, d: _Decision) -> str:
+    if d.action == "replace":
+        what = f"{e.name} belongs to the old Neuron stack: remove it"
+        if d.adds:
+            what += " and add " + ", ".join(n + _min_spec(n) for n in d.adds)
+        return what
+    if d.rule == "NM503":
+        return f"the migrated code needs {e.name}{d.new_spec}"
+    if e.name == "torch-neuronx":
+        return ("this XLA-era torch-neuronx must become the TorchNeuron release (torch-neuronx 2.13 or later) of "
+                "your Neuron SDK")
+    return f"drop this {e.name} pin of the old Neuron SDK"
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class _Op:
+    rule: str
+    kind: str  # "edit" | "marker" | "finding"
+    start: int
+    end: int = 0
+    new: tuple[str, ...] = ()
+    message: str = ""
+
+
+class _Plan:
+    def __init__(self) -> None:
+        self.ops: list[_Op] = []
+
+    def edit(self, rule: str, start: int, end: int, new: Iterable[str], message: str) -> None:
+        self.ops.append(_Op(rule, "edit", start, end, tuple(new), message))
+
+    def marker(self, rule: str, line: int, message: str) -> None:
+        for i, op in enumerate(self.ops):  # one marker per rule and line: merge the texts
+            if op.kind == "marker" and op.rule == rule and op.start == line:
+                if message not in op.message:
+                    self.ops[i] = _Op(rule, "marker", line, message=f"{op.message} {message}")
+                return
+        self.ops.append(_Op(rule, "marker", line, message=message))
+
+
+def _neuron_groups(entries: list[_Entry]) -> set[str]:
+    groups = set()
+    for e in entries:
+        if e.name in _NEURON_NAMES or (e.name == "optimum" and e.extras & {"neuron", "neuronx"}):
+            groups.add(e.group)
+    return groups
+
+
+def _decide_all(entries: list[_Entry], repo_hint: bool, base: str = "",
+                included: frozenset[str] = frozenset()) -> dict[int, _Decision]:
+    neuron = _neuron_groups(entries)
+    first: dict[int, _Decision] = {}
+    for i, e in enumerate(entries):
+        d = _decide(e, e.group in neuron or repo_hint, migrating=False)
+        if d is not None:
+            first[i] = d
+    if not first:
+        return {}
+    decisions: dict[int, _Decision] = {}
+    for i, e in enumerate(entries):
+        d = first.get(i) or _decide(e, e.group in neuron or repo_hint, migrating=True)
+        if d is not None:
+            decisions[i] = d
+    _allocate(entries, decisions, base, included)
+    return decisions

@@ -1,0 +1,749 @@
+"""NM520-NM521: Dockerfiles of the XLA-era Neuron stack.
+
+A Dockerfile is read instruction by instruction (``\\`` continuations, comment and blank lines
+inside them, BuildKit heredocs). ``ENV`` instructions follow the environment rules of the shell
+scripts (NM512's list of XLA-only variables, NM513 for ``NEURON_CC_FLAGS``); ``FROM`` lines on an
+XLA-era Neuron Deep Learning Container get a marker. ``apt-get install`` of the Neuron driver,
+runtime and tools is left as it is (TorchNeuron still needs them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from codemods.project import dependency_policy as deps
+from codemods.project.dependency_policy import _NEURON_HOST
+from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _merge, assignments, deletion_span, plan_for, render
+from codemods.project.shell_syntax import ShellSyntaxError
+from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
+from migrator.rules import TextRule
+
+_DIRECTIVE_RE = re.compile(r"#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.*?)\s*$")
+_HEREDOC_RE = re.compile(r"<<(-?)\s*([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_CONT_RE = re.compile(r"(?<!\\)(?:\\\\)*\\[ \t]*$")
+_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=")
+_XLA_DLC_RE = re.compile(r"pytorch-(training|inference)-neuronx")
+_SDK_RE = re.compile(r"sdk(\d+)\.(\d+)")
+#: `RUN [--mount=... ...] <<EOF`, `RUN bash <<-'EOF'`: a heredoc that is the shell script itself
+_RUN_FLAGS_RE = re.compile(r"\s*(?:--[a-z-]+=\S+\s+)*")
+_SHELL_HEREDOC_RE = re.compile(r"(?:(?:/bin/|/usr/bin/)?(?:ba)?sh\s+(?:-[a-z]+\s+)*)?<<-?\s*([\"']?)[A-Za-z_][A-Za-z0-9_]*\1\s*\Z")
+#: first Neuron SDK with TorchNeuron (public beta); DLC tags of earlier SDKs are the XLA stack
+TORCHNEURON_SDK = (2, 33)
+#: the PyTorch release a DLC tag starts with (`2.14.0-neuronx-...`): TorchNeuron is built for 2.13+
+TORCHNEURON_TORCH = (2, 13)
+_TAG_TORCH_RE = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?-neuronx\b")
+
+
+@dataclass
+class Word:
+    text: str
+    start: int
+    end: int
+
+
+@dataclass
+class Instruction:
+    keyword: str  # upper case
+    first: int  # first line (0-based)
+    last: int  # last line
+    args_start: int  # offset of the text after the keyword
+    end: int  # offset of the end of the last line
+    inner_comments: bool = False
+    words: list[Word] = field(default_factory=list)
+    #: lines [first, end) of the BuildKit heredoc body a shell runs (``RUN <<EOF``), if any
+    body: tuple[int, int] | None = None
+
+
+class DockerUnit(Lines):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines)
+        self.instructions: list[Instruction] = []
+        self._parse()
+
+    def _parse(self) -> None:
+        lines = self.lines
+        i = 0
+        directives = True
+        while i < len(lines):
+            line = lines[i]
+            stripped = line.strip()
+            if directives:
+                m = _DIRECTIVE_RE.match(stripped)
+                if m and m.group(1).lower() == "escape" and m.group(2) != "\\":
+                    raise ShellSyntaxError("non-default escape character")
+                if not m:
+                    directives = False
+            if not stripped or stripped.startswith("#"):
+                i += 1
+                continue
+            first = i
+            keyword = stripped.split(None, 1)[0].upper()
+            inner = False
+            while _CONT_RE.search(lines[i]) and i + 1 < len(lines):
+                i += 1
+                while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("#")):
+                    if lines[i].strip():
+                        inner = True
+                    if i + 1 >= len(lines):
+                        break
+                    i += 1
+            start = self.line_starts[first] + (len(line) - len(line.lstrip())) + len(stripped.split(None, 1)[0])
+            end = self.line_starts[i] + len(lines[i])
+            self.instructions.append(Instruction(keyword, first, i, start, end, inner))
+            i += 1
+            if keyword in ("RUN", "COPY", "ADD"):
+                text = self.src[start:end]
+                script = keyword == "RUN" and _SHELL_HEREDOC_RE.match(text[_RUN_FLAGS_RE.match(text).end():]) is not None
+                for strip, _, delim in _HEREDOC_RE.findall(text):
+                    body_first = i
+                    while i < len(lines) and (lines[i].lstrip("\t") if strip else lines[i]) != delim:
+                        i += 1
+                    if script and i < len(lines):
+                        self.instructions[-1].body = (body_first, i)
+                    script = False
+                    i += 1
+
+    def words(self, ins: Instruction) -> list[Word]:
+        """Whitespace-separated words of the arguments, with Dockerfile quoting."""
+        if ins.words:
+            return ins.words
+        src, i, end = self.src, ins.args_start, ins.end
+        out: list[Word] = []
+        while i < end:
+            c = src[i]
+            if c in " \t\n":
+                i += 1
+                continue
+            m = re.compile(r"\\[ \t]*\n").match(src, i)
+            if m and m.end() <= end + 1:
+                i = m.end()
+                continue
+            start = i
+            while i < end and src[i] not in " \t\n":
+                c = src[i]
+                if c == "\\":
+                    i += 2
+                elif c in "\"'":
+                    j = i + 1
+                    while j < end and src[j] != c:
+                        j += 2 if (c == '"' and src[j] == "\\") else 1
+                    if j >= end:
+                        raise ShellSyntaxError("unterminated quote")
+                    i = j + 1
+                else:
+                    i += 1
+            out.append(Word(src[start:min(i, end)], start, min(i, end)))
+        ins.words = out
+        return out
+
+
+@dataclass
+class EnvPair:
+    word: int  # index in the instruction's words
+    name: str
+    value: str  # raw text after "=" (legacy form: the rest of the instruction)
+
+
+def env_pairs(unit: DockerUnit, ins: Instruction) -> tuple[list[EnvPair], bool] | None:
+    """(pairs, legacy form) of an ENV instruction; None when it is not plain."""
+    words = unit.words(ins)
+    if not words or ins.inner_comments:
+        return None
+    m = _PAIR_RE.match(words[0].text)
+    if m is None:  # legacy `ENV NAME value ...`
+        if len(words) < 2:
+            return None
+        return [EnvPair(0, words[0].text, unit.src[words[1].start: words[-1].end])], True
+    pairs = []
+    for k, w in enumerate(words):
+        m = _PAIR_RE.match(w.text)
+        if m is None:
+            return None
+        pairs.append(EnvPair(k, m.group(1), w.text[m.end():]))
+    return pairs, False
+
+
+class DockerPlan(Plan):
+    def __init__(self, unit: DockerUnit) -> None:
+        super().__init__(unit.lines)
+        self.unit = unit
+        self.deleted: dict[tuple[int, int], str] = {}
+        self.replaced: dict[tuple[int, int], tuple[str, str]] = {}
+        #: character edits (start, end, text) per instruction (exec-form RUN arrays)
+        self.spans: dict[int, list[tuple[int, int, str]]] = {}
+        self._bodies: dict[int, ShellPlan | None] = {}
+
+    def span(self, rule: str, group: int, start: int, end: int, text: str) -> None:
+        self.spans.setdefault(group, []).append((start, end, text))
+        self.dirty.add(group)
+
+    def body(self, group: int) -> ShellPlan | None:
+        """The shell plan of the heredoc script of a `RUN <<EOF` instruction (shared by the rules)."""
+        if group not in self._bodies:
+            ins = self.unit.instructions[group]
+            plan = None
+            if ins.body is not None:
+                a, b = ins.body
+                try:
+                    plan = ShellPlan(ShellUnit(self.lines[a:b]))
+                    plan.offset = a
+                except (ShellSyntaxError, RecursionError, ValueError):
+                    plan = None
+            self._bodies[group] = plan
+        return self._bodies[group]
+
+    def bodies(self):
+        for g, ins in enumerate(self.unit.instructions):
+            if ins.body is not None:
+                body = self.body(g)
+                if body is not None:
+                    yield g, body
+
+    def flush(self, ctx) -> None:
+        super().flush(ctx)
+        for body in self._bodies.values():
+            if body is not None:
+                body.flush(ctx)
+
+    def group_range(self, group: int) -> tuple[int, int]:
+        ins = self.unit.instructions[group]
+        return ins.first, ins.last
+
+    def delete(self, rule: str, key: tuple[int, int]) -> None:
+        self.deleted.setdefault(key, rule)
+        self.dirty.add(key[0])
+
+    def replace(self, rule: str, key: tuple[int, int], text: str) -> None:
+        self.replaced.setdefault(key, (rule, text))
+        self.dirty.add(key[0])
+
+    def touched_groups(self):
+        out, self.dirty = self.dirty, set()
+        return out
+
+    def render_group(self, group: int) -> list[str] | None:
+        u = self.unit
+        ins = u.instructions[group]
+        words = u.words(ins)
+        found = env_pairs(u, ins) if ins.keyword == "ENV" else None
+        gone = {k for g, k in self.deleted if g == group}
+        if found is not None and (found[1] and 0 in gone or all(p.word in gone for p in found[0])):
+            return []
+        edits: list[tuple[int, int, str]] = []
+        for (g, k), (_, text) in self.replaced.items():
+            if g == group and k not in gone:
+                edits.append((words[k].start, words[k].end, text))
+        edits += self.spans.get(group, [])
+        run: list[int] = []
+        for k in sorted(gone) + [None]:  # type: ignore[list-item]
+            if run and (k is None or k != run[-1] + 1):
+                edits.append((*deletion_span(u.src, words[run[0]].start, words[run[-1]].end), ""))
+                run = []
+            if k is not None:
+                run.append(k)
+        if not edits:
+            return None
+        return render(u.src, u.line_starts[ins.first], ins.end, _merge(edits), [])
+
+
+def _docker_plan(lines: list[str]) -> DockerPlan:
+    return DockerPlan(DockerUnit(lines))
+
+
+def docker_plan(ctx) -> DockerPlan | None:
+    plan = plan_for(ctx, _docker_plan)
+    return plan if isinstance(plan, DockerPlan) else None
+
+
+class DockerRule(TextRule):
+    kinds = ("dockerfile",)
+
+    def apply(self, ctx) -> None:
+        plan = docker_plan(ctx)
+        if plan is None:
+            return
+        self.contribute(plan, ctx)
+        plan.flush(ctx)
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _env_instructions(plan: DockerPlan, rule: str):
+    u = plan.unit
+    for g, ins in enumerate(u.instructions):
+        if ins.keyword != "ENV":
+            continue
+        try:
+            found = env_pairs(u, ins)
+        except ShellSyntaxError:
+            continue
+        if found is None:
+            continue
+        yield g, ins, found[0], found[1], not plan.silenced(rule, g)
+
+
+class XlaDlcBaseImage(DockerRule):
+    id = "NM520"
+    title = "XLA-era Neuron Deep Learning Container base image"
+    fix = "manual"
+    triggers = ("-neuronx",)
+    why = """
+        The `pytorch-training-neuronx` / `pytorch-inference-neuronx` Deep Learning Containers of
+        Neuron SDKs before TorchNeuron ship torch-xla and torch-neuronx's XLA backend, and
+        optimum-neuron in their Hugging Face variants. Migrated code needs TorchNeuron (the native
+        `neuron` device), so the base image has to change: the `FROM` line (or the `ARG` that
+        names the image) is flagged.
+    """
+    before = """
+        FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
+    """
+    after = """
+        # TODO(neuron-migrate NM520): XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native torch-neuronx, Neuron SDK 2.33+) or install torch-neuronx on a plain base image
+        FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
+    """
+    caveats = """
+        Images whose tag names Neuron SDK 2.33 or later (`...-sdk2.33.0-ubuntu26.04`), or starts
+        with PyTorch 2.13 or later (`2.14.0-neuronx-...`), are taken for TorchNeuron images and are
+        not flagged: AWS tags DLC images with the Neuron SDK release, torch-neuronx for PyTorch
+        2.13/2.14 is TorchNeuron from Neuron 2.33.0 on (the 2.33 DLC list has a "PyTorch Training
+        (TorchNeuron)" image with torch-neuronx 2.14), the XLA-based torch-neuronx last shipped in
+        Neuron 2.31, and the 2.32 images ship no torch-neuronx at all (so they are flagged too).
+        A tag without either (`latest`, a digest) is flagged. An image named through a build
+        argument is flagged where the argument's default names it.
+    """
+
+    message = ("XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native "
+               "torch-neuronx, Neuron SDK 2.33+) or install torch-neuronx on a plain base image")
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        u = plan.unit
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword not in ("FROM", "ARG"):
+                continue
+            try:
+                words = u.words(ins)
+            except ShellSyntaxError:
+                continue
+            for w in words:
+                image = w.text.split("=", 1)[1] if ins.keyword == "ARG" and "=" in w.text else w.text
+                if not _XLA_DLC_RE.search(image):
+                    continue
+                tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+                sdk = _SDK_RE.search(tag)
+                if sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK:
+                    continue
+                torch = _TAG_TORCH_RE.match(tag)
+                if torch and (int(torch.group(1)), int(torch.group(2))) >= TORCHNEURON_TORCH:
+                    continue
+                plan.marker(ctx, g, self.message)
+                break
+
+
+class DockerfileEnv(DockerRule):
+    id = "NM521"
+    title = "Dockerfile ENV: XLA-only and optimum-neuron variables removed"
+    fix = "mixed"
+    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
+    why = """
+        The environment rules of NM512 applied to `ENV` instructions: variables read only by the
+        XLA stack (`XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,
+        `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `PJRT_DEVICE`, ...) or by optimum-neuron are
+        removed; the other variables of the same instruction are kept. An `ENV` left empty is
+        removed.
+    """
+    before = """
+        ENV XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2
+    """
+    after = """
+        ENV NEURON_RT_NUM_CORES=2
+    """
+    caveats = """
+        `ENV` instructions with comment lines inside their continuation, and `RUN export ...`
+        commands, are not edited. The script of a BuildKit heredoc run by the shell (`RUN <<EOF`,
+        `RUN bash <<-'EOF'`) is: `export X=...`, `X=... cmd`, `env X=... cmd` and `unset X` of
+        these variables are removed there as in shell scripts (NM512); heredocs that are files
+        (`COPY <<EOF`) or another language (`RUN python3 <<EOF`) are left alone.
+    """
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        u = plan.unit
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword != "ENV":
+                continue
+            try:
+                plain = env_pairs(u, ins) is not None
+            except ShellSyntaxError:
+                plain = False
+            if plain:
+                continue
+            text = u.src[ins.args_start: ins.end]
+            names = sorted({m for m in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text) if xla_only_reason(m)})
+            if names:
+                plan.marker(ctx, g, f"remove {', '.join(names)} from this ENV (XLA-only variables; this "
+                            "instruction is not edited automatically)")
+        for g, ins, pairs, legacy, editable in _env_instructions(plan, self.id):
+            for p in pairs:
+                reason = xla_only_reason(p.name)
+                if reason is None or not editable:
+                    continue
+                plan.delete(self.id, (g, p.word))
+                w = u.words(ins)[p.word]
+                ctx.finding(u.line_of(w.start), f"removed ENV {p.name}: {reason}", "applied", u.col_of(w.start) + 1)
+        for _g, body in plan.bodies():  # `RUN <<EOF` scripts: `export X=1`, `X=1 cmd`, `env X=1 cmd`, `unset X`
+            bu = body.unit
+            for s in bu.simples:
+                for a in assignments(bu, s):
+                    reason = xla_only_reason(a.name)
+                    if reason is None or not body.editable(self.id, s):
+                        continue
+                    body.delete(self.id, a.tok)
+                    start = bu.toks[a.tok].start
+                    ctx.finding(body.offset + bu.line_of(start), f"removed {a.name} from the RUN script: {reason}",
+                                "applied", bu.col_of(start) + 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# NM522 (and NM523 for shell units): pip install command lines
+
+#: pip options followed by a value (when not written `--opt=value`)
+_PIP_VALUE_OPTS = frozenset({
+    "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
+    "-e", "--editable", "-t", "--target", "--prefix", "--root", "--platform", "--python-version",
+    "--implementation", "--abi", "--src", "--upgrade-strategy", "--progress-bar", "--cache-dir", "--trusted-host",
+    "--proxy", "--retries", "--timeout", "--exists-action", "--log", "--config-settings", "-C", "--only-binary",
+    "--no-binary", "--hash", "--python", "-p", "--index", "--default-index",
+})
+_SHELL_META = re.compile(r"[;&|`<>()]|\$\(")
+#: a requirement written without quotes only when it has no shell-special character
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._\-,=]+\Z")
+_NAME_START = re.compile(r"[A-Za-z0-9]")
+#: words after which `pip` is a command (`sudo pip install`, `cd x && pip install`)
+_PIP_BEFORE = frozenset({"&&", "||", ";", "|", "sudo", "exec", "command", "nohup", "time", "then", "do", "else"})
+PIP_TRIGGERS = ("optimum-neuron", "optimum_neuron", "optimum[", "transformers-neuronx", "torch-xla", "torch_xla",
+                "libneuronxla", "neuronx-distributed", "neuronx_distributed", "neuronx-cc", "neuronx_cc",
+                "torch-neuronx", "torch_neuronx")
+
+
+@dataclass
+class PipInstall:
+    key: object  # where the command is (a Dockerfile instruction index, a shell simple command)
+    line: int  # first line of its statement (markers go above it)
+    refs: list  # per requirement operand: what the caller edits (a word key, a token index)
+    texts: list[str]  # the requirement operands as written
+    lines: list[int]  # their lines
+    hashed: bool
+    other_operands: bool  # -r / -e / paths / URLs / variables: the command keeps something to install
+
+
+def _unquote(text: str) -> tuple[str, str] | None:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" and text[0] not in text[1:-1]:
+        return text[1:-1], text[0]
+    if any(c in text for c in "\"'\\"):
+        return None
+    return text, ""
+
+
+def pip_segments(words: list[str]) -> list[tuple[int, list[int], bool, bool]]:
+    """`pip install` commands in a list of shell words: (start, requirement operand indices, hashed,
+    other operands) for each, from `pip`/`pip3`, `python -m pip`, `uv pip` up to an operator."""
+    out = []
+    k = 0
+    while k < len(words):
+        w = words[k].strip("\"'")
+        base = w.rsplit("/", 1)[-1]
+        start = None
+        if re.fullmatch(r"pip[0-9.]*", base) and k + 1 < len(words) and words[k + 1] == "install":
+            start = k + 2
+        elif re.fullmatch(r"python[0-9.]*", base) and words[k + 1: k + 4] == ["-m", "pip", "install"]:
+            start = k + 4
+        elif base == "uv" and words[k + 1: k + 3] == ["pip", "install"]:
+            start = k + 3
+        prev = words[k - 1] if k else ""
+        if start is None or not (k == 0 or prev in _PIP_BEFORE or prev.endswith((";", "&&", "||"))):
+            k += 1
+            continue
+        reqs: list[int] = []
+        hashed = other = False
+        j = start
+        while j < len(words):
+            t = words[j]
+            uq = _unquote(t)
+            if t in ("&&", "||", ";", "|") or ((uq is None or not uq[1]) and _SHELL_META.search(t)):
+                break
+            if t.startswith("-"):
+                name = t.split("=", 1)[0]
+                if name in ("--require-hashes", "--hash"):
+                    hashed = True
+                if name in ("-r", "--requirement", "-e", "--editable"):
+                    other = True
+                if "=" not in t and name in _PIP_VALUE_OPTS:
+                    j += 1
+                j += 1
+                continue
+            if uq is None or "$" in t or "/" in uq[0] or uq[0].startswith(".") or not _NAME_START.match(uq[0]):
+                other = True
+            else:
+                reqs.append(j)
+            j += 1
+        out.append((k, reqs, hashed, other))
+        k = j
+    return out
+
+
+def _quoted(req: str, quote: str) -> str:
+    if not quote and _PLAIN_WORD.match(req):
+        return req
+    if not quote or quote in req:
+        quote = "'" if '"' in req else '"'
+    return f"{quote}{req}{quote}"
+
+
+def _stable_describe(e, d) -> str:
+    """What to do by hand, in words that do not depend on the rest of the unit (a marker must read the
+    same on every run)."""
+    if d.action == "replace":
+        return f"{e.name} belongs to the old Neuron stack: remove it" + (
+            f" (the migrated code needs {', '.join(d.implied)})" if d.implied else "")
+    return d.message
+
+
+def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
+                       replace: Callable, delete: Callable, silenced: Callable[[object], bool],
+                       render: Callable[[object, list[str], list[str]], str] | None = None) -> set[int]:
+    """The dependency decisions of NM501-NM504 (codemods.project.dependencies) on the requirements named by
+    `pip install` commands; all the commands of a unit form one list. Returns the lines marked."""
+    entries = []
+    for inst in installs:
+        for n, text in enumerate(inst.texts):
+            plain, quote = _unquote(text)  # type: ignore[misc]
+            parsed = deps._parse_req(plain)
+            if parsed is None:
+                continue
+            entries.append(deps._Entry(
+                parsed.name, frozenset(deps.canonicalize_name(x) for x in parsed.req.extras), "",
+                inst.lines[n], "pip", [parsed.req.specifier], parsed.marker, parsed,
+                data={"inst": inst, "n": n, "quote": quote}, hashed=inst.hashed, url=parsed.req.url is not None,
+            ))
+    if not entries:
+        return set()
+    decisions = deps._decide_all(entries, neuron_hint)
+    markers: dict[int, list[str]] = {}
+    edits: dict[int, list[tuple]] = {}
+    for i, e in enumerate(entries):
+        d = decisions.get(i)
+        if d is None:
+            continue
+        inst, n, quote = e.data["inst"], e.data["n"], e.data["quote"]
+        if silenced(inst.key):
+            continue
+        if d.action == "marker":
+            markers.setdefault(inst.line, []).append(d.marker or d.message)
+            continue
+        if e.hashed:
+            markers.setdefault(inst.line, []).append(
+                _stable_describe(e, d) + " (this pip install checks hashes: update them with the change)")
+            continue
+        if d.action == "respec":
+            new = [e.text.with_spec(d.new_spec or "").strip()]
+            message = d.message
+        else:
+            new = []
+            if d.keep_extras is not None:
+                new.append(deps._with_extras(e.text, d.keep_extras))
+            new += [name + deps._min_spec(name) + e.marker for name in d.adds]
+            message = deps._replace_message(d)
+        edits.setdefault(id(inst), []).append((inst, n, new, message, d, e, quote))
+    for items in edits.values():
+        inst = items[0][0]
+        left = len(inst.texts) - len(items) + sum(len(it[2]) for it in items)
+        if left == 0 and not inst.other_operands:
+            markers.setdefault(inst.line, []).append(
+                "this pip install only installs packages of the old Neuron stack: "
+                + "; ".join(_stable_describe(it[5], it[4]) for it in items))
+            continue
+        for _, n, new, message, d, e, quote in items:
+            if new:
+                if render is not None:
+                    replace(inst.refs[n], render(inst.refs[n], new, [quote] * len(new)))
+                else:
+                    replace(inst.refs[n], " ".join(_quoted(r, quote) for r in new))
+            else:
+                delete(inst.refs[n])
+            ctx.finding(inst.lines[n], message)
+            if d.marker:
+                markers.setdefault(inst.line, []).append(d.marker)
+    for line, texts in markers.items():
+        for text in dict.fromkeys(texts):
+            ctx.marker(line, text)  # one marker per message: each reads the same on every run
+    return set(markers)
+
+
+class DockerPipInstall(DockerRule):
+    id = "NM522"
+    title = "Dockerfile RUN pip install: old Neuron stack packages replaced"
+    fix = "mixed"
+    triggers = PIP_TRIGGERS
+    why = """
+        The dependency decisions of NM501-NM504 applied to the requirements named on
+        `RUN pip install` (`pip3`, `python -m pip`, `uv pip`) command lines of a Dockerfile
+        (shell form, exec form and `RUN <<EOF` heredoc scripts):
+        `optimum-neuron` (and `optimum[neuronx]`, `transformers-neuronx`) is replaced by the
+        libraries the migrated code imports at the versions it needs, `torch-xla`, `libneuronxla`
+        and `neuronx-distributed(-training)` go (TorchNeuron, `torch-neuronx`, takes their place),
+        XLA-era `torch-neuronx` and `neuronx-cc` pins are dropped, and `transformers` & co. pinned
+        too low are raised. All the `pip install` commands of the Dockerfile count as one list (a
+        library installed by another `RUN` is not added again). Options (`--extra-index-url`,
+        `-U`...), other packages and line continuations are kept; specs with shell-special
+        characters are written quoted.
+    """
+    before = """
+        RUN pip install --extra-index-url https://pip.repos.neuron.amazonaws.com optimum-neuron[training]==0.4.5 torch-xla==2.1.*
+    """
+    after = """
+        # TODO(neuron-migrate NM522): TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository https://pip.repos.neuron.amazonaws.com: pin the release of your Neuron SDK.
+        RUN pip install --extra-index-url https://pip.repos.neuron.amazonaws.com "transformers>=5.23" "accelerate>=1.15" "trl>=1.16" "peft>=0.21" torch-neuronx
+    """
+    caveats = """
+        Requirements given through variables, files (`-r`), paths or URLs are not edited (the
+        requirement files themselves are migrated by NM501). A `pip install` that checks hashes
+        (`--require-hashes`, `--hash`) gets a marker instead of an edit, and so does one that
+        would be left with nothing to install. Instructions with comment lines inside their
+        continuation are not edited. Exec-form instructions (`RUN ["pip", "install", ...]`, a
+        JSON array of strings) are edited element by element, and the scripts of BuildKit
+        heredocs run by the shell (`RUN <<EOF`) like shell scripts; a shell string inside an
+        exec form (`RUN ["sh", "-c", "pip install ..."]`) and heredocs that are files or
+        another language are not. torch-xla alone counts as old Neuron stack only in an image that names Neuron
+        somewhere (the Neuron repository, a `-neuronx` image or package).
+    """
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        u = plan.unit
+        installs: list[PipInstall] = []
+        exec_items: dict[tuple, list[tuple[int, int]]] = {}  # ("exec", g): element spans
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword != "RUN" or ins.inner_comments:
+                continue
+            text = u.src[ins.args_start: ins.end]
+            array = _exec_form(u.src, ins)
+            if array is not None:
+                spans, values = array
+                exec_items[("exec", g)] = spans
+                shown = [v if not _SHELL_META.search(v) and " " not in v else _quoted(v, "") for v in values]
+                for _k, reqs, hashed, other in pip_segments(shown):
+                    installs.append(PipInstall(
+                        ("exec", g), ins.first, [("exec", g, k) for k in reqs], [shown[k] for k in reqs],
+                        [u.line_of(spans[k][0]) for k in reqs], hashed, other))
+                continue
+            if text.lstrip().startswith("[") or "<<" in text:
+                continue
+            try:
+                words = u.words(ins)
+            except ShellSyntaxError:
+                continue
+            for _k, reqs, hashed, other in pip_segments([w.text for w in words]):
+                installs.append(PipInstall(
+                    ("word", g), ins.first, [("word", g, k) for k in reqs], [words[k].text for k in reqs],
+                    [u.line_of(words[k].start) for k in reqs], hashed, other))
+        for g, body in plan.bodies():
+            bu = body.unit
+            for s in bu.simples:
+                if body.is_removed(s) or not s.words:
+                    continue
+                texts = [bu.text(i) for i in s.words]
+                for _k, reqs, hashed, other in pip_segments(texts):
+                    installs.append(PipInstall(
+                        ("body", g, id(s)), body.offset + (bu.groups[s.group][0] if s.group >= 0 else 0),
+                        [("body", g, s.words[k]) for k in reqs], [texts[k] for k in reqs],
+                        [body.offset + bu.line_of(bu.toks[s.words[k]].start) for k in reqs], hashed, other))
+        hint = deps_host() in u.src or re.search(r"neuronx|aws-neuron", u.src) is not None
+
+        def edit(ref: tuple, items: list[str] | None) -> None:
+            """Write ``items`` (requirements, unquoted) in place of the operand ``ref``; None deletes it."""
+            if ref[0] == "word":
+                if items is None:
+                    plan.delete(self.id, ref[1:])
+                else:
+                    plan.replace(self.id, ref[1:], " ".join(items))
+            elif ref[0] == "body":
+                body = plan.body(ref[1])
+                assert body is not None
+                if items is None:
+                    body.delete(self.id, ref[2])
+                else:
+                    body.replace(self.id, ref[2], " ".join(items))
+            else:
+                spans = exec_items[("exec", ref[1])]
+                k = ref[2]
+                a, b = spans[k]
+                if items is not None:
+                    plan.span(self.id, ref[1], a, b, items[0])
+                elif k + 1 < len(spans):
+                    plan.span(self.id, ref[1], a, spans[k + 1][0], "")
+                else:
+                    plan.span(self.id, ref[1], spans[k - 1][1], b, "")
+
+        def silenced(key: tuple) -> bool:
+            if key[0] == "body":
+                body = plan.body(key[1])
+                s = next((x for x in body.unit.simples if id(x) == key[2]), None) if body else None
+                return s is None or not body.editable(self.id, s)
+            return plan.silenced(self.id, key[1])
+
+        plan.marked |= apply_pip_installs(
+            self.id, ctx, installs, hint,
+            replace=lambda ref, text: edit(ref, [text]),
+            delete=lambda ref: edit(ref, None),
+            silenced=silenced,
+            render=lambda ref, reqs, quotes: (
+                ", ".join(json.dumps(r) for r in reqs) if ref[0] == "exec"
+                else " ".join(_quoted(r, q) for r, q in zip(reqs, quotes))),
+        )
+
+
+def _exec_form(src: str, ins: Instruction) -> tuple[list[tuple[int, int]], list[str]] | None:
+    """(element spans, values) of an exec-form `RUN ["pip", "install", ...]` (JSON array of strings)."""
+    i, end = ins.args_start, ins.end
+    flags = _RUN_FLAGS_RE.match(src, i)
+    i = flags.end() if flags else i
+    ws = re.compile(r"(?:[ \t\n]|\\[ \t]*\n)*")
+    i = ws.match(src, i).end()
+    if i >= end or src[i] != "[":
+        return None
+    i += 1
+    spans: list[tuple[int, int]] = []
+    values: list[str] = []
+    string = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+    while True:
+        i = ws.match(src, i).end()
+        m = string.match(src, i)
+        if m is None:
+            if src.startswith("]", i) and not spans:
+                break
+            return None
+        try:
+            value = json.loads(m.group(0))
+        except ValueError:
+            return None
+        spans.append((m.start(), m.end()))
+        values.append(value)
+        i = ws.match(src, m.end()).end()
+        if src.startswith(",", i):
+            i += 1
+            continue
+        if src.startswith("]", i):
+            break
+        return None
+    if src[i + 1: end].strip(" \t"):
+        return None
+    return spans, values
+
+
+def deps_host() -> str:
+    return _NEURON_HOST
+
+
+RULES = (XlaDlcBaseImage, DockerfileEnv, DockerPipInstall)

@@ -1,0 +1,832 @@
+"""NM515-NM516: command lines that launch the migrated Python scripts; NM523: `pip install` lines.
+
+Built on the shell lexer/parser and the shared edit plan of :mod:`codemods.project.shell` (the same
+command can be edited by NM511, NM512, NM513 and these rules at once).
+
+A *launch* is a simple command that runs a Python script through ``torchrun``,
+``python -m torch.distributed.run|launch``, ``python``/``python3`` or ``accelerate launch``,
+possibly behind wrappers (``srun``, ``uv run``, ``neuron_parallel_compile``, ``nohup`` ...): the
+script is the first word after the launcher that ends with ``.py`` (or the module after ``-m``).
+Only the words after the script (its own arguments) are edited; the launcher's options are read
+(``--nproc_per_node``, ``--nnodes``, also through a variable set once in the script, e.g.
+``DISTRIBUTED_ARGS="--nproc_per_node 32 ..."``), never edited.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from codemods.project.dockerfile import PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments
+from codemods.project.shell_plans import ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, plan_for, word_value
+from codemods.project.shell_syntax import ASSIGN_RE, Simple
+from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS
+
+#: flags -> environment variable the migrated script reads instead
+_ENV_FLAGS = {
+    "--tensor_parallel_size": "TP_SIZE",
+    "--tensor-parallel-size": "TP_SIZE",
+    "--pipeline_parallel_size": "PP_SIZE",
+    "--pipeline-parallel-size": "PP_SIZE",
+}
+_ZERO_FLAGS = ("--zero_1", "--zero-1")
+#: boolean flags of NeuronTrainingArguments with no equivalent: removed (value: why)
+_DROP_FLAGS = {
+    "--disable_sequence_parallel": "sequence parallelism is part of the model's tensor-parallel plan now",
+    "--skip_cache_push": "there is no Hub compile cache with TorchNeuron",
+    "--async_save": "optimum-neuron's asynchronous checkpointing does not exist in Transformers",
+    "--use_autocast": "use --bf16 true (Trainer mixed precision) instead",
+}
+for _f in list(_DROP_FLAGS):
+    _DROP_FLAGS[_f.replace("_", "-")] = _DROP_FLAGS[_f]
+_TRUE = {"true", "1", "yes", "y", "t", "on"}
+_FALSE = {"false", "0", "no", "n", "f", "off"}
+_BOOL = _TRUE | _FALSE
+
+_FLAG_TRIGGERS = tuple(sorted(set(_ENV_FLAGS) | set(_ZERO_FLAGS) | set(_DROP_FLAGS)))
+#: the other old-stack shell triggers: a script that holds one of them is a Neuron launch script
+_STACK_TRIGGERS = ("neuron_parallel_compile", "optimum-cli", "optimum.neuron", "NEURON_CC_FLAGS",
+                   "NEURON_EXTRACT_GRAPHS_ONLY") + tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
+
+_PYTHON_RE = re.compile(r"python[0-9.]*\Z")
+#: tools with a --tensor-parallel-size of their own (never edited, never flagged)
+_OTHER_TOOLS = frozenset({"vllm", "sglang", "lm_eval", "text-generation-launcher", "text_generation_server",
+                          "deepspeed", "trtllm-serve", "tensorrt_llm"})
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.,:/+-]*\Z")
+_VAR_RE = re.compile(r'"?\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))"?\Z')
+_INT_RE = re.compile(r"[0-9]+\Z")
+_NPROC = ("--nproc_per_node", "--nproc-per-node")
+_NNODES = ("--nnodes",)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the unit
+
+
+def unit_variables(u: ShellUnit) -> dict[str, str | None]:
+    """Variables assigned exactly once in the unit (``X=8``, ``export X="a b"``): name -> the value
+    with one level of surrounding quotes removed; None when assigned more than once."""
+    out: dict[str, str | None] = {}
+    for s in u.simples:
+        for a in assignments(u, s):
+            if a.value is None or (a.form == "prefix" and s.words):
+                continue
+            raw = a.value
+            if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+                raw = raw[1:-1]
+            out[a.name] = None if a.name in out else raw
+    return out
+
+
+def _var_name(text: str) -> str | None:
+    m = _VAR_RE.match(text)
+    return (m.group(1) or m.group(2)) if m else None
+
+
+def _int(text: str | None, env: dict[str, str | None]) -> int | None:
+    """An integer, directly or through a variable assigned once to an integer."""
+    if text is None:
+        return None
+    v = word_value(text)
+    if v is not None and _INT_RE.match(v):
+        return int(v)
+    name = _var_name(text)
+    if name and env.get(name) and _INT_RE.match(env[name] or ""):
+        return int(env[name])  # type: ignore[arg-type]
+    return None
+
+
+def _expand(words: list[str], env: dict[str, str | None]) -> list[str]:
+    """Launcher words with unquoted ``$VAR`` replaced by the words of its (single) value."""
+    out: list[str] = []
+    for w in words:
+        name = _var_name(w)
+        if name and not w.startswith('"') and env.get(name) is not None:
+            out.extend(str(env[name]).split())
+        else:
+            out.append(w)
+    return out
+
+
+def _option(words: list[str], names: tuple[str, ...]) -> str | None:
+    for k, w in enumerate(words):
+        for n in names:
+            if w == n and k + 1 < len(words):
+                return words[k + 1]
+            if w.startswith(n + "="):
+                return w[len(n) + 1:]
+    return None
+
+
+class Launch:
+    """A command that runs a Python script."""
+
+    def __init__(self, u: ShellUnit, s: Simple, launcher: int, script: int, torchrun: bool, python: bool,
+                 options: list[str] | None = None) -> None:
+        self.s = s
+        self.options = options or []  # launcher words held in a variable (`$LAUNCHER script.py`)
+        self.launcher = launcher  # index in s.words
+        self.script = script  # index in s.words
+        self.torchrun = torchrun
+        self.python = python  # plain `python script.py` (one process)
+        self.script_name = u.text(s.words[script])
+        self.args = s.words[script + 1:]
+
+
+#: commands that run the command line after them (`srun torchrun ...`, `uv run python ...`)
+_WRAPPERS = frozenset({"srun", "mpirun", "mpiexec", "nohup", "exec", "sudo", "uv", "poetry", "pipenv", "conda",
+                       "timeout", "env", "neuron_parallel_compile", "stdbuf", "nice", "numactl", "taskset",
+                       "time", "command"})
+
+
+def find_launch(u: ShellUnit, s: Simple, env: dict[str, str | None] | None = None) -> Launch | None:
+    vals = [u.value(i) for i in s.words]
+    base = [v.rsplit("/", 1)[-1] if v else None for v in vals]
+    held: dict[int, list[str]] = {}  # `$LAUNCHER` whose value starts with torchrun / python
+    for k, i in enumerate(s.words):
+        name = _var_name(u.text(i)) if vals[k] is None and not u.text(i).startswith('"') else None
+        words = (env or {}).get(name or "") or ""
+        first = words.split()[0].rsplit("/", 1)[-1] if words.split() else ""
+        if first == "torchrun" or _PYTHON_RE.match(first):
+            held[k] = words.split()[1:]
+            base[k] = first
+    if not base or (base[0] not in _WRAPPERS and base[0] not in ("torchrun", "accelerate")
+                    and not (base[0] and _PYTHON_RE.match(base[0]))):
+        return None
+    for k, name in enumerate(base):
+        if name is None:
+            continue
+        if k in held:
+            torchrun = name == "torchrun" or "torch.distributed.run" in held[k]
+            j = k + 1
+            while j < len(vals) and not (vals[j] and vals[j].endswith(".py") and not vals[j].startswith("-")):
+                if vals[j] is None or not vals[j].startswith("-"):
+                    return None
+                j += 1
+            if j == len(vals):
+                return None
+            return Launch(u, s, k, j, torchrun, not torchrun, held[k])
+        torchrun = name == "torchrun"
+        python = bool(_PYTHON_RE.match(name))
+        accelerate = name == "accelerate" and k + 1 < len(vals) and vals[k + 1] == "launch"
+        if not (torchrun or python or accelerate):
+            continue
+        j = k + (2 if accelerate else 1)
+        while j < len(vals):
+            v = vals[j]
+            if v == "-m" and j + 1 < len(vals) and vals[j + 1]:
+                mod = vals[j + 1]
+                if mod.split(".", 1)[0] in _OTHER_TOOLS:
+                    return None  # vLLM & co. have a --tensor-parallel-size of their own
+                if python and mod in ("torch.distributed.run", "torch.distributed.launch"):
+                    torchrun, python = True, False
+                    j += 2
+                    continue
+                return Launch(u, s, k, j + 1, torchrun, python and not accelerate)
+            if v and v.endswith(".py") and not v.startswith("-"):
+                return Launch(u, s, k, j, torchrun, python and not accelerate)
+            if python and v and not v.startswith("-"):
+                return None  # `python something-else`: not a script we recognise
+            j += 1
+        return None
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# NM515
+
+
+class _Flag:
+    def __init__(self, name: str, toks: list[int], value: str | None, holder: "_Holder | None" = None) -> None:
+        self.name = name
+        self.toks = toks  # tokens to delete (words of ``holder`` when the flag is held in a variable)
+        self.value = value  # raw text of the value (None: bare boolean flag)
+        self.holder = holder
+
+
+def _parse_flags(texts: list[str], values: list[str | None]) -> list[tuple[str, list[int], str | None]]:
+    """(flag, positions, raw value) of the flags this rule edits in a list of words."""
+    out: list[tuple[str, list[int], str | None]] = []
+    k = 0
+    while k < len(texts):
+        text = values[k] or texts[k]
+        name, eq, val = text.partition("=")
+        if eq and not _PLAIN_VALUE.match(val):
+            val = shlex.quote(val)
+        nxt = texts[k + 1] if k + 1 < len(texts) else None
+        shown = (values[k + 1] or nxt) if nxt is not None else None  # `"--lr"` is an option too
+        # TP/PP sizes, and HfArgumentParser booleans: `--flag`, `--flag VALUE`, `--flag=VALUE`
+        if name in _ENV_FLAGS or name in _ZERO_FLAGS or name in _DROP_FLAGS:
+            if eq:
+                out.append((name, [k], val))
+            elif nxt is not None and shown is not None and not shown.startswith("-"):
+                out.append((name, [k, k + 1], nxt))
+                k += 1
+            else:
+                out.append((name, [k], None))
+        k += 1
+    return out
+
+
+def _script_flags(u: ShellUnit, args: list[int]) -> list[_Flag]:
+    found = _parse_flags([u.text(i) for i in args], [u.value(i) for i in args])
+    return [_Flag(name, [args[k] for k in ks], value) for name, ks, value in found]
+
+
+# -- flags held in a variable: `ARGS="--tensor_parallel_size 8 --zero_1 true"`, `args=(--zero_1 true)`
+
+#: a word of a literal value that is re-written as it is (no quotes, escapes, backticks)
+_HELD_WORD = re.compile(r"""[^\s"'\\`()#;&|<>][^\s"'\\`();&|<>]*""")
+_DQ_ELEMENT = re.compile(r'"[^"\\`]*"')
+_SQ_ELEMENT = re.compile(r"'[^']*'")
+_CONT = re.compile(r"\\\n")
+
+
+class _Holder:
+    """A variable assigned once to a literal list of words, whose flags can be removed exactly."""
+
+    def __init__(self, u: ShellUnit, s: Simple, tok: int, name: str, array: bool,
+                 spans: list[tuple[int, int]]) -> None:
+        self.s = s
+        self.tok = tok
+        self.name = name
+        self.array = array
+        self.text = u.text(tok)
+        m = ASSIGN_RE.match(self.text)
+        quoted = self.text[m.end():][:1] in ("(", '"', "'") if m else False
+        #: (start, end) of the value inside ``text``, without its quotes or parentheses
+        self.body = (m.end() + 1, len(self.text) - 1) if m and quoted else (m.end() if m else 0, len(self.text))
+        self.spans = spans  # (start, end) of each word inside ``text``
+        self.words = [self.text[a:b] for a, b in spans]
+        self.dropped: set[int] = set()
+
+    def values(self) -> list[str | None]:
+        return [word_value(w) for w in self.words]
+
+    def render(self) -> str:
+        """The assignment without the dropped words: a dropped word goes with the blanks after it
+        when another word follows on its line, else with the blanks before it."""
+        text = self.text
+        cuts: list[tuple[int, int]] = []
+        runs: list[list[int]] = []
+        for k in sorted(self.dropped):
+            if runs and runs[-1][-1] == k - 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        for run in runs:
+            a, b = self.spans[run[0]][0], self.spans[run[-1]][1]
+            if run[-1] + 1 < len(self.spans):  # up to the next word (blanks, newlines, continuations)
+                cuts.append((a, self.spans[run[-1] + 1][0]))
+            elif run[0] > 0:  # the last words: from the end of the word before
+                cuts.append((self.spans[run[0] - 1][1], b))
+            else:  # every word: the whole value
+                cuts.append(self.body)
+        out, pos = [], 0
+        for a, b in sorted(cuts):
+            a = max(a, pos)
+            out.append(text[pos:a])
+            pos = max(pos, b)
+        out.append(text[pos:])
+        return "".join(out)
+
+
+def _held_spans(value: str, offset: int) -> list[tuple[int, int]] | None:
+    """Word spans (offsets in the assignment word) of a literal value: ``"..."`` or ``'...'`` split
+    at blanks, ``(...)`` elements, or one plain word; None when the words cannot be known exactly."""
+    spans: list[tuple[int, int]] = []
+    if re.search(r"\$\{[^}]*\s", value):
+        return None  # `${X:-a b}`: the blanks do not separate words
+    if value.startswith("(") and value.endswith(")"):
+        body, base = value[1:-1], offset + 1
+        i = 0
+        while i < len(body):
+            if body[i] in " \t\n":
+                i += 1
+                continue
+            m = _CONT.match(body, i)
+            if m:
+                i = m.end()
+                continue
+            m = _DQ_ELEMENT.match(body, i) or _SQ_ELEMENT.match(body, i) or _HELD_WORD.match(body, i)
+            if m is None or "$(" in m.group(0) or (m.end() < len(body) and body[m.end()] not in " \t\n\\"):
+                return None  # a comment, an escape, a command substitution, glued quotes...
+            spans.append((base + m.start(), base + m.end()))
+            i = m.end()
+        return spans
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        body, base = value[1:-1], offset + 1
+        if value[0] == "'" and "'" in body:
+            return None
+        if value[0] == '"' and (any(c in _CONT.sub(" ", body) for c in '"`\\') or "$(" in body):
+            return None
+        for m in re.finditer(r"(?:[^\s\\]|\\(?!\n))+", body):
+            spans.append((base + m.start(), base + m.end()))
+        return spans
+    if _HELD_WORD.fullmatch(value) and "$" not in value:
+        return [(offset, offset + len(value))]
+    return None
+
+
+_REF_RE = re.compile(r'"?\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[@\])?\}|([A-Za-z_][A-Za-z0-9_]*))"?\Z')
+
+
+def _reference(text: str) -> tuple[str, bool] | None:
+    """(name, array) of an argument that expands a variable into words: `$ARGS`, `${ARGS}`,
+    `"${ARGS[@]}"`, `${ARGS[@]}` (a quoted scalar `"$ARGS"` stays one word: not handled)."""
+    m = _REF_RE.match(text)
+    if m is None:
+        return None
+    quoted = text.startswith('"')
+    if quoted != (text.endswith('"') and len(text) > 1):
+        return None
+    if m.group(2):
+        return m.group(1), True
+    if quoted:
+        return None
+    return m.group(1) or m.group(3), False
+
+
+_DECLARE = ("export", "declare", "local", "readonly", "typeset")
+
+
+def find_holders(u: ShellUnit) -> dict[str, "_Holder | None"]:
+    """Variables assigned in the unit: a holder for one assigned exactly once, alone on its command
+    (``ARGS=...`` or ``export ARGS=...``), to a literal whose words are known; None otherwise."""
+    out: dict[str, _Holder | None] = {}
+    for s in u.simples:
+        name_cmd = command_name(u, s)
+        for i in s.assigns + s.words[1:]:
+            m = ASSIGN_RE.match(u.text(i))
+            if m is None or (i in s.words and name_cmd not in _DECLARE):
+                continue
+            name = m.group(1)
+            if name in out:
+                out[name] = None
+                continue
+            standalone = (i in s.assigns and not s.words) or (
+                i in s.words and name_cmd == "export" and not any(u.text(w).startswith("-") for w in s.words))
+            value = u.text(i)[m.end():]
+            spans = _held_spans(value, m.end()) if standalone and not m.group(2) and not m.group(3) else None
+            out[name] = _Holder(u, s, i, name, value.startswith("("), spans) if spans is not None else None
+    return out
+
+
+def _truth(value: str | None) -> bool | None:
+    if value is None:
+        return True
+    v = word_value(value)
+    if v is None:
+        return None
+    v = v.lower()
+    return True if v in _TRUE else False if v in _FALSE else None
+
+
+class LaunchFlags(ShellRule):
+    id = "NM515"
+    title = "Script flags of optimum-neuron's training arguments: TP_SIZE/FSDP_SIZE, removed, --torch_compile"
+    fix = "mixed"
+    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS
+    why = """
+        The migrated training scripts parse transformers' `TrainingArguments`, which do not have
+        optimum-neuron's parallelism flags: with TorchNeuron the layout comes from a
+        `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE)` that the script reads from the
+        environment, and the product TP_SIZE x FSDP_SIZE is the number of processes torchrun
+        starts. On command lines that launch a Python script (`torchrun`, `python`,
+        `python -m torch.distributed.run`, `accelerate launch`, also behind `srun`, `uv run`...):
+        `--tensor_parallel_size N` becomes a `TP_SIZE=N` prefix of the command,
+        `--pipeline_parallel_size N` a `PP_SIZE=N` prefix; `--zero_1` (optimizer-state sharding
+        over the data-parallel ranks) becomes `FSDP_SIZE=<processes / TP_SIZE>` when it is on and
+        more than one data-parallel rank is left, and is removed otherwise;
+        `--disable_sequence_parallel`, `--skip_cache_push`, `--async_save` and `--use_autocast`
+        are removed. A launch whose process count does not match TP_SIZE x FSDP_SIZE gets a
+        marker. `--torch_compile true` is added to launches of a `.py` script that writes to
+        `--output_dir` (a Trainer script): on Trainium torch.compile picks the Neuron backend.
+    """
+    before = """
+        torchrun --nproc_per_node=32 train.py --tensor_parallel_size 8 --zero_1 true --async_save --output_dir out
+    """
+    after = """
+        TP_SIZE=8 FSDP_SIZE=4 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun --nproc_per_node=32 train.py --output_dir out --torch_compile true
+    """
+    caveats = """
+        Flags held in a variable (`ARGS="--tensor_parallel_size 8 --zero_1 true"`,
+        `args=(--zero_1 true)`) are edited where the variable is assigned, and TP_SIZE/FSDP_SIZE go
+        to the launches that expand it, when it is assigned once to a literal (no command
+        substitution, escape or nested quote) and expanded only into the arguments of Python
+        launches (`$ARGS`, `${ARGS}`, `"${ARGS[@]}"`) or shown by `echo`; otherwise, and in
+        launches of `.sh` scripts and `bash -c` strings, they are flagged. The number of processes is read from
+        `--nproc_per_node` (directly or through a variable set once in the script) and
+        `--nnodes`; with `--nnodes $VAR` FSDP_SIZE becomes `$((per-node ranks * VAR))`. The
+        environment prefix reaches the script through `srun` (which exports the environment) but
+        not through `mpirun` without `-x`. `--torch_compile true` needs a script that parses
+        TrainingArguments (HfArgumentParser, TrlParser); a plain argparse script rejects it, and a
+        script that declares `--tensor_parallel_size` in its own argparse still expects it (put it
+        back). `--tensor-parallel-size` of vLLM, SGLang and similar tools is not touched. The
+        flags are only edited after the script name; `--torch_compile true` is only added in a
+        script where another NM51x rule changed something, or on a launch whose flags were edited.
+    """
+
+    def apply(self, ctx) -> None:
+        plan = plan_for(ctx, _shell_plan)
+        if not isinstance(plan, ShellPlan):
+            return
+        self.contribute(plan, ctx)
+        plan.flush(ctx)
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        env = unit_variables(u)
+        # a Neuron launch script: another rule of the family changed or flagged something in it
+        neuron = any(f.rule in ("NM510", "NM511", "NM512", "NM513", "NM514") for f in ctx.findings)
+        found: list[Launch] = []
+        for s in u.simples:
+            if plan.is_removed(s):
+                continue
+            launch = find_launch(u, s, env)
+            if launch is not None:
+                found.append(launch)
+        holders = self._usable_holders(plan, found)
+        for launch in found:
+            self._launch(plan, ctx, launch, env, neuron, holders)
+        launches = {id(launch.s) for launch in found} | {id(h.s) for h in holders.values()}
+        # flags this rule cannot edit: in variables it cannot follow, non-Python launches
+        for s in u.simples:
+            if id(s) in launches or plan.is_removed(s):
+                continue
+            hits = sorted({f for i in s.assigns + s.words for f in _FLAG_TRIGGERS
+                           if re.search(re.escape(f) + r"(?![A-Za-z0-9_-])", u.text(i))})
+            name = (u.value(s.words[0]) or "").rsplit("/", 1)[-1] if s.words else ""
+            if hits and not _echo_like(u, s) and name != "optimum-cli" and name not in _OTHER_TOOLS:
+                _mark(plan, ctx, s.group, f"{', '.join(hits)}: the migrated script no longer accepts "
+                            "optimum-neuron's parallelism flags: pass TP_SIZE/FSDP_SIZE in the environment "
+                            "of the torchrun launch instead (see `neuron-migrate explain NM515`)")
+
+    def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
+        """Variables holding script flags that can be edited where they are assigned: assigned once
+        to a literal, expanded (unquoted, or as "${A[@]}") only into the arguments of launches of
+        Python scripts, and mentioned nowhere else but in echo-like commands."""
+        u = plan.unit
+        candidates = {name: h for name, h in find_holders(u).items()
+                      if h is not None and _parse_flags(h.words, h.values())}
+        if not candidates:
+            return {}
+        seen: dict[str, int] = {}
+        bad: set[str] = set()
+        in_launch = {id(launch.s): set(launch.args) for launch in launches}
+        for s in u.simples:
+            args = in_launch.get(id(s))
+            for i in s.words:
+                ref = _reference(u.text(i))
+                if ref is None or ref[0] not in candidates:
+                    continue
+                name, array = ref
+                if args is not None and i in args and array == candidates[name].array:
+                    seen[name] = seen.get(name, 0) + 1
+                elif not _echo_like(u, s):
+                    bad.add(name)
+            if _echo_like(u, s):  # `echo "running with $ARGS"`: shows the value, whatever it is
+                for name in candidates:
+                    pattern = r"\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])"
+                    seen[name] = seen.get(name, 0) + sum(len(re.findall(pattern, u.text(i))) for i in s.words)
+        out = {}
+        for name, h in candidates.items():
+            total = len(re.findall(r"\$\{?" + re.escape(name) + r"(?![A-Za-z0-9_])", u.src))
+            if (name in bad or not seen.get(name) or seen[name] != total or plan.is_removed(h.s)
+                    or not plan.editable(self.id, h.s)):
+                continue
+            out[name] = h
+        return out
+
+    def _drop(self, plan: ShellPlan, f: _Flag) -> None:
+        if f.holder is not None:
+            f.holder.dropped.update(f.toks)
+            plan.rewrite(self.id, f.holder.tok, f.holder.render())
+        else:
+            for t in f.toks:
+                plan.delete(self.id, t)
+
+    @staticmethod
+    def _at(f: _Flag) -> int:
+        """The token a finding about the flag points at."""
+        return f.holder.tok if f.holder is not None else f.toks[0]
+
+    def _launch(self, plan: ShellPlan, ctx, launch: Launch, env: dict[str, str | None], neuron: bool,
+                holders: dict[str, _Holder] | None = None) -> None:
+        u = plan.unit
+        s = launch.s
+        flags = _script_flags(u, launch.args)
+        held_words: list[str] = []
+        for i in launch.args:
+            ref = _reference(u.text(i))
+            h = (holders or {}).get(ref[0]) if ref else None
+            if h is None:
+                continue
+            held_words += h.words
+            flags += [_Flag(name, ks, value, h) for name, ks, value in _parse_flags(h.words, h.values())]
+        editable = plan.editable(self.id, s)
+        if flags and not editable:
+            _mark(plan, ctx, s.group, f"{', '.join(f.name for f in flags)}: the migrated script no longer "
+                        "accepts these flags: move them to TP_SIZE/FSDP_SIZE in the environment "
+                        "(see `neuron-migrate explain NM515`)")
+            return
+        launcher_words = launch.options + _expand([u.text(i) for i in s.words[launch.launcher + 1: launch.script]], env)
+        nproc_raw = _option(launcher_words, _NPROC) if launch.torchrun else None
+        nnodes_raw = _option(launcher_words, _NNODES) if launch.torchrun else None
+        nproc = _int(nproc_raw, env)
+        nodes: int | str | None = 1
+        if nnodes_raw is not None:
+            nodes = _int(nnodes_raw, env)
+            if nodes is None:
+                name = _var_name(nnodes_raw)
+                nodes = name if name else None
+        present = {}
+        for i in s.assigns:
+            m = ASSIGN_RE.match(u.text(i))
+            if m:
+                present[m.group(1)] = u.text(i)[m.end():]
+
+        if launch.python:
+            nproc, nodes = 1, 1
+        tp_raw = present.get("TP_SIZE") or ("$TP_SIZE" if env.get("TP_SIZE") else None)
+        fsdp_raw = present.get("FSDP_SIZE") or ("$FSDP_SIZE" if env.get("FSDP_SIZE") else None)
+        zero: _Flag | None = None
+        for f in flags:
+            var = _ENV_FLAGS.get(f.name)
+            first = self._at(f)
+            if var is not None:
+                if f.value is None:  # `--tensor_parallel_size` without a value: not ours to guess
+                    _mark(plan, ctx, s.group, f"{f.name} without a value: the migrated script no longer accepts "
+                                f"it: set {var} in the environment of this launch instead")
+                    continue
+                self._drop(plan, f)
+                if var not in present:
+                    plan.prefix(self.id, s, f"{var}={f.value}")
+                    present[var] = f.value
+                if var == "TP_SIZE":
+                    tp_raw = present[var]
+                self.finding(ctx, plan, first, f"{f.name} {f.value} -> {var}={f.value} in the environment of the "
+                             "launch (the migrated script reads it for its DistributedConfig)")
+                if var == "PP_SIZE" and _int(f.value, env) != 1:
+                    _mark(plan, ctx, s.group, "PP_SIZE: pipeline parallelism of optimum-neuron has no "
+                                "DistributedConfig equivalent in the migrated script: check how this model is "
+                                "split (TP_SIZE x FSDP_SIZE must equal the number of processes)")
+            elif f.name in _ZERO_FLAGS:
+                self._drop(plan, f)
+                zero = f
+            else:
+                self._drop(plan, f)
+                shown = f.name if f.value is None else f"{f.name} {f.value}"
+                self.finding(ctx, plan, first, f"removed {shown}: {_DROP_FLAGS[f.name]}")
+
+        tp = _int(tp_raw, env)
+        if zero is not None:
+            on = _truth(zero.value)
+            shown = zero.name if zero.value is None else f"{zero.name} {zero.value}"
+            if on is False:
+                self.finding(ctx, plan, self._at(zero), f"removed {shown}: ZeRO-1 was off")
+            elif fsdp_raw is not None:
+                self.finding(ctx, plan, self._at(zero), f"removed {shown}: FSDP_SIZE is set already")
+            elif on is None or tp is None and tp_raw is not None or nproc is None or nodes is None:
+                self.finding(ctx, plan, self._at(zero), f"removed {shown}")
+                _mark(plan, ctx, s.group, f"{shown} sharded the optimizer over the data-parallel ranks: with "
+                            "TorchNeuron set FSDP_SIZE=<number of processes / TP_SIZE> in the environment of "
+                            "this launch to shard with FSDP (TP_SIZE x FSDP_SIZE = number of processes)")
+            else:
+                tp_n = tp or 1
+                dp = nproc // tp_n if nproc % tp_n == 0 else None
+                new_fsdp = None
+                if dp is None:
+                    self.finding(ctx, plan, self._at(zero), f"removed {shown}")
+                elif isinstance(nodes, str):
+                    new_fsdp = f"${nodes}" if dp == 1 else f"$(({dp} * {nodes}))"
+                elif dp * nodes > 1:
+                    new_fsdp = str(dp * nodes)
+                if new_fsdp is not None and fsdp_raw is None:
+                    plan.prefix(self.id, s, f"FSDP_SIZE={new_fsdp}")
+                    present["FSDP_SIZE"] = fsdp_raw = new_fsdp
+                    self.finding(ctx, plan, self._at(zero), f"{shown} -> FSDP_SIZE={new_fsdp}: the "
+                                 "data-parallel ranks shard parameters, gradients and optimizer state with FSDP")
+                elif dp is not None:
+                    self.finding(ctx, plan, self._at(zero), f"removed {shown}: no data-parallel rank is left "
+                                 f"beside TP_SIZE={tp_n}")
+
+        self._check_layout(plan, ctx, launch, tp, present.get("FSDP_SIZE") or fsdp_raw, nproc, nodes, env)
+        if flags:
+            plan.edited_launches.add(id(s))
+
+        if ((neuron or flags) and editable and launch.script_name.endswith(".py")
+                and any(w == "--output_dir" or w.startswith("--output_dir=")
+                        for w in [u.text(i) for i in launch.args] + held_words)
+                and not any(w.split("=", 1)[0] in ("--torch_compile", "--torch-compile")
+                            for w in [u.text(i) for i in launch.args] + held_words)):
+            self._add_torch_compile(plan, ctx, launch)
+
+    def _check_layout(self, plan, ctx, launch: Launch, tp: int | None, fsdp_raw: str | None,
+                      nproc: int | None, nodes, env) -> None:
+        s = launch.s
+        if tp is None:
+            return
+        if launch.python and tp > 1:
+            _mark(plan, ctx, s.group, f"TP_SIZE={tp} needs {tp} processes: launch this script with torchrun "
+                        f"--nproc_per_node={tp} (TP_SIZE x FSDP_SIZE processes)")
+            return
+        if not launch.torchrun or nproc is None or not isinstance(nodes, int):
+            return
+        world = nproc * nodes
+        fsdp = _int(fsdp_raw, env) if fsdp_raw is not None else None
+        if fsdp_raw is not None and fsdp is None:
+            return
+        where = f"{nproc} processes" + (f" per node on {nodes} nodes" if nodes != 1 else "")
+        if fsdp is not None:
+            if tp * fsdp != world:
+                _mark(plan, ctx, s.group, f"torchrun starts {where} but TP_SIZE x FSDP_SIZE = {tp} x {fsdp} = "
+                            f"{tp * fsdp}: make --nproc_per_node x --nnodes equal TP_SIZE x FSDP_SIZE")
+            return
+        if world % tp:
+            _mark(plan, ctx, s.group, f"torchrun starts {where}, not a multiple of TP_SIZE={tp}: make "
+                        "--nproc_per_node x --nnodes equal TP_SIZE x FSDP_SIZE")
+        elif world > tp:
+            dp = world // tp
+            _mark(plan, ctx, s.group, f"torchrun starts {where} with TP_SIZE={tp}: the {dp} data-parallel "
+                        f"replicas now come from FSDP_SIZE={dp} (sharded, TP_SIZE x FSDP_SIZE = {world}) or from "
+                        "plain DDP over the remaining ranks: set FSDP_SIZE or check that the script runs DDP")
+
+    def _add_torch_compile(self, plan: ShellPlan, ctx, launch: Launch) -> None:
+        u = plan.unit
+        s = launch.s
+        after = [s.words[launch.script]] + list(launch.args)
+        cand = [i for i in after if i not in plan.deleted]
+        last = cand[-1]
+        first_line = u.line_of(u.toks[s.first].start)
+        line = u.line_of(u.toks[last].start)
+        if line != first_line:
+            text = u.lines[line]
+            indent = text[: len(text) - len(text.lstrip(" \t"))]
+            sep = " \\\n" + indent
+        else:
+            sep = " "
+        plan.append(self.id, s, sep + "--torch_compile true", after)
+        plan.edited_launches.add(id(s))
+        self.finding(ctx, plan, s.words[launch.script], f"added --torch_compile true to the launch of "
+                     f"{launch.script_name}: on Trainium the Trainer compiles the model with the Neuron backend")
+
+
+def _mark(plan: ShellPlan, ctx, group: int, message: str) -> None:
+    """A marker above the statement, stacked with the markers other rules put there (plan.marker keeps
+    one per line, which would make a second run write the one a first run only reported)."""
+    if plan.silenced(ctx.rule_id, group):
+        return
+    line = plan.group_range(group)[0]
+    plan.marked.add(line)
+    ctx.marker(line, message)
+
+
+def _echo_like(u: ShellUnit, s: Simple) -> bool:
+    v = u.value(s.words[0]) if s.words else None
+    return v in ("echo", "printf", "cat", "grep", ":")
+
+
+# ------------------------------------------------------------------------------------------------
+# NM516
+
+
+HF_ASYNC = "HF_DEACTIVATE_ASYNC_LOAD"
+#: a header line: `set -e`, `set -o pipefail`, `shopt -s extglob` and nothing else on the line
+_HEADER_CMD_RE = re.compile(r"(set|shopt)(\s+[-+]?[A-Za-z0-9_]+)*\s*(#.*)?\Z")
+
+
+class DeactivateAsyncLoad(ShellRule):
+    id = "NM516"
+    title = "HF_DEACTIVATE_ASYNC_LOAD=1 for launches of migrated Transformers scripts"
+    fix = "auto"
+    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS
+    why = """
+        Transformers' asynchronous weight loading is not supported on Neuron yet; TorchNeuron's
+        launch examples set `HF_DEACTIVATE_ASYNC_LOAD=1`. In a script that neuron-migrate changes
+        (or flags) and that launches Python scripts (torchrun, python, accelerate launch), the
+        variable is exported once, after the shebang and the leading `#SBATCH`/comment/`set` lines.
+        In a unit without a shebang (notebook `!` lines, Markdown code blocks, where an `export`
+        line would not reach the next command), each launch whose flags NM515 migrated gets a
+        `HF_DEACTIVATE_ASYNC_LOAD=1` prefix instead (`TP_SIZE=8 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun ...`).
+    """
+    before = """
+        #!/bin/bash
+        set -e
+        export XLA_USE_BF16=1
+        torchrun --nproc_per_node=2 train.py
+    """
+    after = """
+        #!/bin/bash
+        set -e
+        export HF_DEACTIVATE_ASYNC_LOAD=1
+        torchrun --nproc_per_node=2 train.py
+    """
+    caveats = """
+        Scripts that set or mention HF_DEACTIVATE_ASYNC_LOAD already, and scripts no other rule
+        changes, are left alone. A launch that runs inside a function or a `$(...)` still sees the
+        exported variable; one under `env -i` does not.
+    """
+
+    def apply(self, ctx) -> None:
+        plan = plan_for(ctx, _shell_plan)
+        if not isinstance(plan, ShellPlan) or HF_ASYNC in ctx.text:
+            return
+        # changed or flagged by another rule of this family (they all ran before this one)
+        if not any(f.rule.startswith("NM51") and f.rule != self.id for f in ctx.findings):
+            return
+        u = plan.unit
+        env = unit_variables(u)
+        launches = [s for s in u.simples if not plan.is_removed(s) and find_launch(u, s, env) is not None]
+        if not launches:
+            return
+        lines = ctx.lines
+        if lines and lines[0].startswith("#!") and not lines[0].startswith("#!/usr/bin/env python"):
+            last = 0
+            for i in range(1, len(lines)):
+                text = lines[i].strip()
+                if not text:
+                    continue
+                if text.startswith(("#SBATCH", "#PBS", "#$ ", "#BSUB", "#FLUX")) or (
+                        _HEADER_CMD_RE.match(text) and not text.endswith("\\")):
+                    last = i
+                    continue
+                if text.startswith("#"):
+                    continue
+                break
+            edit = ctx.edit_covering(last)
+            if edit is None:
+                ctx.replace_lines(last, last + 1, [lines[last], f"export {HF_ASYNC}=1"])
+            elif edit.start == last and edit.end == last + 1:  # `#SBATCH --export=...` that NM512 edited
+                ctx.update_lines(edit, last, last + 1, [*edit.new, f"export {HF_ASYNC}=1"])
+            else:
+                return  # pragma: no cover - header lines are single lines
+            ctx.finding(last + 1, f"exported {HF_ASYNC}=1: Transformers' asynchronous weight loading is not "
+                        "supported on Neuron")
+            return
+        # a fragment (notebook `!` lines, a Markdown block): the launches NM515 migrated get a prefix
+        edited = False
+        for s in launches:
+            if id(s) in plan.edited_launches and plan.editable(self.id, s):
+                plan.prefix(self.id, s, f"{HF_ASYNC}=1")
+                self.finding(ctx, plan, s.first, f"added {HF_ASYNC}=1 to the launch: Transformers' asynchronous "
+                             "weight loading is not supported on Neuron")
+                edited = True
+        if edited:
+            plan.flush(ctx)
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:  # pragma: no cover - apply does the work
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------
+# NM523
+
+
+class ShellPipInstall(ShellRule):
+    id = "NM523"
+    title = "pip install command lines in scripts, notebooks and docs: old Neuron stack packages replaced"
+    fix = "mixed"
+    triggers = PIP_TRIGGERS
+    why = """
+        NM522's treatment of `RUN pip install` for the `pip install` commands of shell scripts,
+        notebook `!pip install` lines and `%%bash` cells, and shell blocks of Markdown documents
+        (`pip`/`pip3`, `python -m pip`, `uv pip`): `optimum-neuron` is replaced by the libraries the
+        migrated code imports, the XLA runtime packages go, XLA-era `torch-neuronx`/`neuronx-cc`
+        pins are dropped and libraries pinned too low are raised, with the decisions of
+        NM501-NM504. Options such as `--extra-index-url` are kept.
+    """
+    before = """
+        pip install optimum-neuron[training]==0.4.5 datasets
+    """
+    after = """
+        pip install "transformers>=5.23" "accelerate>=1.15" "trl>=1.16" "peft>=0.21" datasets
+    """
+    caveats = """
+        Requirements in variables, files (`-r`), paths or URLs, commands inside `$(...)` or
+        heredocs, and `%pip` magics are not edited; a `pip install` left with nothing to install,
+        or one that checks hashes, gets a marker instead. torch-xla alone counts as old Neuron
+        stack only when the unit names Neuron (the Neuron repository, a `-neuronx` package).
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        installs: list[PipInstall] = []
+        for s in u.simples:
+            if plan.is_removed(s) or not s.words:
+                continue
+            texts = [u.text(i) for i in s.words]
+            for _k, reqs, hashed, other in pip_segments(texts):
+                installs.append(PipInstall(
+                    s, u.groups[s.group][0] if s.group >= 0 else 0, [s.words[k] for k in reqs],
+                    [texts[k] for k in reqs], [u.line_of(u.toks[s.words[k]].start) for k in reqs], hashed, other))
+        hint = deps_host() in u.src or re.search(r"neuronx|aws-neuron", u.src) is not None
+        plan.marked |= apply_pip_installs(
+            self.id, ctx, installs, hint,
+            replace=lambda tok, text: plan.replace(self.id, tok, text),
+            delete=lambda tok: plan.delete(self.id, tok),
+            silenced=lambda s: not plan.editable(self.id, s),
+        )
+
+
+RULES = (LaunchFlags, DeactivateAsyncLoad, ShellPipInstall)

@@ -1,0 +1,198 @@
+"""NM513: ``NEURON_CC_FLAGS`` stripped of XLA-era compiler flags, in shell units and Dockerfile ``ENV``.
+
+The one rule of the project family that edits two file kinds: it sits above both the shell plan
+(:mod:`codemods.project.shell_plans`) and the Dockerfile plan (:mod:`codemods.project.dockerfile`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from codemods.project.dockerfile import _env_instructions, docker_plan
+from codemods.project.shell_plans import ShellPlan, ShellRule, assignments
+
+#: neuronx-cc flags that only made sense for the XLA training pipeline (removed); value: takes an argument
+CC_DROP_FLAGS = {
+    "--model-type": True,
+    "--distribution-strategy": True,
+    "--cache_dir": True,
+    "--retry_failed_compilation": False,
+}
+#: neuronx-cc flags of the XLA era that change numerics: kept, and flagged for a person to check
+CC_CHECK_FLAGS = (
+    "--auto-cast",
+    "--auto-cast-type",
+    "--enable-saturate-infinity",
+    "--enable-mixed-precision-accumulation",
+)
+
+
+def _flag_name(flag: str) -> str:
+    return flag.split("=", 1)[0]
+
+
+def split_cc_flags(content: str) -> tuple[list[str], list[str]] | None:
+    """(kept, dropped) flags of a NEURON_CC_FLAGS value; None if it is not plain words."""
+    if any(c in content for c in "\"'\\`") or "$(" in content:
+        return None
+    words = content.split()
+    kept: list[str] = []
+    dropped: list[str] = []
+    k = 0
+    while k < len(words):
+        w = words[k]
+        name = _flag_name(w)
+        if name in CC_DROP_FLAGS:
+            if "=" not in w and CC_DROP_FLAGS[name] and k + 1 < len(words) and not words[k + 1].startswith(("-", "$")):
+                dropped.append(f"{w} {words[k + 1]}")
+                k += 2
+                continue
+            dropped.append(w)
+        else:
+            kept.append(w)
+        k += 1
+    return kept, dropped
+
+
+def _self_ref(word: str) -> bool:
+    return word in ("$NEURON_CC_FLAGS", "${NEURON_CC_FLAGS}")
+
+
+def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
+    """What to do with `NEURON_CC_FLAGS=<raw>`.
+
+    Returns (action, new raw value or None, marker message or None) with action "remove",
+    "rewrite" or "mark"; None when there is nothing XLA-era in it."""
+    quote = raw[:1] if raw[:1] in "\"'" else ""
+    if quote and len(raw) >= 2 and raw.endswith(quote) and quote not in raw[1:-1]:
+        content = raw[1:-1]
+    elif not quote and re.fullmatch(r"[A-Za-z0-9_=./:,+@%{}$-]*", raw):
+        content = raw
+    else:
+        content = None
+    checks = [f for f in CC_CHECK_FLAGS if re.search(re.escape(f) + r"(?![A-Za-z0-9_-])", raw)]
+    drops = [f for f in CC_DROP_FLAGS if re.search(re.escape(f) + r"(?![A-Za-z0-9_-])", raw)]
+    if not checks and not drops:
+        return None
+    split = split_cc_flags(content) if content is not None else None
+    if split is None:
+        return ("mark", None, f"NEURON_CC_FLAGS holds XLA-era compiler flags ({', '.join(drops + checks)}): "
+                "remove them; check whether TorchNeuron still needs any of the others")
+    kept, dropped = split
+    meaningful = [w for w in kept if not _self_ref(w)]
+    if dropped and not meaningful:
+        return ("remove", None, None)
+    message = cc_check_message(meaningful)
+    if not dropped:
+        return ("mark", None, message)
+    new_content = " ".join(kept)
+    q = quote or ('"' if " " in new_content else "")
+    return ("rewrite", f"{q}{new_content}{q}", message)
+
+
+def cc_check_message(flags: list[str]) -> str:
+    # the same text before and after the XLA-era flags are removed, so that a second run agrees
+    return (f"NEURON_CC_FLAGS was written for the XLA stack: check whether TorchNeuron's compiler still "
+            f"needs {' '.join(flags)}, remove them otherwise")
+
+
+class NeuronCcFlags(ShellRule):
+    id = "NM513"
+    title = "NEURON_CC_FLAGS stripped of XLA-era compiler flags"
+    fix = "mixed"
+    triggers = ("NEURON_CC_FLAGS",)
+    why = """
+        `NEURON_CC_FLAGS` passed neuronx-cc options to the XLA stack's compiler. `--model-type`,
+        `--distribution-strategy`, `--cache_dir` and `--retry_failed_compilation` belonged to that
+        pipeline (optimum-neuron and neuron_parallel_compile set them) and are removed; an
+        assignment left empty is removed. Flags that change numerics (`--auto-cast`,
+        `--auto-cast-type`, `--enable-saturate-infinity`, `--enable-mixed-precision-accumulation`)
+        and any other flag are kept and flagged: whether TorchNeuron's `torch.compile` path honours
+        them is not established.
+    """
+    before = """
+        export NEURON_CC_FLAGS="--model-type transformer --distribution-strategy=llm-training"
+        export NEURON_CC_FLAGS="--model-type=transformer -O1"
+    """
+    after = """
+        # TODO(neuron-migrate NM513): NEURON_CC_FLAGS was written for the XLA stack: check whether TorchNeuron's compiler still needs -O1, remove them otherwise
+        export NEURON_CC_FLAGS="-O1"
+    """
+    kinds = ("shell", "dockerfile")
+    caveats = """
+        Values built with quotes inside, escapes or `$(...)` are only flagged. Also applies to
+        `ENV NEURON_CC_FLAGS=...` in Dockerfiles.
+    """
+
+    def apply(self, ctx) -> None:
+        if ctx.kind == "dockerfile":
+            dockerfile_cc_flags(self.id, ctx)
+            return
+        super().apply(ctx)
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        for s in u.simples:
+            for a in assignments(u, s):
+                if a.name != "NEURON_CC_FLAGS" or a.value is None:
+                    continue
+                start = u.toks[a.tok].start
+                edit_cc_flags(
+                    ctx, u.text(a.tok), a.value, plan.editable(self.id, s), u.line_of(start), u.col_of(start) + 1,
+                    delete=lambda tok=a.tok: plan.delete(self.id, tok),
+                    replace=lambda text, tok=a.tok: plan.replace(self.id, tok, text),
+                    mark=lambda message, g=s.group: plan.marker(ctx, g, message),
+                )
+
+
+def edit_cc_flags(
+    ctx,
+    word: str,
+    value: str,
+    editable: bool,
+    line: int,
+    column: int,
+    delete: Callable[[], None],
+    replace: Callable[[str], None],
+    mark: Callable[[str], None],
+) -> None:
+    """NM513 on one `NEURON_CC_FLAGS=<value>` word (a shell assignment or a Dockerfile ENV pair)."""
+    decided = cc_flags_plan(value)
+    if decided is None:
+        return
+    action, new, message = decided
+    if action != "mark" and not editable:
+        action, message = "mark", "NEURON_CC_FLAGS holds XLA-era compiler flags: remove them"
+    if action == "remove":
+        delete()
+        ctx.finding(line, "removed NEURON_CC_FLAGS: it only held XLA-era compiler flags", "applied", column)
+    elif action == "rewrite":
+        replace(word[: len(word) - len(value)] + str(new))
+        gone = split_cc_flags(value.strip("\"'"))
+        ctx.finding(line, "removed XLA-era flags from NEURON_CC_FLAGS: " + " ".join(gone[1] if gone else ()),
+                    "applied", column)
+    if message:
+        mark(message)
+
+
+def dockerfile_cc_flags(rule: str, ctx) -> None:
+    """NM513 on `ENV NEURON_CC_FLAGS=...` (called by the NM513 rule for Dockerfiles)."""
+    plan = docker_plan(ctx)
+    if plan is None:
+        return
+    u = plan.unit
+    for g, ins, pairs, legacy, editable in _env_instructions(plan, rule):
+        for p in pairs:
+            if p.name != "NEURON_CC_FLAGS":
+                continue
+            w = u.words(ins)[p.word]
+            edit_cc_flags(
+                ctx, w.text, p.value, editable and not legacy, u.line_of(w.start), u.col_of(w.start) + 1,
+                delete=lambda key=(g, p.word): plan.delete(rule, key),
+                replace=lambda text, key=(g, p.word): plan.replace(rule, key, text),
+                mark=lambda message, g=g: plan.marker(ctx, g, message),
+            )
+    plan.flush(ctx)
+
+RULES = (NeuronCcFlags,)

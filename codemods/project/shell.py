@@ -1,0 +1,551 @@
+"""NM510, NM511, NM512, NM514: launch, Slurm and shell scripts.
+
+Shell units are ``.sh``/``.slurm`` files, notebook ``!`` lines and ``%%bash`` cells, and bash fences
+of Markdown documents. Every unit is lexed and parsed once (:mod:`codemods.project.shell_syntax`)
+and the rules of this module edit the commands they understand, word by word, through a plan shared
+by all of them (:mod:`codemods.project.shell_plans`; NM513 in :mod:`codemods.project.neuron_cc_flags`
+and NM515/NM516/NM523 in :mod:`codemods.project.launch_flags` use it too).
+"""
+
+from __future__ import annotations
+
+import re
+
+from codemods.project.shell_plans import (
+    _SHELLS,
+    ShellPlan,
+    ShellRule,
+    ShellUnit,
+    assignments,
+    command_name,
+    comment_line,
+    embedded_scripts,
+    literal_script,
+    references,
+    rewrite_script,
+    word_value,
+)
+from codemods.project.shell_syntax import NAME_RE, Simple
+from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
+from migrator.model import ignored_rules, is_silenced
+
+
+# ------------------------------------------------------------------------------------------------
+# NM510: optimum-cli
+
+
+_EXPORT_BOOL = {
+    "--disable_neuron_cache", "--trust-remote-code", "--inline-weights-neff", "--disable-weights-neff-inline",
+    "--disable-validation", "--dynamic-batch-size", "--output_hidden_states", "--output_attentions",
+    "-O1", "-O2", "-O3", "--O1", "--O2", "--O3",
+}
+_EXPORT_MULTI = {
+    "--lora_model_ids", "--lora_weight_names", "--lora_adapter_names", "--lora_scales", "--controlnet_ids",
+    "--ip_adapter_id", "--ip_adapter_subfolder", "--ip_adapter_weight_name", "--ip_adapter_scale",
+}
+_SHAPE_FLAGS = (
+    "--batch_size", "--text_batch_size", "--image_batch_size", "--sequence_length", "--num_beams",
+    "--num_choices", "--num_channels", "--width", "--height", "--image_size", "--patch_size",
+    "--num_images_per_prompt", "--audio_sequence_length",
+)
+_TP_FLAGS = ("--tensor_parallel_size", "--num_cores")
+_DTYPE_FLAGS = ("--auto_cast_type", "--torch_dtype", "--auto_cast")
+_DTYPES = {"bf16": "torch.bfloat16", "bfloat16": "torch.bfloat16", "fp16": "torch.float16",
+           "float16": "torch.float16", "fp32": "torch.float32", "float32": "torch.float32",
+           "tf32": "torch.float32"}
+_LOAD_FLAGS = {"--trust-remote-code": "trust_remote_code=True", "--subfolder": "subfolder=",
+               "--cache_dir": "cache_dir=", "--output_hidden_states": "output_hidden_states=True",
+               "--output_attentions": "output_attentions=True"}
+_PIPE_FLAGS = ("--unet",) + tuple(sorted(_EXPORT_MULTI))
+_PYTHON_RE = re.compile(r"python[0-9.]*\Z")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def export_comments(args: list[str], command: str = "optimum-cli export neuron") -> list[str]:
+    """Where each flag of a removed `optimum-cli export neuron ARGS` command now lives."""
+    flags: list[tuple[str, str | None]] = []
+    positional: list[str] = []
+    k = 0
+    while k < len(args):
+        a = args[k]
+        if a.startswith("-") and len(a) > 1 and not a.lstrip("-")[:1].isdigit():
+            if "=" in a:
+                name, _, val = a.partition("=")
+                flags.append((name, val))
+            elif a in _EXPORT_BOOL:
+                flags.append((a, None))
+            elif a in _EXPORT_MULTI:
+                vals = []
+                while k + 1 < len(args) and not args[k + 1].startswith("-"):
+                    k += 1
+                    vals.append(args[k])
+                flags.append((a, " ".join(vals)))
+            elif k + 1 < len(args):
+                k += 1
+                flags.append((a, args[k]))
+            else:
+                flags.append((a, None))
+        else:
+            positional.append(a)
+        k += 1
+    get = {("--model" if n == "-m" else n): v for n, v in flags}
+    out = [f"removed `{command}`: TorchNeuron compiles the model on first use, there is no export step."]
+    model, task = get.get("--model"), get.get("--task")
+    where = f" wherever {positional[-1]} was loaded" if positional else ""
+    if model:
+        out.append(f"  model: load {model} with from_pretrained(){where}" + (f" (task {task})" if task else ""))
+    shapes = [(n, v) for n, v in flags if n in _SHAPE_FLAGS]
+    if shapes:
+        text = " ".join(f"{n} {v}" for n, v in shapes)
+        seq = get.get("--sequence_length")
+        pad = f' (tokenizer padding="max_length", max_length={seq})' if seq else ""
+        gen = (f'; generation: cache_implementation="static", max_cache_len={seq}'
+               if seq and task in (None, "text-generation", "text-generation-with-past") else "")
+        out.append(f"  {text}: static shapes -> keep inputs at these shapes{pad}{gen}")
+    tp = next(((n, v) for n, v in flags if n in _TP_FLAGS), None)
+    if tp:
+        n, v = tp
+        if v == "1":
+            out.append(f'  {n} 1: one NeuronCore -> from_pretrained(..., device_map="neuron")')
+        else:
+            out.append(f"  {n} {v}: TP_SIZE={v} -> from_pretrained(..., distributed_config=DistributedConfig("
+                       f"tp_size={v})), launched with torchrun --nproc_per_node={v}")
+    dtypes = [(n, v) for n, v in flags if n in _DTYPE_FLAGS]
+    if dtypes:
+        text = " ".join(f"{n} {v}" for n, v in dtypes)
+        target = next((_DTYPES[v] for n, v in dtypes if n != "--auto_cast" and v in _DTYPES), None)
+        out.append(f"  {text}: " + (f"from_pretrained(..., dtype={target})" if target else "the dtype= of from_pretrained"))
+    load = [(n, v) for n, v in flags if n in _LOAD_FLAGS]
+    if load:
+        text = " ".join(n if v is None else f"{n} {v}" for n, v in load)
+        kw = ", ".join(_LOAD_FLAGS[n] + ("" if v is None else v) for n, v in load)
+        out.append(f"  {text}: from_pretrained(..., {kw})")
+    pipe = [(n, v) for n, v in flags if n in _PIPE_FLAGS]
+    if pipe:
+        out.append("  " + " ".join(f"{n} {v}" for n, v in pipe) + ": load them in the diffusers pipeline code")
+    known = {"--model", "--task", *_SHAPE_FLAGS, *_TP_FLAGS, *_DTYPE_FLAGS, *_LOAD_FLAGS, *_PIPE_FLAGS}
+    dropped = [n if v is None else f"{n} {v}" for n, v in flags if n not in known and n != "-m"]
+    if dropped:
+        out.append("  no equivalent, dropped: " + " ".join(dropped))
+    return [_one_line(x) for x in out[:1]] + ["  " + _one_line(x) for x in out[1:]]
+
+
+class OptimumCliCommands(ShellRule):
+    id = "NM510"
+    title = "optimum-cli export neuron / neuron cache commands removed, neuron consolidate flagged"
+    fix = "mixed"
+    triggers = ("optimum-cli", "optimum.exporters.neuron")
+    why = """
+        TorchNeuron has no ahead-of-time export: a model loaded with `device_map="neuron"` (or under
+        torchrun with a DistributedConfig) compiles on first use and caches the compiled graphs
+        itself. `optimum-cli export neuron` commands are removed; a comment above says where each
+        flag now lives (static shapes -> input padding and the static cache's `max_cache_len`,
+        `--tensor_parallel_size`/`--num_cores` -> `DistributedConfig(tp_size=...)` under torchrun,
+        `--auto_cast_type`/`--torch_dtype` -> `dtype=`). `optimum-cli neuron cache ...` (the Hub
+        compile cache) is dropped. `optimum-cli neuron consolidate` and `neuron serve` need
+        optimum-neuron and are flagged.
+    """
+    before = """
+        optimum-cli export neuron --model Qwen/Qwen2.5-0.5B-Instruct --batch_size 1 --sequence_length 512 --num_cores 2 --auto_cast_type bf16 compiled_model/
+    """
+    after = """
+        # neuron-migrate NM510: removed `optimum-cli export neuron`: TorchNeuron compiles the model on first use, there is no export step.
+        #   model: load Qwen/Qwen2.5-0.5B-Instruct with from_pretrained() wherever compiled_model/ was loaded
+        #   --batch_size 1 --sequence_length 512: static shapes -> keep inputs at these shapes (tokenizer padding="max_length", max_length=512); generation: cache_implementation="static", max_cache_len=512
+        #   --num_cores 2: TP_SIZE=2 -> from_pretrained(..., distributed_config=DistributedConfig(tp_size=2)), launched with torchrun --nproc_per_node=2
+        #   --auto_cast_type bf16: from_pretrained(..., dtype=torch.bfloat16)
+    """
+    caveats = """
+        Scripts that later load the export directory must load the original model instead; the
+        Python rules migrate the loading code, this rule only says where the flags went. A command
+        inside `$(...)`, backticks or a heredoc is not touched. In a pipeline, next to `||`, or as
+        the only command of an `if`/loop body, the command becomes `:` instead of disappearing.
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        for s in u.simples:
+            if any(re.search(r"optimum-cli\s+(export\s+neuronx?|neuron)\b|optimum\.exporters\.neuron", u.text(t))
+                   for t in embedded_scripts(u, s)):
+                plan.marker(ctx, s.group, "this command string runs optimum-cli's Neuron export or tools: remove "
+                            "them (TorchNeuron compiles on first use, see `neuron-migrate explain NM510`)")
+            name = command_name(u, s)
+            vals = [u.value(i) for i in s.words]
+            if name == "optimum-cli" and len(vals) >= 3 and vals[1] == "export" and vals[2] in ("neuron", "neuronx"):
+                args, label = s.words[3:], f"optimum-cli export {vals[2]}"
+            elif (name and _PYTHON_RE.match(name) and len(vals) >= 3 and vals[1] == "-m"
+                  and vals[2] == "optimum.exporters.neuron"):
+                args, label = s.words[3:], "python -m optimum.exporters.neuron"
+            elif name == "optimum-cli" and len(vals) >= 3 and vals[1] == "neuron" and vals[2] == "cache":
+                if plan.editable(self.id, s) and not s.heredoc:
+                    plan.remove(self.id, s)
+                    self.finding(ctx, plan, s.words[0], "removed `optimum-cli neuron cache`: the Hugging Face Hub "
+                                 "compile cache of optimum-neuron does not exist with TorchNeuron, which caches "
+                                 "compiled graphs locally")
+                continue
+            elif name == "optimum-cli" and len(vals) >= 3 and vals[1] == "neuron" and vals[2] == "consolidate":
+                plan.marker(ctx, s.group, "`optimum-cli neuron consolidate` needs optimum-neuron: checkpoints "
+                            "saved with a DistributedConfig are consolidated with transformers.distributed."
+                            "consolidate_distributed_checkpoint(checkpoint_dir, output_dir); older NxD "
+                            "checkpoints still need the old tool")
+                continue
+            elif name == "optimum-cli" and len(vals) >= 3 and vals[1] == "neuron" and vals[2] == "serve":
+                plan.marker(ctx, s.group, "`optimum-cli neuron serve` needs optimum-neuron: serve the model "
+                            "with vLLM on Neuron instead")
+                continue
+            else:
+                continue
+            if not plan.editable(self.id, s) or s.heredoc:
+                plan.marker(ctx, s.group, f"remove this `{label}` command: TorchNeuron compiles on first use, "
+                            "there is no export step")
+                continue
+            raw = [u.text(i) for i in args]
+            plan.remove(self.id, s)
+            comments = export_comments([" ".join(r.split()) for r in raw], label)
+            plan.add_comment(s.group, comment_line(self.id, comments[0]))
+            for extra in comments[1:]:
+                plan.add_comment(s.group, "# " + extra)
+            self.finding(ctx, plan, s.words[0], f"removed `{label}` (TorchNeuron compiles on first use); the "
+                         "comment above says where its flags now live")
+
+
+# ------------------------------------------------------------------------------------------------
+# NM511: neuron_parallel_compile
+
+
+class NeuronParallelCompile(ShellRule):
+    id = "NM511"
+    title = "neuron_parallel_compile prefix removed"
+    fix = "mixed"
+    triggers = ("neuron_parallel_compile",)
+    why = """
+        `neuron_parallel_compile <cmd>` ran `<cmd>` once in a graph-extraction mode to fill the
+        Neuron compile cache of the XLA stack. TorchNeuron compiles with `torch.compile` on first
+        use; the wrapper does not exist any more. The prefix is removed and the command runs as is.
+        When the script runs the very same command again afterwards (the usual "pre-compile, then
+        train" pair), the pre-run is removed instead, so that training does not run twice.
+    """
+    before = """
+        neuron_parallel_compile torchrun --nproc_per_node=32 train.py --max_steps 10
+    """
+    after = """
+        torchrun --nproc_per_node=32 train.py --max_steps 10
+    """
+    caveats = """
+        A pre-run that differs from the real run (fewer steps, say) is kept and now really runs:
+        delete it if it was only there to compile. `neuron_parallel_compile --command ...` (collect,
+        compile, clean, analyze) is flagged. Scripts that test `NEURON_EXTRACT_GRAPHS_ONLY` are
+        flagged by NM514.
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        for s in u.simples:
+            if any("neuron_parallel_compile" in u.text(t) for t in embedded_scripts(u, s)):
+                plan.marker(ctx, s.group, "this command string runs neuron_parallel_compile: remove the prefix "
+                            "and keep the command it wraps (TorchNeuron compiles on first use)")
+            k = _npc_position(u, s)
+            if k is None:
+                continue
+            npc = s.words[k]
+            wrapped = s.words[k + 1:]
+            if not wrapped or u.text(wrapped[0]).startswith("-"):
+                plan.marker(ctx, s.group, "neuron_parallel_compile has no TorchNeuron equivalent (graphs "
+                            "compile on first use): delete this command")
+                continue
+            if not plan.editable(self.id, s):
+                plan.marker(ctx, s.group, "remove the neuron_parallel_compile prefix (TorchNeuron compiles "
+                            "on first use)")
+                continue
+            key = tuple(u.text(i) for i in s.words if i != npc)
+            twin = next((t for t in u.by_words.get(key, ()) if t is not s), None)
+            if twin is not None and not s.heredoc:
+                where = "later" if twin.first > s.first else "earlier"
+                plan.remove(self.id, s)
+                plan.add_comment(s.group, comment_line(
+                    self.id, f"removed the neuron_parallel_compile pre-run of the `{u.text(wrapped[0])}` "
+                    f"command that runs {where} in this script (TorchNeuron compiles on first use)."))
+                self.finding(ctx, plan, npc, "removed the neuron_parallel_compile pre-run: the same "
+                             f"command runs {where} in this script and compiles on first use")
+                continue
+            plan.delete(self.id, npc)
+            self.finding(ctx, plan, npc, "removed the neuron_parallel_compile prefix: the command now "
+                         "runs for real (TorchNeuron compiles on first use); delete it if it was only a "
+                         "pre-compilation run")
+            scripts = {u.text(i) for i in wrapped if u.text(i).endswith((".py", ".sh"))}
+            if scripts and any(
+                t is not s and t.words and u.text(t.words[0]) == u.text(wrapped[0])
+                and scripts <= {u.text(i) for i in t.words}
+                for t in u.simples_by_command.get(u.text(wrapped[0]), ())
+            ):
+                plan.marker(ctx, s.group, "this was the neuron_parallel_compile pre-run of a command that runs "
+                            "again in this script: it now really runs; delete it unless that is wanted")
+
+
+#: commands that run their first operand as a program (`srun neuron_parallel_compile torchrun ...`)
+_LAUNCHERS = frozenset({"srun", "mpirun", "mpiexec", "nohup", "exec", "sudo"})
+
+
+def _npc_position(unit: ShellUnit, s: Simple) -> int | None:
+    """Index in s.words of a `neuron_parallel_compile` that runs the words after it."""
+    for k, i in enumerate(s.words):
+        v = unit.value(i)
+        if v is not None and v.rsplit("/", 1)[-1] == "neuron_parallel_compile":
+            if k == 0 or command_name(unit, s) in _LAUNCHERS:
+                return k
+            return None
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# NM512: XLA-only environment variables
+
+
+class XlaOnlyEnvironment(ShellRule):
+    id = "NM512"
+    title = "XLA-only and optimum-neuron environment variables removed"
+    fix = "mixed"
+    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
+    why = """
+        `XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,
+        `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `XLA_IR_DEBUG`, `XLA_HLO_DEBUG`, `PJRT_DEVICE`,
+        `NEURON_NUM_RECENT_MODELS_TO_KEEP` (and other torch-xla settings) are read only by the XLA
+        stack, and `OPTIMUM_NEURON_*`-style variables only by optimum-neuron. TorchNeuron ignores
+        them; bf16 comes from `dtype=torch.bfloat16` or `bf16=True`. They are removed from
+        `export X=...`, `X=... cmd` prefixes, `env X=... cmd` and `unset X`, from the environment
+        that launchers pass on (`mpirun -x X=...`, `srun --export=ALL,X=...`, `#SBATCH
+        --export=...`), and from the scripts of `bash -c '...'`/`sh -c`/`eval '...'` when the
+        string is a literal (re-lexed and re-quoted as it was). Runtime and EFA variables
+        (`NEURON_RT_*` other than the one above, `FI_*`, `CCOM_*`) are kept.
+    """
+    before = """
+        export XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2
+        XLA_DOWNCAST_BF16=1 torchrun --nproc_per_node=2 train.py
+    """
+    after = """
+        export NEURON_RT_NUM_CORES=2
+        torchrun --nproc_per_node=2 train.py
+    """
+    caveats = """
+        Forms inside `$(...)` and heredocs, and `declare -x`, are not edited. A command string
+        with expansions, escapes or nested quotes (`bash -c "X=1 python $S"`), a quoted or
+        expanded `--export` list, and one that would be left empty (`--export=XLA_USE_BF16=1`
+        exports that variable alone) get a marker instead. A line that still reads a removed
+        variable (`$XLA_USE_BF16`) gets a marker.
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        removed: dict[str, list[Simple]] = {}
+        for s in u.simples:
+            for a in assignments(u, s):
+                reason = xla_only_reason(a.name)
+                if reason is None or not plan.editable(self.id, s):
+                    continue
+                plan.delete(self.id, a.tok)
+                removed.setdefault(a.name, []).append(s)
+                what = {"unset": f"`unset {a.name}`"}.get(a.form, a.name)
+                self.finding(ctx, plan, a.tok, f"removed {what}: {reason}")
+            name = command_name(u, s)
+            if name in ("mpirun", "mpiexec", "orterun"):
+                self._mpirun(plan, ctx, s, removed)
+            elif name in ("srun", "sbatch", "salloc"):
+                self._srun(plan, ctx, s, removed)
+            for tok in embedded_scripts(u, s):
+                self._embedded(plan, ctx, s, tok)
+        self._sbatch_lines(plan, ctx)
+        if not removed:
+            return
+        for s in u.simples:
+            if plan.is_removed(s):
+                continue
+            for name, where in removed.items():
+                if s in where:
+                    continue
+                if any(references(u.text(i), name) for i in range(s.first, s.last + 1)):
+                    plan.marker(ctx, s.group, f"{name} is no longer set (XLA-only, removed by neuron-migrate): "
+                                "update this use")
+                    break
+
+    def _mpirun(self, plan: ShellPlan, ctx, s: Simple, removed: dict[str, list[Simple]]) -> None:
+        """`mpirun -x XLA_USE_BF16=1 -x FI_PROVIDER python t.py`: the `-x` pairs of XLA-only variables go."""
+        u = plan.unit
+        words = s.words
+        k = 1
+        while k + 1 < len(words):
+            flag = u.value(words[k])
+            if flag is None or not flag.startswith("-"):
+                if flag is None or "/" in flag or flag.endswith((".py", ".sh")) or _PYTHON_RE.match(flag) or flag in (
+                        "torchrun", "bash", "sh", "env", "neuron_parallel_compile"):
+                    return  # the program: what follows are its own arguments
+                k += 1
+                continue
+            if flag == "-x":
+                operand = u.value(words[k + 1])
+                var = (operand or "").split("=", 1)[0]
+                reason = xla_only_reason(var) if operand is not None and NAME_RE.match(var) else None
+                if reason is not None:
+                    if not plan.editable(self.id, s):
+                        plan.marker(ctx, s.group, f"remove `-x {operand}` ({reason})")
+                        return
+                    plan.delete(self.id, words[k])
+                    plan.delete(self.id, words[k + 1])
+                    removed.setdefault(var, []).append(s)
+                    self.finding(ctx, plan, words[k], f"removed `-x {var}` from the MPI launch: {reason}")
+                k += 2
+                continue
+            k += 1
+
+    def _srun(self, plan: ShellPlan, ctx, s: Simple, removed: dict[str, list[Simple]]) -> None:
+        """`srun --export=ALL,XLA_USE_BF16=1 ...`: the XLA-only variables leave the list."""
+        u = plan.unit
+        words = s.words
+        for k in range(1, len(words)):
+            text = u.text(words[k])
+            if text.startswith("--export="):
+                tok, prefix, value = words[k], "--export=", text[len("--export="):]
+            elif text == "--export" and k + 1 < len(words):
+                tok, prefix, value = words[k + 1], "", u.text(words[k + 1])
+            else:
+                continue
+            plain = word_value(value)
+            new = _export_list(plain) if plain is not None else None
+            if new is None:
+                names = sorted({m.group(1) for m in _ASSIGN_ANY_RE.finditer(value) if xla_only_reason(m.group(1))})
+                if names:
+                    plan.marker(ctx, s.group, f"remove {', '.join(names)} from this --export list (XLA-only, "
+                                "TorchNeuron ignores it)")
+                return
+            kept, gone = new
+            if not gone:
+                return
+            reasons = "; ".join(f"{g}: {xla_only_reason(g)}" for g in gone)
+            if not kept or not plan.editable(self.id, s) or plain != value:
+                plan.marker(ctx, s.group, f"remove {', '.join(gone)} from this --export list ({reasons})")
+                return
+            plan.replace(self.id, tok, prefix + ",".join(kept))
+            for g in gone:
+                removed.setdefault(g, []).append(s)
+            self.finding(ctx, plan, tok, f"removed {', '.join(gone)} from the --export list: {reasons}")
+            return
+
+    def _sbatch_lines(self, plan: ShellPlan, ctx) -> None:
+        """`#SBATCH --export=ALL,XLA_USE_BF16=1` directive lines (comments to the shell)."""
+        u = plan.unit
+        comment_starts = {start for start, _end in u.comments}  # real comments: not heredoc or string text
+        for li, line in enumerate(u.lines):
+            m = _SBATCH_EXPORT_RE.match(line)
+            if m is None or u.line_starts[li] not in comment_starts:
+                continue
+            new = _export_list(m.group(2))
+            if new is None or not new[1]:
+                continue
+            kept, gone = new
+            reasons = "; ".join(f"{g}: {xla_only_reason(g)}" for g in gone)
+            inside = any(a <= li <= b for a, b in u.groups)
+            if "neuron-migrate" in line and is_silenced(ignored_rules(line), self.id):
+                continue
+            if not kept or inside or ctx.is_edited(li):
+                ctx.marker(li, f"remove {', '.join(gone)} from this --export list ({reasons})")
+                continue
+            ctx.replace_lines(li, li + 1, [line[: m.start(2)] + ",".join(kept) + line[m.end(2):]],
+                              f"removed {', '.join(gone)} from the #SBATCH --export list: {reasons}")
+
+    def _embedded(self, plan: ShellPlan, ctx, s: Simple, tok: int) -> None:
+        """`bash -c '...'` / `eval '...'`: a literal script is rewritten, anything else is flagged."""
+        u = plan.unit
+        text = u.text(tok)
+        names = sorted({m.group(1) for m in _ASSIGN_ANY_RE.finditer(text) if xla_only_reason(m.group(1))})
+        if not names:
+            return
+        found: list[str] = []
+
+        def edit(sub: ShellPlan) -> bool:
+            for inner in sub.unit.simples:
+                for a in assignments(sub.unit, inner):
+                    if xla_only_reason(a.name) is not None and sub.editable(self.id, inner):
+                        sub.delete(self.id, a.tok)
+                        found.append(a.name)
+            return bool(found)
+
+        lit = literal_script(text)
+        new = rewrite_script(lit[1], edit) if lit is not None else None
+        if new is None or not plan.editable(self.id, s) or set(found) != set(names):
+            plan.marker(ctx, s.group, f"{', '.join(names)} set inside this command string: remove "
+                        f"{'it' if len(names) == 1 else 'them'} (XLA-only, TorchNeuron ignores "
+                        f"{'it' if len(names) == 1 else 'them'})")
+            return
+        if not new.strip() and s.words.index(tok) == len(s.words) - 1 and command_name(u, s) in _SHELLS | {"eval"}:
+            plan.remove(self.id, s)  # `eval 'export XLA_USE_BF16=1'`: nothing left to run
+        else:
+            plan.replace(self.id, tok, lit[0] + new + lit[0])
+        self.finding(ctx, plan, tok, f"removed {', '.join(names)} from the command string: "
+                     + "; ".join(dict.fromkeys(str(xla_only_reason(n)) for n in names)))
+
+
+_SBATCH_EXPORT_RE = re.compile(r"^(#SBATCH\s+--export[= ])(\S+)(\s.*)?$")
+_ASSIGN_ANY_RE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=")
+_EXPORT_ITEM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(=[^,]*)?\Z")
+
+
+def _export_list(value: str) -> tuple[list[str], list[str]] | None:
+    """(kept items, removed variable names) of a Slurm ``--export`` list; None if it is not a plain
+    list of ``ALL``/``NONE``/``NAME``/``NAME=value`` items (a value with a comma is ambiguous)."""
+    items = value.split(",")
+    kept: list[str] = []
+    gone: list[str] = []
+    for item in items:
+        if item in ("ALL", "NONE", "NIL"):
+            kept.append(item)
+            continue
+        if not _EXPORT_ITEM_RE.match(item) or "$" in item or "'" in item or '"' in item:
+            return None
+        name = item.split("=", 1)[0]
+        if xla_only_reason(name) is not None:
+            gone.append(name)
+        else:
+            kept.append(item)
+    return kept, gone
+
+
+# ------------------------------------------------------------------------------------------------
+# NM514: NEURON_EXTRACT_GRAPHS_ONLY
+
+
+class ExtractGraphsOnly(ShellRule):
+    id = "NM514"
+    title = "NEURON_EXTRACT_GRAPHS_ONLY branches flagged"
+    fix = "manual"
+    triggers = ("NEURON_EXTRACT_GRAPHS_ONLY",)
+    why = """
+        neuron_parallel_compile set `NEURON_EXTRACT_GRAPHS_ONLY=1` during its graph-extraction
+        run, and scripts tested it to shorten that run (`MAX_STEPS=10`). Without
+        neuron_parallel_compile nothing sets it: only the branch of the real run is ever taken.
+        Each test (or setting) of it is flagged so that a person keeps the right branch.
+    """
+    before = """
+        if [ "$NEURON_EXTRACT_GRAPHS_ONLY" = "1" ]; then MAX_STEPS=10; else MAX_STEPS=-1; fi
+    """
+    after = """
+        # TODO(neuron-migrate NM514): NEURON_EXTRACT_GRAPHS_ONLY is never set without neuron_parallel_compile: keep only the real-run branch and drop this test (or setting)
+        if [ "$NEURON_EXTRACT_GRAPHS_ONLY" = "1" ]; then MAX_STEPS=10; else MAX_STEPS=-1; fi
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        seen: set[int] = set()
+        for i, tok in enumerate(u.toks):
+            if tok.kind not in ("word", "arith") or "NEURON_EXTRACT_GRAPHS_ONLY" not in tok.text:
+                continue
+            g = u.group_of_tok[i]
+            if g < 0 or g in seen:
+                continue
+            seen.add(g)
+            plan.marker(ctx, g, "NEURON_EXTRACT_GRAPHS_ONLY is never set without neuron_parallel_compile: keep "
+                        "only the real-run branch and drop this test (or setting)")
+
+
+RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly)

@@ -1,0 +1,53 @@
+"""Which environment variables only the old stack reads (torch-xla, torch-neuronx's XLA path,
+libneuronxla, optimum-neuron): NM512 removes them from scripts, NM521 from Dockerfile ``ENV``
+lines, NM515 from launch command prefixes."""
+
+from __future__ import annotations
+
+#: Environment variables that only the XLA stack (torch-xla, torch-neuronx XLA, libneuronxla) or
+#: optimum-neuron itself reads. Value: why it can go (shown in findings).
+XLA_ONLY_VARS: dict[str, str] = {
+    "XLA_USE_BF16": "XLA-only bf16 switch (phased out since Neuron 2.23); load the model with "
+    "dtype=torch.bfloat16 or train with bf16=True instead",
+    "XLA_DOWNCAST_BF16": "XLA-only bf16 switch (phased out since Neuron 2.23); load the model with "
+    "dtype=torch.bfloat16 or train with bf16=True instead",
+    "XLA_USE_32BIT_LONG": "torch-xla setting",
+    "XLA_IR_DEBUG": "torch-xla debugging",
+    "XLA_HLO_DEBUG": "torch-xla debugging",
+    "XLA_FLAGS": "XLA compiler flags",
+    "XLA_SAVE_TENSORS_FILE": "torch-xla debugging",
+    "XLA_SAVE_TENSORS_FMT": "torch-xla debugging",
+    "XLA_SAVE_HLO_FILE": "torch-xla debugging",
+    "XLA_METRICS_FILE": "torch-xla debugging",
+    "XLA_DUMP_FATAL_STACK": "torch-xla debugging",
+    "XLA_SYNC_TENSORS_OPBYOP": "torch-xla debugging",
+    "XLA_GET_TENSORS_OPBYOP": "torch-xla debugging",
+    "XLA_DISABLE_FUNCTIONALIZATION": "torch-xla setting",
+    "XLA_NO_SPECIAL_SCALARS": "torch-xla setting",
+    "XLA_IR_SHAPE_CACHE_SIZE": "torch-xla setting",
+    "XLA_TRIM_GRAPH_SIZE": "torch-xla setting",
+    "PT_XLA_DEBUG": "torch-xla debugging",
+    "PT_XLA_DEBUG_LEVEL": "torch-xla debugging",
+    "PT_XLA_DEBUG_FILE": "torch-xla debugging",
+    "PJRT_DEVICE": "torch-xla device selection (the device is now `neuron`)",
+    "NEURON_FUSE_SOFTMAX": "XLA lowering option of torch-neuronx",
+    "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "legacy async mode of the XLA stack (AWS: remove it)",
+    "NEURON_NUM_RECENT_MODELS_TO_KEEP": "graph cache setting of the XLA stack",
+    "NEURON_FRAMEWORK_DEBUG": "torch-neuronx (XLA) debugging",
+    "NEURON_PLATFORM_TARGET_OVERRIDE": "optimum-neuron export target",
+    "OPTIMUM_DISABLE_ARGUMENT_PATCH": "optimum-neuron setting",
+    "OPTIMUM_DISABLE_STRICT_MODE": "optimum-neuron setting",
+    "DISABLE_TRANSFORMERS_PATCHING": "optimum-neuron setting",
+    "CUSTOM_CACHE_REPO": "optimum-neuron compile cache setting",
+    "ACCELERATE_USE_AMP": "optimum-neuron setting (set bf16=True in the training arguments instead)",
+}
+#: every variable with this prefix belongs to optimum-neuron
+XLA_ONLY_PREFIXES = ("OPTIMUM_NEURON_",)
+
+
+def xla_only_reason(name: str) -> str | None:
+    if name in XLA_ONLY_VARS:
+        return XLA_ONLY_VARS[name]
+    if name.startswith(XLA_ONLY_PREFIXES):
+        return "optimum-neuron setting"
+    return None

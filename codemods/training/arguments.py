@@ -1,0 +1,752 @@
+"""NM201 / NM202 / NM203: the arguments of optimum-neuron's training classes.
+
+The rename table (NM200) renames ``NeuronTrainingArguments`` -> ``TrainingArguments``,
+``NeuronTrainer`` -> ``Trainer``, ``NeuronSFTConfig``/``NeuronSFTTrainer`` -> TRL's classes. These
+rules own those names and rewrite their CALLS (source facts: shared/reference/source-apis.md §2):
+
+* NM201 ``NeuronTrainingArguments(...)`` (and the Seq2Seq / Trainium spellings): every Neuron-only
+  field is dropped (silently when it is compiler/cache plumbing, with a marker when behaviour
+  changes), mapped (``use_autocast``/``half_precision_backend`` -> ``bf16``), or moved (parallel
+  sizes go to the load of the model handed to the trainer as ``distributed_config=``, followed
+  through variables and module functions, with ``save_only_model=True`` on the arguments; NM301
+  does it inside lazy_load_for_parallelism); the transformers v5 renames (``warmup_ratio`` ->
+  ``warmup_steps``, ``gradient_checkpointing`` -> ``activation_checkpointing``, no
+  ``overwrite_output_dir`` / ``logging_dir``); and the static-shape settings Neuron wants
+  (``torch_compile=True``, ``dataloader_drop_last=True``).
+* NM202 trainer calls: ``tokenizer=`` -> ``processing_class=``; TRL-of-the-day SFT kwargs flagged.
+* NM203 ``NeuronSFTConfig(...)``: NM201's field handling plus ``max_seq_length`` -> ``max_length``,
+  ``packing_strategy="wrapped"`` with packing, ``model_init_kwargs["device_map"] = None`` when the
+  trainer loads the model from a string, and the ``NeuronSFTConfig(**args.to_dict())`` idiom.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import libcst as cst
+
+from codemods.common.arg_plan import (
+    MAX_LINE,
+    NOT_LITERAL,
+    SAVE_ONLY_MODEL,
+    ArgPlan,
+    apply_plan,
+    fsdp_size_code,
+    has_star_kwargs,
+    keywords,
+    line_prefix,
+    literal,
+    quote_of,
+    save_only_model_code,
+    statement_indent,
+    tokenizer_to_processing_class,
+)
+from codemods.training.layouts import (
+    PARSE_METHODS,
+    _code,
+    _config_index,
+    _is_model_id,
+    _is_to_dict,
+    _Layout,
+    _move_layouts,
+    _save_only_model,
+    _scope,
+    _track_assign,
+    _track_call,
+    _unpacked,
+    _tracking_handlers,
+)
+from codemods.training.sources import (
+    ARGS_SOURCES,
+    DISTRIBUTED_CONFIG,
+    SFT_CONFIG_SOURCES,
+    SFT_TRAINER_SOURCES,
+    TRAINER_SOURCES,
+)
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+
+# ---------------------------------------------------------------------------------------------
+# Field policy (source-apis.md §2)
+# ---------------------------------------------------------------------------------------------
+
+#: compiler, cache, checkpoint-format and metrics plumbing: no native meaning, dropped without a marker
+PLUMBING = (
+    "skip_cache_push", "neuron_cc_optlevel", "neuron_cc_flags_model_type", "use_xser", "num_local_ranks_per_step",
+    "num_ranks_per_loading_step", "fuse_qkv", "recompute_causal_mask", "optimizer_use_master_weights",
+    "optimizer_use_fp32_grad_acc", "optimizer_save_master_weights_in_ckpt", "dataloader_prefetch_size",
+    "enable_throughput_metrics", "enable_mfu_metrics", "enable_efficiency_metrics", "metrics_window_size",
+    "overwrite_output_dir",
+)
+
+_SP = ("sequence parallelism (on by default with tensor_parallel_size > 1 in optimum-neuron) has no native "
+       "equivalent yet (DistributedConfig.enable_sequence_parallel is not wired up): activations are no longer "
+       "sharded along the sequence, expect more memory per core")
+
+#: dropped with a marker, unless the value is one whose old behaviour is what native code does
+BEHAVIOUR = {
+    "async_save": ((False,), "checkpoints are saved synchronously: the native Trainer has no async save"),
+    "kv_size_multiplier": ((None,), "KV heads are no longer replicated over tensor-parallel ranks: tp_size must "
+                                    "divide the model's num_key_value_heads"),
+    "disable_sequence_parallel": ((True,), _SP),
+    "sequence_parallel_enabled": ((False,), _SP),
+    "disable_embedding_parallelization": ((False,), "the embeddings and LM head are sharded as the model's "
+                                                     "tensor-parallel plan says; override it with "
+                                                     "DistributedConfig(tp_plan={...}) to keep them whole"),
+    "pipeline_parallel_num_microbatches": ((-1, 1), "DistributedConfig has no pipeline micro-batch setting"),
+    "stochastic_rounding_enabled": ((), "optimum-neuron set NEURON_RT_STOCHASTIC_ROUNDING_EN from it (default on): "
+                                        "export NEURON_RT_STOCHASTIC_ROUNDING_EN={flag} in the launch environment "
+                                        "if you relied on it (unverified under TorchNeuron)"),
+    "logging_dir": ((), "transformers v5 has no logging_dir: export TENSORBOARD_LOGGING_DIR={value} instead"),
+}
+
+ZERO_1_DEFAULT = ("zero_1 defaulted to True in optimum-neuron 0.4 and to False before: a script that did not set it "
+                  "sharded the optimizer state only under 0.4")
+ZERO_1_MAPPED = (
+    "zero_1=True became fsdp_size=WORLD_SIZE // tp_size in the model's DistributedConfig (1, no sharding, when every "
+    "process is a tensor-parallel rank): FSDP2 shards parameters and gradients as well as the optimizer state that "
+    f"ZeRO-1 sharded (less memory per core, more communication per step). {ZERO_1_DEFAULT}"
+)
+
+PARALLEL_SIZES = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size"}
+#: transformers v5 deprecations of fields the old classes used
+V5_RENAMES = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
+}
+#: static shapes on Neuron: every new shape is a new compilation
+STATIC_SHAPES = (("torch_compile", "True"), ("dataloader_drop_last", "True"))
+MIXED_PRECISION = ("use_autocast", "half_precision_backend")
+
+#: ≤0.3 NeuronSFTTrainer keyword arguments that TRL 1.16 takes in SFTConfig
+SFT_TRAINER_CONFIG_KWARGS = ("dataset_text_field", "max_seq_length", "packing", "dataset_kwargs", "dataset_num_proc",
+                             "dataset_batch_size", "num_of_sequences", "chars_per_token", "neftune_noise_alpha")
+
+#: a model argument that names a checkpoint rather than holding a model object
+
+
+
+
+def _class_name(ctx: PythonContext, call: cst.Call) -> str:
+    return (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
+
+
+def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool = True,
+                 cls: str | None = None) -> dict[str, cst.BaseExpression]:
+    """NM201's field handling (also used by NM203): fill ``plan``, report findings and markers.
+    Returns the parallel sizes other than 1 (DistributedConfig field -> expression)."""
+    kw = keywords(call)
+    sizes: dict[str, cst.BaseExpression] = {}
+    cls = cls or _class_name(ctx, call)
+    val = {k: literal(a.value) for k, a in kw.items()}
+
+    for name in PLUMBING:
+        if name in kw:
+            plan.drop.add(name)
+            what = "removed in transformers v5" if name == "overwrite_output_dir" else "no native equivalent"
+            ctx.finding(kw[name], f"{cls}: dropped {name} ({what})")
+
+    for name, (same, message) in BEHAVIOUR.items():
+        if name not in kw:
+            continue
+        plan.drop.add(name)
+        if val[name] is not NOT_LITERAL and val[name] in same:
+            ctx.finding(kw[name], f"{cls}: dropped {name}={_code(ctx, kw[name].value)} (native behaviour is the same)")
+            continue
+        flag = "0" if val[name] is False else "1"
+        text = message.format(value=_code(ctx, kw[name].value), flag=flag)
+        ctx.marker(call, f"{name}={_code(ctx, kw[name].value)} was dropped: {text}")
+
+    # zero_1: ZeRO-1 over data-parallel ranks; closest native is FSDP2 on the model load
+    zero_1 = False
+    if "zero_1" in kw:
+        plan.drop.add("zero_1")
+        code = _code(ctx, kw["zero_1"].value)
+        pp = val.get("pipeline_parallel_size", 1)
+        if val["zero_1"] is False:
+            ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (plain data parallelism natively)")
+        elif val["zero_1"] is True and pp == 1:
+            zero_1 = True
+            ctx.marker(call, ZERO_1_MAPPED)
+        else:
+            why = ("FSDP cannot be combined with pipeline parallelism natively, so it stays plain data parallelism"
+                   if pp != 1 else "pass distributed_config=DistributedConfig(fsdp_size=WORLD_SIZE // (tp_size * "
+                   "pp_size)) to from_pretrained when it is true and WORLD_SIZE > tp_size * pp_size, or keep plain "
+                   "data parallelism (more memory per core)")
+            ctx.marker(call, (
+                f"zero_1={code} was dropped: ZeRO-1 sharded the optimizer state over data-parallel ranks; natively "
+                f"that is FSDP2, which also shards parameters and gradients: {why}. {ZERO_1_DEFAULT}"
+            ))
+
+    # tensor / pipeline parallel sizes move to the model load
+    for name, native in PARALLEL_SIZES.items():
+        if name not in kw:
+            continue
+        plan.drop.add(name)
+        if val[name] == 1:
+            ctx.finding(kw[name], f"{cls}: dropped {name}=1 (no sharding)")
+            continue
+        sizes[native] = kw[name].value  # the caller says where they go (it knows more in finish())
+    if zero_1:
+        sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code("os.environ", sizes.get("tp_size"), quote_of(call)))
+
+    # mixed precision: use_autocast / half_precision_backend
+    amp = val.get("use_autocast") is True or val.get("half_precision_backend") == "amp"
+    for name in MIXED_PRECISION:
+        if name in kw:
+            plan.drop.add(name)
+            ctx.finding(kw[name], f"{cls}: dropped {name} (bf16=True is autocast mixed precision natively)")
+    if val.get("bf16") is True and not amp:
+        ctx.marker(call, (
+            "bf16=True without use_autocast=True made optimum-neuron train the whole model in bf16; natively bf16=True "
+            "is autocast mixed precision with fp32 weights: load the model with dtype=torch.bfloat16 to keep the old "
+            "memory footprint and numerics"
+        ))
+
+    # transformers v5 renames
+    if "warmup_ratio" in kw:
+        if "warmup_steps" in kw:
+            plan.drop.add("warmup_ratio")
+            ctx.marker(call, (
+                f"warmup_ratio={_code(ctx, kw['warmup_ratio'].value)} was dropped (transformers v5): warmup_steps "
+                "takes a ratio when < 1, keep the one you want in warmup_steps"
+            ))
+        else:
+            plan.rename["warmup_ratio"] = "warmup_steps"
+            ctx.finding(kw["warmup_ratio"], f"{cls}: warmup_ratio -> warmup_steps (a value < 1 is a ratio in v5)")
+    for old, new in V5_RENAMES.items():
+        if old in kw:
+            if new in kw:
+                plan.drop.add(old)
+            else:
+                plan.rename[old] = new
+            ctx.finding(kw[old], f"{cls}: {old} -> {new} (deprecated in transformers v5)")
+
+    # static shapes
+    missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw] if static else []
+    if missing and has_star_kwargs(call):
+        ctx.marker(call, (
+            f"on Neuron, set {' and '.join(f'{k}={v}' for k, v in missing)} (static shapes, compiled model) "
+            "unless **kwargs already does"
+        ))
+    elif missing:
+        for k, v in missing:
+            plan.add.append((k, (lambda v=v: cst.Name(v))))
+        ctx.finding(call, f"{cls}: added {', '.join(f'{k}={v}' for k, v in missing)} (static shapes on Neuron)")
+    return sizes
+
+
+def _rewrite(ctx: PythonContext, call: cst.Call, plan: ArgPlan, always: bool = False) -> None:
+    if plan.empty() and not always:
+        return
+    state = ctx.local_state().setdefault("rewritten", set())
+    if id(call) in state:
+        return
+    state.add(id(call))
+    indent = statement_indent(ctx)
+    prefix = " " * line_prefix(ctx, call)
+    step = ctx.module.default_indent
+    ctx.replace(call, lambda new: new if plan.empty() else apply_plan(new, plan, MAX_LINE, indent + prefix, step))
+
+
+def _record_config_name(call: cst.Call, ctx: PythonContext) -> None:
+    """``name = NeuronSFTConfig(...)``: remember which config call a name holds (None: several)."""
+    parent = ctx.parent
+    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0].target, cst.Name):
+        names = ctx.local_state().setdefault("config_names", {})
+        name = parent.targets[0].target.value
+        names[name] = None if name in names else call
+
+
+def _movable_config(trainer: cst.Call, moved: list[str], names: dict) -> cst.Call | None:
+    """The config call that the ≤0.3 SFTTrainer options can move into: ``args=<name>`` where the
+    name holds one NeuronSFTConfig(...) call without **kwargs nor any of those options."""
+    args = keywords(trainer).get("args")
+    if args is None or not isinstance(args.value, cst.Name):
+        return None
+    config = names.get(args.value.value)
+    if config is None or has_star_kwargs(config):
+        return None
+    have = set(keywords(config))
+    for k in moved:
+        if k in have or (k == "max_seq_length" and "max_length" in have):
+            return None
+    return config
+
+
+class TrainingArgumentsFields(PythonRule):
+    id = "NM201"
+    title = (
+        "NeuronTrainingArguments fields -> TrainingArguments (Neuron-only fields dropped, mapped or moved; v5 renames; "
+        "static shapes)"
+    )
+    fix = "mixed"
+    triggers = ("NeuronTrainingArguments", "TrainiumTrainingArguments")
+    owns = ARGS_SOURCES
+    why = """
+        NeuronTrainingArguments carried Neuron-only fields (parallel sizes, ZeRO-1, compiler and
+        cache plumbing, metrics, XLA mixed precision) that transformers.TrainingArguments rejects.
+        Compiler/cache plumbing (skip_cache_push, neuron_cc_optlevel, use_xser, fuse_qkv, the
+        metrics switches...) is dropped; fields whose behaviour has no native equal (async_save,
+        kv_size_multiplier, sequence parallelism, stochastic rounding, logging_dir) are dropped
+        with a marker; zero_1=True becomes fsdp_size=WORLD_SIZE // tp_size next to the tensor
+        parallel size (FSDP2, which shards more than ZeRO-1: a marker says so and explains the
+        default flip of zero_1 between optimum-neuron versions); use_autocast /
+        half_precision_backend map onto bf16;
+        tensor/pipeline parallel sizes move to the load of the model the trainer gets
+        (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...)), in the
+        same function or in a module function that returns the load), and the arguments get
+        save_only_model=True (the Trainer refuses a model sharded at load time without it). The
+        transformers v5 renames are applied (warmup_ratio -> warmup_steps, gradient_checkpointing
+        -> activation_checkpointing, overwrite_output_dir removed) and, since every new shape is
+        a new compilation on Neuron, torch_compile=True and dataloader_drop_last=True are added.
+    """
+    before = """
+        from optimum.neuron import NeuronTrainingArguments
+
+        args = NeuronTrainingArguments(output_dir="out", bf16=True, use_autocast=True, zero_1=False, skip_cache_push=True)
+    """
+    after = """
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(output_dir="out", bf16=True, torch_compile=True, dataloader_drop_last=True)
+    """
+    caveats = """
+        Only constructor calls are rewritten here: arguments parsed from the command line
+        (HfArgumentParser) are the shell rules' business (NM203 handles a parsed SFT config,
+        NM207 `dataclasses.replace` and `mp_plugin`/`trn_config` reads). zero_1 maps onto
+        fsdp_size only when it is literally True and there is no pipeline parallelism (FSDP
+        and PP do not combine natively). The layout is added to a load only when the arguments
+        (the call, or a name bound once to it) are passed as args= to a trainer of the same
+        function whose model is the load itself or a
+        name assigned once there from `<transformers class>.from_pretrained(...)`, or from a call
+        of a module-level function that returns such a load (directly or through one local name)
+        and is called nowhere else; sizes other than literals only in the same function. A load
+        with device_map, distributed_config or **kwargs, a from_config, a helper shared by
+        callers with different layouts, or a model the rule cannot follow keeps the marker (with
+        the reason); loads inside lazy_load_for_parallelism are NM301's, and trn_config reads
+        NM303's. An absent zero_1 is not flagged (its default was True in 0.4 and False before).
+        Arguments passed through **kwargs are not seen.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, **_tracking_handlers()}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        qual = ctx.qualname(node.func)
+        _track_call(node, qual, ctx)
+        if qual not in ARGS_SOURCES:
+            return
+        plan = ArgPlan()
+        sizes = _plan_fields(node, ctx, plan)
+        _rewrite(ctx, node, plan, always=bool(sizes))  # finish() may add save_only_model=True
+        if sizes:
+            target = None
+            parent = ctx.parent
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+                target = (_scope(ctx), parent.targets[0].target.value)
+            ctx.local_state().setdefault("sizes", []).append((node, sizes, target, ctx.statement(), plan))
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        if node.attr.value == "trn_config" and isinstance(node.value, cst.Name):
+            ctx.local_state().setdefault("trn_reads", set()).add((_scope(ctx), node.value.value))
+
+    def finish(self, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        pending = []
+        for call, sizes, target, statement, plan in state.get("sizes", ()):
+            layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+            if target is not None and target in state.get("trn_reads", ()):
+                ctx.finding(statement, f"the parallel sizes move to the model load: DistributedConfig({layout}) "
+                                       "(NM303, where trn_config is read)")
+                _save_only_model(ctx, _Layout(call, sizes, target, statement, plan, layout))
+                continue
+            pending.append(_Layout(call, sizes, target, statement, plan, layout))
+        for entry, reason in _move_layouts(ctx, pending, "training arguments"):
+            ctx.marker(entry.statement, (
+                f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "
+                f"with from_pretrained(..., distributed_config=DistributedConfig({entry.layout})) (NM301 does it for "
+                "loads inside lazy_load_for_parallelism) and launch the script with torchrun --nproc_per_node=WORLD_SIZE"
+                + (f" ({reason})" if reason else "")
+            ))
+
+
+class TrainerArguments(PythonRule):
+    id = "NM202"
+    title = (
+        "NeuronTrainer / NeuronSFTTrainer calls: tokenizer= -> processing_class=; SFT dataset options moved to "
+        "SFTConfig"
+    )
+    fix = "mixed"
+    triggers = ("NeuronTrainer", "TrainiumTrainer", "NeuronSFTTrainer")
+    owns = TRAINER_SOURCES + SFT_TRAINER_SOURCES
+    why = """
+        The native Trainer and TRL's SFTTrainer take the tokenizer as `processing_class=`; the
+        `tokenizer=` keyword the optimum-neuron trainers accepted is gone in transformers v5.
+        optimum-neuron ≤ 0.3's NeuronSFTTrainer also took the TRL-of-the-day dataset options
+        (`max_seq_length`, `packing`, `dataset_text_field`...), which TRL 1.16 reads from SFTConfig.
+    """
+    before = """
+        from optimum.neuron import NeuronTrainer
+
+        trainer = NeuronTrainer(model=model, args=args, train_dataset=ds, tokenizer=tokenizer)
+    """
+    after = """
+        from transformers import Trainer
+
+        trainer = Trainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
+    """
+    caveats = """
+        SFT dataset options passed to the trainer are moved into the config (with NM203:
+        max_seq_length becomes max_length, packing gets packing_strategy="wrapped") only when
+        `args=` is a name assigned once in the file from a NeuronSFTConfig(...) call that has no
+        **kwargs and none of those options; otherwise a marker asks to move them. `model_init`
+        is not accepted by SFTTrainer (a marker).
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        qual = ctx.qualname(node.func)
+        if qual in SFT_CONFIG_SOURCES:
+            _record_config_name(node, ctx)
+            return
+        if qual not in TRAINER_SOURCES and qual not in SFT_TRAINER_SOURCES:
+            return
+        cls = qual.rsplit(".", 1)[-1]
+        kw = keywords(node)
+        plan = ArgPlan()
+        tokenizer_to_processing_class(node, ctx, plan, cls)
+        if qual in SFT_TRAINER_SOURCES:
+            moved = [k for k in SFT_TRAINER_CONFIG_KWARGS if k in kw]
+            if moved:
+                ctx.local_state().setdefault("sft", []).append((node, plan, moved, ctx.statement()))
+                _rewrite(ctx, node, plan, always=True)  # finish() may drop the options it moves
+            if "model_init" in kw:
+                ctx.marker(node, "SFTTrainer has no model_init: build the model first, or pass a model id string")
+        _rewrite(ctx, node, plan)
+
+    def finish(self, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        for node, plan, moved, statement in state.get("sft", ()):
+            config = _movable_config(node, moved, state.get("config_names", {}))
+            if config is not None:
+                plan.drop.update(moved)
+                ctx.finding(statement, f"SFTTrainer: {', '.join(moved)} moved to the SFTConfig")
+                continue
+            hint = " (max_seq_length is max_length there)" if "max_seq_length" in moved else ""
+            what = ", ".join(moved)
+            ctx.marker(statement, f"SFTTrainer takes {what} from SFTConfig now: move them to the config{hint}")
+
+
+class SFTConfigFields(PythonRule):
+    id = "NM203"
+    title = "NeuronSFTConfig -> trl.SFTConfig: max_length, wrapped packing, model_init_kwargs device_map, Neuron fields"
+    fix = "mixed"
+    triggers = ("NeuronSFTConfig",)
+    owns = SFT_CONFIG_SOURCES
+    why = """
+        NeuronSFTConfig = NeuronTrainingArguments + trl.SFTConfig. Besides the Neuron-only fields
+        (handled as NM201 does), TRL 1.16 renamed `max_seq_length` to `max_length`; its default
+        packing strategy `bfd` is padding-free (flattened batches, dynamic shapes), so packing uses
+        `packing_strategy="wrapped"` (fixed blocks); and when SFTTrainer loads the model from a
+        string it sets `device_map="auto"` on every non-CPU device, neuron included, which loads
+        the model off the NeuronCores and conflicts with `distributed_config`: `model_init_kwargs`
+        gets `"device_map": None`. `pad_to_multiple_of` stays at its default "auto" (128 on neuron).
+    """
+    before = """
+        from optimum.neuron import NeuronSFTConfig, NeuronSFTTrainer
+
+        config = NeuronSFTConfig(output_dir="out", max_seq_length=1024, packing=True)
+        trainer = NeuronSFTTrainer(model="Qwen/Qwen3-0.6B", args=config, train_dataset=ds)
+    """
+    after = """
+        from trl import SFTConfig, SFTTrainer
+
+        config = SFTConfig(
+            output_dir="out",
+            max_length=1024,
+            packing=True,
+            torch_compile=True,
+            dataloader_drop_last=True,
+            packing_strategy="wrapped",
+            model_init_kwargs={"device_map": None},
+        )
+        trainer = SFTTrainer(model="Qwen/Qwen3-0.6B", args=config, train_dataset=ds)
+    """
+    caveats = """
+        `NeuronSFTConfig(**training_args.to_dict())` is kept (it works: every TrainingArguments
+        field is an SFTConfig field) with a marker suggesting to parse SFTConfig directly.
+        A model "passed as a string" is a string literal or a name/attribute called like a model
+        id (`model_id`, `model_name_or_path`...) in an SFTTrainer call of the same file. A config
+        parsed in the file (`a, cfg = TrlParser((A, NeuronSFTConfig)).parse_args_and_config()`,
+        HfArgumentParser alike) gets, right after the parse, `cfg.model_init_kwargs` with
+        `"device_map": None` and `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE)` from
+        the launch environment (1 when unset: no sharding), then `cfg.save_only_model = True` when
+        TP_SIZE x FSDP_SIZE > 1 (the Trainer refuses a model sharded at load time otherwise; a
+        config with literal sizes gets save_only_model=True); a config that comes from elsewhere
+        gets a marker. A `model_init_kwargs` that is not a dict literal gets a marker. When the
+        trainer gets a model object, the parallel sizes go to the load that builds it as NM201
+        does for TrainingArguments (else a marker).
+    """
+
+    def handlers(self):
+        return {**_tracking_handlers(), cst.Call: self._on_call, cst.Assign: self._on_assign}
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """``parser = TrlParser((ScriptArguments, NeuronSFTConfig))`` and ``a, b = parser.parse_...()``:
+        the name that holds the parsed SFT config (and the statement that binds it)."""
+        _track_assign(node, ctx)
+        value = node.value
+        if len(node.targets) != 1 or not isinstance(value, cst.Call):
+            return
+        state = ctx.local_state()
+        target = node.targets[0].target
+        index = _config_index(value, ctx, SFT_CONFIG_SOURCES)
+        if index is not None and isinstance(target, cst.Name):
+            state.setdefault("parsers", {})[(_scope(ctx), target.value)] = index
+            return
+        func = value.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in PARSE_METHODS:
+            return
+        if isinstance(func.value, cst.Name):
+            index = state.get("parsers", {}).get((_scope(ctx), func.value.value))
+        elif isinstance(func.value, cst.Call):
+            index = _config_index(func.value, ctx, SFT_CONFIG_SOURCES)
+        if index is None:
+            return
+        names = _unpacked(target)
+        if index < len(names) and names[index] is not None:
+            state.setdefault("parsed", []).append((names[index], ctx.statement()))
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        qual = ctx.qualname(node.func)
+        _track_call(node, qual, ctx)
+        if qual in SFT_TRAINER_SOURCES:
+            kw = keywords(node)
+            moved = [k for k in SFT_TRAINER_CONFIG_KWARGS if k in kw]
+            if moved:
+                ctx.local_state().setdefault("sft", []).append((node, moved))
+            model = keywords(node).get("model")
+            expr = model.value if model is not None else (node.args[0].value if node.args and node.args[0].keyword
+                                                          is None and not node.args[0].star else None)
+            if expr is not None and _is_model_id(expr):
+                ctx.local_state()["model_id"] = True
+                ctx.local_state().setdefault("id_trainers", []).append((node, ctx.statement()))
+            return
+        if qual not in SFT_CONFIG_SOURCES:
+            return
+        _record_config_name(node, ctx)
+        plan, sizes = self._config(node, ctx)
+        ctx.local_state().setdefault("configs", []).append((node, plan, sizes, ctx.statement()))
+        parent = ctx.parent
+        if sizes and isinstance(parent, cst.Assign) and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0].target, cst.Name):
+            ctx.local_state().setdefault("config_targets", {})[id(node)] = (_scope(ctx), parent.targets[0].target.value)
+
+    def finish(self, ctx: PythonContext) -> None:
+        # the trainer call that says whether the model is loaded from a string may come after the config
+        state = ctx.local_state()
+        plans = {id(node): (plan, statement) for node, plan, _sizes, statement in state.get("configs", ())}
+        for trainer, moved in state.get("sft", ()):
+            config = _movable_config(trainer, moved, state.get("config_names", {}))
+            if config is None or id(config) not in plans:
+                continue
+            plan, statement = plans[id(config)]
+            kw = keywords(trainer)
+            for k in moved:
+                value = kw[k].value
+                plan.add.append(("max_length" if k == "max_seq_length" else k, lambda v=value: v.deep_clone()))
+            if "packing" in moved and literal(kw["packing"].value) is not False \
+                    and "packing_strategy" not in keywords(config):
+                quote = quote_of(config)
+                plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
+            ctx.finding(statement, f"SFTConfig: {', '.join(moved)} moved here from the SFTTrainer call")
+        names = state.get("config_names", {})
+        parsed = {name: statement for name, statement in state.get("parsed", ())}
+        fixed: set = set()
+        for trainer, statement in state.get("id_trainers", ()):
+            args = keywords(trainer).get("args")
+            value = args.value if args is not None else None
+            if isinstance(value, cst.Name) and names.get(value.value) is not None:
+                continue  # its config is built here and gets "device_map": None below
+            if isinstance(value, cst.Call) and ctx.qualname(value.func) in SFT_CONFIG_SOURCES:
+                continue
+            if isinstance(value, cst.Name) and value.value in parsed:
+                if value.value not in fixed:
+                    fixed.add(value.value)
+                    self._parsed_device_map(ctx, value.value, parsed[value.value], trainer)
+                continue
+            ctx.marker(statement, (
+                "SFTTrainer loads this model id with device_map=\"auto\" on neuron unless the config's "
+                "model_init_kwargs says otherwise: set model_init_kwargs = {..., \"device_map\": None} on the SFTConfig passed as args "
+                "(with \"distributed_config\": DistributedConfig(...) to shard it)"
+            ))
+        loaded = []
+        for node, plan, sizes, statement in state.get("configs", ()):
+            layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+            if sizes and not state.get("model_id"):
+                target = state.get("config_targets", {}).get(id(node))
+                loaded.append(_Layout(node, sizes, target, statement, plan, layout))
+                continue
+            if state.get("model_id"):
+                self._device_map(node, ctx, keywords(node), plan, quote_of(node), statement, sizes)
+                if sizes:
+                    ctx.marker(statement, (
+                        f"the parallel sizes moved from the config to model_init_kwargs (DistributedConfig({layout})): "
+                        "launch the script with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x "
+                        "data-parallel size)"
+                    ))
+        for entry, reason in _move_layouts(ctx, loaded, "config"):
+            ctx.marker(entry.statement, (
+                f"the parallel sizes were removed from the config: load the model with from_pretrained(..., "
+                f"distributed_config=DistributedConfig({entry.layout})) (or put it in model_init_kwargs with "
+                "\"device_map\": None when SFTTrainer gets a model id) and launch with torchrun"
+                + (f" ({reason})" if reason else "")
+            ))
+
+    def _parsed_device_map(self, ctx: PythonContext, name: str, statement: cst.CSTNode, trainer: cst.Call) -> None:
+        """After ``..., name, ... = parser.parse_args_and_config()``: the parsed SFTConfig gets
+        ``"device_map": None`` and the launch layout (TP_SIZE / FSDP_SIZE) in model_init_kwargs."""
+        try:
+            environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(trainer.func)))
+        except NameClash as exc:
+            ctx.marker(statement, f"set {name}.model_init_kwargs[\"device_map\"] = None by hand ({exc})")
+            return
+        step = ctx.module.default_indent
+        size = "int({env}.get(\"{var}\", \"1\"))"
+        code = (
+            f"{name}.model_init_kwargs = {{\n"
+            f"{step}**({name}.model_init_kwargs or {{}}),\n"
+            f"{step}\"device_map\": None,\n"
+            f"{step}\"distributed_config\": {dist}(\n"
+            f"{step}{step}tp_size={size.format(env=environ, var='TP_SIZE')}, "
+            f"fsdp_size={size.format(env=environ, var='FSDP_SIZE')}\n"
+            f"{step}),\n"
+            "}\n"
+        )
+        sizes = [size.format(env=environ, var=var) for var in ("TP_SIZE", "FSDP_SIZE")]
+        ctx.insert_after(statement, [cst.parse_statement(code),
+                                     cst.parse_statement(save_only_model_code(name, sizes, step))])
+        ctx.finding(statement, (
+            f"SFTConfig: {name}.model_init_kwargs gets \"device_map\": None (SFTTrainer loads a model id with "
+            "device_map=\"auto\" on neuron otherwise) and DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE) "
+            "from the launch environment (the parsed config no longer has the parallel sizes)"
+        ))
+        ctx.finding(statement, f"{name}.save_only_model = True when TP_SIZE x FSDP_SIZE > 1: {SAVE_ONLY_MODEL}")
+
+    def _config(self, call: cst.Call, ctx: PythonContext):
+        kw = keywords(call)
+        plan = ArgPlan()
+        quote = quote_of(call)
+        if "max_seq_length" in kw:
+            if "max_length" in kw:
+                plan.drop.add("max_length")  # NeuronSFTConfig copied max_seq_length over max_length
+            plan.rename["max_seq_length"] = "max_length"
+            ctx.finding(kw["max_seq_length"], "SFTConfig: max_seq_length -> max_length")
+        if "padding_free" in kw:
+            plan.drop.add("padding_free")
+            ctx.finding(kw["padding_free"], "SFTConfig: dropped padding_free (NeuronSFTConfig forced it off)")
+        sizes = _plan_fields(call, ctx, plan)
+        if "packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw:
+            plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
+            ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"wrapped\" (fixed-length blocks, static shapes)")
+        for a in call.args:
+            if a.star == "**" and _is_to_dict(a.value):
+                ctx.marker(call, (
+                    f"{_code(ctx, a.value.func.value)}.to_dict() copies every TrainingArguments field into SFTConfig: "
+                    "prefer parsing SFTConfig directly (HfArgumentParser((..., SFTConfig)) or trl.TrlParser)"
+                ))
+        # registered now (while the call's ancestors are known); finish() may still add to the plan
+        indent, prefix, step = statement_indent(ctx), line_prefix(ctx, call), ctx.module.default_indent
+        ctx.replace(call, lambda new: new if plan.empty()
+                    else apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+        return plan, sizes
+
+    def _device_map(self, call, ctx, kw, plan: ArgPlan, quote: str, where: cst.CSTNode, sizes,
+                    trainer: str = "SFTTrainer") -> None:
+        reason = f"{trainer} loads a model id with device_map=\"auto\" on neuron unless told otherwise"
+        entries: list[tuple[str, Callable[[], cst.BaseExpression]]] = []
+        mik = kw.get("model_init_kwargs")
+        value = mik.value if mik is not None else None
+        present: set = set()
+        if isinstance(value, cst.Dict) and all(isinstance(e, cst.DictElement) for e in value.elements):
+            present = {literal(e.key) for e in value.elements}
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict" \
+                and all(a.keyword is not None for a in value.args):
+            present = set(keywords(value))
+        elif value is not None:
+            ctx.marker(where, f"make sure model_init_kwargs contains \"device_map\": None: {reason}")
+            return
+        sharded = None  # the trainer loads the model sharded: the config needs save_only_model=True
+        if sizes and "distributed_config" not in present:
+            try:
+                dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(call.func)))
+                if "fsdp_size" in sizes:
+                    environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+                    sizes = {**sizes, "fsdp_size": cst.parse_expression(
+                        fsdp_size_code(environ, sizes.get("tp_size"), quote))}
+            except NameClash as exc:
+                ctx.marker(where, f"add distributed_config=DistributedConfig(...) to model_init_kwargs by hand ({exc})")
+            else:
+                layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+                entries.append(("distributed_config", lambda: cst.parse_expression(f"{dist}({layout})")))
+                sharded = _Layout(call, sizes, None, where, plan, layout)
+        if "device_map" not in present:
+            entries.append(("device_map", lambda: cst.Name("None")))
+        if not entries:
+            return
+        if value is None:
+            if has_star_kwargs(call):
+                ctx.marker(where, f"set model_init_kwargs={{'device_map': None, ...}}: {reason}")
+                if sharded is not None:
+                    _save_only_model(ctx, sharded)
+                return
+            step = ctx.module.default_indent
+            width = MAX_LINE - len(statement_indent(ctx)) - len(step) - len("model_init_kwargs=,")
+            plan.add.append(("model_init_kwargs", lambda: _spread(_dict_add(cst.Dict([]), entries, quote), width, step)))
+        elif isinstance(value, cst.Call):  # dict(dtype=...)
+            plan.revalue["model_init_kwargs"] = lambda d: apply_plan(d, ArgPlan(add=entries))
+        else:
+            plan.revalue["model_init_kwargs"] = lambda d: _dict_add(d, entries, quote)
+        what = ", ".join(f"\"{k}\"" for k, _ in entries)
+        config = "SFTConfig" if trainer == "SFTTrainer" else trainer.replace("Trainer", "Config")
+        ctx.finding(where, f"{config}: model_init_kwargs gets {what} ({reason})")
+        if sharded is not None:
+            _save_only_model(ctx, sharded)
+
+
+def _spread(d: cst.Dict, width: int, step: str) -> cst.Dict:
+    """A new dict argument wider than ``width``: one entry per line (the call is one argument per line then)."""
+    if len(cst.Module(body=[]).code_for_node(d)) <= width or not d.elements:
+        return d
+    def ws(last: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=True,
+                                           last_line=cst.SimpleWhitespace(last))
+    elements = [e.with_changes(comma=cst.Comma(whitespace_after=ws(step if i == len(d.elements) - 1 else step * 2)))
+                for i, e in enumerate(d.elements)]
+    return d.with_changes(elements=elements, lbrace=cst.LeftCurlyBrace(whitespace_after=ws(step * 2)))
+
+
+def _dict_add(d: cst.Dict, entries, quote: str) -> cst.Dict:
+    elements = list(d.elements)
+    new = [cst.DictElement(cst.SimpleString(f"{quote}{k}{quote}"), make(),
+                           whitespace_before_colon=cst.SimpleWhitespace(""),
+                           whitespace_after_colon=cst.SimpleWhitespace(" ")) for k, make in entries]
+    closing = elements[-1].comma if elements else cst.MaybeSentinel.DEFAULT
+    middle = next((e.comma for e in elements[:-1] if isinstance(e.comma, cst.Comma)), None)
+    if middle is None:
+        middle = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(closing, cst.Comma) and isinstance(closing.whitespace_after, cst.ParenthesizedWhitespace) \
+                and isinstance(d.whitespace_before_elements, cst.ParenthesizedWhitespace):
+            middle = closing.with_changes(whitespace_after=closing.whitespace_after.with_changes(
+                last_line=d.whitespace_before_elements.last_line))
+    out = elements + new
+    out = [e.with_changes(comma=middle) for e in out[:-1]] + [out[-1].with_changes(comma=closing)]
+    return d.with_changes(elements=out)
+
+
+RULES = (TrainingArgumentsFields, TrainerArguments, SFTConfigFields)

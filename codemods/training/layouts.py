@@ -1,0 +1,347 @@
+"""The parallel layout of NM201/NM203 moves to the model load: parallel sizes given to the training
+arguments (or an SFT config) are followed to the ``from_pretrained``/``from_config`` call of the
+model handed to the trainer, through variables and module functions, and become its
+``distributed_config=``; arguments that shard get ``save_only_model=True``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from codemods.common.arg_plan import (
+    MAX_LINE,
+    SAVE_ONLY_MODEL,
+    ArgPlan,
+    apply_plan,
+    fsdp_size_code,
+    has_star_kwargs,
+    keywords,
+    line_prefix,
+    literal,
+    quote_of,
+    statement_indent,
+)
+from codemods.training.sources import (
+    DISTRIBUTED_CONFIG,
+    LAZY_LOAD,
+    LOADERS,
+    NOT_MODELS,
+    SFT_TRAINER_SOURCES,
+    TRAINER_SOURCES,
+)
+from migrator.rules import NameClash, PythonContext
+
+_MODEL_ID_RE = re.compile(
+    r"(?:^|_)(?:model_id|model_name|model_name_or_path|name_or_path|model_path|model_dir|checkpoint)$"
+)
+
+
+def _code(ctx: PythonContext, node: cst.CSTNode) -> str:
+    return ctx.module.code_for_node(node)
+
+
+def _scope(ctx: PythonContext) -> int:
+    """The innermost function (or the module) around the node being handled."""
+    for n in reversed(ctx.stack):
+        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+            return id(n)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parallel layout moves to the load of the model handed to the trainer (NM201, NM203)
+# ---------------------------------------------------------------------------------------------
+
+TRAINER_CLASSES = TRAINER_SOURCES + SFT_TRAINER_SOURCES + (
+    "transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer")
+LAUNCH = "launch with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)"
+
+
+@dataclass
+class _Layout:
+    """Arguments built with parallel sizes: ``call`` (bound to ``target`` = (scope, name), or None)."""
+
+    call: cst.Call
+    sizes: dict
+    target: tuple | None
+    statement: cst.CSTNode
+    plan: ArgPlan
+    layout: str
+
+
+@dataclass
+class _Load:
+    """A ``<transformers class>.from_pretrained/from_config(...)`` call and the (lazy) edit of its arguments."""
+
+    node: cst.Call
+    scope: int
+    lazy: bool  # inside `with lazy_load_for_parallelism(...)`: NM301 gives it the layout
+    plan: ArgPlan
+
+
+def _track(ctx: PythonContext) -> dict:
+    return ctx.local_state().setdefault("track", {
+        "funcs": {}, "assigns": {}, "returns": {}, "calls": {}, "trainers": [], "loads": {}})
+
+
+def _tracking_handlers() -> dict:
+    return {cst.FunctionDef: _track_def, cst.Assign: _track_assign, cst.AnnAssign: _track_assign,
+            cst.Return: _track_return}
+
+
+def _track_def(node: cst.FunctionDef, ctx: PythonContext) -> None:
+    if len(ctx.stack) == 2:  # defined at module level
+        funcs = _track(ctx)["funcs"]
+        name = node.name.value
+        funcs[name] = None if name in funcs else node
+
+
+def _track_assign(node: cst.Assign | cst.AnnAssign, ctx: PythonContext) -> None:
+    assigns = _track(ctx)["assigns"]
+    scope = _scope(ctx)
+    if isinstance(node, cst.AnnAssign):
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            assigns.setdefault((scope, node.target.value), []).append(node.value)
+        return
+    for t in node.targets:
+        if isinstance(t.target, cst.Name):
+            assigns.setdefault((scope, t.target.value), []).append(node.value if len(node.targets) == 1 else None)
+        for name in _unpacked(t.target):
+            if name is not None:
+                assigns.setdefault((scope, name), []).append(None)
+
+
+def _track_return(node: cst.Return, ctx: PythonContext) -> None:
+    _track(ctx)["returns"].setdefault(_scope(ctx), []).append(node.value)
+
+
+def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
+    """Calls of module functions (counted), trainer calls, and model loads of transformers classes."""
+    func = node.func
+    if isinstance(func, cst.Name):
+        calls = _track(ctx)["calls"]
+        calls[func.value] = calls.get(func.value, 0) + 1
+    if qual in TRAINER_CLASSES:
+        _track(ctx)["trainers"].append((_scope(ctx), node))
+        return
+    if not isinstance(func, cst.Attribute) or func.attr.value not in LOADERS:
+        return
+    cls = ctx.qualname(func.value) or ""
+    if not cls.startswith("transformers.") or any(w in cls.rsplit(".", 1)[-1] for w in NOT_MODELS):
+        return
+    lazy = any(isinstance(a, cst.With) and any(isinstance(i.item, cst.Call) and ctx.qualname(i.item.func) in LAZY_LOAD
+                                               for i in a.items) for a in ctx.stack)
+    plan = ArgPlan()
+    if not lazy and func.attr.value == "from_pretrained":
+        indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
+        ctx.replace(node, lambda new: new if plan.empty() else apply_plan(new, plan, MAX_LINE, indent + prefix, step))
+    _track(ctx)["loads"][id(node)] = _Load(node, _scope(ctx), lazy, plan)
+
+
+def _positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
+    args = [a for a in call.args if a.keyword is None]
+    if index < len(args) and not args[index].star and all(not a.star for a in args[:index]):
+        return args[index].value
+    return None
+
+
+def _follow(expr: cst.BaseExpression | None, scope: int, track: dict):
+    """The load that builds ``expr`` (a load call, a name assigned once from one, or a call of a module
+    function that returns one): ((load, call site, helper name or None), None) or (None, why not)."""
+    if isinstance(expr, cst.Name):
+        values = track["assigns"].get((scope, expr.value), [])
+        if len(values) != 1 or values[0] is None:
+            return None, (f"{expr.value} is not built in this function" if not values else
+                          f"{expr.value} is assigned more than once in this function" if len(values) > 1 else
+                          f"{expr.value} is not assigned from a model load")
+        expr = values[0]
+    if not isinstance(expr, cst.Call):
+        return None, "the model is not built by a call the rule can follow"
+    load = track["loads"].get(id(expr))
+    if load is not None:
+        return (load, expr, None), None
+    name = expr.func.value if isinstance(expr.func, cst.Name) else None
+    helper = track["funcs"].get(name) if name else None
+    if helper is None:
+        return None, "the model is not built by a transformers from_pretrained in this module"
+    returns = track["returns"].get(id(helper), [])
+    if len(returns) != 1:
+        return None, f"{name}() does not return one model load"
+    value = returns[0]
+    if isinstance(value, cst.Name):
+        values = track["assigns"].get((id(helper), value.value), [])
+        value = values[0] if len(values) == 1 else None
+    load = track["loads"].get(id(value)) if isinstance(value, cst.Call) else None
+    if load is None:
+        return None, f"{name}() does not return a transformers from_pretrained load the rule can follow"
+    return (load, expr, name), None
+
+
+def _load_of(entry: _Layout, track: dict):
+    """The load of the model that the trainer(s) given ``entry``'s arguments train."""
+    found, reason = None, None
+    if entry.target is not None and len(track["assigns"].get(entry.target, ())) != 1:
+        return None, f"{entry.target[1]} is assigned more than once in this function"
+    for scope, trainer in track["trainers"]:
+        kw = keywords(trainer)
+        args = kw["args"].value if "args" in kw else _positional(trainer, 1)
+        if args is not entry.call and not (entry.target is not None and isinstance(args, cst.Name)
+                                           and (scope, args.value) == entry.target):
+            continue
+        model = kw["model"].value if "model" in kw else _positional(trainer, 0)
+        if model is None:
+            return None, "the trainer gets no model the rule can see"
+        if _is_model_id(model):
+            return None, "the trainer loads the model from a name itself"
+        got, reason = _follow(model, scope, track)
+        if got is None:
+            return None, reason
+        if found is not None and found[0] is not got[0]:
+            return None, "the arguments train models loaded in different places"
+        found = got
+    return found, reason
+
+
+def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list[tuple[_Layout, str | None]]:
+    """Give each load of a model trained with ``entries`` its ``distributed_config``; return the
+    entries it could not do it for, with the reason (None: no trainer of these arguments found)."""
+    if not entries:
+        return []
+    track = ctx.local_state().get("track") or _track(ctx)
+    failed: list[tuple[_Layout, str | None]] = []
+    by_load: dict[int, tuple[_Load, str | None, list]] = {}
+    for entry in entries:
+        found, reason = _load_of(entry, track)
+        if found is None:
+            failed.append((entry, reason))
+            continue
+        load, site, helper = found
+        by_load.setdefault(id(load.node), (load, helper, []))[2].append((entry, site))
+    for load, helper, users in by_load.values():
+        reason = _cannot_edit(ctx, load, helper, users, track)
+        if reason:
+            failed.extend((entry, reason) for entry, _site in users)
+            continue
+        if load.lazy:
+            for entry, _site in users:
+                ctx.finding(entry.statement, f"the parallel sizes go to the model load inside "
+                                             f"lazy_load_for_parallelism (NM301): DistributedConfig({entry.layout})")
+                _save_only_model(ctx, entry)
+            continue
+        first = users[0][0]
+        quote = quote_of(load.node)
+        try:
+            dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(first.call.func)))
+            sizes = dict(first.sizes)
+            if "fsdp_size" in sizes:
+                environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+                sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote))
+        except NameClash as exc:
+            failed.extend((entry, f"add it by hand: {exc}") for entry, _site in users)
+            continue
+        layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+        given = ctx.scratch.setdefault("NM201+NM203 layouts", {})  # one load, two rules (NM201 and NM203)
+        if id(load.node) in given:
+            failed.extend((entry, "the load already gets a layout from other arguments") for entry, _site in users)
+            continue
+        given[id(load.node)] = layout
+        text = f"{dist}({layout})"
+        load.plan.add.append(("distributed_config", lambda text=text: cst.parse_expression(text)))
+        where = f" in {helper}()" if helper else ""
+        ctx.finding(load.node, f"distributed_config=DistributedConfig({layout}) added to the load of the model "
+                               f"trained with the {what} (their parallel sizes)")
+        ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({layout})): {LAUNCH}")
+        for entry, _site in users:
+            ctx.finding(entry.statement, f"the parallel sizes moved to the load of the trained model{where}: "
+                                         f"distributed_config=DistributedConfig({layout})")
+            _save_only_model(ctx, entry)
+    return failed
+
+
+def _cannot_edit(ctx: PythonContext, load: _Load, helper: str | None, users: list, track: dict) -> str | None:
+    layouts = sorted({entry.layout for entry, _site in users})
+    if len(layouts) > 1:
+        where = f"{helper}()" if helper else "the same load"
+        return f"{where} loads models trained with different layouts: " + " and ".join(
+            f"DistributedConfig({x})" for x in layouts)
+    if helper:
+        sites = {id(site) for _entry, site in users}
+        if track["calls"].get(helper, 0) > len(sites):
+            return f"{helper}() is called elsewhere too: every model it loads would be sharded"
+        if any(not isinstance(v, cst.Integer) for k, v in users[0][0].sizes.items() if k != "fsdp_size"):
+            return f"the sizes are not literals and the model is loaded in {helper}()"
+    if load.lazy:
+        return None
+    node = load.node
+    if node.func.attr.value == "from_config":
+        return "the model is built with from_config, which takes no distributed_config: load it with from_pretrained"
+    kw = keywords(node)
+    for name in ("distributed_config", "device_map"):
+        if name in kw:
+            return (f"the load of the model already passes {name}=: device_map and distributed_config exclude "
+                    "each other, keep one")
+    if has_star_kwargs(node):
+        return "the load passes **kwargs, which may hold device_map or distributed_config"
+    return None
+
+
+def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
+    kw = keywords(entry.call)
+    if "save_only_model" in kw:
+        if literal(kw["save_only_model"].value) is not True:
+            ctx.marker(entry.statement, f"set save_only_model=True: {SAVE_ONLY_MODEL}")
+        return
+    if "save_strategy" in kw and literal(kw["save_strategy"].value) == "no":
+        return
+    if has_star_kwargs(entry.call):
+        ctx.marker(entry.statement, f"set save_only_model=True unless **kwargs does: {SAVE_ONLY_MODEL}")
+        return
+    entry.plan.add.append(("save_only_model", lambda: cst.Name("True")))
+    ctx.finding(entry.statement, f"added save_only_model=True: {SAVE_ONLY_MODEL}")
+
+
+PARSE_METHODS = ("parse_args_and_config", "parse_args_into_dataclasses", "parse_dict", "parse_json_file",
+                 "parse_yaml_file")
+
+
+def _config_index(call: cst.Call, ctx: PythonContext, sources: tuple[str, ...]) -> int | None:
+    """``HfArgumentParser((A, NeuronSFTConfig))`` / ``TrlParser(NeuronSFTConfig)``: where the config
+    class is among the dataclasses the parser returns (None: it is not there)."""
+    if not call.args or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    first = call.args[0].value
+    if isinstance(first, (cst.Tuple, cst.List)):
+        items = [e.value for e in first.elements]
+    else:
+        items = [first]
+    names = {q.rsplit(".", 1)[-1] for q in sources}
+    for i, item in enumerate(items):
+        last = item.value if isinstance(item, cst.Name) else item.attr.value if isinstance(item, cst.Attribute) else None
+        if last in names and ctx.qualname(item) in sources:
+            return i
+    return None
+
+
+def _unpacked(target: cst.BaseExpression) -> list[str | None]:
+    """``a, b, c`` / ``(a,)`` / ``[a, b]``: the names in order (None for anything else)."""
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return []
+    return [e.value.value if isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement) else None
+            for e in target.elements]
+
+
+def _is_to_dict(expr: cst.BaseExpression) -> bool:
+    return (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "to_dict"
+            and not expr.args)
+
+
+def _is_model_id(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return bool(_MODEL_ID_RE.search(expr.attr.value))
+    if isinstance(expr, cst.Name):
+        return bool(_MODEL_ID_RE.search(expr.value))
+    return False

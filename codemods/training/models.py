@@ -1,0 +1,372 @@
+"""NM302 / NM303: optimum.neuron.models.training (0.2+) -> transformers with DistributedConfig.
+
+* NM302 ``TrainingNeuronConfig(tensor_parallel_size=8, ...)`` -> ``DistributedConfig(tp_size=8)``
+  (the rename table renames the class; this rule rewrites the fields).
+* NM303 the training model classes (``NeuronModelForCausalLM``, ``LlamaForCausalLM``...) took the
+  parallel layout as a positional ``trn_config``::
+
+      model = NeuronModelForCausalLM.from_pretrained(model_id, trn_config, torch_dtype=torch.bfloat16)
+
+  and the native classes take it as ``distributed_config=``::
+
+      model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16, distributed_config=trn_config)
+
+  ``training_args.trn_config`` (built by NeuronTrainingArguments from its parallel sizes, gone
+  natively) becomes ``DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))``;
+  ``attn_implementation="flash_attention_2"`` (NKI flash attention) becomes ``"sdpa"``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.renames import load_table
+from codemods.common.arg_plan import (
+    MAX_LINE,
+    NOT_LITERAL,
+    SAVE_ONLY_MODEL,
+    ArgPlan,
+    apply_plan,
+    fsdp_size_code,
+    keywords,
+    line_prefix,
+    literal,
+    quote_of,
+    save_only_model_code,
+    statement_indent,
+)
+from codemods.training.layouts import _scope
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+CONFIG_SOURCES = tuple(sorted(s for s, r in load_table().items()
+                              if r.target == "transformers.distributed.DistributedConfig"))
+MODEL_SOURCES = tuple(sorted(s for s, r in load_table().items()
+                             if s.startswith("optimum.neuron.models.training.") and r.rule == "NM300"
+                             and r.target != "transformers.distributed.DistributedConfig"
+                             and "trn_config" in r.neuron_kwargs))
+DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
+ARGS_CLASSES = tuple(sorted(s for s, r in load_table().items()
+                            if r.target in ("transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+                                            "trl.SFTConfig")))
+#: NeuronTrainingArguments field -> DistributedConfig field (what trn_config was built from)
+SIZE_FIELDS = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size"}
+
+#: TrainingNeuronConfig field -> DistributedConfig field
+RENAMED = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size"}
+#: dropped without a marker: checkpoint format, loading throttles, custom-modeling switches
+PLUMBING = ("num_local_ranks_per_step", "use_xser", "fuse_qkv", "recompute_causal_mask", "transpose_nki_inputs")
+_SP = ("sequence parallelism has no native equivalent yet (DistributedConfig.enable_sequence_parallel is not wired "
+       "up): activations are no longer sharded along the sequence")
+#: dropped with a marker unless the value is one whose old behaviour native code has
+BEHAVIOUR = {
+    "sequence_parallel_enabled": ((False,), _SP),
+    "kv_size_multiplier": ((None,), "KV heads are no longer replicated over tensor-parallel ranks: tp_size must "
+                                    "divide the model's num_key_value_heads"),
+    "parallelize_embeddings": ((True,), "the embeddings are sharded as the model's tensor-parallel plan says; "
+                                        "override it with tp_plan={...} to keep them whole"),
+    "virtual_pipeline_parallel_size": ((1,), "DistributedConfig has no virtual pipeline stages"),
+    "pipeline_parallel_num_microbatches": ((1, -1), "DistributedConfig has no pipeline micro-batch setting"),
+    "pipeline_parallel_use_zero1_optimizer": ((False,), "no ZeRO-1 natively: FSDP (fsdp_size) shards the optimizer "
+                                                        "state, parameters and gradients"),
+    "gradient_checkpointing": ((False,), "turn activation checkpointing on with TrainingArguments("
+                                         "activation_checkpointing=True) or model.gradient_checkpointing_enable()"),
+    "checkpoint_dir": ((None,), "NxD sharded checkpoints are not loaded natively: consolidate it (optimum-cli neuron "
+                                "consolidate) and load the result with from_pretrained"),
+    "async_save": ((False,), "checkpoints are saved synchronously natively"),
+}
+
+
+class TrainingNeuronConfigFields(PythonRule):
+    id = "NM302"
+    title = "TrainingNeuronConfig(...) fields -> DistributedConfig(tp_size=..., pp_size=...)"
+    fix = "mixed"
+    triggers = ("TrainingNeuronConfig",)
+    owns = CONFIG_SOURCES
+    why = """
+        TrainingNeuronConfig described the neuronx-distributed layout of optimum-neuron's training
+        models. transformers.distributed.DistributedConfig describes the native one:
+        tensor_parallel_size becomes tp_size, pipeline_parallel_size becomes pp_size; checkpoint
+        and custom-modeling switches are dropped; settings with no native equal (sequence
+        parallelism, KV replication, virtual pipeline stages, ZeRO-1 with PP, gradient
+        checkpointing, checkpoint_dir, async_save) are dropped with a marker.
+    """
+    before = """
+        from optimum.neuron.models.training import TrainingNeuronConfig
+
+        trn_config = TrainingNeuronConfig(tensor_parallel_size=8, sequence_parallel_enabled=False, use_xser=True)
+    """
+    after = """
+        from transformers.distributed import DistributedConfig
+
+        trn_config = DistributedConfig(tp_size=8)
+    """
+    caveats = """
+        Positional arguments are mapped by their order in TrainingNeuronConfig
+        (tensor_parallel_size first); the rest is left with a marker. The launch must now be
+        torchrun with tp_size x pp_size x data-parallel processes.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if ctx.qualname(node.func) not in CONFIG_SOURCES:
+            return
+        kw = keywords(node)
+        plan = ArgPlan()
+        positional = [a for a in node.args if a.keyword is None]
+        if positional:
+            ctx.marker(node, "positional TrainingNeuronConfig arguments: pass tp_size=/pp_size= by keyword")
+        for old, new in RENAMED.items():
+            if old in kw:
+                if literal(kw[old].value) == 1:
+                    plan.drop.add(old)
+                else:
+                    plan.rename[old] = new
+                ctx.finding(kw[old], f"TrainingNeuronConfig: {old} -> DistributedConfig {new}")
+        for name in PLUMBING:
+            if name in kw:
+                plan.drop.add(name)
+                ctx.finding(kw[name], f"TrainingNeuronConfig: dropped {name} (no native equivalent)")
+        for name, (same, message) in BEHAVIOUR.items():
+            if name not in kw:
+                continue
+            plan.drop.add(name)
+            value = literal(kw[name].value)
+            if value is not NOT_LITERAL and value in same:
+                ctx.finding(kw[name], f"TrainingNeuronConfig: dropped {name} (native behaviour is the same)")
+            else:
+                ctx.marker(node, f"{name}={ctx.module.code_for_node(kw[name].value)} was dropped: {message}")
+        if plan.empty():
+            return
+        indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
+        ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+
+
+class TrainingModelTrnConfig(PythonRule):
+    id = "NM303"
+    title = (
+        "optimum.neuron.models.training loads: positional trn_config -> distributed_config=, "
+        "flash_attention_2 -> sdpa"
+    )
+    fix = "mixed"
+    triggers = ("optimum.neuron.models.training", "trn_config")
+    owns = MODEL_SOURCES
+    why = """
+        optimum-neuron's training model classes (`NeuronModelForCausalLM`, `LlamaForCausalLM`,
+        `Qwen3ForCausalLM`, `GraniteForCausalLM` from optimum.neuron.models.training) took the
+        parallel layout as a positional `trn_config` (usually `training_args.trn_config`). The
+        Transformers classes take it as `distributed_config=DistributedConfig(...)` and shard
+        the model while loading it. `attn_implementation="flash_attention_2"` selected an NKI
+        kernel; flash-attention 2 is CUDA-only natively, so it becomes "sdpa".
+    """
+    before = """
+        import torch
+        from optimum.neuron.models.training import NeuronModelForCausalLM
+
+        def load(model_id, training_args):
+            return NeuronModelForCausalLM.from_pretrained(model_id, training_args.trn_config, dtype=torch.bfloat16)
+    """
+    after = """
+        import os
+        import torch
+        from transformers import AutoModelForCausalLM
+        from transformers.distributed import DistributedConfig
+
+        def load(model_id, training_args):
+            # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the tensor-parallel size comes from TP_SIZE in the environment, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (add pp_size= to the DistributedConfig if trn_config used pipeline parallelism)
+            if int(os.environ.get("TP_SIZE", "1")) > 1:
+                # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
+                training_args.save_only_model = True
+            return AutoModelForCausalLM.from_pretrained(
+                model_id,
+                dtype=torch.bfloat16,
+                distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1"))),
+            )
+    """
+    caveats = """
+        Every read of `<name>.trn_config` in a file that mentions trn_config is replaced by
+        `DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))` with a marker (pipeline
+        parallel sizes are not carried over); arguments built in the same function give their
+        sizes instead (with fsdp_size=WORLD_SIZE // tp_size for zero_1=True), and reads of one
+        field (`args.trn_config.tensor_parallel_size`) are NM207's. `from_config(config, trn_config)` loses trn_config
+        with a marker: from_config takes no distributed config (load with from_pretrained to
+        shard). Any other trn_config expression (a TrainingNeuronConfig variable, renamed to
+        DistributedConfig by NM300/NM302) is passed on as distributed_config unchanged, with a
+        marker about save_only_model. The Trainer refuses a model sharded at load time unless its
+        arguments have save_only_model=True: arguments whose trn_config is read get it (in their
+        constructor when built in the same function, NM201; else `if TP_SIZE > 1:
+        <args>.save_only_model = True` next to the load, before it when the load is returned).
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, cst.Assign: self._on_assign}
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """``args = NeuronTrainingArguments(..., tensor_parallel_size=tp)``: what ``args.trn_config`` held."""
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        key = (_scope(ctx), node.targets[0].target.value)
+        known = ctx.local_state().setdefault("args", {})
+        value = node.value
+        if isinstance(value, cst.Call) and ctx.qualname(value.func) in ARGS_CLASSES and not any(
+                a.star for a in value.args) and not any(a.keyword is None for a in value.args[1:]):
+            kw = keywords(value)
+            sizes = {}
+            for param, field in SIZE_FIELDS.items():
+                if param in kw and literal(kw[param].value) != 1:
+                    sizes[field] = kw[param].value
+            if "zero_1" in kw and literal(kw["zero_1"].value) is True and "pp_size" not in sizes:
+                sizes["fsdp_size"] = None  # WORLD_SIZE // tp_size, written where it is used (NM201 explains)
+            known[key] = None if key in known else sizes
+        elif key in known:
+            known[key] = None
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        """``training_args.trn_config`` (built by NeuronTrainingArguments, gone natively) -> a
+        DistributedConfig read from the launch environment."""
+        if node.attr.value != "trn_config" or ctx.qualname(node) is not None:
+            return
+        parent = ctx.parent
+        if isinstance(parent, cst.AssignTarget) or (isinstance(parent, (cst.AnnAssign, cst.AugAssign))
+                                                     and parent.target is node):
+            return
+        if isinstance(parent, cst.Attribute) and parent.value is node and isinstance(node.value, cst.Name):
+            return  # args.trn_config.tensor_parallel_size: NM207 resolves the field read
+        if not isinstance(node.value, (cst.Name, cst.Attribute)):
+            return
+        quote = '"'
+        sizes = None
+        if isinstance(node.value, cst.Name):
+            sizes = ctx.local_state().get("args", {}).get((_scope(ctx), node.value.value))
+        if sizes is not None:
+            try:
+                dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
+                if "fsdp_size" in sizes:
+                    environ = ctx.module.code_for_node(
+                        ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+                    sizes = {**sizes, "fsdp_size": cst.parse_expression(
+                        fsdp_size_code(environ, sizes.get("tp_size")))}
+            except NameClash as exc:
+                ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
+                return
+            code = ctx.module.code_for_node
+            layout = ", ".join(f"{field}={code(expr)}" for field, expr in sizes.items())
+            ctx.replace(node, cst.parse_expression(f"{dist}({layout})"))
+            if sizes:
+                ctx.marker(node, (
+                    f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; launch "
+                    "with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)"
+                ))
+            else:
+                ctx.finding(node, f"{code(node)} -> DistributedConfig() (no model parallelism)")
+            return
+        try:
+            environ = ctx.module.code_for_node(
+                ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+            dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
+        except NameClash as exc:
+            ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
+            return
+        tp = f"int({environ}.get({quote}TP_SIZE{quote}, {quote}1{quote}))"
+        ctx.replace(node, cst.parse_expression(f"{dist}(tp_size={tp})"))
+        self._save_only_model(node, ctx, tp)
+        ctx.marker(node, (
+            f"{ctx.module.code_for_node(node)} no longer exists: the tensor-parallel size comes from TP_SIZE in the "
+            "environment, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (add pp_size= to the "
+            "DistributedConfig if trn_config used pipeline parallelism)"
+        ))
+
+    def _save_only_model(self, node: cst.Attribute, ctx: PythonContext, tp: str) -> None:
+        """``<args>.trn_config`` (arguments built elsewhere: parsed) given to a model load: the Trainer refuses a
+        model sharded at load time unless its arguments have save_only_model=True, so they get it when TP_SIZE > 1
+        (next to the load; before it when the load is returned)."""
+        stack = ctx.stack
+        load = stack[-3] if len(stack) >= 3 and isinstance(stack[-2], cst.Arg) else None
+        if not (isinstance(load, cst.Call) and isinstance(load.func, cst.Attribute)
+                and load.func.attr.value == "from_pretrained" and ctx.qualname(load.func.value) in MODEL_SOURCES):
+            return
+        statement = ctx.statement()
+        done = ctx.local_state().setdefault("save_only_model", set())
+        if not isinstance(statement, cst.SimpleStatementLine) or id(statement) in done:
+            return
+        done.add(id(statement))
+        owner = ctx.module.code_for_node(node.value)
+        added = cst.parse_statement(save_only_model_code(owner, [tp], ctx.module.default_indent))
+        if any(isinstance(s, cst.Return) for s in statement.body):
+            ctx.replace(statement, lambda new: cst.FlattenSentinel([
+                added.with_changes(leading_lines=[*new.leading_lines, *added.leading_lines]),
+                new.with_changes(leading_lines=())]))
+        else:
+            ctx.insert_after(statement, [added])
+        ctx.finding(node, f"{owner}.save_only_model = True when TP_SIZE > 1: {SAVE_ONLY_MODEL}")
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("from_pretrained", "from_config"):
+            return
+        if ctx.qualname(func.value) not in MODEL_SOURCES:
+            return
+        kw = keywords(node)
+        plan = ArgPlan()
+        quote = quote_of(node)
+        positional = [i for i, a in enumerate(node.args) if a.keyword is None and not a.star]
+        from_config = func.attr.value == "from_config"
+        has_trn = True
+        trn_value = kw["trn_config"].value if "trn_config" in kw else (
+            node.args[positional[1]].value if len(positional) >= 2 else None)
+        no_layout = False
+        if isinstance(trn_value, cst.Attribute) and trn_value.attr.value == "trn_config" \
+                and isinstance(trn_value.value, cst.Name):
+            no_layout = ctx.local_state().get("args", {}).get((_scope(ctx), trn_value.value.value)) == {}
+        if no_layout:  # the arguments had no model parallelism: nothing to pass
+            if "trn_config" in kw:
+                plan.drop.add("trn_config")
+            else:
+                plan.move_positional[positional[1]] = "trn_config"
+                plan.drop.add("trn_config")
+        elif "trn_config" in kw:
+            if from_config or "distributed_config" in kw:
+                plan.drop.add("trn_config")
+            else:
+                plan.rename["trn_config"] = "distributed_config"
+        elif len(positional) >= 2:
+            if from_config or "distributed_config" in kw:
+                plan.move_positional[positional[1]] = "trn_config"
+                plan.drop.add("trn_config")
+            else:
+                plan.move_positional[positional[1]] = "distributed_config"
+        else:
+            has_trn = False
+        if "attn_implementation" in kw and literal(kw["attn_implementation"].value) == "flash_attention_2":
+            plan.revalue["attn_implementation"] = lambda v: cst.SimpleString(f"{quote}sdpa{quote}")
+            ctx.marker(node, (
+                "attn_implementation=\"flash_attention_2\" was the NKI flash-attention kernel of optimum-neuron; "
+                "flash-attention 2 is CUDA-only natively: \"sdpa\" is used, check which attention kernels TorchNeuron "
+                "provides"
+            ))
+        if has_trn:
+            if from_config:
+                ctx.marker(node, "from_config takes no distributed_config: load the model with from_pretrained(..., "
+                                 "distributed_config=...) to shard it")
+            ctx.finding(node, "trn_config -> distributed_config=")
+            if not from_config and not (isinstance(trn_value, cst.Attribute) and trn_value.attr.value == "trn_config"):
+                ctx.marker(node, (
+                    "if this model goes to a Trainer, give its arguments save_only_model=True or save_strategy=\"no\" "
+                    "when the config shards it (the Trainer refuses a model sharded at load time otherwise)"
+                ))
+        if plan.empty():
+            return
+        indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
+        ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+
+
+def _optimum_binding(ctx: PythonContext):
+    """An import of optimum.neuron (new transformers imports go in its place)."""
+    for b in ctx.imports.all_bindings():
+        if b.qualified.startswith("optimum.neuron") and b.alias is not None:
+            return b
+    return None
+
+
+RULES = (TrainingNeuronConfigFields, TrainingModelTrnConfig)

@@ -1,0 +1,389 @@
+"""NM301: ``with lazy_load_for_parallelism(...)`` -> ``from_pretrained(..., distributed_config=DistributedConfig(...))``.
+
+optimum-neuron ≤ 0.2 loaded a model for tensor/pipeline parallelism inside a context manager that
+put the layers on the meta device and swapped ``from_pretrained`` for a sharded loader::
+
+    with lazy_load_for_parallelism(tensor_parallel_size=training_args.tensor_parallel_size):
+        model = AutoModelForCausalLM.from_pretrained(model_id)
+
+Transformers shards at load time itself, so the ``with`` goes (its body is dedented into the
+enclosing block) and each model load inside gets the layout::
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_id, distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))
+    )
+
+Sizes read from parsed arguments (``training_args.tensor_parallel_size``) become the ``TP_SIZE`` /
+``PP_SIZE`` environment variables of the TorchNeuron launch convention (the training arguments no
+longer have those fields); literal sizes stay literal; other expressions are kept.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.training.sources import ARGS_SOURCES, DISTRIBUTED_CONFIG, LAZY_LOAD, LOADERS, NOT_MODELS, SFT_CONFIG_SOURCES
+from codemods.common.arg_plan import (
+    MAX_LINE,
+    NOT_LITERAL,
+    SAVE_ONLY_MODEL,
+    ArgPlan,
+    apply_plan,
+    has_star_kwargs,
+    keywords,
+    line_prefix,
+    literal,
+    quote_of,
+    save_only_model_code,
+    statement_indent,
+)
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+ARGS_CLASSES = ARGS_SOURCES + SFT_CONFIG_SOURCES
+#: (lazy_load_for_parallelism parameter, DistributedConfig field, environment variable), in positional order
+SIZES = (("tensor_parallel_size", "tp_size", "TP_SIZE"), ("pipeline_parallel_size", "pp_size", "PP_SIZE"))
+
+
+class LazyLoadForParallelism(PythonRule):
+    id = "NM301"
+    title = "with lazy_load_for_parallelism(...) removed; the loads inside get distributed_config=DistributedConfig(...)"
+    fix = "mixed"
+    triggers = ("lazy_load_for_parallelism",)
+    owns = LAZY_LOAD
+    why = """
+        `lazy_load_for_parallelism(tensor_parallel_size=..., pipeline_parallel_size=...)` put the
+        layers on the meta device and made `from_pretrained` load only this rank's shard for
+        neuronx-distributed. Transformers does both itself when the load receives
+        `distributed_config=DistributedConfig(tp_size=..., pp_size=...)`, so the `with` statement
+        is removed (its body dedented) and the model loads inside it get the distributed config.
+        Sizes that came from the parsed training arguments (which no longer have these fields)
+        are read from the TP_SIZE / PP_SIZE environment variables set by the launch command, and
+        those arguments get `save_only_model = True` when the layout is distributed (the Trainer
+        refuses a model sharded at load time otherwise); arguments built in the function get it
+        in their constructor (NM201).
+    """
+    before = """
+        from transformers import AutoModelForCausalLM
+        from optimum.neuron.distributed import lazy_load_for_parallelism
+
+        def load(model_id, training_args):
+            with lazy_load_for_parallelism(tensor_parallel_size=training_args.tensor_parallel_size):
+                model = AutoModelForCausalLM.from_pretrained(model_id)
+            return model
+    """
+    after = """
+        import os
+        from transformers import AutoModelForCausalLM
+        from transformers.distributed import DistributedConfig
+
+        def load(model_id, training_args):
+            # TODO(neuron-migrate NM301): the model is sharded when it is loaded (DistributedConfig(tp_size=TP_SIZE)): the training arguments no longer carry the parallel sizes, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)
+            model = AutoModelForCausalLM.from_pretrained(
+                model_id,
+                distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1"))),
+            )
+            if int(os.environ.get("TP_SIZE", "1")) > 1:
+                # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
+                training_args.save_only_model = True
+            return model
+    """
+    caveats = """
+        Only loads written inside the `with` block get the distributed config: a helper function
+        called there gets a marker instead. `from_config` takes no distributed config (a
+        marker). `device_map` is removed from those loads (it is mutually exclusive with tensor
+        parallelism). Reads of `training_args.tensor_parallel_size` outside the block are not
+        rewritten. A `with` that also enters other context managers keeps them. When the sizes are
+        not read from training arguments (literals, other names), the marker asks to give the
+        trainer's arguments save_only_model=True.
+    """
+
+    def handlers(self):
+        return {cst.With: self._on_with, cst.Call: self._on_call, cst.Name: self._on_name,
+                cst.Assign: self._on_assign, cst.Attribute: self._on_attribute}
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """``args = NeuronTrainingArguments(..., tensor_parallel_size=8)``: the sizes ``args.*`` had."""
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        name = node.targets[0].target.value
+        known = ctx.local_state().setdefault("args_sizes", {})
+        value = node.value
+        if isinstance(value, cst.Call) and ctx.qualname(value.func) in ARGS_CLASSES:
+            kw = keywords(value)
+            found = {param: literal(kw[param].value) if param in kw else 1 for param, _f, _e in SIZES}
+            if has_star_kwargs(value):
+                found = {param: NOT_LITERAL for param, _f, _e in SIZES}
+            known[name] = None if name in known else found  # assigned twice: unknown
+        elif name in known:
+            known[name] = None
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        """Reads of ``args.tensor_parallel_size`` outside lazy_load_for_parallelism: gone from TrainingArguments."""
+        attr = node.attr.value
+        if attr not in [p for p, _f, _e in SIZES] or not isinstance(node.value, cst.Name):
+            return
+        owner = node.value.value
+        if owner not in ctx.local_state().get("args_sizes", {}) and not owner.endswith("args"):
+            return
+        if any(isinstance(a, cst.Call) and ctx.qualname(a.func) in LAZY_LOAD for a in ctx.stack):
+            return
+        env = next(e for p, _f, e in SIZES if p == attr)
+        ctx.marker(node, (
+            f"TrainingArguments has no {attr}: read int(os.environ.get(\"{env}\", \"1\")) (the launch convention) "
+            "or the loaded model's tp_size instead"
+        ))
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        """Count uses of the imported name (an import nothing uses is removed in finish)."""
+        for b in ctx.imports.bindings.get(node.value, ()):
+            if b.qualified in LAZY_LOAD:
+                parent = ctx.parent
+                if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+                    uses = ctx.local_state().setdefault("uses", {})
+                    uses[node.value] = uses.get(node.value, 0) + 1
+
+    # ------------------------------------------------------------------ the with statement
+    def _on_with(self, node: cst.With, ctx: PythonContext) -> None:
+        lazy = [i for i, item in enumerate(node.items)
+                if isinstance(item.item, cst.Call) and ctx.qualname(item.item.func) in LAZY_LOAD]
+        if not lazy:
+            return
+        index = lazy[0]
+        item = node.items[index]
+        call = item.item
+        if item.asname is not None:
+            ctx.marker(node, "lazy_load_for_parallelism(...) as ...: remove it and pass distributed_config= to the "
+                             "load")
+            return
+        sizes, owners, built = self._sizes(call, ctx)
+        state = ctx.local_state()
+        state.setdefault("withs", {})[id(node)] = (sizes, call)
+        state.setdefault("loads", {})[id(node)] = 0
+        added: list[cst.BaseStatement] = []  # finish() may add the save_only_model statement
+        state.setdefault("save", {})[id(node)] = (owners, built, added)
+        if len(node.items) == 1:
+            ctx.replace(node, lambda new: _unwrap(new, added))
+        else:
+            ctx.replace(node, lambda new, i=index: _drop_item(new, i, added))
+        ctx.finding(call, "lazy_load_for_parallelism removed: transformers shards the model while loading it")
+        state["pending"] = state.get("pending", []) + [node]
+
+    def _sizes(self, call: cst.Call, ctx: PythonContext):
+        """[(DistributedConfig field, expression or None for the environment variable, env name)], the
+        code of the arguments objects the environment sizes were read from, and whether a size was read
+        from arguments built in the function (NM201 then gives them save_only_model=True)."""
+        kw = keywords(call)
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        out = []
+        owners: set[str] = set()
+        built = False
+        for i, (param, field, env) in enumerate(SIZES):
+            expr = kw[param].value if param in kw else (positional[i] if i < len(positional) else None)
+            if expr is None:
+                continue
+            value = literal(expr)
+            if value == 1:
+                continue
+            if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param \
+                    and isinstance(expr.value, cst.Name):
+                known = (ctx.local_state().get("args_sizes") or {}).get(expr.value.value)
+                built = built or known is not None
+                if known is not None and isinstance(known[param], int) and not isinstance(known[param], bool):
+                    value = known[param]  # the literal the arguments were built with
+                    if value == 1:
+                        continue
+                    out.append((field, cst.Integer(str(value)), env))
+                    continue
+            if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param:
+                out.append((field, None, env))  # a parsed argument: the launch environment now
+                owners.add(ctx.module.code_for_node(expr.value))
+            else:
+                out.append((field, expr, env))
+        return out, owners, built
+
+    def finish(self, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        uses = state.get("uses", {})
+        for b in ctx.imports.all_bindings():
+            if b.qualified in LAZY_LOAD and b.alias is not None and not uses.get(b.local) \
+                    and not ctx.is_ignored(b.line):
+                ctx.remove_import(b)
+                ctx.finding(b.alias, "removed the unused import of lazy_load_for_parallelism")
+        for node in state.get("pending", ()):
+            sizes = state["withs"][id(node)][0]
+            if not sizes:
+                continue
+            loads = state["loads"].get(id(node), 0)
+            what = ", ".join(f"{field}={ctx.module.code_for_node(expr) if expr is not None else env}"
+                             for field, expr, env in sizes)
+            if loads > 0:
+                envs = [f"{env}=<{field}>" for field, expr, env in sizes if expr is None]
+                if envs:
+                    text = (f"the training arguments no longer carry the parallel sizes, launch with {' '.join(envs)} "
+                            "torchrun --nproc_per_node=<processes>")
+                else:
+                    text = "launch with torchrun --nproc_per_node=<processes>"
+                save = "" if self._save_only_model(ctx, node, sizes) else (
+                    "; give the trainer's arguments save_only_model=True or save_strategy=\"no\" (the Trainer "
+                    "refuses a model sharded at load time otherwise)")
+                ctx.marker(node, (
+                    f"the model is sharded when it is loaded (DistributedConfig({what})): {text} "
+                    f"(processes = tp_size x pp_size x data-parallel size){save}"
+                ))
+            elif not state.get("from_config", {}).get(id(node)):
+                ctx.marker(node, (
+                    "no from_pretrained call was found inside lazy_load_for_parallelism: pass "
+                    f"distributed_config=DistributedConfig({what}) to the from_pretrained that builds the model "
+                    "and launch with torchrun"
+                ))
+
+    def _save_only_model(self, ctx: PythonContext, node: cst.With, sizes) -> bool:
+        """The arguments of the trainer that gets the sharded model need save_only_model=True (the Trainer
+        refuses a model sharded at load time otherwise): for sizes read from arguments built in the function
+        NM201 adds it to their constructor; for sizes read from other arguments (parsed: the launch
+        environment now) they get it where the with was, when the layout is distributed. False: neither."""
+        owners, built, added = ctx.local_state()["save"][id(node)]
+        if built:
+            return True
+        if len(owners) != 1:
+            return False
+        quote = quote_of(ctx.local_state()["withs"][id(node)][1])
+        try:
+            environ = ctx.module.code_for_node(
+                ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+        except NameClash:
+            return False
+        factors = []
+        for _field, expr, env in sizes:
+            if expr is not None and isinstance(literal(expr), int) and literal(expr) > 1:
+                factors = []  # always distributed
+                break
+            factors.append(f"int({environ}.get({quote}{env}{quote}, {quote}1{quote}))" if expr is None
+                           else ctx.module.code_for_node(expr))
+        owner = next(iter(owners))
+        added.append(cst.parse_statement(save_only_model_code(owner, factors, ctx.module.default_indent)))
+        ctx.finding(node, f"{owner}.save_only_model = True when the layout is distributed: {SAVE_ONLY_MODEL}")
+        return True
+
+    # ------------------------------------------------------------------ the loads inside
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if ctx.qualname(node.func) in LAZY_LOAD:
+            if not any(isinstance(a, cst.WithItem) for a in ctx.stack[-3:-1]):
+                ctx.marker(node, "lazy_load_for_parallelism is gone: pass distributed_config=DistributedConfig(...) "
+                                 "to from_pretrained instead")
+            return
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in LOADERS:
+            return
+        state = ctx.local_state()
+        withs = state.get("withs")
+        if not withs:
+            return
+        stack = ctx.stack
+        owner = None
+        for i in range(len(stack) - 2, -1, -1):
+            if isinstance(stack[i], cst.With) and id(stack[i]) in withs and stack[i + 1] is stack[i].body:
+                owner = stack[i]
+                break
+        if owner is None:
+            return
+        cls = ctx.module.code_for_node(func.value)
+        if any(word in cls.rsplit(".", 1)[-1] for word in NOT_MODELS):
+            return
+        sizes, lazy_call = withs[id(owner)]
+        if not sizes:
+            return
+        if func.attr.value == "from_config":
+            state.setdefault("from_config", {})[id(owner)] = True
+            ctx.marker(node, "from_config takes no distributed_config: load the model with "
+                             "from_pretrained(..., distributed_config=DistributedConfig(...)) to shard it")
+            return
+        kw = keywords(node)
+        state["loads"][id(owner)] += 1
+        if "distributed_config" in kw:
+            return
+        plan = ArgPlan()
+        if "device_map" in kw:
+            plan.drop.add("device_map")
+            ctx.finding(kw["device_map"], "dropped device_map (mutually exclusive with distributed_config)")
+        anchor = ctx.imports.binding_of(lazy_call.func)
+        quote = quote_of(node)
+        try:
+            environ = None
+            if any(x is None for _f, x, _e in sizes):
+                environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
+            dist = ctx.name_for(DISTRIBUTED_CONFIG, anchor=anchor)
+        except NameClash as exc:
+            ctx.marker(node, f"add distributed_config=DistributedConfig(...) by hand ({exc})")
+            return
+        code = ctx.module.code_for_node
+        indent = statement_indent(ctx)
+        # the body is dedented by one level
+        dedent = indent[: len(indent) - len(_block_indent(ctx, owner))]
+        prefix = " " * line_prefix(ctx, node)
+        step = ctx.module.default_indent
+
+        def config() -> cst.Call:
+            parts = []
+            for field, expr, env in sizes:
+                if expr is None:
+                    text = f"int({code(environ)}.get({quote}{env}{quote}, {quote}1{quote}))"
+                else:
+                    text = code(expr)
+                parts.append(f"{field}={text}")
+            one_line = f"{code(dist)}({', '.join(parts)})"
+            if len(dedent + step) + len("distributed_config=,") + len(one_line) <= MAX_LINE:
+                return cst.parse_expression(one_line)
+            # the sizes on a line of their own (the whitespace is relative to the block's indentation:
+            # the argument sits one level below the statement, the sizes one more)
+            return cst.parse_expression(f"{code(dist)}(\n{step}{step}{', '.join(parts)}\n{step})")
+
+        plan.add.append(("distributed_config", config))
+        ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, dedent + prefix, step))
+        ctx.finding(node, "distributed_config=DistributedConfig(...) added to the load (was lazy_load_for_parallelism)")
+
+
+def _block_indent(ctx: PythonContext, with_node: cst.With) -> str:
+    body = with_node.body
+    if isinstance(body, cst.IndentedBlock):
+        return body.indent if body.indent is not None else ctx.module.default_indent
+    return ""
+
+
+def _with_added(stmts: list, added: list) -> list:
+    """The statements of a block with ``added`` after them (before them when the block ends by leaving)."""
+    if not added:
+        return stmts
+    last = stmts[-1] if stmts else None
+    if isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, (cst.Return, cst.Raise)) for s in last.body):
+        first = stmts[0]
+        moved = [added[0].with_changes(leading_lines=[*first.leading_lines, *added[0].leading_lines]), *added[1:]]
+        return [*moved, first.with_changes(leading_lines=()), *stmts[1:]]
+    return [*stmts, *added]
+
+
+def _unwrap(new: cst.With, added: list = ()):
+    """The body statements of a ``with`` in its place (libcst indents them for the enclosing block)."""
+    body = new.body
+    if isinstance(body, cst.IndentedBlock):
+        stmts = _with_added(list(body.body), list(added))
+    else:  # `with x: a; b`
+        stmts = _with_added([cst.SimpleStatementLine(body=list(body.body))], list(added))
+    if not stmts:
+        return cst.RemovalSentinel.REMOVE
+    first = stmts[0]
+    stmts[0] = first.with_changes(leading_lines=[*new.leading_lines, *first.leading_lines])
+    return cst.FlattenSentinel(stmts)
+
+
+def _drop_item(new: cst.With, index: int, added: list = ()) -> cst.With:
+    items = list(new.items)
+    last_comma = items[-1].comma
+    del items[index]
+    items[-1] = items[-1].with_changes(comma=last_comma)
+    if added and isinstance(new.body, cst.IndentedBlock):
+        new = new.with_changes(body=new.body.with_changes(body=_with_added(list(new.body.body), list(added))))
+    return new.with_changes(items=items)
+
+
+RULES = (LazyLoadForParallelism,)

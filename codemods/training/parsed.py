@@ -1,0 +1,188 @@
+"""NM207: Neuron training arguments used after they are built.
+
+* ``dataclasses.replace(training_args, tensor_parallel_size=1, zero_1=False, ...)``: the keywords
+  get NM201's field handling (Neuron-only fields dropped, v5 renames), without the static-shape
+  additions (the copy keeps the original's);
+* ``training_args.mp_plugin.tensor_parallel_size`` (optimum-neuron ≤ 0.1 built a
+  ModelParallelismPlugin from the arguments) and ``training_args.trn_config.tensor_parallel_size``
+  (0.2+, a TrainingNeuronConfig): the sizes the arguments no longer carry. They become the literal
+  the arguments were built with in the same function, else the ``TP_SIZE`` / ``PP_SIZE``
+  environment variables of the launch convention; ``should_parallelize`` becomes the test on
+  those; other fields get a marker.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.training.arguments import _plan_fields
+from codemods.training.layouts import _code, _scope
+from codemods.training.sources import ARGS_SOURCES, SFT_CONFIG_SOURCES
+from codemods.common.arg_plan import (
+    MAX_LINE,
+    ArgPlan,
+    apply_plan,
+    has_star_kwargs,
+    keywords,
+    line_prefix,
+    literal,
+    statement_indent,
+)
+from codemods.training.orpo import ORPO_CONFIG_SOURCES
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+ARGS_CLASSES = ARGS_SOURCES + SFT_CONFIG_SOURCES + ORPO_CONFIG_SOURCES
+#: containers of the layout that the old arguments built
+CONTAINERS = ("mp_plugin", "trn_config")
+#: their size fields -> (environment variable of the launch convention, arguments field)
+SIZES = {"tensor_parallel_size": ("TP_SIZE", "tensor_parallel_size"),
+         "pipeline_parallel_size": ("PP_SIZE", "pipeline_parallel_size")}
+SHOULD_PARALLELIZE = "should_parallelize"
+#: a name that holds training arguments (what dataclasses.replace is checked on)
+_ARGS_WORDS = ("args", "arguments", "config")
+
+
+_ARGS_NAMES = frozenset(q.rsplit(".", 1)[-1] for q in ARGS_CLASSES)
+
+
+def _last(func: cst.BaseExpression) -> str | None:
+    """The called name, cheaply (before resolving it through the imports)."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return None
+
+
+class ParsedArgumentsIdioms(PythonRule):
+    id = "NM207"
+    title = "Neuron training arguments after they are built: dataclasses.replace fields, mp_plugin/trn_config size reads"
+    fix = "mixed"
+    triggers = ("mp_plugin", "trn_config", "NeuronTrainingArguments", "NeuronSFTConfig", "NeuronORPOConfig",
+                "TrainiumTrainingArguments")
+    why = """
+        Scripts copy their training arguments with `dataclasses.replace(training_args, ...)` and
+        read the layout optimum-neuron derived from them (`training_args.mp_plugin` up to 0.1,
+        `training_args.trn_config` from 0.2). The native TrainingArguments / SFTConfig have neither
+        the Neuron-only fields nor these containers: the replace keywords are handled as NM201
+        handles the constructor's, and the size reads become the sizes the script was built
+        with, or the TP_SIZE / PP_SIZE environment variables the launch command sets (the
+        TorchNeuron convention the shell rules write).
+    """
+    before = """
+        import dataclasses
+
+        from optimum.neuron import NeuronTrainingArguments
+
+        def eval_args(training_args: NeuronTrainingArguments):
+            if training_args.mp_plugin.tensor_parallel_size > 1:
+                print("sharded")
+            return dataclasses.replace(training_args, per_device_eval_batch_size=1, zero_1=False)
+    """
+    after = """
+        import os
+        import dataclasses
+
+        from transformers import TrainingArguments
+
+        def eval_args(training_args: TrainingArguments):
+            if int(os.environ.get("TP_SIZE", "1")) > 1:
+                print("sharded")
+            return dataclasses.replace(training_args, per_device_eval_batch_size=1)
+    """
+    caveats = """
+        `dataclasses.replace` is rewritten when its first argument is a name or attribute that
+        says it holds arguments or a config (`training_args`, `sft_config`...). Pipeline, sequence
+        and KV settings read from mp_plugin / trn_config other than the two sizes get a marker.
+        A size read from arguments built with a non-literal size keeps the environment variable.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, cst.Assign: self._on_assign}
+
+    # ------------------------------------------------------------------ what the arguments were built with
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        key = (_scope(ctx), node.targets[0].target.value)
+        known = ctx.local_state().setdefault("built", {})
+        value = node.value
+        if isinstance(value, cst.Call) and _last(value.func) in _ARGS_NAMES and ctx.qualname(value.func) in ARGS_CLASSES \
+                and not has_star_kwargs(value):
+            kw = keywords(value)
+            sizes = {}
+            for field in SIZES:
+                v = literal(kw[field].value) if field in kw else 1
+                sizes[field] = v if isinstance(v, int) and not isinstance(v, bool) else None
+            known[key] = None if key in known else sizes
+        elif key in known:
+            known[key] = None
+
+    # ------------------------------------------------------------------ dataclasses.replace
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if _last(node.func) != "replace" or ctx.qualname(node.func) != "dataclasses.replace" or not node.args \
+                or node.args[0].keyword is not None:
+            return
+        first = node.args[0].value
+        name = first.attr.value if isinstance(first, cst.Attribute) else getattr(first, "value", None)
+        if not isinstance(name, str) or not any(w in name.lower() for w in _ARGS_WORDS):
+            return
+        plan = ArgPlan()
+        sizes = _plan_fields(node, ctx, plan, static=False, cls="dataclasses.replace")
+        if sizes:
+            layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+            ctx.marker(node, (
+                f"the copy no longer changes the parallel layout (DistributedConfig({layout})): the layout is fixed "
+                "when the model is loaded (from_pretrained(..., distributed_config=...))"
+            ))
+        if plan.empty():
+            return
+        indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
+        ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+
+    # ------------------------------------------------------------------ args.mp_plugin.<field>
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        inner = node.value
+        if not isinstance(inner, cst.Attribute) or inner.attr.value not in CONTAINERS \
+                or not isinstance(inner.value, cst.Name) or ctx.qualname(inner) is not None:
+            return
+        parent = ctx.parent
+        if isinstance(parent, cst.AssignTarget) or (isinstance(parent, (cst.AnnAssign, cst.AugAssign))
+                                                     and parent.target is node):
+            return
+        container, field, owner = inner.attr.value, node.attr.value, inner.value.value
+        read = _code(ctx, node)
+        if field not in SIZES and field != SHOULD_PARALLELIZE:
+            ctx.marker(node, (
+                f"{read}: the training arguments no longer carry {container} (the layout is the model's "
+                "DistributedConfig now): read the setting from where the model is loaded"
+            ))
+            return
+        built = ctx.local_state().get("built", {}).get((_scope(ctx), owner))
+        try:
+            environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")) \
+                if built is None or any(v is None for v in built.values()) else None
+        except NameClash as exc:
+            ctx.marker(node, f"{read} no longer exists: replace it by hand ({exc})")
+            return
+
+        def size(name: str) -> str:
+            if built is not None and built[name] is not None:
+                return str(built[name])
+            return f'int({environ}.get("{SIZES[name][0]}", "1"))'
+
+        if field in SIZES:
+            text = size(field)
+        else:
+            text = f"{size('tensor_parallel_size')} > 1 or {size('pipeline_parallel_size')} > 1"
+            if not (isinstance(parent, (cst.If, cst.While, cst.Assign, cst.Return))
+                    or isinstance(parent, cst.Arg) and parent.value is node):
+                text = f"({text})"
+        if built is None or any(v is None for v in built.values()):
+            ctx.finding(node, f"{read} -> {text} (the launch environment: the arguments no longer carry it)")
+        else:
+            ctx.finding(node, f"{read} -> {text} (what the arguments were built with)")
+        ctx.replace(node, cst.parse_expression(text))
+
+
+RULES = (ParsedArgumentsIdioms,)

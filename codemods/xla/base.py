@@ -1,0 +1,412 @@
+"""What the torch-xla era rules (NM401-NM414) share: the module facts they ask (is the module
+multi-process, does it create a process group, which quote does it use), the native names they
+emit (``torch``, ``os``, ``dist``, ranks, world size, the device, spelled as described in
+:mod:`codemods.xla.core`), small libcst call helpers, and the base class ``_XlaRule``."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import libcst as cst
+
+from migrator.imports import Binding, dotted
+from migrator.rules import NameClash, PythonContext, PythonRule
+XM = "torch_xla.core.xla_model"
+XR = "torch_xla.runtime"
+XLA_BACKEND = "torch_xla.distributed.xla_backend"
+
+_MULTI_HINTS = (
+    "init_process_group",
+    "xla_multiprocessing",
+    "xmp.spawn",
+    "world_size",
+    "get_ordinal",
+    "global_ordinal",
+    "local_ordinal",
+    "LOCAL_RANK",
+    "DistributedDataParallel",
+    "DistributedSampler",
+    "initialize_model_parallel",
+)
+_WRAPPED_HINTS = ("DistributedDataParallel", "fully_shard", "FSDP", "FullyShardedDataParallel")
+_XLA_DEVICE_RE = re.compile(r"^xla(?::(\d+))?$")
+
+
+# --------------------------------------------------------------------------- module facts
+
+
+def _state(ctx: PythonContext) -> dict:
+    """Per-unit facts shared by the NM4xx rules (scratch under a key no rule id uses)."""
+    return ctx.scratch.setdefault("xla", {})
+
+
+def _multi_process(ctx: PythonContext) -> bool:
+    st = _state(ctx)
+    if "multi" not in st:
+        st["multi"] = any(h in ctx.source for h in _MULTI_HINTS)
+    return st["multi"]
+
+
+def _has_process_group(ctx: PythonContext) -> bool:
+    return "init_process_group" in ctx.source
+
+
+def _quote(ctx: PythonContext) -> str:
+    """The quote character for new strings: the one the module mostly uses, or the other one
+    inside an f-string delimited by it (nested same quotes need Python 3.12)."""
+    st = _state(ctx)
+    if "quote" not in st:
+        singles = len(re.findall(r"(?<![\w'\"])'", ctx.source))
+        doubles = len(re.findall(r"(?<![\w'\"])\"", ctx.source))
+        st["quote"] = "'" if singles > doubles else '"'
+    quote = st["quote"]
+    for node in reversed(ctx.stack):
+        if isinstance(node, cst.FormattedString):
+            if node.start[-1] == quote:
+                quote = "'" if quote == '"' else '"'
+            break
+    return quote
+
+
+# --------------------------------------------------------------------------- native names
+
+
+def _module_local(ctx: PythonContext, module: str, anchor: Binding | None, asname: str | None = None) -> str:
+    """A local name for ``module`` (``os``, ``torch``), importing it when needed."""
+    st = _state(ctx).setdefault("locals", {})
+    if module in st:
+        return st[module]
+    local = ctx.imports.local_for(module)
+    if local is None:
+        want = asname or module
+        if not ctx.imports.is_free(want, module):
+            raise NameClash(f"cannot import {module}: the name {want!r} is already used")
+        ctx.add_import(module, None, asname, anchor)
+        local = want
+    st[module] = local
+    return local
+
+
+def _torch(ctx: PythonContext, anchor: Binding | None) -> str:
+    return _module_local(ctx, "torch", anchor)
+
+
+def _os(ctx: PythonContext, anchor: Binding | None) -> str:
+    # a standard-library import: with the module's standard-library imports, not at the anchor
+    return _module_local(ctx, "os", _stdlib_anchor(ctx, "os") or anchor)
+
+
+def _stdlib_anchor(ctx: PythonContext, module: str) -> Binding | None:
+    """Where ``import <module>`` (standard library) goes: before the first top-level
+    standard-library import that sorts after it, else before the first standard-library
+    import, else before the module's first import (new imports go BEFORE their anchor)."""
+    first = first_std = None
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or not stmt.body:
+            continue
+        small = stmt.body[0]
+        if not isinstance(small, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(small, cst.ImportFrom):
+            name = dotted(small.module) if small.module is not None and not small.relative else None
+        else:
+            name = dotted(small.names[0].name)
+        if name is None or name == "__future__":
+            continue
+        binding = next((b for b in ctx.imports.all_bindings() if b.line is stmt and b.alias is not None), None)
+        if binding is None:
+            continue
+        first = first or binding
+        if name.split(".")[0] in sys.stdlib_module_names:
+            first_std = first_std or binding
+            if name > module:
+                return binding
+    return first_std or first
+
+
+def _dist(ctx: PythonContext, anchor: Binding | None) -> str:
+    """``dist`` (``import torch.distributed as dist``), or the module's own spelling of it."""
+    st = _state(ctx).setdefault("locals", {})
+    if "torch.distributed" in st:
+        return st["torch.distributed"]
+    local = ctx.imports.local_for("torch.distributed")
+    if local is None:
+        torch_local = ctx.imports.local_for("torch")
+        if torch_local is not None and re.search(rf"\b{re.escape(torch_local)}\.distributed\.", ctx.source):
+            local = f"{torch_local}.distributed"  # the module already writes torch.distributed.X
+        elif ctx.imports.is_free("dist", "torch.distributed"):
+            ctx.add_import("torch.distributed", None, "dist", anchor)
+            local = "dist"
+        else:
+            local = f"{_torch(ctx, anchor)}.distributed"
+    st["torch.distributed"] = local
+    return local
+
+
+def _local_rank(ctx: PythonContext, anchor: Binding | None) -> str:
+    q = _quote(ctx)
+    return f"int({_os(ctx, anchor)}.environ.get({q}LOCAL_RANK{q}, 0))"
+
+
+def _rank(ctx: PythonContext, anchor: Binding | None) -> str:
+    if _has_process_group(ctx):
+        return f"{_dist(ctx, anchor)}.get_rank()"
+    q = _quote(ctx)
+    return f"int({_os(ctx, anchor)}.environ.get({q}RANK{q}, 0))"
+
+
+def _world_size(ctx: PythonContext, anchor: Binding | None) -> str:
+    if _has_process_group(ctx):
+        return f"{_dist(ctx, anchor)}.get_world_size()"
+    q = _quote(ctx)
+    return f"int({_os(ctx, anchor)}.environ.get({q}WORLD_SIZE{q}, 1))"
+
+
+def _is_master(ctx: PythonContext, anchor: Binding | None, local: bool) -> str:
+    return f"{_local_rank(ctx, anchor) if local else _rank(ctx, anchor)} == 0"
+
+
+def _device(ctx: PythonContext, anchor: Binding | None, index: str | None = None) -> str:
+    """``torch.device("neuron"[, index])``; per rank in a multi-process module."""
+    q = _quote(ctx)
+    if index is None and _multi_process(ctx):
+        index = _local_rank(ctx, anchor)
+    if index is None:
+        return f"{_torch(ctx, anchor)}.device({q}neuron{q})"
+    return f"{_torch(ctx, anchor)}.device({q}neuron{q}, {index})"
+
+
+# --------------------------------------------------------------------------- call helpers
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def _bind_args(call: cst.Call, params: tuple[str, ...]) -> dict[str, cst.Arg] | None:
+    """Map the arguments of ``call`` onto ``params`` (positional then keyword); None when a
+    ``*``/``**`` argument or an unknown keyword makes that impossible."""
+    bound: dict[str, cst.Arg] = {}
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if i >= len(params):
+                return None
+            bound[params[i]] = arg
+        else:
+            name = arg.keyword.value
+            if name not in params or name in bound:
+                return None
+            bound[name] = arg
+    return bound
+
+
+def _literal_bool(arg: cst.Arg | None, default: bool) -> bool | None:
+    """The value of a True/False literal argument (``default`` when absent, None otherwise)."""
+    if arg is None:
+        return default
+    if isinstance(arg.value, cst.Name) and arg.value.value in ("True", "False"):
+        return arg.value.value == "True"
+    return None
+
+
+def _atomic(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` usable before ``.attr`` (parenthesised unless it is a name, call, subscript...)."""
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _call_args(args: list[cst.Arg]) -> list[cst.Arg]:
+    out = []
+    for i, arg in enumerate(args):
+        last = i == len(args) - 1
+        comma = cst.MaybeSentinel.DEFAULT if last else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        out.append(arg.with_changes(comma=comma))
+    return out
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+
+def _needs_parens(parent: cst.CSTNode | None, node: cst.CSTNode) -> bool:
+    """Whether a comparison replacing ``node`` under ``parent`` needs parentheses."""
+    if isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation, cst.Await)):
+        return True
+    if isinstance(parent, cst.UnaryOperation):
+        return not isinstance(parent.operator, cst.Not)
+    if isinstance(parent, cst.Attribute) and parent.value is node:
+        return True
+    if isinstance(parent, cst.Subscript) and parent.value is node:
+        return True
+    return False
+
+
+def _is_reference(node: cst.Name, parent: cst.CSTNode | None) -> bool:
+    if isinstance(parent, cst.Attribute) and parent.attr is node:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return False
+    if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.ImportAlias, cst.AsName)):
+        return False
+    return True
+
+
+def _index_in_stack(ctx: PythonContext, node: cst.CSTNode) -> int:
+    for i in range(len(ctx.stack) - 1, -1, -1):
+        if ctx.stack[i] is node:
+            return i
+    raise LookupError("node is not on the stack")
+
+
+def _expression_statement(ctx: PythonContext, call: cst.Call):
+    """(Expr, its line or suite) when ``call`` is a whole expression statement, else None."""
+    i = _index_in_stack(ctx, call)
+    if i < 2:
+        return None
+    expr, container = ctx.stack[i - 1], ctx.stack[i - 2]
+    if isinstance(expr, cst.Expr) and expr.value is call and isinstance(
+        container, (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+    ):
+        return expr, container
+    return None
+
+
+def _remove_small_statement(ctx: PythonContext, expr: cst.Expr, container) -> None:
+    """Remove ``expr`` from its line; ``pass`` stays where it was a block's only statement
+    (libcst), and a statement left last on a ``a(); b()`` line loses its dangling ``;``."""
+    ctx.remove_statement(expr)
+    if len(container.body) == 1 and isinstance(container, cst.SimpleStatementLine):
+        _keep_blank_line(ctx, container)
+    if len(container.body) > 1 and container.body[-1] is expr:
+
+        def drop_semicolon(updated):
+            if not updated.body:
+                return updated
+            body = list(updated.body)
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(body=body)
+
+        ctx.replace(container, drop_semicolon)
+
+
+def _keep_blank_line(ctx: PythonContext, line: cst.SimpleStatementLine) -> None:
+    """A deleted line that followed a blank line: the next statement gets the blank line, so
+    that ``import ...`` / ``<blank>`` / ``xm.mark_step()`` / ``x = 1`` keeps its separation.
+    Comments above the deleted line go with it (they are about the deleted call). Best effort:
+    an edit another rule makes to that whole next statement wins."""
+    if not any(el.comment is None for el in line.leading_lines):
+        return
+    i = _index_in_stack(ctx, line)
+    block = ctx.stack[i - 1] if i else None
+    body = getattr(block, "body", None)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)) or not isinstance(body, (list, tuple)):
+        return
+    index = next((k for k, stmt in enumerate(body) if stmt is line), None)
+    if index is None or index + 1 >= len(body):
+        return
+    following = body[index + 1]
+    if following.leading_lines and following.leading_lines[0].comment is None:
+        return
+
+    def add_blank(updated):
+        lines = list(updated.leading_lines)
+        if lines and lines[0].comment is None:
+            return updated
+        return updated.with_changes(leading_lines=[cst.EmptyLine(indent=False)] + lines)
+
+    ctx.replace(following, add_blank)
+
+
+def _already_master_only(ctx: PythonContext, node: cst.CSTNode, local: bool) -> bool:
+    """True when ``node`` sits in the body of ``if xm.is_master_ordinal(...)`` (or an
+    ``ordinal() == 0`` test) of the same locality, so no second rank check is needed."""
+    stack = ctx.stack
+    i = _index_in_stack(ctx, node)
+    for j in range(i - 1, -1, -1):
+        anc = stack[j]
+        if isinstance(anc, cst.If) and j + 1 < len(stack) and stack[j + 1] is anc.body:
+            if _master_test(anc.test, ctx) == local:
+                return True
+    return False
+
+
+def _master_test(test: cst.BaseExpression, ctx: PythonContext) -> bool | None:
+    """True/False when ``test`` is a local/global master check written with torch-xla."""
+    if isinstance(test, cst.Call):
+        qual = ctx.qualname(test.func)
+        if qual == f"{XM}.is_master_ordinal":
+            bound = _bind_args(test, ("local",))
+            return None if bound is None else _literal_bool(bound.get("local"), True)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if (
+            isinstance(target.operator, cst.Equal)
+            and isinstance(target.comparator, cst.Integer)
+            and target.comparator.value == "0"
+            and isinstance(test.left, cst.Call)
+            and not test.left.args
+        ):
+            qual = ctx.qualname(test.left.func)
+            if qual in (f"{XM}.get_ordinal", f"{XR}.global_ordinal"):
+                return False
+            if qual in (f"{XM}.get_local_ordinal", f"{XR}.local_ordinal"):
+                return True
+    return None
+
+
+def _if_statement(line: cst.SimpleStatementLine, test: str, inner: cst.BaseSmallStatement) -> cst.If:
+    """``if <test>:`` + ``inner`` on its own line, taking the place (and comments) of ``line``."""
+    body_line = cst.SimpleStatementLine(
+        body=[inner.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+        trailing_whitespace=line.trailing_whitespace,
+    )
+    return cst.If(test=_expr(test), body=cst.IndentedBlock(body=[body_line]), leading_lines=line.leading_lines)
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class _XlaRule(PythonRule):
+    """Dispatches every reference to an owned name: calls go to ``rewrite``; any other use
+    (the function passed around as a value) gets a marker."""
+
+    fix = "auto"
+    #: owned qualified name -> what it becomes (for messages)
+    natives: dict[str, str] = {}
+
+    def handlers(self):
+        return {cst.Attribute: self._on_reference, cst.Name: self._on_reference}
+
+    def _on_reference(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        parent = ctx.parent
+        if isinstance(node, cst.Name) and not _is_reference(node, parent):
+            return
+        qual = ctx.qualname(node)  # type: ignore[arg-type]
+        if qual is None or qual not in self.owns:
+            return
+        native = self.natives.get(qual, "its native equivalent")
+        if not (isinstance(parent, cst.Call) and parent.func is node):
+            ctx.marker(node, f"{qual} is used as a value here; replace it by hand with {native}")
+            return
+        try:
+            problem = self.rewrite(qual, parent, node, ctx)
+        except NameClash as exc:
+            problem = str(exc)
+        if problem:
+            ctx.marker(parent, f"rewrite this {qual} call by hand ({problem}); native: {native}")
+
+    def rewrite(self, qual: str, call: cst.Call, func: cst.CSTNode, ctx: PythonContext) -> str | None:
+        """Ask for the edit of one call; returns why it could not, or None."""
+        raise NotImplementedError  # pragma: no cover

@@ -1,0 +1,407 @@
+"""NM412-NM413: torch-xla collectives and sharding wrappers -> ``torch.distributed``.
+
+* NM412 ``xm.all_reduce`` / ``xm.all_gather`` / ``xm.mesh_reduce`` -> ``dist.all_reduce`` /
+  ``dist.all_gather`` + ``torch.cat`` / ``dist.all_gather_object`` + the reduce function, as
+  separate statements (the native collectives work in place; the torch-xla ones returned a new
+  value for a single tensor). ``xm.reduce_gradients`` gets a marker naming DDP / FSDP2.
+* NM413 ``XlaFullyShardedDataParallel`` and torch-xla's ``ZeroRedundancyOptimizer`` get a
+  marker naming FSDP2 ``fully_shard`` / ``DistributedConfig(fsdp_size=...)`` /
+  ``torch.distributed.optim.ZeroRedundancyOptimizer`` (owned, so NM900 does not flag them twice).
+
+Facts and signatures: torch-xla 2.8 ``torch_xla/core/xla_model.py`` (source-apis §4.1, §4.2).
+Shared spelling helpers (``dist``, ranks, imports) come from :mod:`codemods.xla.core`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from codemods.xla.base import (
+    XM,
+    _XlaRule,
+    _bind_args,
+    _code,
+    _dist,
+    _expr,
+    _expression_statement,
+    _has_process_group,
+    _index_in_stack,
+    _remove_small_statement,
+    _torch,
+    _world_size,
+)
+from migrator.rules import PythonContext
+
+#: torch-xla reduce types -> torch.distributed.ReduceOp members
+REDUCE_OPS = {
+    "REDUCE_SUM": "SUM",
+    "REDUCE_MUL": "PRODUCT",
+    "REDUCE_AND": "BAND",
+    "REDUCE_OR": "BOR",
+    "REDUCE_MIN": "MIN",
+    "REDUCE_MAX": "MAX",
+}
+_NEEDS_GROUP = ("{what} needs a process group: make sure dist.init_process_group(backend=\"neuron\") runs first "
+                "(torchrun)")
+
+
+def _line_of(ctx: PythonContext, call: cst.Call):
+    """(line, kind, target) when ``call`` is the whole statement ``call`` (kind "expr") or
+    ``name = call`` (kind "assign", target the Name), alone on its line; else None."""
+    i = _index_in_stack(ctx, call)
+    if i < 2:
+        return None
+    small, line = ctx.stack[i - 1], ctx.stack[i - 2]
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    if isinstance(small, cst.Expr) and small.value is call:
+        return line, "expr", None
+    if (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)):
+        return line, "assign", small.targets[0].target.value
+    return None
+
+
+def _statements(line: cst.SimpleStatementLine, codes: list[str]) -> cst.FlattenSentinel:
+    """``codes`` as statements taking the place of ``line`` (its comments go above the first,
+    its end-of-line comment stays on the last)."""
+    out = []
+    for k, code in enumerate(codes):
+        stmt = cst.parse_statement(code + "\n")
+        assert isinstance(stmt, cst.SimpleStatementLine)
+        if k == 0:
+            stmt = stmt.with_changes(leading_lines=line.leading_lines)
+        if k == len(codes) - 1:
+            stmt = stmt.with_changes(trailing_whitespace=line.trailing_whitespace)
+        out.append(stmt)
+    return cst.FlattenSentinel(out)
+
+
+def _updated_call(line: cst.SimpleStatementLine) -> cst.Call:
+    small = line.body[0]
+    call = small.value  # type: ignore[union-attr]
+    assert isinstance(call, cst.Call)
+    return call
+
+
+class XlaCollectives(_XlaRule):
+    id = "NM412"
+    title = "xm.all_reduce / all_gather / mesh_reduce -> torch.distributed collectives; reduce_gradients -> DDP/FSDP2"
+    fix = "mixed"
+    triggers = ("torch_xla",)
+    owns = (f"{XM}.all_reduce", f"{XM}.all_gather", f"{XM}.mesh_reduce", f"{XM}.reduce_gradients",
+            *(f"{XM}.{name}" for name in REDUCE_OPS))
+    natives = {
+        f"{XM}.all_reduce": "dist.all_reduce(t, op=dist.ReduceOp.SUM) (in place; clone first to keep the input)",
+        f"{XM}.all_gather": "dist.all_gather(parts, t) + torch.cat(parts, dim=...) (or dist.all_gather_into_tensor)",
+        f"{XM}.mesh_reduce": "dist.all_gather_object(values, data) + reduce_fn(values)",
+        f"{XM}.reduce_gradients": "DDP(model) or FSDP2 fully_shard(model), which all-reduce the gradients",
+        **{f"{XM}.{name}": f"dist.ReduceOp.{op}" for name, op in REDUCE_OPS.items()},
+    }
+    why = """
+        torch-xla's collectives become their `torch.distributed` twins (backend `neuron`). The
+        native ones work IN PLACE, while `xm.all_reduce` on a single tensor, `xm.all_gather` and
+        `xm.mesh_reduce` RETURN a new value, so `y = xm.all_reduce(xm.REDUCE_SUM, x, scale=s)`
+        becomes `y = x.clone()`, `dist.all_reduce(y, op=dist.ReduceOp.SUM)`, `y.mul_(s)`;
+        `xm.all_reduce(op, [a, b])` (in place on a list) becomes one `dist.all_reduce` per tensor;
+        `y = xm.all_gather(x, dim=d)` becomes a list filled by `dist.all_gather` then
+        `torch.cat(y, dim=d)`; `y = xm.mesh_reduce(tag, data, fn)` becomes
+        `dist.all_gather_object` then `fn(y)`. `xm.REDUCE_*` become `dist.ReduceOp.*`
+        (`REDUCE_MUL` -> `PRODUCT`, `REDUCE_AND`/`REDUCE_OR` -> `BAND`/`BOR`).
+        `xm.reduce_gradients(optimizer)` gets a marker: wrap the model in DDP or FSDP2.
+    """
+    before = """
+        import torch.distributed as dist
+        import torch_xla.core.xla_model as xm
+
+        dist.init_process_group("xla")
+        total = xm.all_reduce(xm.REDUCE_SUM, loss, scale=1.0 / world)
+        xm.all_reduce(xm.REDUCE_MAX, [a, b])
+        preds = xm.all_gather(logits, dim=0)
+        mean = xm.mesh_reduce("loss", loss.item(), np.mean)
+    """
+    after = """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group(backend="neuron")
+        total = loss.clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        total.mul_(1.0 / world)
+        dist.all_reduce(a, op=dist.ReduceOp.MAX)
+        dist.all_reduce(b, op=dist.ReduceOp.MAX)
+        preds = [torch.empty_like(logits) for _ in range(dist.get_world_size())]
+        dist.all_gather(preds, logits)
+        preds = torch.cat(preds, dim=0)
+        mean = [None] * dist.get_world_size()
+        dist.all_gather_object(mean, loss.item())
+        mean = np.mean(mean)
+    """
+    caveats = """
+        Rewritten only as a statement alone on its line (`name = call` or, for a list literal
+        of tensors, the bare call), with a literal reduce type and no `groups=` / `pin_layout=`
+        / `output=`; anything else gets a marker. A bare `xm.all_reduce(op, x)` whose `x` is not
+        a list literal gets a marker: it was in place for a list and without effect for a tensor.
+        In `y = xm.all_reduce(op, x)` the input must be a tensor (`.clone()` fails on a list).
+        `all_gather` needs its input as a plain name (it is used twice). Without
+        `init_process_group` in the module the collectives get a marker about the process group.
+    """
+
+    def _on_reference(self, node, ctx):
+        qual = ctx.qualname(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if qual is not None and qual.startswith(f"{XM}.REDUCE_") and qual.rsplit(".", 1)[1] in REDUCE_OPS:
+            parent = ctx.parent
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                return
+            # the reduce type of an all_reduce we rewrite is handled with its call
+            if isinstance(parent, cst.Arg) and len(ctx.stack) > 2:
+                call = ctx.stack[-3]
+                if (isinstance(call, cst.Call) and isinstance(call.func, (cst.Name, cst.Attribute))
+                        and ctx.qualname(call.func) == f"{XM}.all_reduce" and call.args and call.args[0] is parent):
+                    return
+            op = REDUCE_OPS[qual.rsplit(".", 1)[1]]
+            ctx.replace(node, _expr(f"{_dist(ctx, ctx.imports.binding_of(node))}.ReduceOp.{op}"))
+            ctx.finding(node, f"{qual} -> dist.ReduceOp.{op}")
+            return
+        super()._on_reference(node, ctx)
+
+    def rewrite(self, qual, call, func, ctx):
+        name = qual.rsplit(".", 1)[1]
+        return getattr(self, f"_{name}")(qual, call, func, ctx)
+
+    def _group_note(self, call, ctx, what):
+        if not _has_process_group(ctx):
+            ctx.marker(call, _NEEDS_GROUP.format(what=what))
+
+    def _all_reduce(self, qual, call, func, ctx):
+        bound = _bind_args(call, ("reduce_type", "inputs", "scale", "groups", "pin_layout"))
+        if bound is None or "reduce_type" not in bound or "inputs" not in bound:
+            return "unsupported arguments"
+        if "groups" in bound:
+            return "`groups=` names replica groups; use dist.new_group(ranks) and group="
+        rtype = bound["reduce_type"].value
+        rqual = ctx.qualname(rtype) if isinstance(rtype, (cst.Name, cst.Attribute)) else None
+        if rqual is None or not rqual.startswith(f"{XM}.REDUCE_") or rqual.rsplit(".", 1)[1] not in REDUCE_OPS:
+            return "the reduce type is not an xm.REDUCE_* constant"
+        where = _line_of(ctx, call)
+        if where is None:
+            return "its result is used inside an expression; all-reduce into a tensor in a statement of its own"
+        line, kind, target = where
+        inputs = bound["inputs"].value
+        if kind == "expr" and not isinstance(inputs, (cst.List, cst.Tuple)):
+            return ("without a list literal the call was in place on a list and had no effect on a tensor; "
+                    "write `dist.all_reduce(t, op=...)` for each tensor of the list")
+        if kind == "expr" and any(not isinstance(e, cst.Element) or isinstance(e, cst.StarredElement)
+                                  for e in inputs.elements):
+            return "unsupported list"
+        if kind == "assign" and isinstance(inputs, (cst.List, cst.Tuple)):
+            return "the list result is assigned; all-reduce each tensor in place instead"
+        if kind == "assign" and "scale" in bound and _mentions(bound["scale"].value, target):
+            return "`scale=` refers to the assigned name"
+        anchor = ctx.imports.binding_of(func)
+        d = _dist(ctx, anchor)
+        op = f"{d}.ReduceOp.{REDUCE_OPS[rqual.rsplit('.', 1)[1]]}"
+        params = ("reduce_type", "inputs", "scale", "groups", "pin_layout")
+
+        def build(updated_line):
+            b = _bind_args(_updated_call(updated_line), params)
+            scale = _code(b["scale"].value) if "scale" in b else None
+            value = b["inputs"].value
+            codes = []
+            if kind == "assign":
+                tensors = [target]
+                codes.append(f"{target} = {_code(_paren(value))}.clone()")
+            else:
+                tensors = [_code(_paren(e.value)) for e in value.elements]
+            for t in tensors:
+                codes.append(f"{d}.all_reduce({t}, op={op})")
+            if scale is not None and scale not in ("1", "1.0"):
+                codes.extend(f"{t}.mul_({scale})" for t in tensors)
+            return _statements(updated_line, codes)
+
+        ctx.replace(line, build)
+        ctx.finding(call, f"{qual} -> dist.all_reduce (in place)")
+        self._group_note(call, ctx, "dist.all_reduce")
+        return None
+
+    def _all_gather(self, qual, call, func, ctx):
+        bound = _bind_args(call, ("value", "dim", "groups", "output", "pin_layout", "channel_id",
+                                  "use_global_device_ids"))
+        if bound is None or "value" not in bound or set(bound) - {"value", "dim", "pin_layout"}:
+            return "unsupported arguments (`groups=` / `output=`)"
+        dim = bound.get("dim")
+        if dim is not None and not (isinstance(dim.value, cst.Integer)
+                                    or (isinstance(dim.value, cst.UnaryOperation)
+                                        and isinstance(dim.value.expression, cst.Integer))):
+            return "`dim=` is not an integer literal"
+        where = _line_of(ctx, call)
+        if where is None or where[1] != "assign":
+            return "rewritten only as `name = xm.all_gather(tensor, dim=...)` on a line of its own"
+        value = bound["value"].value
+        if not isinstance(value, cst.Name):
+            return "the gathered tensor is not a plain name (it would be evaluated twice)"
+        line, _, target = where
+        parts = _list_name(ctx, target) if value.value == target else target
+        anchor = ctx.imports.binding_of(func)
+        d = _dist(ctx, anchor)
+        # `import torch` goes before `import torch.distributed as dist` when the module has one
+        dist_local = ctx.imports.local_for("torch.distributed")
+        near = ctx.imports.bindings.get(dist_local or "") if dist_local and "." not in dist_local else None
+        torch = _torch(ctx, near[0] if near else anchor)
+        world = _world_size(ctx, anchor)
+        dim_code = _code(dim.value) if dim is not None else "0"
+        x = value.value
+
+        def build(updated_line):
+            return _statements(updated_line, [
+                f"{parts} = [{torch}.empty_like({x}) for _ in range({world})]",
+                f"{d}.all_gather({parts}, {x})",
+                f"{target} = {torch}.cat({parts}, dim={dim_code})",
+            ])
+
+        ctx.replace(line, build)
+        ctx.finding(call, f"{qual} -> dist.all_gather + torch.cat")
+        self._group_note(call, ctx, "dist.all_gather")
+        return None
+
+    def _mesh_reduce(self, qual, call, func, ctx):
+        bound = _bind_args(call, ("tag", "data", "reduce_fn"))
+        if bound is None or len(bound) != 3:
+            return "unsupported arguments"
+        where = _line_of(ctx, call)
+        if where is None:
+            return "rewritten only as `name = xm.mesh_reduce(tag, data, reduce_fn)` on a line of its own"
+        line, kind, target = where
+        if kind != "assign":
+            return "its result is not used: replace it with dist.barrier() or delete it"
+        if _mentions(bound["reduce_fn"].value, target):
+            return "`reduce_fn` refers to the assigned name"
+        values = _list_name(ctx, target) if _mentions(bound["data"].value, target) else target
+        anchor = ctx.imports.binding_of(func)
+        d = _dist(ctx, anchor)
+        world = _world_size(ctx, anchor)
+        params = ("tag", "data", "reduce_fn")
+
+        def build(updated_line):
+            b = _bind_args(_updated_call(updated_line), params)
+            return _statements(updated_line, [
+                f"{values} = [None] * {world}",
+                f"{d}.all_gather_object({values}, {_code(b['data'].value)})",
+                f"{target} = {_code(_paren(b['reduce_fn'].value))}({values})",
+            ])
+
+        ctx.replace(line, build)
+        ctx.finding(call, f"{qual} -> dist.all_gather_object + reduce_fn")
+        self._group_note(call, ctx, "dist.all_gather_object")
+        return None
+
+    def _reduce_gradients(self, qual, call, func, ctx):
+        statement = _expression_statement(ctx, call)
+        code = re.sub(r"#.*", "", ctx.source)  # not the words of a marker
+        if statement is not None and any(h in code for h in ("DistributedDataParallel", "fully_shard")):
+            _remove_small_statement(ctx, *statement)
+            ctx.finding(call, f"{qual}() removed: DDP / FSDP2 all-reduce the gradients in backward()")
+            return None
+        ctx.marker(call, "xm.reduce_gradients: wrap the model in DistributedDataParallel(model) or FSDP2 "
+                         "fully_shard(model), which all-reduce the gradients in backward(), and delete this call "
+                         "(by hand: dist.all_reduce(p.grad) then p.grad /= world size for each parameter)")
+        return None
+
+
+def _mentions(expr: cst.CSTNode, name: str) -> bool:
+    """True when ``expr`` refers to the variable ``name`` (attribute names do not count)."""
+
+    class Finder(cst.CSTVisitor):
+        found = False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name:
+                self.found = True
+
+    finder = Finder()
+    expr.visit(finder)
+    return finder.found
+
+
+def _list_name(ctx: PythonContext, target: str) -> str:
+    """A new name for the per-rank list when the gathered value is the target itself."""
+    base = f"{target}_per_rank"
+    name, n = base, 1
+    while re.search(rf"\b{re.escape(name)}\b", ctx.source):
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+def _paren(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expr.lpar:
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+# --------------------------------------------------------------------------- NM413
+
+FSDP_MOD = "torch_xla.distributed.fsdp"
+ZERO = "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer"
+_FSDP_NATIVE = ("FSDP2 `torch.distributed.fsdp.fully_shard(module)` on each block then on the model "
+                "(for a transformers model: `from_pretrained(..., distributed_config="
+                "DistributedConfig(fsdp_size=N))`)")
+
+
+class XlaShardingWrappers(_XlaRule):
+    id = "NM413"
+    title = "torch-xla FSDP / ZeroRedundancyOptimizer -> FSDP2 fully_shard / DistributedConfig (marker)"
+    fix = "manual"
+    triggers = ("torch_xla",)
+    owns = (
+        f"{FSDP_MOD}.XlaFullyShardedDataParallel",
+        f"{FSDP_MOD}.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel",
+        ZERO,
+    )
+    natives = {
+        f"{FSDP_MOD}.XlaFullyShardedDataParallel": _FSDP_NATIVE,
+        f"{FSDP_MOD}.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel": _FSDP_NATIVE,
+        ZERO: ("`torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, ...)` "
+               "or FSDP2 `fully_shard` (sharded parameters and optimizer state)"),
+    }
+    why = """
+        torch-xla's `XlaFullyShardedDataParallel` and `ZeroRedundancyOptimizer` do not exist on
+        TorchNeuron. Sharded data parallelism is FSDP2: `torch.distributed.fsdp.fully_shard` on
+        each transformer block and then on the model (or, for a transformers model,
+        `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N))`); ZeRO-1 is
+        `torch.distributed.optim.ZeroRedundancyOptimizer`. Their arguments do not map one to one,
+        so each use gets a marker (and NM900 does not flag the import a second time).
+    """
+    before = """
+        import torch
+        from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+
+        model = FSDP(model, compute_dtype=torch.bfloat16)
+    """
+    after = """
+        import torch
+        # TODO(neuron-migrate NM992): `torch_xla.distributed.fsdp` does not exist on TorchNeuron and `FSDP` is still used below: ...
+        from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+
+        # TODO(neuron-migrate NM413): rewrite this torch_xla.distributed.fsdp.XlaFullyShardedDataParallel call by hand (...)
+        model = FSDP(model, compute_dtype=torch.bfloat16)
+    """
+    caveats = """
+        Nothing is rewritten. `compute_dtype=` becomes `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=...))`;
+        `flatten_parameters`, `shard_param_on_dim_0`, `pin_layout` have no equivalent; checkpoints
+        saved by `consolidate_sharded_model_checkpoints` become `torch.distributed.checkpoint`.
+    """
+
+    def rewrite(self, qual, call, func, ctx):
+        if qual == ZERO:
+            return "ZeRO-1 sharding of the optimizer state"
+        return "FSDP2 shards per module; mixed precision goes through MixedPrecisionPolicy"
+
+
+RULES = (XlaCollectives, XlaShardingWrappers)

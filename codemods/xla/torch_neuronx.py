@@ -1,0 +1,258 @@
+"""NM410: torch_neuronx (XLA tracing) -> torch.compile(backend="neuron") on the ``neuron`` device.
+
+``torch_neuronx.trace(func, example_inputs, *_, input_output_aliases={}, compiler_workdir=None,
+compiler_args=None, partitioner_config=None, inline_weights_to_neff=True, ...)`` compiled a module
+ahead of time for the shapes of ``example_inputs`` and returned a ``torch.jit.ScriptModule`` that
+took and returned CPU tensors. TorchNeuron has no ``trace``: the module runs on the ``neuron``
+device and ``torch.compile(backend="neuron")`` compiles it on the first call (one graph per input
+shape; ``dynamic=True`` is unsupported). Facts: source-apis §4.3.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.xla.base import _XlaRule, _atomic, _bind_args, _code, _expr, _quote, _torch
+from migrator.rules import PythonContext
+
+NX = "torch_neuronx"
+
+#: owned names that only get a marker: what to do instead
+MANUAL = {
+    f"{NX}.DataParallel": (
+        "torch_neuronx.DataParallel ran one traced copy per NeuronCore and split the batch between them: run one "
+        "process per NeuronCore (torchrun) on its own device torch.device(\"neuron\", LOCAL_RANK) and shard the "
+        "inputs between the processes"
+    ),
+    f"{NX}.dynamic_batch": "drop torch_neuronx.dynamic_batch: pad every batch to the compiled batch size instead",
+    f"{NX}.async_load": "drop torch_neuronx.async_load: the model is on the neuron device once moved with .to()",
+    f"{NX}.lazy_load": "drop torch_neuronx.lazy_load: the model is on the neuron device once moved with .to()",
+    f"{NX}.move_trace_to_device": "replace torch_neuronx.move_trace_to_device(model, i) by model.to(f\"neuron:{i}\")",
+}
+
+TRACE_PARAMS = ("func", "example_inputs")
+TRACE_KEYWORDS = ("input_output_aliases", "compiler_workdir", "compiler_args", "partitioner_config",
+                  "inline_weights_to_neff", "cpu_backend", "state")
+
+
+class NeuronTrace(_XlaRule):
+    id = "NM410"
+    title = "torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> markers"
+    fix = "mixed"
+    triggers = ("torch_neuronx",)
+    owns = (f"{NX}.trace", *MANUAL)
+    natives = {
+        f"{NX}.trace": 'torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)',
+        **{k: "see the marker" for k in MANUAL},
+    }
+    why = """
+        `torch_neuronx.trace(model, example_inputs, compiler_args=...)` compiled the model ahead
+        of time for the shapes of `example_inputs`. On TorchNeuron the model itself runs on the
+        `neuron` device and `torch.compile(..., backend="neuron")` compiles it at the first call,
+        once per input shape: `fullgraph=True` keeps the single graph that tracing required and
+        `dynamic=False` the static shapes. The example inputs are not needed to compile any more;
+        their shapes become the shapes to pad real inputs to (a marker says so), and the compiled
+        model takes and returns tensors on the `neuron` device, where the traced one took CPU
+        tensors: where the compiled model is called in the scope that traced it
+        (`neuron_model(x)`), its inputs are moved with `.to("neuron")`. Saving or loading a
+        traced artifact with `torch.jit.save/load` gets a marker (save the weights and compile
+        again), as do `torch_neuronx.DataParallel`, `dynamic_batch`,
+        `async_load`, `lazy_load` and `move_trace_to_device`.
+    """
+    before = """
+        import torch
+        import torch_neuronx
+
+        example = torch.rand(1, 3, 224, 224)
+        neuron_model = torch_neuronx.trace(model, example, compiler_args=["--auto-cast", "none"])
+        logits = neuron_model(images)
+    """
+    after = """
+        import torch
+
+        example = torch.rand(1, 3, 224, 224)
+        # TODO(neuron-migrate NM410): the model now runs on the neuron device and compiles at its first call, once per input shape: its calls as `neuron_model(...)` in this scope get their inputs moved there with .to("neuron"); move inputs given to it anywhere else (the traced model took CPU tensors), pad them to the shapes of `example` to avoid recompiling, and bring outputs back with .cpu() where CPU tensors are needed
+        neuron_model = torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)
+        logits = neuron_model(images.to("neuron"))
+    """
+    caveats = """
+        `model.to("neuron")` moves the original module (tracing left it on the CPU): a CPU
+        reference run of the same module after this line needs its own copy. `compiler_args` are
+        dropped: `--auto-cast`/`--auto-cast-type` become a `dtype=` at load time or
+        `torch.autocast("neuron", dtype=torch.bfloat16)` by hand (a marker repeats them). A trace
+        whose result is not assigned still gets the rewrite and the marker. Inputs are moved only
+        at calls of the assigned name in the same function (a call with `*args` gets a marker);
+        literal arguments (numbers, strings, None) are left alone, and outputs stay on the
+        neuron device.
+    """
+
+    def handlers(self):
+        table = super().handlers()
+        table[cst.Call] = self._on_call
+        return table
+
+    def rewrite(self, qual, call, func, ctx):
+        if qual in MANUAL:
+            ctx.marker(call, MANUAL[qual])
+            return None
+        bound = _bind_args(call, TRACE_PARAMS + TRACE_KEYWORDS)
+        if bound is None or "func" not in bound:
+            return "unsupported arguments"
+        torch = _torch(ctx, ctx.imports.binding_of(func))
+        q = _quote(ctx)
+        params = TRACE_PARAMS + TRACE_KEYWORDS
+
+        def build(updated: cst.Call) -> cst.BaseExpression:
+            b = _bind_args(updated, params)
+            assert b is not None
+            model = b["func"].value
+            if (
+                isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute)
+                and model.func.attr.value == "eval" and not model.args
+            ):
+                model = model.func.value  # model.eval() -> model.to("neuron").eval()
+            return _expr(f"{torch}.compile({_code(_atomic(model))}.to({q}neuron{q}).eval(), "
+                         f"backend={q}neuron{q}, fullgraph=True, dynamic=False)")
+
+        ctx.replace(call, build)
+        ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
+                          "backend=\"neuron\")")
+        target = _assigned_name(call, ctx)
+        if target is not None:
+            ctx.local_state().setdefault("traced", {})[(id(_scope(ctx)), target)] = True
+        example = bound.get("example_inputs")
+        shapes = "the traced shapes"
+        if example is not None:
+            value = example.value
+            if isinstance(value, cst.Tuple) and value.elements:
+                shapes = "the shapes of " + ", ".join(f"`{_code(el.value)}`" for el in value.elements)
+            else:
+                shapes = f"the shapes of `{_code(value)}`"
+        if target is not None:
+            moved = (f"its calls as `{target}(...)` in this scope get their inputs moved there with .to({q}neuron{q}); "
+                     "move inputs given to it anywhere else (the traced model took CPU tensors)")
+        else:
+            moved = f"move its inputs there with .to({q}neuron{q}) (the traced model took CPU tensors)"
+        ctx.marker(call, (
+            f"the model now runs on the neuron device and compiles at its first call, once per input shape: {moved}, "
+            f"pad them to {shapes} to avoid recompiling, and bring outputs back with .cpu() where CPU tensors "
+            "are needed"
+        ))
+        dropped = [k for k in TRACE_KEYWORDS if k in bound]
+        if "compiler_args" in bound and not _no_auto_cast(bound["compiler_args"].value):
+            ctx.marker(call, (
+                f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the trace: "
+                "express --auto-cast choices as the model's dtype or torch.autocast(\"neuron\", dtype=...)"
+            ))
+        if dropped:
+            ctx.finding(call, f"trace options dropped: {', '.join(dropped)}")
+        return None
+
+    def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
+        """torch.jit.save/load in a module that traces with torch_neuronx: a traced Neuron artifact;
+        a call of a traced model (a name assigned from trace in the same scope): inputs moved."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            traced = ctx.local_state().get("traced")
+            if traced and (id(_scope(ctx)), func.value) in traced:
+                self._move_inputs(call, func.value, ctx)
+            return
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("save", "load"):
+            return
+        qual = ctx.qualname(func)
+        if qual == "torch.jit.save":
+            ctx.marker(call, (
+                "torch.jit.save of a traced Neuron model: TorchNeuron compiles at run time, so save the weights "
+                "instead (model.state_dict() with torch.save, or save_pretrained) and compile again after loading"
+            ))
+        elif qual == "torch.jit.load":
+            ctx.marker(call, (
+                "torch.jit.load of a traced Neuron model: build the model, load its weights (load_state_dict / "
+                "from_pretrained), then torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")"
+            ))
+
+
+    def _move_inputs(self, call: cst.Call, name: str, ctx: PythonContext) -> None:
+        if any(arg.star for arg in call.args):
+            ctx.marker(call, (
+                f"the inputs unpacked into {name}(...) with * / ** are not moved automatically: move each tensor "
+                "to the neuron device with .to(\"neuron\") (the compiled model runs there)"
+            ))
+            return
+        if not any(_movable(arg.value) for arg in call.args):
+            return
+        q = _quote(ctx)
+
+        def build(updated: cst.Call) -> cst.BaseExpression:
+            return updated.with_changes(args=[arg.with_changes(value=_to_neuron(arg.value, q)) for arg in updated.args])
+
+        ctx.replace(call, build)
+        ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+def _scope(ctx: PythonContext) -> cst.CSTNode:
+    """The innermost function (or the module) around the node being handled."""
+    for node in reversed(ctx.stack):
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            return node
+    return ctx.module
+
+
+def _assigned_name(call: cst.Call, ctx: PythonContext) -> str | None:
+    """``name`` for ``name = <call>`` (one plain name target), else None."""
+    parent = ctx.stack[-3] if len(ctx.stack) > 2 and ctx.stack[-2] is call else ctx.parent
+    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+    if isinstance(parent, cst.AnnAssign) and parent.value is call and isinstance(parent.target, cst.Name):
+        return parent.target.value
+    return None
+
+
+_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _movable(value: cst.BaseExpression) -> bool:
+    """A value that can be a tensor: not a literal, not None/True/False, not already .to(...)."""
+    if isinstance(value, _LITERALS):
+        return False
+    if isinstance(value, cst.Name) and value.value in ("None", "True", "False"):
+        return False
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return any(_movable(el.value) for el in value.elements if not isinstance(el, cst.StarredElement))
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cpu"):
+        return value.func.attr.value == "cpu"
+    return isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+
+
+def _to_neuron(value: cst.BaseExpression, q: str) -> cst.BaseExpression:
+    """``value.to("neuron")`` (element by element for a tuple/list literal)."""
+    if not _movable(value):
+        return value
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return value.with_changes(elements=[
+            el if isinstance(el, cst.StarredElement) else el.with_changes(value=_to_neuron(el.value, q))
+            for el in value.elements])
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "cpu" \
+            and not value.args:
+        value = value.func.value  # x.cpu() -> x.to("neuron")
+    return _expr(f"{_code(_atomic(value))}.to({q}neuron{q})")
+
+
+def _no_auto_cast(value: cst.BaseExpression) -> bool:
+    """True for compiler_args that only ask for no auto-casting (what the native model does)."""
+    if isinstance(value, cst.SimpleString):
+        tokens = str(value.evaluated_value).replace("=", " ").split()
+    elif isinstance(value, (cst.List, cst.Tuple)):
+        tokens = []
+        for el in value.elements:
+            if not isinstance(el.value, cst.SimpleString):
+                return False
+            tokens.extend(str(el.value.evaluated_value).replace("=", " ").split())
+    else:
+        return False
+    return tokens == ["--auto-cast", "none"]
+
+
+RULES = (NeuronTrace,)

@@ -1,0 +1,352 @@
+"""NM411: transformers-neuronx samplers -> AutoModelForCausalLM on the ``neuron`` device.
+
+transformers-neuronx compiled a decoder for fixed shapes and sampled from it::
+
+    model = LlamaForSampling.from_pretrained(path, batch_size=1, tp_degree=2, amp="bf16", n_positions=1024)
+    model.to_neuron()
+    tokens = model.sample(input_ids, sequence_length=256, top_k=20)
+
+Under TorchNeuron the Transformers model runs eagerly on ``neuron`` with a static KV cache::
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, distributed_config=DistributedConfig(tp_size=2))
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.max_cache_len = 1024
+    tokens = model.generate(input_ids, max_length=256, do_sample=True, top_k=20, top_p=1.0, temperature=1.0)
+
+Defaults made explicit (transformers-neuronx ``LlamaForSampling.__init__(config, *,
+n_positions=2048, batch_size=1, amp='f32', tp_degree=2, ...)`` and ``sample(self, input_ids,
+sequence_length, start_ids=None, top_k=50, top_p=1.0, eos_token_override=None, temperature=1.0,
+streamer=None, ...)``): a model's own ``generation_config`` (Llama ships temperature=0.6,
+top_p=0.9) would otherwise change what ``.sample`` did.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.inference.causal_lm import (
+    _EQ,
+    DISTRIBUTED_CONFIG,
+    TARGET,
+    _assigned_target,
+    _cache_lines,
+    _indent,
+    _insert_after,
+    _layout,
+    _literal,
+    _prefix_len,
+    _quote_style,
+)
+from codemods.xla.base import _atomic, _expression_statement, _is_reference
+from migrator.rules import NameClash, PythonContext, PythonRule
+
+NX = "transformers_neuronx"
+MODELS = {
+    "llama": "LlamaForSampling",
+    "mistral": "MistralForSampling",
+    "mixtral": "MixtralForSampling",
+    "gpt2": "GPT2ForSampling",
+    "gptj": "GPTJForSampling",
+    "gptneox": "GPTNeoXForSampling",
+    "opt": "OPTForSampling",
+    "bloom": "BloomForSampling",
+    "qwen2": "Qwen2ForSampling",
+}
+CLASSES = tuple(
+    name for module, cls in MODELS.items() for name in (f"{NX}.{cls}", f"{NX}.{module}.model.{cls}")
+) + (f"{NX}.NeuronAutoModelForCausalLM",)  # dispatches to the classes above (same arguments)
+AMP = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+DEFAULTS = {"n_positions": 2048, "amp": "f32", "tp_degree": 2}
+#: sample(input_ids, sequence_length, start_ids=None, top_k=50, top_p=1.0, eos_token_override=None,
+#:        temperature=1.0, streamer=None, stopping_criteria_list=None, no_repeat_ngram_size=None)
+SAMPLE_PARAMS = ("input_ids", "sequence_length", "start_ids", "top_k", "top_p", "eos_token_override",
+                 "temperature", "streamer", "stopping_criteria_list", "no_repeat_ngram_size")
+SAMPLE_DEFAULTS = (("top_k", "50"), ("top_p", "1.0"), ("temperature", "1.0"))
+
+
+class TransformersNeuronxSampling(PythonRule):
+    id = "NM411"
+    title = "transformers-neuronx *ForSampling -> AutoModelForCausalLM on 'neuron' with a static cache; sample -> generate"
+    fix = "mixed"
+    triggers = ("transformers_neuronx",)
+    owns = CLASSES
+    why = """
+        transformers-neuronx's `LlamaForSampling` / `MistralForSampling` / `GPT2ForSampling` / ...
+        `.from_pretrained(path, batch_size=1, tp_degree=2, amp="f32", n_positions=2048)` +
+        `.to_neuron()` compiled a decoder for fixed shapes, sharded over `tp_degree` NeuronCores.
+        On TorchNeuron the Transformers model runs on the `neuron` device:
+        `AutoModelForCausalLM.from_pretrained(path, dtype=<amp>, device_map="neuron")` (or
+        `distributed_config=DistributedConfig(tp_size=tp_degree)` under torchrun when
+        `tp_degree` > 1, which is the default), a static KV cache of `n_positions` tokens, no
+        `.to_neuron()`, and `.sample(ids, sequence_length=N, top_k=K)` becomes
+        `.generate(ids.to(model.device), max_length=N, do_sample=True, top_k=K, top_p=1.0,
+        temperature=1.0)` (`.sample` took token ids on the CPU) -
+        transformers-neuronx's own defaults, written out so that the checkpoint's
+        generation_config does not change them.
+    """
+    before = """
+        import torch
+        from transformers_neuronx import LlamaForSampling
+
+        def load(path):
+            model = LlamaForSampling.from_pretrained(path, batch_size=1, tp_degree=1, amp="bf16", n_positions=1024)
+            model.to_neuron()
+            return model
+
+        def complete(model, input_ids):
+            with torch.inference_mode():
+                return model.sample(input_ids, sequence_length=256, top_k=20)
+    """
+    after = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        def load(path):
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map="neuron")
+            model.generation_config.cache_implementation = "static"
+            model.generation_config.max_cache_len = 1024
+            return model
+
+        def complete(model, input_ids):
+            with torch.inference_mode():
+                return model.generate(
+                    input_ids.to(model.device),
+                    max_length=256,
+                    do_sample=True,
+                    top_k=20,
+                    top_p=1.0,
+                    temperature=1.0,
+                )
+    """
+    caveats = """
+        `path` must be a regular Hugging Face checkpoint (a `save_pretrained_split` directory is
+        not one). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
+        are dropped (pad prompts to the batch size you used); `neuron_config=`, an `amp` that is
+        not "bf16"/"f16"/"f32", a `tp_degree` held in a variable and `start_ids=` of `.sample`
+        get a marker. `.sample` is rewritten only on a name (or attribute) that a rewritten
+        `from_pretrained` was assigned to in the same module (a `model` parameter counts when
+        the module rewrote a load into `model`). The static-cache lines are inserted after the
+        assignment; a load that is not assigned gets a marker instead.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Name: self._on_name, cst.Attribute: self._on_name}
+
+    # ---------------------------------------------------------------- other uses of the classes
+    def _on_name(self, node, ctx: PythonContext) -> None:
+        parent = ctx.parent
+        if isinstance(node, cst.Name) and not _is_reference(node, parent):
+            return
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            if parent.attr.value == "from_pretrained":
+                return  # the call handler rewrites it
+        if isinstance(node, cst.Attribute) and isinstance(parent, cst.Attribute) and parent.value is node:
+            return
+        qual = ctx.qualname(node)
+        if qual in CLASSES:
+            ctx.marker(node, f"{qual} does not exist on TorchNeuron: use transformers.AutoModelForCausalLM "
+                             "(from_pretrained(path, dtype=..., device_map=\"neuron\"))")
+
+    # ---------------------------------------------------------------- calls
+    def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return
+        method = func.attr.value
+        if method == "from_pretrained" and ctx.qualname(func.value) in CLASSES:
+            try:
+                self._from_pretrained(call, ctx)
+            except NameClash as exc:
+                ctx.marker(call, f"rewrite this load by hand ({exc})")
+            return
+        receiver = ctx.module.code_for_node(func.value)
+        if method == "to_neuron" and not call.args:
+            stmt = _expression_statement(ctx, call)
+            if stmt is not None:
+                expr, container = stmt
+                if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1:
+                    ctx.remove_statement(container)
+                else:
+                    ctx.remove_statement(expr)
+                ctx.finding(call, f"{receiver}.to_neuron() removed (the model is already on the neuron device)")
+            else:
+                ctx.marker(call, f"{receiver}.to_neuron() does not exist on a Transformers model: remove it")
+            return
+        if method == "sample" and receiver in ctx.local_state().get("models", set()):
+            self._sample(call, receiver, ctx)
+
+    def _from_pretrained(self, call: cst.Call, ctx: PythonContext) -> None:
+        cls = ctx.qualname(call.func.value)  # type: ignore[attr-defined]
+        kw = {a.keyword.value: a for a in call.args if a.keyword is not None}
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in call.args) or len(positional) != 1:
+            ctx.marker(call, f"rewrite this {cls}.from_pretrained by hand: AutoModelForCausalLM.from_pretrained(path, "
+                             "dtype=<amp>, device_map=\"neuron\") with a static cache of n_positions tokens")
+            return
+        quote = _quote_style(call)
+        binding = ctx.imports.binding_of(call.func.value)  # type: ignore[attr-defined]
+        markers: list[str] = []
+        applied: list[str] = []
+
+        target_expr = _target(ctx, binding)  # first: its import goes first
+        # dtype from amp (transformers-neuronx default "f32")
+        amp = _literal(kw["amp"].value) if "amp" in kw else DEFAULTS["amp"]
+        dtype: cst.BaseExpression | None = None
+        if isinstance(amp, str) and amp in AMP:
+            dtype = ctx.name_for(f"torch.{AMP[amp]}", anchor=binding, style="module")
+        else:
+            markers.append(f"amp={ctx.module.code_for_node(kw['amp'].value)} was dropped: pass dtype= "
+                           "(torch.bfloat16 for 'bf16', torch.float16 for 'f16', torch.float32 for 'f32')")
+
+        # placement from tp_degree (default 2)
+        tp = _literal(kw["tp_degree"].value) if "tp_degree" in kw else DEFAULTS["tp_degree"]
+        placement: tuple[str, cst.BaseExpression]
+        if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+            dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
+            placement = ("distributed_config", cst.Call(func=dc, args=[
+                cst.Arg(keyword=cst.Name("tp_size"), value=cst.Integer(str(tp)), equal=_EQ)]))
+            origin = "tp_degree" if "tp_degree" in kw else "the default tp_degree"
+            markers.append(f"launch with `torchrun --nproc_per_node={tp}`: {origin}={tp} became "
+                           f"DistributedConfig(tp_size={tp}), one process per NeuronCore")
+        else:
+            placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+            if not (isinstance(tp, int) and not isinstance(tp, bool)):
+                code = ctx.module.code_for_node(kw["tp_degree"].value)
+                markers.append(f"tp_degree={code} was dropped: when it is > 1, load with distributed_config="
+                               f"DistributedConfig(tp_size={code}) instead of device_map and launch with torchrun")
+
+        if "neuron_config" in kw:
+            markers.append("neuron_config= (a transformers-neuronx NeuronConfig) was dropped: map what it set "
+                           "(quantization, grouped-query layout, continuous batching) to Transformers options by hand")
+        dropped = [k for k in kw if k not in ("amp", "tp_degree", "n_positions", "neuron_config")]
+        if dropped:
+            applied.append(f"compile options dropped: {', '.join(dropped)}")
+
+        holder: dict[str, cst.CSTNode] = {}
+        if "n_positions" in kw:
+            max_len_code = None
+        else:
+            holder["max_cache_len"] = cst.Integer(str(DEFAULTS["n_positions"]))
+            max_len_code = str(DEFAULTS["n_positions"])
+        indent, prefix = _indent(ctx), _prefix_len(ctx, call)
+
+        def rewrite(updated: cst.Call) -> cst.Call:
+            path = next(a for a in updated.args if a.keyword is None)
+            for a in updated.args:
+                if a.keyword is not None and a.keyword.value == "n_positions":
+                    holder["max_cache_len"] = a.value
+            args = [path]
+            if dtype is not None:
+                args.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype, equal=_EQ))
+            args.append(cst.Arg(keyword=cst.Name(placement[0]), value=placement[1], equal=_EQ))
+            new = updated.with_changes(func=cst.Attribute(value=target_expr, attr=cst.Name("from_pretrained")))
+            new = _layout(new, args, ctx.module, indent, prefix)
+            holder["call"] = new
+            return new
+
+        ctx.replace(call, rewrite)
+        target = _assigned_target(ctx, call)
+        inserted = target is not None and _insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
+        if target is not None:
+            ctx.local_state().setdefault("models", set()).add(ctx.module.code_for_node(target))
+        if not inserted:
+            n = max_len_code or ctx.module.code_for_node(kw["n_positions"].value)
+            markers.append(f"set a static cache on this model: `model.generation_config.cache_implementation = "
+                           f"{quote}static{quote}` and `model.generation_config.max_cache_len = {n}`")
+        ctx.finding(call, f"{cls}.from_pretrained -> {TARGET}.from_pretrained(..., {placement[0]}=...) with a static "
+                          "cache" + ("" if "n_positions" in kw else " of the default n_positions=2048"))
+        for message in applied:
+            ctx.finding(call, message)
+        for message in markers:
+            ctx.marker(call, message)
+
+    def _sample(self, call: cst.Call, receiver: str, ctx: PythonContext) -> None:
+        bound: dict[str, cst.Arg] = {}
+        for i, a in enumerate(call.args):
+            if a.star:
+                ctx.marker(call, f"rewrite {receiver}.sample(...) by hand as generate(input_ids, max_length=..., "
+                                 "do_sample=True, top_k=50, top_p=1.0, temperature=1.0)")
+                return
+            name = SAMPLE_PARAMS[i] if a.keyword is None and i < len(SAMPLE_PARAMS) else (
+                a.keyword.value if a.keyword is not None else None)
+            if name is None or name not in SAMPLE_PARAMS:
+                ctx.marker(call, f"rewrite {receiver}.sample(...) by hand (unknown argument {name!r})")
+                return
+            bound[name] = a
+        if "input_ids" not in bound or "sequence_length" not in bound:
+            return
+        if "start_ids" in bound:
+            ctx.marker(call, "start_ids= (the offsets of left-padded prompts) has no generate() argument: pass "
+                             "attention_mask= for the padded prompts instead")
+        if "stopping_criteria_list" in bound:
+            ctx.marker(call, "stopping_criteria_list= becomes generate(stopping_criteria=StoppingCriteriaList([...])) "
+                             "with transformers stopping criteria")
+        names = {"sequence_length": "max_length", "eos_token_override": "eos_token_id"}
+
+        def build(updated: cst.Call) -> cst.Call:
+            ub = {}
+            for i, a in enumerate(updated.args):
+                ub[SAMPLE_PARAMS[i] if a.keyword is None else a.keyword.value] = a
+            ids = ub["input_ids"].value
+            already = (isinstance(ids, cst.Call) and isinstance(ids.func, cst.Attribute) and ids.func.attr.value == "to")
+            if not already:  # .sample took CPU token ids; generate() wants them on the model's device
+                ids = cst.Call(func=cst.Attribute(value=_atomic(ids), attr=cst.Name("to")),
+                               args=[cst.Arg(value=cst.Attribute(value=_atomic(updated.func.value),  # type: ignore[union-attr]
+                                                                 attr=cst.Name("device")))])
+            args = [cst.Arg(value=ids)]
+            args.append(cst.Arg(keyword=cst.Name("max_length"), value=ub["sequence_length"].value, equal=_EQ))
+            args.append(cst.Arg(keyword=cst.Name("do_sample"), value=cst.Name("True"), equal=_EQ))
+            for key, default in SAMPLE_DEFAULTS:
+                value = ub[key].value if key in ub else cst.parse_expression(default)
+                args.append(cst.Arg(keyword=cst.Name(key), value=value, equal=_EQ))
+            for key in ("eos_token_override", "streamer", "no_repeat_ngram_size"):
+                if key in ub:
+                    args.append(cst.Arg(keyword=cst.Name(names.get(key, key)), value=ub[key].value, equal=_EQ))
+            func = updated.func.with_changes(attr=cst.Name("generate"))  # type: ignore[union-attr]
+            return _layout(updated.with_changes(func=func), args, ctx.module, indent, prefix)
+
+        indent, prefix = _indent(ctx), _prefix_len(ctx, call)
+
+        ctx.replace(call, build)
+        explicit = [k for k, _ in SAMPLE_DEFAULTS if k not in bound]
+        ctx.finding(call, f"{receiver}.sample(...) -> {receiver}.generate(..., do_sample=True)"
+                          + (f" with transformers-neuronx's defaults made explicit ({', '.join(explicit)})"
+                             if explicit else ""))
+
+
+def _target(ctx: PythonContext, binding) -> cst.BaseExpression:
+    """``AutoModelForCausalLM``, added to the module's ``from transformers import ...`` line when
+    there is one (the engine would write a second line), else imported through the engine."""
+    name = TARGET.rsplit(".", 1)[1]
+    if ctx.imports.local_for(TARGET) is None and ctx.imports.is_free(name, TARGET):
+        line = next((b.line for b in ctx.imports.all_bindings()
+                     if b.is_from and b.toplevel and b.module == "transformers" and b.alias is not None
+                     and len(b.line.body) == 1 and not ctx.is_ignored(b.line)), None)
+        if line is not None:
+            state = ctx.local_state()
+            if not state.get("merged"):
+                state["merged"] = True
+
+                def add(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+                    imp = updated.body[0]
+                    names = list(imp.names)
+                    if any(isinstance(a.name, cst.Name) and a.name.value == name for a in names):
+                        return updated
+                    at = next((i for i, a in enumerate(names)
+                               if isinstance(a.name, cst.Name) and a.name.value > name), len(names))
+                    new = cst.ImportAlias(name=cst.Name(name))
+                    if at == len(names):
+                        last = names[-1]
+                        names[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                        names.append(new.with_changes(comma=last.comma))
+                    else:
+                        names.insert(at, new.with_changes(
+                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+                    return updated.with_changes(body=[imp.with_changes(names=names)])
+
+                ctx.replace(line, add)
+            return cst.Name(name)
+    return ctx.name_for(TARGET, anchor=binding)
+
+
+RULES = (TransformersNeuronxSampling,)
