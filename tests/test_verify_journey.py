@@ -237,7 +237,10 @@ def test_prefill_chunk_size_added_to_migrated_script_is_flagged(runs):
     assert proc.returncode == 1, out(proc)
     assert re.search(r"✓ generate\[0\]\s+13 token ids equal", proc.stdout)
     assert "✗ compile audit" in proc.stdout
-    assert "likely cause: prefill_chunk_size" in proc.stdout
+    # the first generate()'s prefill chunks and decode step are its warm-up; the second prompt length's
+    # new chunk shapes are the recompiles, and prefill_chunk_size is named as their cause
+    assert re.search(r"compile 0/\d+: .*, in call 2 of LlamaForCausalLM\.generate\(\)", proc.stdout), proc.stdout
+    assert re.search(r"likely cause: .*prefill_chunk_size", proc.stdout)
 
 
 # ----------------------------------------------------------------------------- broken runs

@@ -10,10 +10,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,16 +20,11 @@ pytest.importorskip("transformers")
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.verify_util import run_verify  # noqa: E402
+
 FIX = Path(__file__).parent / "verify_fixtures"
 MODEL = FIX / "tiny-llama"
-
-
-def verify(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "migrator", "verify", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=str(ROOT))
+verify = run_verify
 
 
 def test_sft_under_emulate_pads_batches_to_128_and_does_not_recompile(tmp_path):

@@ -229,6 +229,9 @@ _HINTS = [
     (re.compile(r"size mismatch at index 0"),
      "the first dimension changed (often the batch size, e.g. a smaller last batch): keep it fixed "
      "(dataloader_drop_last=True, or pad the batch)"),
+    (re.compile(r"'(hidden_states|sample|latents)'.*size mismatch at index [1-3]\b"),
+     "the image size (height/width) or the sequence length changed after warm-up: each new size is a new "
+     "compile of every compiled block; keep height and width (or the padded length) fixed"),
     (re.compile(r"size mismatch"),
      "an input shape changed; with dynamic=False (as on Neuron) every new shape is a new compile"),
     (re.compile(r"automatic dynamic|dynamic shape"),
@@ -258,8 +261,44 @@ def short_reason(reason: str) -> str:
     return re.sub(r"\s+", " ", first).strip()
 
 
+def _shape(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]" if isinstance(shape, list) else str(shape)
+
+
+def warmup_lines(compile_info: dict) -> list[str]:
+    """One line per code object compiled more than once during one warm-up call (regional compilation
+    meets its block at several resolutions in the first forward): what will be compiled on Neuron."""
+    lines = []
+    for group in compile_info.get("warmup") or []:
+        graphs = group.get("graphs", 0)
+        if graphs < 2:
+            continue
+        shapes = [s for s in group.get("shapes") or [] if isinstance(s, list)]
+        what = (f"{graphs} graphs for {len(shapes)} input shapes" if len(shapes) == graphs
+                else f"{graphs} graphs ({len(shapes)} input shapes)" if shapes else f"{graphs} graphs")
+        line = f"warm-up: {what} of {group.get('name')} in the first call of {group.get('entry')}"
+        # the inputs whose shape differs between the graphs, with their shapes
+        varying = []
+        if len(shapes) > 1:
+            names = [n for n, _ in shapes[0]]
+            for name in names:
+                seen = []
+                for sig in shapes:
+                    value = dict((n, v) for n, v in sig).get(name)
+                    if value not in seen:
+                        seen.append(value)
+                if len(seen) > 1:
+                    varying.append(f"{name} " + ", ".join(_shape(v) for v in seen[:4])
+                                   + (", ..." if len(seen) > 4 else ""))
+        if varying:
+            line += f" ({'; '.join(varying[:2])})"
+        lines.append(line)
+    return lines
+
+
 def recompile_lines(compile_info: dict) -> list[str]:
-    """Per call site: how many recompiles, then each reason (first line) and its likely cause."""
+    """Per call site: how many recompiles, then each reason (first line), the call it happened in
+    and its likely cause."""
     by_site: dict[str, list[dict]] = {}
     for r in compile_info.get("recompiles") or []:
         by_site.setdefault(r.get("site", "?"), []).append(r)
@@ -272,9 +311,15 @@ def recompile_lines(compile_info: dict) -> list[str]:
             m = re.match(r"(\d+/\d+): (.*)", reason)
             if m:
                 reason = f"{m.group(2)}  (guard of {m.group(1)} failed)"
-            lines.append(f"  compile {r.get('compile_id', '')}: {reason}")
+            where = f", in {r['call']}" if r.get("call") else ""
+            lines.append(f"  compile {r.get('compile_id', '')}: {reason}{where}")
             hint = hint_for(r.get("reason", ""))
             if hint and hint not in hints_seen:
                 hints_seen.add(hint)
                 lines.append(f"    likely cause: {hint}")
     return lines
+
+
+def compile_lines(compile_info: dict) -> list[str]:
+    """The compile audit's lines under the report: the warm-up, then every recompile after it."""
+    return warmup_lines(compile_info) + recompile_lines(compile_info)

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from migrator.verify.compare import Check, audit, compare, hint_for, recompile_lines
+from migrator.verify.compare import Check, audit, compare, compile_lines, hint_for
 from migrator.verify.golden import GoldenError, read_golden, write_golden
 from migrator.verify.runner import run_child
 
@@ -145,7 +145,8 @@ def _run(opts: Options, report: dict, out, err) -> int:
                          "compilations": compile_info.get("compilations", 0),
                          "recompiles": len(compile_info.get("recompiles") or [])}
     report["recompiles"] = [dict(r, hint=hint_for(r.get("reason", ""))) for r in compile_info.get("recompiles") or []]
-    report["_recompile_lines"] = recompile_lines(compile_info)
+    report["warmup"] = compile_info.get("warmup") or []
+    report["_compile_lines"] = compile_lines(compile_info)
     if not observed_anything(obs):
         report["reason"] = ("nothing was observed: the script made no generate(), pipeline(), Trainer or "
                             "diffusion call and compiled no graph")
@@ -201,7 +202,7 @@ def render_text(report: dict) -> str:
         graphs = (report.get("compile") or {}).get("graphs", 0)
         parts.append(f"{graphs} compiled graph(s)")
         lines.append("observed: " + ", ".join(parts))
-    for line in report.get("_recompile_lines") or []:
+    for line in report.get("_compile_lines") or []:
         lines.append(f"    {line}")
     stats = []
     if report.get("wall_time_s") is not None:

@@ -8,7 +8,10 @@ what they have):
                             "dtype": "float32" ... the model's dtype (added later; optional)}
   observations.pipeline[]  {"task", "result"}    observations.losses[]  float
   observations.images[]    {"pipeline", "images": [{"shape", "pixels"}]}
-  observations.compile     {"graphs", "compilations", "recompiles": [{"compile_id", "site", "reason"}]}
+  observations.compile     {"graphs", "compilations", "recompiles": [{"compile_id", "site", "reason",
+                                                                      "call" (optional)}],
+                            "warmup": [{"entry", "name", "site", "graphs", "shapes"}] (added later;
+                                      optional)}   (informational: the audit uses the run's own)
 """
 
 from __future__ import annotations

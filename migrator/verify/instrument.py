@@ -12,6 +12,8 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+import time
+import weakref
 from typing import Callable
 
 # observations, filled while the script runs
@@ -121,6 +123,143 @@ def _image_summary(image) -> dict | None:
         return None
 
 
+# ----------------------------------------------------------------------------- entry calls
+
+# The compile audit defines warm-up by calls: every compile during the FIRST call of an observed entry
+# point is warm-up, per object (each model's first generate(), each pipeline's first __call__, each
+# trainer's first training step and first evaluation step, each compiled callable's first call from user
+# code); a compile during any later call is a recompile. Only the outermost entry call of a thread is
+# one (a generate() inside a pipeline call belongs to the pipeline call). CALLS keeps, in order, the
+# calls that may have compiled something: every first call, and every later call during which dynamo
+# recorded a compilation; compile_activity() places each compile in the call whose interval holds it.
+CALLS: list[dict] = []
+_counts: dict[int, int] = {}  # id(owner) -> calls so far (dropped when the owner is collected)
+_immortal: list = []  # owners that take no weak reference: kept, so that their id is never reused
+
+
+def _last_compilation():
+    utils = sys.modules.get("torch._dynamo.utils")
+    metrics = getattr(utils, "_compilation_metrics", None) if utils is not None else None
+    try:
+        return metrics[-1] if metrics else None
+    except Exception:  # pragma: no cover - torch internals changed
+        return None
+
+
+def _enter(owner, label: str) -> dict | None:
+    """Start an entry call (None when one is already running in this thread: it owns the compiles)."""
+    if getattr(_local, "entry", False):
+        return None
+    _local.entry = True
+    key = id(owner)
+    n = _counts.get(key, 0) + 1
+    if n == 1:
+        try:
+            weakref.finalize(owner, _counts.pop, key, None)
+        except TypeError:
+            _immortal.append(owner)
+    _counts[key] = n
+    return {"entry": label, "call": n, "start_us": time.time_ns() // 1000, "end_us": None,
+            "_last": _last_compilation()}
+
+
+def _leave(call: dict | None) -> None:
+    if call is None:
+        return
+    call["end_us"] = time.time_ns() // 1000
+    _local.entry = False
+    last = call.pop("_last")
+    if call["call"] == 1 or _last_compilation() is not last:
+        CALLS.append(call)
+
+
+#: how an entry is named in the report ("first call of StableDiffusionPipeline", "call 2 of ...")
+_ENTRY_LABELS = {
+    "generate": lambda self: f"{type(self).__name__}.generate()",
+    "pipeline": lambda self: type(self).__name__,
+    "diffusion": lambda self: type(self).__name__,
+}
+
+
+def _entry_wrapper(fn, label: Callable[[tuple], tuple[object, str]], compiled: bool = False):
+    """Wrap ``fn`` so that its outermost call is an entry call; ``label(args)`` -> (owner, label).
+    ``compiled``: fn is a torch.compile'd callable, which may itself be reached while dynamo traces
+    (then the wrapper must do nothing dynamo would have to trace)."""
+    is_compiling = None
+    if compiled:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if (is_compiling is not None and is_compiling()) or getattr(_local, "entry", False):
+            return fn(*args, **kwargs)
+        owner, name = label(args)
+        call = _enter(owner, name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _leave(call)
+
+    wrapper.__neuron_migrate_wrapped__ = fn
+    return wrapper
+
+
+def _compiled_label(original, compiled) -> Callable[[tuple], tuple[object, str]]:
+    target = getattr(original, "__self__", None)  # Module.compile() compiles the bound _call_impl
+    if target is not None and getattr(original, "__name__", "") in ("_call_impl", "__call__", "forward"):
+        name = type(target).__name__
+    else:
+        name = getattr(original, "__name__", None) or type(original).__name__
+    return lambda args: (compiled, f"{name} (compiled)")
+
+
+def _patch_torch_compile(torch) -> None:
+    """Calls of torch.compile'd callables from user code are entry calls (functions, bound methods and
+    Module.compile(): the returned function is wrapped; torch.compile(module): OptimizedModule.__call__)."""
+    original = torch.compile
+    if hasattr(original, "__neuron_migrate_wrapped__"):
+        return
+
+    @functools.wraps(original)
+    def compile(model=None, *args, **kwargs):
+        if model is None:  # used as @torch.compile(...): the decorator compiles through this function
+            return lambda fn: compile(fn, *args, **kwargs)
+        result = original(model, *args, **kwargs)
+        if isinstance(result, torch.nn.Module) or not callable(result) or result is model:
+            return result
+        try:
+            return _entry_wrapper(result, _compiled_label(model, result), compiled=True)
+        except Exception:  # pragma: no cover - never break the user's script
+            return result
+
+    compile.__neuron_migrate_wrapped__ = original
+    torch.compile = compile
+
+
+def _patch_optimized_module(module) -> None:
+    cls = getattr(module, "OptimizedModule", None)
+    if cls is None or hasattr(cls.__call__, "__neuron_migrate_wrapped__"):
+        return
+
+    def label(args):
+        self = args[0]
+        return self, f"{type(getattr(self, '_orig_mod', self)).__name__} (compiled)"
+
+    cls.__call__ = _entry_wrapper(cls.__call__, label, compiled=True)
+
+
+def _raise_metrics_limit(module) -> None:
+    """dynamo keeps the metrics of the last 64 compilations only; the audit needs them all."""
+    try:
+        from torch._dynamo.utils import set_compilation_metrics_limit
+
+        set_compilation_metrics_limit(100_000)
+    except Exception:  # pragma: no cover - torch internals changed
+        pass
+
+
 # ----------------------------------------------------------------------------- patchers
 
 def _outermost(kind: str, fn):
@@ -132,6 +271,7 @@ def _outermost(kind: str, fn):
         if depth == 0 and kind in _BEGIN:
             _BEGIN[kind]()
         setattr(_local, kind, depth + 1)
+        call = _enter(args[0], _ENTRY_LABELS[kind](args[0])) if depth == 0 and args else None
         try:
             if depth == 0 and kind in _SUSPEND:
                 with _SUSPEND[kind]():
@@ -139,6 +279,7 @@ def _outermost(kind: str, fn):
             else:
                 result = fn(*args, **kwargs)
         finally:
+            _leave(call)
             setattr(_local, kind, depth)
         if depth == 0 and _state["capturing"]:
             try:
@@ -259,18 +400,10 @@ def _patch_pipeline(module) -> None:
         cls.__call__ = _outermost("pipeline", cls.__call__)
 
 
-def _patch_diffusers(module) -> None:
-    cls = getattr(module, "DiffusionPipeline", None)
-    if cls is None:
-        return
+def _on_subclasses(cls, wrap: Callable[[type], None]) -> None:
+    """Run ``wrap`` on ``cls``, on its subclasses and on every subclass created later (concrete
+    pipelines and trainers define their own ``__call__``/steps)."""
     original_init_subclass = cls.__dict__.get("__init_subclass__")
-
-    # concrete pipelines define their own __call__: wrap each subclass as it is created, and the
-    # ones that exist already
-    def wrap(sub):
-        call = sub.__dict__.get("__call__")
-        if call is not None and not hasattr(call, "__neuron_migrate_wrapped__"):
-            sub.__call__ = _outermost("diffusion", call)
 
     @classmethod
     def __init_subclass__(sub, **kw):
@@ -281,11 +414,24 @@ def _patch_diffusers(module) -> None:
         wrap(sub)
 
     cls.__init_subclass__ = __init_subclass__
-    stack = list(cls.__subclasses__())
+    stack = [cls]
     while stack:
         sub = stack.pop()
         wrap(sub)
         stack.extend(sub.__subclasses__())
+
+
+def _patch_diffusers(module) -> None:
+    cls = getattr(module, "DiffusionPipeline", None)
+    if cls is None:
+        return
+
+    def wrap(sub):
+        call = sub.__dict__.get("__call__")
+        if call is not None and not hasattr(call, "__neuron_migrate_wrapped__"):
+            sub.__call__ = _outermost("diffusion", call)
+
+    _on_subclasses(cls, wrap)
 
 
 def _patch_trainer(module) -> None:
@@ -306,6 +452,14 @@ def _patch_trainer(module) -> None:
     log.__neuron_migrate_wrapped__ = original
     cls.log = log
 
+    def wrap(sub):  # each trainer's first training step and first evaluation step are entry calls
+        for name in ("training_step", "prediction_step"):
+            step = sub.__dict__.get(name)
+            if step is not None and not hasattr(step, "__neuron_migrate_wrapped__"):
+                setattr(sub, name, _entry_wrapper(step, lambda a, n=name: (a[0], f"{type(a[0]).__name__}.{n}")))
+
+    _on_subclasses(cls, wrap)
+
 
 def install(device_mode: str) -> None:
     """Install every hook. ``device_mode``: neuron, cpu, emulate, cuda or none."""
@@ -313,6 +467,9 @@ def install(device_mode: str) -> None:
 
     install_finder()
     on_import("torch", lambda m: emulate.install_device_mode(device_mode))
+    on_import("torch", _patch_torch_compile)
+    on_import("torch._dynamo.eval_frame", _patch_optimized_module)
+    on_import("torch._dynamo.utils", _raise_metrics_limit)
     if device_mode in ("cpu", "emulate", "cuda"):
         _SUSPEND["generate"] = emulate.suspended
     if device_mode != "neuron":
@@ -330,25 +487,133 @@ def install(device_mode: str) -> None:
 # ----------------------------------------------------------------------------- compile audit
 
 def compile_activity() -> dict:
-    """Graphs compiled and recompiles (with their first failing guard) from dynamo's metrics."""
+    """Graphs compiled, the warm-up (compiles during the first call of each entry, grouped by code
+    object) and the recompiles after it (with their first failing guard), from dynamo's metrics."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is None:
-        return {"graphs": 0, "compilations": 0, "recompiles": []}
+        return {"graphs": 0, "compilations": 0, "recompiles": [], "warmup": []}
     try:
         from torch._dynamo.utils import counters, get_compilation_metrics
 
         metrics = list(get_compilation_metrics())
         graphs = int(counters["stats"].get("unique_graphs", 0))
     except Exception as exc:  # pragma: no cover - torch internals changed
-        return {"graphs": 0, "compilations": 0, "recompiles": [], "error": repr(exc)}
-    recompiles = []
+        return {"graphs": 0, "compilations": 0, "recompiles": [], "warmup": [], "error": repr(exc)}
+    compiles = []
     for m in metrics:
-        reason = getattr(m, "recompile_reason", None)
-        if reason:
-            recompiles.append({
-                "compile_id": str(getattr(m, "compile_id", "")),
-                "site": f"{getattr(m, 'co_filename', '?')}:{getattr(m, 'co_firstlineno', '?')}"
-                        f" ({getattr(m, 'co_name', '?')})",
-                "reason": reason,
-            })
-    return {"graphs": graphs, "compilations": len(metrics), "recompiles": recompiles}
+        # runtime events and backward graphs (compiled with their forward) are not compiles of a frame
+        if getattr(m, "is_runtime", False) or getattr(m, "is_forward", True) is False:
+            continue
+        filename, line, co_name = (getattr(m, "co_filename", None) or "?", getattr(m, "co_firstlineno", None) or "?",
+                                   getattr(m, "co_name", None) or "?")
+        compiles.append({
+            "compile_id": str(getattr(m, "compile_id", "")),
+            "site": f"{filename}:{line} ({co_name})",
+            "name": code_name(filename, line, co_name),
+            "reason": getattr(m, "recompile_reason", None),
+            "start_us": getattr(m, "start_time_us", None),
+            "inputs": graph_inputs(getattr(m, "graph_node_shapes", None), getattr(m, "graph_input_count", None)),
+        })
+    recompiles, warmup = classify_compiles(compiles, CALLS)
+    return {"graphs": graphs, "compilations": len(metrics), "recompiles": recompiles, "warmup": warmup}
+
+
+def classify_compiles(compiles: list[dict], calls: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Split the compiles into warm-up and recompiles by the entry call each one happened in.
+
+    ``compiles``: {"compile_id", "site", "name", "reason", "start_us", "inputs"} in order;
+    ``calls``: the entry calls ({"entry", "call", "start_us", "end_us"}; end None = still running).
+    A compile during a first call is warm-up; one during a later call is a recompile (a first compile
+    of a new code object then too: the steady state compiles nothing); one outside every entry call
+    (a compiled region that none of them reaches) is a recompile when dynamo says it is one.
+    Returns (recompiles, warm-up groups: one per entry call and code object)."""
+    spans = sorted(calls, key=lambda c: c["start_us"])
+    recompiles: list[dict] = []
+    groups: dict[tuple, dict] = {}
+    for c in compiles:
+        t = c.get("start_us")
+        call = None
+        if t is not None:
+            for span in spans:
+                if span["start_us"] <= t and (span["end_us"] is None or t <= span["end_us"]):
+                    call = span
+                    break
+        if call is not None and call["call"] == 1:
+            key = (id(call), c.get("site"))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {"entry": call["entry"], "name": c.get("name"), "site": c.get("site"),
+                                       "graphs": 0, "shapes": []}
+            group["graphs"] += 1
+            if c.get("inputs") and c["inputs"] not in group["shapes"]:
+                group["shapes"].append(c["inputs"])
+            continue
+        reason = c.get("reason")
+        if call is None and not reason:
+            continue  # the first compile of a code object outside any entry call: its warm-up
+        entry = {"compile_id": c.get("compile_id", ""), "site": c.get("site", "?"),
+                 "reason": reason or (f"{c.get('compile_id', '')}: first compile of {c.get('name')} after "
+                                      "warm-up (a code path the first call did not take)")}
+        if call is not None:
+            entry["call"] = f"call {call['call']} of {call['entry']}"
+        recompiles.append(entry)
+    return recompiles, list(groups.values())
+
+
+def graph_inputs(node_shapes, input_count) -> list | None:
+    """[[name, shape], ...] of the graph's inputs other than parameters and buffers (the first
+    ``input_count`` nodes of dynamo's ``graph_node_shapes``: the placeholders come first)."""
+    if not node_shapes:
+        return None
+    try:
+        import ast
+
+        shapes = ast.literal_eval(node_shapes) if isinstance(node_shapes, str) else dict(node_shapes)
+        items = list(shapes.items())[: int(input_count)] if input_count else list(shapes.items())
+    except Exception:
+        return None
+    out = []
+    for name, shape in items:
+        if "_parameters_" in name or "_buffers_" in name:
+            continue
+        clean = name[2:] if name[:2] in ("l_", "L_") else name
+        out.append([clean.rstrip("_") or name, list(shape) if isinstance(shape, (list, tuple)) else shape])
+    return out
+
+
+_QUALNAMES: dict[str, dict] = {}
+
+
+def code_name(filename: str, firstlineno, co_name: str) -> str:
+    """What a compiled code object is, for a person: the class for a ``forward``/``__call__`` method
+    (``BasicTransformerBlock``), else the function's qualified name; ``co_name`` when unknown."""
+    table = _QUALNAMES.get(filename)
+    if table is None:
+        table = _QUALNAMES[filename] = {}
+        try:
+            import ast
+
+            with open(filename, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except Exception:
+            tree = None
+
+        def walk(node, prefix, cls):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    qual = f"{prefix}{child.name}"
+                    shown = cls if cls and child.name in ("forward", "__call__") else qual
+                    for line in [child.lineno, *(d.lineno for d in child.decorator_list)]:
+                        table.setdefault((line, child.name), shown)
+                    walk(child, f"{qual}.<locals>.", None)
+                elif isinstance(child, ast.ClassDef):
+                    walk(child, f"{prefix}{child.name}.", child.name)
+                else:
+                    walk(child, prefix, cls)
+
+        if tree is not None:
+            walk(tree, "", None)
+    try:
+        return table.get((int(firstlineno), co_name), co_name)
+    except (TypeError, ValueError):
+        return co_name
