@@ -10,7 +10,8 @@ and plain libcst parse+codegen on a sample, to show the per-core libcst floor.
 Corpus B: K medium-size transformers files with old-stack (optimum.neuron) usage
 injected, written to a temp dir. Times (a) plain libcst parse+codegen, (b) the engine's
 ``migrate_text`` on the same texts (both in-process, single core, no I/O; timed file by
-file in alternation, each file's best over the repeats, summed) and (c) the full ``run``
+file in alternation, each file's best over the repeats, summed), (b0) the same with the
+self-check deselected (what checking every changed unit costs) and (c) the full ``run``
 with jobs=1 and jobs=N (I/O and process pool included).
 
 Every timing is the best (min) of R repeats (default 3), measured with time.perf_counter;
@@ -341,6 +342,10 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, siz
         # (a) and (b): file by file, the two alternating, keeping each file's best over the
         # repeats, so that a change in the machine's load hits both sides of the ratio alike
         m_a, m_b = paired(texts, rules, repeat, 2 * budget)
+        # the same without the self-check (NM991/NM992 deselected): what checking every changed unit costs
+        unchecked = RuleSet.from_selection(RuleSelection(ignore=("NM991", "NM992")))
+        engine_texts(texts[:5], unchecked)
+        m_a0, m_b0 = paired(texts, unchecked, repeat, 2 * budget)
         m_c1 = Measure("c1", lambda: run(cands, selection, jobs=1))
         m_cn = Measure("cn", lambda: run(cands, selection, jobs=jobs))
         measure([m_c1, m_cn], repeat, budget)
@@ -359,7 +364,10 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, siz
         line(f"(c) run(jobs={jobs}), with I/O and process start-up", m_cn, f"  {dict(sorted(stn.items()))}")
         if changed_b != n:
             print(f"WARNING: (b) changed only {changed_b} of {n} files")
+        line("(b0) engine without the self-check (NM991/NM992 off)", m_b0)
         print(f"ratio (b)/(a)          : {m_b.best / t_a:6.2f}")
+        print(f"ratio (b0)/(a)         : {m_b0.best / m_a0.best:6.2f}   (self-check cost: (b)/(b0) = "
+              f"{(m_b.best / t_a) / (m_b0.best / m_a0.best):.2f})")
         print(f"ratio (c, jobs=1)/(a)  : {m_c1.best / t_a:6.2f}")
         print(f"ratio (c, jobs={jobs})/(a)  : {m_cn.best / t_a:6.2f}")
         print(f"TARGET B: (b)/(a) <= {TARGET_B_RATIO}: {m_b.best / t_a:.2f} -> "

@@ -130,35 +130,35 @@ def test_introduced_compares_by_name_not_line():
 # ------------------------------------------------------------------ the engine's policy
 
 
-class _Breaks(PythonRule):
-    """A test rule whose edit uses a name nothing binds (``Call`` of ``old_api`` -> ``missing_name()``)."""
+class _ReplacesOldApi(PythonRule):
+    """A test rule: every call ``old_api()`` becomes ``self.emitted`` (an expression whose names the
+    rule does not import)."""
+
+    title = "test"
+    triggers = ("old_api",)
+    emitted = ""
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node, ctx):
+        if isinstance(node.func, cst.Name) and node.func.value == "old_api":
+            ctx.replace(node, cst.parse_expression(self.emitted))
+            ctx.finding(node, f"old_api() -> {self.emitted}")
+
+
+class _Breaks(_ReplacesOldApi):
+    """Uses a name nothing binds."""
 
     id = "NM998"
-    title = "test"
-    triggers = ("old_api",)
-
-    def handlers(self):
-        return {cst.Call: self._on_call}
-
-    def _on_call(self, node, ctx):
-        if isinstance(node.func, cst.Name) and node.func.value == "old_api":
-            ctx.replace(node, cst.Call(cst.Name("missing_name")))
-            ctx.finding(node, "old_api() -> missing_name()")
+    emitted = "missing_name()"
 
 
-class _UsesTorch(PythonRule):
-    """A test rule whose edit uses ``torch`` without importing it (the module imports it in another function)."""
+class _UsesTorch(_ReplacesOldApi):
+    """Uses ``torch``, which the module imports only in another function."""
 
     id = "NM997"
-    title = "test"
-    triggers = ("old_api",)
-
-    def handlers(self):
-        return {cst.Call: self._on_call}
-
-    def _on_call(self, node, ctx):
-        if isinstance(node.func, cst.Name) and node.func.value == "old_api":
-            ctx.replace(node, cst.parse_expression("torch.ones(1)"))
+    emitted = "torch.ones(1)"
 
 
 def _run(source: str, *rules: PythonRule):
