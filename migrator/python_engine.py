@@ -374,7 +374,15 @@ def run_python(
         for b in bindings
     ]
 
-    def render(plan: policy.Plan) -> str:
+    # names an edit may have unbound: those in the nodes it replaced, and those of imports inside them
+    edited = {id(e.node) for e in edits}
+    touched: set[str] = set()
+    for e in edits:
+        _names_in(e.node, touched)
+    touched |= {b.local for b in ctx.imports.all_bindings()
+                if id(b.line) in edited or any(id(a) in edited for a in ctx._known.get(id(b.line), ()))}
+
+    def render(plan: policy.Plan) -> policy.Rendered:
         kept = [e for i, e in enumerate(edits) if i not in plan.dropped]
         all_markers = {k: list(v) for k, v in markers.items()}
         all_anc = dict(marker_anc)
@@ -387,9 +395,10 @@ def run_python(
                     all_anc[id(stmt)] = ctx._known.get(id(stmt), ())
         dropped_asks = {e.rule for i, e in enumerate(edits) if i in plan.dropped} - {e.rule for e in kept}
         extra = [ImportRequest(r.module, r.name, r.asname, None, 10**9) for r in plan.requests]
-        return _render(ctx, module, kept, all_markers, all_anc, [a for a in asks if a.rule not in dropped_asks],
-                       [b for rule, b in removals if rule not in dropped_asks], {id(bindings[i].alias) for i in plan.removals},
-                       extra, refs_by_name)
+        code, names = _render(ctx, module, kept, all_markers, all_anc, [a for a in asks if a.rule not in dropped_asks],
+                              [b for rule, b in removals if rule not in dropped_asks],
+                              {id(bindings[i].alias) for i in plan.removals}, extra, refs_by_name)
+        return policy.Rendered(code, names | touched)
 
     new_source, plan = policy.enforce(source, edit_infos, import_infos, render,
                                       policy.DROPPED_RULE in checks, policy.OLD_IMPORT_RULE in checks)
@@ -418,8 +427,10 @@ def _inside(note: _Note, nodes: set[int]) -> bool:
 
 def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers: dict[int, list[str]],
             marker_anc: dict[int, tuple], asks: list[_ImportAsk], removals: list[Binding], extra_removals: set[int],
-            extra_requests: list[ImportRequest], refs_by_name: dict[str, list[tuple[cst.Name, tuple]]]) -> str:
-    """The unit's new source: ``edits`` applied, ``markers`` inserted, dead imports removed, imports added."""
+            extra_requests: list[ImportRequest], refs_by_name: dict[str, list[tuple[cst.Name, tuple]]]
+            ) -> tuple[str, frozenset[str]]:
+    """The unit's new source: ``edits`` applied, ``markers`` inserted, dead imports removed, imports added;
+    and the names the edits' results use or whose import was removed."""
     # ---- dead imports: bindings all of whose references sit inside replaced nodes
     replaced_ids = {id(e.node) for e in edits}
     candidates: set[str] = set()
@@ -473,7 +484,8 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
     if removal_ids or requests:
         fixer = ImportFixer(removal_ids, requests, ctx.imports.header_end, line_map, ctx.imports.import_free)
         new_module = new_module.visit(fixer)
-    return new_module.code
+    unbound = {b.local for b in ctx.imports.all_bindings() if b.alias is not None and id(b.alias) in removal_ids}
+    return new_module.code, frozenset(seen_names | unbound)
 
 
 def _marked_above(module: cst.Module, statement: cst.CSTNode, text: str) -> bool:

@@ -312,3 +312,14 @@ def test_the_text_report_counts_what_the_self_check_did(tmp_path):
     assert out.returncode == 1
     assert ("Self-check: 1 rewrite not applied because it would have broken the code (NM991), "
             "1 old-stack import still used (NM992).") in out.stdout
+
+
+def test_the_name_analysis_runs_only_when_an_edited_name_may_be_undefined():
+    source = "import os\n\n\ndef f():\n    return os.sep, y\n"
+    assert [v.name for v in check_source(source)] == ["y"]
+    # the edits used only `os`, bound at module level and nowhere else: nothing they did can be undefined
+    assert check_source(source, names={"os", "print"}) == []
+    # a name the edits used that is not plainly bound: the analysis runs
+    assert [v.name for v in check_source(source, names={"y"})] == ["y"]
+    local = "def f():\n    import torch\n\n\ntorch.ones(1)\n"
+    assert [v.name for v in check_source(local, names={"torch"})] == ["torch"]  # bound in a function only

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ast
+import builtins
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, ignored_rules
 
@@ -82,14 +83,18 @@ def introduced(before: Iterable[Violation], after: Iterable[Violation]) -> list[
     return out
 
 
-def check_source(source: str) -> list[Violation]:
-    """The violations of one Python module."""
-    return check_program([source])
+def check_source(source: str, names: Collection[str] | None = None) -> list[Violation]:
+    """The violations of one Python module (``names``: see :func:`check_program`)."""
+    return check_program([source], names=names)
 
 
-def check_program(parts: Sequence[str], notebook: bool = False) -> list[Violation]:
+def check_program(parts: Sequence[str], notebook: bool = False,
+                  names: Collection[str] | None = None) -> list[Violation]:
     """The violations of a program made of ``parts`` run in order in one namespace (a notebook's
-    code cells; a plain module is one part). A part that does not parse is left out."""
+    code cells; a plain module is one part). A part that does not parse is left out.
+
+    ``names``: when the caller knows that only these names can have become undefined (those an edit
+    used or unbound), the undefined-name analysis runs only if one of them is not plainly bound."""
     trees: list[tuple[int, ast.Module, list[str]]] = []
     for i, part in enumerate(parts):
         try:
@@ -98,19 +103,32 @@ def check_program(parts: Sequence[str], notebook: bool = False) -> list[Violatio
             continue
     if not trees:
         return []
+    scans = [_Scan(tree) for _, tree, _ in trees]
+    merged = _Scan.program(scans) if len(scans) > 1 else scans[0]
     out: list[Violation] = []
-    out += _undefined(trees, notebook)
+    if names is None or not _safely_bound(names, merged):
+        out += _undefined(trees, notebook)
     api = _target_api()
-    for index, tree, lines in trees:
-        imports = _Imports(tree)
-        out += _old_stack(index, tree, lines)
+    for (index, _, lines), scan in zip(trees, scans):
+        out += _old_stack(index, scan, lines)
         if api is not None:
-            out += _unresolved(index, imports, api)
+            out += _unresolved(index, scan, api)
     if api is not None:
-        merged = _Imports.program([t for _, t, _ in trees])
-        for index, tree, _ in trees:
-            out += _keywords(index, tree, merged, api)
+        for (index, _, _), scan in zip(trees, scans):
+            out += _keywords(index, scan, merged, api)
     return out
+
+
+def _safely_bound(names: Collection[str], scan: _Scan) -> bool:
+    """Whether none of ``names`` can be undefined: each is a builtin, or bound at module level and in
+    no nested scope (where a use before a local binding would be an error). Then pyflakes need not
+    run: the edits that could have left a name undefined only use or unbind these ``names``."""
+    return all(
+        n in _BUILTINS or (n in scan.module_bound and n not in scan.nested_bound) for n in names
+    )
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 # ------------------------------------------------------------------ names
@@ -151,66 +169,125 @@ def is_old_stack(module: str) -> bool:
     return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)
 
 
-class _Imports:
-    """Every import of a module, and the local names they bind to qualified names."""
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+#: per node type, the fields that may hold nodes (``ast.iter_child_nodes`` is the walk's main cost)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(t: type) -> tuple[str, ...]:
+    found = _FIELDS[t] = tuple(f for f in t._fields if f not in ("ctx", "type_comment", "kind"))
+    return found
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+class _Scan:
+    """One walk over a module: its imports (and the qualified names they bind), the calls (with the
+    scope each is in), and where names are bound (module level, or in a nested scope)."""
 
     def __init__(self, tree: ast.Module) -> None:
         #: (statement, module, name or None, guarded by an ImportError handler)
         self.items: list[tuple[ast.stmt, str, str | None, bool]] = []
         self.local: dict[str, str] = {}
-        self._walk(tree.body, False)
-        #: names also bound otherwise (assigned, defined, parameters): calls through them are not resolved
+        #: names bound other than by an import (assigned, defined, parameters): calls through them are
+        #: not resolved
         self.rebound: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                self.rebound.add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                self.rebound.add(node.name)
-            elif isinstance(node, ast.arg):
-                self.rebound.add(node.arg)
+        #: names bound at module level / inside functions, classes, lambdas and comprehensions
+        self.module_bound: set[str] = set()
+        self.nested_bound: set[str] = set()
+        self.calls: list[tuple[ast.Call, ast.AST]] = []
+        self._visit(tree, tree, False)
 
     @classmethod
-    def program(cls, trees: list[ast.Module]) -> "_Imports":
+    def program(cls, scans: list[_Scan]) -> _Scan:
         merged = cls(ast.Module(body=[], type_ignores=[]))
-        for tree in trees:
-            part = cls(tree)
+        for part in scans:
             merged.items += part.items
             merged.rebound |= part.rebound
+            merged.module_bound |= part.module_bound
+            merged.nested_bound |= part.nested_bound
             for k, v in part.local.items():
                 merged.local.setdefault(k, v)
         return merged
 
-    def _walk(self, body: list[ast.stmt], guarded: bool) -> None:
-        for node in body:
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    self.items.append((node, a.name, None, guarded))
-                    if a.asname:
-                        self.local.setdefault(a.asname, a.name)
-                    else:
-                        root = a.name.split(".")[0]
-                        self.local.setdefault(root, root)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level or not node.module:
+    def _bind(self, name: str, scope: ast.AST, imported: bool = False, comp: bool = False) -> None:
+        (self.module_bound if isinstance(scope, ast.Module) and not comp else self.nested_bound).add(name)
+        if not imported:
+            self.rebound.add(name)
+
+    def _visit(self, node: ast.AST, scope: ast.AST, guarded: bool, comp: bool = False) -> None:
+        """``scope``: the module, function, class or lambda around ``node``; ``comp``: inside a comprehension."""
+        t = type(node)
+        if t is ast.Name:
+            if not isinstance(node.ctx, ast.Load):
+                self._bind(node.id, scope, comp=comp)
+            return
+        if t is ast.Import:
+            for a in node.names:
+                self.items.append((node, a.name, None, guarded))
+                local = a.asname or a.name.split(".")[0]
+                self.local.setdefault(local, a.name if a.asname else local)
+                self._bind(local, scope, imported=True)
+            return
+        if t is ast.ImportFrom:
+            for a in node.names:
+                if a.name == "*":
+                    if node.module and not node.level:
+                        self.items.append((node, node.module, a.name, guarded))
                     continue
-                for a in node.names:
+                local = a.asname or a.name
+                self._bind(local, scope, imported=True)
+                if node.module and not node.level:
                     self.items.append((node, node.module, a.name, guarded))
-                    if a.name != "*":
-                        self.local.setdefault(a.asname or a.name, f"{node.module}.{a.name}")
-            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-                catches = any(_catches_import_error(h) for h in node.handlers)
-                self._walk(node.body, guarded or catches)
-                for h in node.handlers:
-                    self._walk(h.body, guarded)
-                self._walk(node.orelse, guarded)
-                self._walk(node.finalbody, guarded)
+                    self.local.setdefault(local, f"{node.module}.{a.name}")
+            return
+        if t is ast.Call:
+            self.calls.append((node, scope))
+        elif t in (ast.Global, ast.Nonlocal):
+            self.nested_bound.update(node.names)
+        elif isinstance(node, _SCOPES):
+            if t is not ast.Lambda:
+                self._bind(node.name, scope)
+                for d in node.decorator_list:
+                    self._visit(d, scope, guarded)
+            if t is not ast.ClassDef:
+                a = node.args
+                for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                    if arg is not None:
+                        self._bind(arg.arg, node)
+                for default in (*a.defaults, *a.kw_defaults):
+                    if default is not None:
+                        self._visit(default, scope, guarded)  # evaluated in the enclosing scope
+                body = node.body if isinstance(node.body, list) else [node.body]
             else:
-                for field in ("body", "orelse", "finalbody"):
-                    inner = getattr(node, field, None)
-                    if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                        self._walk(inner, guarded)
-                for case in getattr(node, "cases", ()) or ():
-                    self._walk(case.body, guarded)
+                for b in (*node.bases, *node.keywords):
+                    self._visit(b, scope, guarded)
+                body = node.body
+            for child in body:
+                self._visit(child, node, guarded)
+            return
+        elif t in _COMPREHENSIONS:
+            comp = True  # its targets are its own
+        elif t is ast.Try or t.__name__ == "TryStar":
+            catches = any(_catches_import_error(h) for h in node.handlers)
+            for child in node.body:
+                self._visit(child, scope, guarded or catches)
+            for child in (*node.handlers, *node.orelse, *node.finalbody):
+                self._visit(child, scope, guarded)
+            return
+        elif t is ast.ExceptHandler and node.name:
+            self._bind(node.name, scope)
+        elif t is ast.Constant:
+            return
+        for field in _FIELDS.get(t) or _fields(t):
+            value = getattr(node, field)
+            if type(value) is list:
+                for child in value:
+                    if isinstance(child, ast.AST):
+                        self._visit(child, scope, guarded, comp)
+            elif isinstance(value, ast.AST):
+                self._visit(value, scope, guarded, comp)
 
     def resolve(self, expr: ast.expr) -> str | None:
         parts: list[str] = []
@@ -251,9 +328,9 @@ def _marked(lines: list[str], stmt: ast.stmt) -> bool:
     return False
 
 
-def _old_stack(index: int, tree: ast.Module, lines: list[str]) -> list[Violation]:
+def _old_stack(index: int, scan: _Scan, lines: list[str]) -> list[Violation]:
     out = []
-    for stmt, module, name, guarded in _Imports(tree).items:
+    for stmt, module, name, guarded in scan.items:
         full = module if name is None or name == "*" else f"{module}.{name}"
         if guarded or not (is_old_stack(module) or is_old_stack(full)):
             continue
@@ -271,9 +348,9 @@ def _target_api():
     return api()
 
 
-def _unresolved(index: int, imports: _Imports, api) -> list[Violation]:
+def _unresolved(index: int, scan: _Scan, api) -> list[Violation]:
     out = []
-    for stmt, module, name, guarded in imports.items:
+    for stmt, module, name, guarded in scan.items:
         if guarded or not api.is_target(module):
             continue
         if name is None:
@@ -287,40 +364,36 @@ def _unresolved(index: int, imports: _Imports, api) -> list[Violation]:
 # ------------------------------------------------------------------ keywords
 
 
-def _keywords(index: int, tree: ast.Module, imports: _Imports, api) -> list[Violation]:
+def _keywords(index: int, scan: _Scan, program: _Scan, api) -> list[Violation]:
+    """Literal keywords (and the keys of ``**name`` whose dict literal is in the same scope) of the calls
+    of ``scan`` whose callee resolves, through the imports of the ``program``, to a target callable."""
     out = []
-    for scope in _scopes(tree):
-        dicts = _literal_dicts(scope)
-        for node in _walk_scope(scope):
-            if not isinstance(node, ast.Call):
-                continue
-            qual = imports.resolve(node.func)
-            if qual is None or not api.is_target(qual):
-                continue
-            for kw in node.keywords:
-                if kw.arg is not None:
-                    names = [kw.arg]
-                elif isinstance(kw.value, ast.Name) and kw.value.id in dicts:
-                    names = dicts[kw.value.id]
-                elif isinstance(kw.value, ast.Dict):
-                    names = _dict_keys(kw.value) or []
-                else:
-                    names = []
-                for name in names:
-                    if api.accepts(qual, name) is False:
-                        out.append(Violation(KEYWORD, f"{qual}({name}=)", node.lineno, index))
+    dicts: dict[int, dict[str, list[str]]] = {}
+    for node, scope in scan.calls:
+        if not node.keywords:
+            continue
+        qual = program.resolve(node.func)
+        if qual is None or not api.is_target(qual):
+            continue
+        for kw in node.keywords:
+            if kw.arg is not None:
+                names = [kw.arg]
+            elif isinstance(kw.value, ast.Name):
+                if id(scope) not in dicts:
+                    dicts[id(scope)] = _literal_dicts(scope)
+                names = dicts[id(scope)].get(kw.value.id, [])
+            elif isinstance(kw.value, ast.Dict):
+                names = _dict_keys(kw.value) or []
+            else:
+                names = []
+            for name in names:
+                if api.accepts(qual, name) is False:
+                    out.append(Violation(KEYWORD, f"{qual}({name}=)", node.lineno, index))
     return out
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
-
-def _scopes(tree: ast.Module) -> list[ast.AST]:
-    return [tree, *(n for n in ast.walk(tree) if isinstance(n, _SCOPES))]
-
-
 def _walk_scope(scope: ast.AST):
-    """The nodes of one scope, not those of the scopes nested in it."""
+    """The nodes of one scope, not those of the scopes nested in it (comprehensions included)."""
     todo = list(ast.iter_child_nodes(scope))
     while todo:
         node = todo.pop()

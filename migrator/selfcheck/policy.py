@@ -47,7 +47,17 @@ class Plan:
     requests: list[Request] = field(default_factory=list)
 
 
-Render = Callable[[Plan], str]
+@dataclass(frozen=True)
+class Rendered:
+    """A candidate output, with the names its edits used or unbound (``None``: unknown). Only those
+    can have become undefined, so the undefined-name analysis runs only when one is not plainly bound
+    (see :func:`migrator.selfcheck.check.check_program`)."""
+
+    text: str
+    names: frozenset[str] | None = None
+
+
+Render = Callable[[Plan], Rendered]
 
 
 @dataclass(frozen=True)
@@ -70,15 +80,15 @@ def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo
     (its markers are to be reported as manual findings)."""
     plan = Plan()
     new = render(plan)
-    if not (drop or old_imports) or (new == source and not old_imports):
-        return new, plan
+    if not (drop or old_imports) or (new.text == source and not old_imports):
+        return new.text, plan
     after = _check(new)
     if after is None:
-        return new, plan
-    if drop and new != source and any(v.kind != OLD_STACK for v in after):
-        before = _check(source) or []
+        return new.text, plan
+    if drop and new.text != source and any(v.kind != OLD_STACK for v in after):
+        before = _check(Rendered(source)) or []
         intro = _introduced(before, after)
-        if intro and _complete(intro, new, plan):
+        if intro and _complete(intro, new.text, plan):
             candidate = render(plan)
             found = _check(candidate) or []
             if len(_introduced(before, found)) < len(intro):
@@ -90,14 +100,14 @@ def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo
             new = _drop(before, intro, edits, render, plan)
             after = _check(new) or []
     # last, so that it sees the imports that dropped edits still need
-    if old_imports and _old_imports(after, imports, new, plan):
+    if old_imports and _old_imports(after, imports, new.text, plan):
         new = render(plan)
-    return new, plan
+    return new.text, plan
 
 
-def _check(text: str) -> list[Violation] | None:
+def _check(rendered: Rendered) -> list[Violation] | None:
     try:
-        return check_source(text)
+        return check_source(rendered.text, rendered.names)
     except RecursionError:  # pragma: no cover - absurdly nested code: nothing to say about it
         return None
 
@@ -177,7 +187,7 @@ def _complete(intro: list[Violation], new: str, plan: Plan) -> bool:
 
 
 def _drop(before: list[Violation], intro: list[Violation], edits: Sequence[EditInfo], render: Render,
-          plan: Plan) -> str:
+          plan: Plan) -> Rendered:
     by_rule: dict[str, list[int]] = {}
     for i, e in enumerate(edits):
         by_rule.setdefault(e.rule, []).append(i)
