@@ -120,11 +120,12 @@ def check_program(parts: Sequence[str], notebook: bool = False,
 
 
 def _safely_bound(names: Collection[str], scan: _Scan) -> bool:
-    """Whether none of ``names`` can be undefined: each is a builtin, or bound at module level and in
-    no nested scope (where a use before a local binding would be an error). Then pyflakes need not
-    run: the edits that could have left a name undefined only use or unbind these ``names``."""
+    """Whether none of ``names`` can be undefined: each is read nowhere, a builtin, or bound at module
+    level and in no nested scope (where a use before a local binding would be an error). Then pyflakes
+    need not run: the edits that could have left a name undefined only use or unbind these ``names``."""
     return all(
-        n in _BUILTINS or (n in scan.module_bound and n not in scan.nested_bound) for n in names
+        n not in scan.loaded or n in _BUILTINS or (n in scan.module_bound and n not in scan.nested_bound)
+        for n in names
     )
 
 
@@ -196,6 +197,8 @@ class _Scan:
         #: names bound at module level / inside functions, classes, lambdas and comprehensions
         self.module_bound: set[str] = set()
         self.nested_bound: set[str] = set()
+        #: names read somewhere
+        self.loaded: set[str] = set()
         self.calls: list[tuple[ast.Call, ast.AST]] = []
         self._visit(tree, tree, False)
 
@@ -207,6 +210,7 @@ class _Scan:
             merged.rebound |= part.rebound
             merged.module_bound |= part.module_bound
             merged.nested_bound |= part.nested_bound
+            merged.loaded |= part.loaded
             for k, v in part.local.items():
                 merged.local.setdefault(k, v)
         return merged
@@ -220,7 +224,9 @@ class _Scan:
         """``scope``: the module, function, class or lambda around ``node``; ``comp``: inside a comprehension."""
         t = type(node)
         if t is ast.Name:
-            if not isinstance(node.ctx, ast.Load):
+            if isinstance(node.ctx, ast.Load):
+                self.loaded.add(node.id)
+            else:
                 self._bind(node.id, scope, comp=comp)
             return
         if t is ast.Import:
