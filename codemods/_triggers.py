@@ -64,6 +64,7 @@ TABLE = (
     ('NM604', 'python', ('python', 'notebook', 'markdown'), ('Accelerator(',), ()),
     ('NM605', 'python', ('python', 'notebook', 'markdown'), ('use_auth_token',), ()),
     ('NM606', 'python', ('python', 'notebook', 'markdown'), ('send_example_telemetry',), ()),
+    ('NM607', 'python', ('python', 'notebook', 'markdown'), ('torch_dtype',), ()),
     ('NM900', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla'), ()),
     ('NM901', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), ()),
     ('NM990', '', ('notebook', 'markdown'), (), ()),

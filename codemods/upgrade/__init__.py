@@ -3,7 +3,7 @@ an older release (renamed arguments, moved classes) brought to the versions the 
 needs, one module per library, each ending with ``RULES = (...)`` added to the tuple below:
 
 * ``transformers_v5``: NM601 (AdamW), NM602 (training-argument fields), NM603 (trainer
-  ``tokenizer=``), NM605 (``use_auth_token=``), NM606 (``send_example_telemetry``);
+  ``tokenizer=``), NM605 (``use_auth_token=``), NM606 (``send_example_telemetry``), NM607 (``torch_dtype=``);
 * ``accelerate``: NM604 (``Accelerator(fp16=)``).
 
 Helpers shared by them are in ``base``."""

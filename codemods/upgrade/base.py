@@ -43,3 +43,21 @@ def rewrite_call(ctx: PythonContext, call: cst.Call, plan: ArgPlan) -> None:
     indent = statement_indent(ctx) + " " * line_prefix(ctx, call)
     step = ctx.module.default_indent
     ctx.replace(call, lambda new: apply_plan(new, plan, MAX_LINE, indent, step))
+
+
+def rename_keyword(ctx: PythonContext, arg: cst.Arg, new: str) -> None:
+    """Rename one keyword argument by editing its keyword only: the edit lies below the call, so it
+    is applied before (and kept by) whatever another rule does to the call itself, and the call
+    node another rule builds stays the one it built."""
+    ctx.replace(arg.keyword, cst.Name(new))
+
+
+def owned_elsewhere(ctx: PythonContext, func: cst.BaseExpression, rule_id: str) -> bool:
+    """True when another rule owns the callee (an optimum-neuron class): it rewrites the call."""
+    qual = ctx.qualname(func)
+    if qual is None:
+        return False
+    owner = ctx.owner(qual)
+    if owner is None and "." in qual:
+        owner = ctx.owner(qual.rpartition(".")[0])  # Class.from_pretrained: the class's owner
+    return owner not in (None, rule_id)

@@ -5,7 +5,8 @@ project makes and that the pinned versions reject:
 * NM602 training arguments: ``evaluation_strategy=`` -> ``eval_strategy=``, ``overwrite_output_dir=`` dropped;
 * NM603 trainer calls: ``tokenizer=`` -> ``processing_class=``;
 * NM605 ``from_pretrained``/``pipeline``: ``use_auth_token=`` -> ``token=``;
-* NM606 ``send_example_telemetry`` (removed): the import and its calls go.
+* NM606 ``send_example_telemetry`` (removed): the import and its calls go;
+* NM607 ``from_pretrained``/``pipeline``: ``torch_dtype=`` -> ``dtype=`` (deprecated in v5).
 
 Which call gets which edit is read from the installed target libraries (``targetapi``): a keyword
 is renamed only where the target rejects the old one and accepts the new one.
@@ -17,7 +18,7 @@ import libcst as cst
 
 from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, has_star_kwargs, keywords, literal, tokenizer_to_processing_class
 from codemods.common.statements import expression_statement, remove_small_statement
-from codemods.upgrade.base import renamed_keyword, rewrite_call, target_of
+from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, rewrite_call, target_of
 from migrator.rules import NameClash, PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 
@@ -153,15 +154,17 @@ class TrainingArgumentsFields(PythonRule):
             return
         plan = ArgPlan()
         if "evaluation_strategy" in kw and renamed_keyword(target, "evaluation_strategy", "eval_strategy"):
-            if "eval_strategy" in kw:
+            if "eval_strategy" in kw and owned_elsewhere(ctx, node.func, self.id):
+                ctx.marker(node, "both evaluation_strategy= and eval_strategy= are passed: remove evaluation_strategy=")
+            elif "eval_strategy" in kw:
                 plan.drop.add("evaluation_strategy")
                 ctx.marker(node, "both evaluation_strategy= and eval_strategy= were passed: evaluation_strategy= "
                                  "was dropped")
             else:
-                plan.rename["evaluation_strategy"] = "eval_strategy"
+                rename_keyword(ctx, kw["evaluation_strategy"], "eval_strategy")
                 ctx.finding(kw["evaluation_strategy"], "evaluation_strategy= -> eval_strategy= (transformers v5)")
         # an optimum-neuron class drops it in its own rule (NM201's plumbing fields): one owner
-        owned = ctx.owner(ctx.qualname(node.func) or "") not in (None, self.id)
+        owned = owned_elsewhere(ctx, node.func, self.id)
         if "overwrite_output_dir" in kw and not owned and api().accepts(target, "overwrite_output_dir") is False:
             plan.drop.add("overwrite_output_dir")
             value = literal(kw["overwrite_output_dir"].value)
@@ -209,8 +212,7 @@ class TrainerProcessingClass(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         if not any(a.keyword is not None and a.keyword.value == "tokenizer" for a in node.args):
             return
-        qual = ctx.qualname(node.func)
-        if qual is None or ctx.owner(qual) not in (None, self.id):
+        if owned_elsewhere(ctx, node.func, self.id):
             return  # an optimum-neuron trainer: its rule renames the keyword (one place)
         target = target_of(ctx, node.func)
         if target is None or not renamed_keyword(target, "tokenizer", "processing_class"):
@@ -258,14 +260,66 @@ class UseAuthToken(PythonRule):
             return
         if api().accepts(target, "token") is not True:
             return
-        plan = ArgPlan()
-        if "token" in kw:
-            plan.drop.add("use_auth_token")
-            ctx.marker(node, "both use_auth_token= and token= were passed: use_auth_token= was dropped")
-        else:
-            plan.rename["use_auth_token"] = "token"
+        if "token" not in kw:
+            rename_keyword(ctx, kw["use_auth_token"], "token")
             ctx.finding(kw["use_auth_token"], "use_auth_token= -> token=")
-        rewrite_call(ctx, node, plan)
+        elif owned_elsewhere(ctx, node.func, self.id):
+            ctx.marker(node, "both use_auth_token= and token= are passed: remove use_auth_token=")
+        else:
+            rewrite_call(ctx, node, ArgPlan(drop={"use_auth_token"}))
+            ctx.marker(node, "both use_auth_token= and token= were passed: use_auth_token= was dropped")
+
+
+class TorchDtype(PythonRule):
+    id = "NM607"
+    title = "Transformers from_pretrained / pipeline: torch_dtype= -> dtype="
+    fix = "mixed"
+    triggers = ("torch_dtype",)
+    why = """
+        Transformers v5 named the loading dtype `dtype=`; `torch_dtype=` still works in 5.23 but
+        logs a deprecation warning on every load and is due to go. Diffusers keeps `torch_dtype`
+        (its documented name in 0.42): its calls are left alone.
+    """
+    before = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=torch.bfloat16)
+    """
+    after = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16)
+    """
+    caveats = """
+        Only transformers callables whose installed signature names `dtype` (model
+        `from_pretrained`, `pipeline`); a class held in a variable is not followed. When both are
+        passed, `torch_dtype=` is dropped with a marker (5.23 let `torch_dtype` win over the
+        default `dtype="auto"` only).
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        if "torch_dtype" not in kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None or not target.startswith("transformers."):
+            return
+        sig = api().signature(target)
+        if sig is None or ("dtype" not in sig.params and "dtype" not in sig.extra):
+            return
+        if "dtype" in kw and owned_elsewhere(ctx, node.func, self.id):
+            ctx.marker(node, "both torch_dtype= and dtype= are passed: remove torch_dtype=")
+        elif "dtype" in kw:
+            rewrite_call(ctx, node, ArgPlan(drop={"torch_dtype"}))
+            ctx.marker(node, "both torch_dtype= and dtype= were passed: torch_dtype= was dropped")
+        else:
+            rename_keyword(ctx, kw["torch_dtype"], "dtype")
+            ctx.finding(kw["torch_dtype"], "torch_dtype= -> dtype= (transformers v5)")
 
 
 TELEMETRY = ("transformers.utils.send_example_telemetry", "transformers.send_example_telemetry")
@@ -311,4 +365,4 @@ class ExampleTelemetry(PythonRule):
             ctx.marker(node, "send_example_telemetry is gone in transformers v5 (it only pinged the Hub): remove this use")
 
 
-RULES = (AdamWToTorch, TrainingArgumentsFields, TrainerProcessingClass, UseAuthToken, ExampleTelemetry)
+RULES = (AdamWToTorch, TrainingArgumentsFields, TrainerProcessingClass, UseAuthToken, ExampleTelemetry, TorchDtype)
