@@ -1,0 +1,75 @@
+"""Removing a small statement from its line while keeping the layout around it (the blank line
+above a deleted line, the ``;`` of ``a(); b()``). Shared by the XLA (NM4xx) and upgrade (NM6xx)
+rules. No rules here."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from migrator.rules import PythonContext
+
+
+def index_in_stack(ctx: PythonContext, node: cst.CSTNode) -> int:
+    for i in range(len(ctx.stack) - 1, -1, -1):
+        if ctx.stack[i] is node:
+            return i
+    raise LookupError("node is not on the stack")
+
+
+def expression_statement(ctx: PythonContext, call: cst.Call):
+    """(Expr, its line or suite) when ``call`` is a whole expression statement, else None."""
+    i = index_in_stack(ctx, call)
+    if i < 2:
+        return None
+    expr, container = ctx.stack[i - 1], ctx.stack[i - 2]
+    if isinstance(expr, cst.Expr) and expr.value is call and isinstance(
+        container, (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+    ):
+        return expr, container
+    return None
+
+
+def remove_small_statement(ctx: PythonContext, expr: cst.Expr, container) -> None:
+    """Remove ``expr`` from its line; ``pass`` stays where it was a block's only statement
+    (libcst), and a statement left last on a ``a(); b()`` line loses its dangling ``;``."""
+    ctx.remove_statement(expr)
+    if len(container.body) == 1 and isinstance(container, cst.SimpleStatementLine):
+        keep_blank_line(ctx, container)
+    if len(container.body) > 1 and container.body[-1] is expr:
+
+        def drop_semicolon(updated):
+            if not updated.body:
+                return updated
+            body = list(updated.body)
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(body=body)
+
+        ctx.replace(container, drop_semicolon)
+
+
+def keep_blank_line(ctx: PythonContext, line: cst.SimpleStatementLine) -> None:
+    """A deleted line that followed a blank line: the next statement gets the blank line, so
+    that ``import ...`` / ``<blank>`` / ``xm.mark_step()`` / ``x = 1`` keeps its separation.
+    Comments above the deleted line go with it (they are about the deleted call). Best effort:
+    an edit another rule makes to that whole next statement wins."""
+    if not any(el.comment is None for el in line.leading_lines):
+        return
+    i = index_in_stack(ctx, line)
+    block = ctx.stack[i - 1] if i else None
+    body = getattr(block, "body", None)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)) or not isinstance(body, (list, tuple)):
+        return
+    index = next((k for k, stmt in enumerate(body) if stmt is line), None)
+    if index is None or index + 1 >= len(body):
+        return
+    following = body[index + 1]
+    if following.leading_lines and following.leading_lines[0].comment is None:
+        return
+
+    def add_blank(updated):
+        lines = list(updated.leading_lines)
+        if lines and lines[0].comment is None:
+            return updated
+        return updated.with_changes(leading_lines=[cst.EmptyLine(indent=False)] + lines)
+
+    ctx.replace(following, add_blank)

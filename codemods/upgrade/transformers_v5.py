@@ -1,0 +1,368 @@
+"""Transformers 4.x -> 5.23 (and TRL 0.x -> 1.16) upgrades of calls and imports that an old-stack
+project makes and that the pinned versions reject:
+
+* NM601 ``transformers.AdamW`` (removed) -> ``torch.optim.AdamW``, with the old defaults pinned;
+* NM602 training arguments: ``evaluation_strategy=`` -> ``eval_strategy=``, ``overwrite_output_dir=`` dropped;
+* NM603 trainer calls: ``tokenizer=`` -> ``processing_class=``;
+* NM605 ``from_pretrained``/``pipeline``: ``use_auth_token=`` -> ``token=``;
+* NM606 ``send_example_telemetry`` (removed): the import and its calls go;
+* NM607 ``from_pretrained``/``pipeline``: ``torch_dtype=`` -> ``dtype=`` (deprecated in v5).
+
+Which call gets which edit is read from the installed target libraries (``targetapi``): a keyword
+is renamed only where the target rejects the old one and accepts the new one.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, has_star_kwargs, keywords, literal, tokenizer_to_processing_class
+from codemods.common.statements import expression_statement, remove_small_statement
+from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, rewrite_call, target_of
+from migrator.rules import NameClash, PythonContext, PythonRule
+from migrator.selfcheck.targetapi import api
+
+ADAMW_SOURCES = ("transformers.AdamW", "transformers.optimization.AdamW")
+ADAMW_TARGET = "torch.optim.AdamW"
+#: transformers.AdamW's defaults where torch.optim.AdamW's differ: (keyword, positional index, value)
+ADAMW_PINNED = (("eps", 3, "1e-6"), ("weight_decay", 4, "0.0"))
+
+
+class AdamWToTorch(PythonRule):
+    id = "NM601"
+    title = "transformers.AdamW (removed in v5) -> torch.optim.AdamW, with transformers' defaults pinned"
+    fix = "mixed"
+    # the ways `AdamW` is imported from transformers (not a bare "AdamW": every torch.optim user has it)
+    triggers = ("import AdamW", "AdamW,", ", AdamW", "(AdamW", "transformers.AdamW", "optimization.AdamW")
+    why = """
+        transformers' own AdamW was deprecated in 4.x and is gone in v5: `from transformers import
+        AdamW` fails at import. torch.optim.AdamW is the same algorithm, but its defaults differ
+        (eps=1e-8 and weight_decay=0.01 where transformers had eps=1e-6 and weight_decay=0.0), so a
+        call that relied on them gets them written out: the optimizer behaves as before.
+    """
+    before = """
+        from transformers import AdamW, get_linear_schedule_with_warmup
+
+        optimizer = AdamW(model.parameters(), lr=5e-5)
+    """
+    after = """
+        from torch.optim import AdamW
+        from transformers import get_linear_schedule_with_warmup
+
+        optimizer = AdamW(model.parameters(), lr=5e-5, eps=1e-6, weight_decay=0.0)
+    """
+    caveats = """
+        The local name is kept (`from torch.optim import AdamW`). `correct_bias=True` is dropped
+        (torch always corrects the bias); `correct_bias=False` has no torch equivalent: it is
+        dropped with a marker. Defaults are pinned only on direct calls: a call with `**kwargs` or
+        AdamW passed around as a class (`optimizer_cls=AdamW`) keeps torch's defaults.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute}
+
+    def finish(self, ctx: PythonContext) -> None:
+        for b in ctx.imports.all_bindings():
+            if b.is_from and b.alias is not None and b.qualified in ADAMW_SOURCES and not ctx.is_ignored(b.line):
+                ctx.remove_import(b)
+                ctx.add_import("torch.optim", "AdamW", b.local if b.local != "AdamW" else None, anchor=b)
+                ctx.finding(b.alias, f"{b.qualified} -> {ADAMW_TARGET}")
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        if isinstance(ctx.parent, (cst.ImportFrom, cst.Import)) or ctx.qualname(node) not in ADAMW_SOURCES:
+            return
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
+        try:
+            ctx.replace(node, ctx.name_for(ADAMW_TARGET, anchor=anchor, style="module"))
+        except NameClash as exc:
+            ctx.marker(node, f"use {ADAMW_TARGET} here by hand ({exc})")
+            return
+        ctx.finding(node, f"{ctx.qualname(node)} -> {ADAMW_TARGET}")
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if ctx.qualname(node.func) not in ADAMW_SOURCES:
+            return
+        kw = keywords(node)
+        positional = sum(1 for a in node.args if a.keyword is None and not a.star)
+        if has_star_kwargs(node) or any(a.star == "*" for a in node.args) or positional > 5:
+            ctx.marker(node, "torch.optim.AdamW: check the arguments (transformers' AdamW defaulted to eps=1e-6, "
+                             "weight_decay=0.0, torch's to eps=1e-8, weight_decay=0.01; its 6th positional "
+                             "argument was correct_bias, torch's is amsgrad)")
+            return
+        plan = ArgPlan()
+        pinned = []
+        for name, index, value in ADAMW_PINNED:
+            if name not in kw and positional <= index:
+                plan.add.append((name, lambda value=value: cst.parse_expression(value)))
+                pinned.append(f"{name}={value}")
+        if pinned:
+            ctx.finding(node, f"torch.optim.AdamW: transformers' defaults pinned ({', '.join(pinned)})")
+        if "no_deprecation_warning" in kw:
+            plan.drop.add("no_deprecation_warning")
+        if "correct_bias" in kw:
+            plan.drop.add("correct_bias")
+            if literal(kw["correct_bias"].value) is True:
+                ctx.finding(kw["correct_bias"], "correct_bias=True dropped: torch.optim.AdamW always corrects the bias")
+            else:
+                ctx.marker(node, "correct_bias= was dropped: torch.optim.AdamW always corrects the bias (no "
+                                 "equivalent of correct_bias=False)")
+        rewrite_call(ctx, node, plan)
+
+
+class TrainingArgumentsFields(PythonRule):
+    id = "NM602"
+    title = "TrainingArguments / TRL configs: evaluation_strategy= -> eval_strategy=, overwrite_output_dir= dropped"
+    fix = "mixed"
+    triggers = ("evaluation_strategy", "overwrite_output_dir")
+    why = """
+        Transformers v5 removed two TrainingArguments fields old scripts pass: `evaluation_strategy`
+        (renamed `eval_strategy` in 4.41) and `overwrite_output_dir`. Both make the dataclass
+        raise a TypeError. The rename applies to every class that inherits the fields
+        (Seq2SeqTrainingArguments, TRL's SFTConfig/DPOConfig/...), also where a Neuron rule
+        renamed the class (NeuronTrainingArguments).
+    """
+    before = """
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(output_dir="out", evaluation_strategy="epoch", overwrite_output_dir=True)
+    """
+    after = """
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(output_dir="out", eval_strategy="epoch")
+    """
+    caveats = """
+        The Trainer itself never read `overwrite_output_dir`: only scripts did (the example
+        scripts' `get_last_checkpoint` logic), and 5.23 writes its checkpoints into `output_dir`
+        whether it exists or not. A script that reads `args.overwrite_output_dir` must be changed
+        by hand (the attribute is gone). A value that is not a literal gets a marker. The
+        command-line flags (`--evaluation_strategy` parsed by HfArgumentParser) are not rewritten.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        if "evaluation_strategy" not in kw and "overwrite_output_dir" not in kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None or api().accepts(target, "eval_strategy") is not True:
+            return
+        plan = ArgPlan()
+        if "evaluation_strategy" in kw and renamed_keyword(target, "evaluation_strategy", "eval_strategy"):
+            if "eval_strategy" in kw and owned_elsewhere(ctx, node.func, self.id):
+                ctx.marker(node, "both evaluation_strategy= and eval_strategy= are passed: remove evaluation_strategy=")
+            elif "eval_strategy" in kw:
+                plan.drop.add("evaluation_strategy")
+                ctx.marker(node, "both evaluation_strategy= and eval_strategy= were passed: evaluation_strategy= "
+                                 "was dropped")
+            else:
+                rename_keyword(ctx, kw["evaluation_strategy"], "eval_strategy")
+                ctx.finding(kw["evaluation_strategy"], "evaluation_strategy= -> eval_strategy= (transformers v5)")
+        # an optimum-neuron class drops it in its own rule (NM201's plumbing fields): one owner
+        owned = owned_elsewhere(ctx, node.func, self.id)
+        if "overwrite_output_dir" in kw and not owned and api().accepts(target, "overwrite_output_dir") is False:
+            plan.drop.add("overwrite_output_dir")
+            value = literal(kw["overwrite_output_dir"].value)
+            if value is NOT_LITERAL:
+                ctx.marker(node, "overwrite_output_dir= was dropped (gone in transformers v5): if the script "
+                                 "reads args.overwrite_output_dir, decide there whether to resume from "
+                                 "get_last_checkpoint(output_dir)")
+            else:
+                ctx.finding(kw["overwrite_output_dir"], (
+                    f"overwrite_output_dir={value} dropped (gone in transformers v5; the Trainer never read it and "
+                    "writes its checkpoints into output_dir whether it exists or not)"))
+        rewrite_call(ctx, node, plan)
+
+
+class TrainerProcessingClass(PythonRule):
+    id = "NM603"
+    title = "Trainer / Seq2SeqTrainer / TRL trainers: tokenizer= -> processing_class="
+    fix = "mixed"
+    triggers = ("Trainer(",)
+    why = """
+        Transformers v5 and TRL 1.x take the tokenizer (or processor) of a trainer as
+        `processing_class=`; `tokenizer=` was deprecated in 4.46 and now raises a TypeError.
+        Every trainer class whose installed signature has `processing_class` and no `tokenizer`
+        gets the rename (the optimum-neuron trainers are NM202's).
+    """
+    before = """
+        from transformers import Trainer
+
+        trainer = Trainer(model=model, args=args, train_dataset=ds, tokenizer=tokenizer)
+    """
+    after = """
+        from transformers import Trainer
+
+        trainer = Trainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
+    """
+    caveats = """
+        Subclasses of a trainer defined in the project, and `tokenizer=` passed through
+        `**kwargs`, are not rewritten. When both keywords are passed, `tokenizer=` is dropped with
+        a marker.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if not any(a.keyword is not None and a.keyword.value == "tokenizer" for a in node.args):
+            return
+        if owned_elsewhere(ctx, node.func, self.id):
+            return  # an optimum-neuron trainer: its rule renames the keyword (one place)
+        target = target_of(ctx, node.func)
+        if target is None or not renamed_keyword(target, "tokenizer", "processing_class"):
+            return
+        plan = ArgPlan()
+        tokenizer_to_processing_class(node, ctx, plan, target.rsplit(".", 1)[-1])
+        rewrite_call(ctx, node, plan)
+
+
+class UseAuthToken(PythonRule):
+    id = "NM605"
+    title = "from_pretrained / pipeline: use_auth_token= -> token="
+    fix = "mixed"
+    triggers = ("use_auth_token",)
+    why = """
+        `use_auth_token=` was deprecated in transformers 4.34 / diffusers 0.2x for `token=` and is
+        gone: models reject it, tokenizers and configs swallow it and download without the token
+        (a gated or private repository then fails to load).
+    """
+    before = """
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, use_auth_token=hf_token)
+    """
+    after = """
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, token=hf_token)
+    """
+    caveats = """
+        Only calls of transformers, diffusers and peft callables that accept `token=` (through the
+        module's imports; a class held in a variable is not followed). When both are passed,
+        `use_auth_token=` is dropped with a marker.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        if "use_auth_token" not in kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None or target.split(".", 1)[0] not in ("transformers", "diffusers", "peft"):
+            return
+        if api().accepts(target, "token") is not True:
+            return
+        if "token" not in kw:
+            rename_keyword(ctx, kw["use_auth_token"], "token")
+            ctx.finding(kw["use_auth_token"], "use_auth_token= -> token=")
+        elif owned_elsewhere(ctx, node.func, self.id):
+            ctx.marker(node, "both use_auth_token= and token= are passed: remove use_auth_token=")
+        else:
+            rewrite_call(ctx, node, ArgPlan(drop={"use_auth_token"}))
+            ctx.marker(node, "both use_auth_token= and token= were passed: use_auth_token= was dropped")
+
+
+class TorchDtype(PythonRule):
+    id = "NM607"
+    title = "Transformers from_pretrained / pipeline: torch_dtype= -> dtype="
+    fix = "mixed"
+    triggers = ("torch_dtype",)
+    why = """
+        Transformers v5 named the loading dtype `dtype=`; `torch_dtype=` still works in 5.23 but
+        logs a deprecation warning on every load and is due to go. Diffusers keeps `torch_dtype`
+        (its documented name in 0.42): its calls are left alone.
+    """
+    before = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=torch.bfloat16)
+    """
+    after = """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16)
+    """
+    caveats = """
+        Only transformers callables whose installed signature names `dtype` (model
+        `from_pretrained`, `pipeline`); a class held in a variable is not followed. When both are
+        passed, `torch_dtype=` is dropped with a marker (5.23 let `torch_dtype` win over the
+        default `dtype="auto"` only).
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        if "torch_dtype" not in kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None or not target.startswith("transformers."):
+            return
+        sig = api().signature(target)
+        if sig is None or ("dtype" not in sig.params and "dtype" not in sig.extra):
+            return
+        if "dtype" in kw and owned_elsewhere(ctx, node.func, self.id):
+            ctx.marker(node, "both torch_dtype= and dtype= are passed: remove torch_dtype=")
+        elif "dtype" in kw:
+            rewrite_call(ctx, node, ArgPlan(drop={"torch_dtype"}))
+            ctx.marker(node, "both torch_dtype= and dtype= were passed: torch_dtype= was dropped")
+        else:
+            rename_keyword(ctx, kw["torch_dtype"], "dtype")
+            ctx.finding(kw["torch_dtype"], "torch_dtype= -> dtype= (transformers v5)")
+
+
+TELEMETRY = ("transformers.utils.send_example_telemetry", "transformers.send_example_telemetry")
+
+
+class ExampleTelemetry(PythonRule):
+    id = "NM606"
+    title = "send_example_telemetry (removed in v5): the import and its calls are removed"
+    fix = "mixed"
+    triggers = ("send_example_telemetry",)
+    why = """
+        Scripts copied from the Transformers examples call `send_example_telemetry(...)`, a helper
+        that only pinged the Hub with the example's name; transformers v5 removed it, so the
+        import fails. The call has no effect on training: it goes, and so does its import.
+    """
+    before = """
+        from transformers import HfArgumentParser
+        from transformers.utils import send_example_telemetry
+
+        model_args, data_args = HfArgumentParser((ModelArguments, DataArguments)).parse_args_into_dataclasses()
+        send_example_telemetry("run_clm", model_args, data_args)
+    """
+    after = """
+        from transformers import HfArgumentParser
+
+        model_args, data_args = HfArgumentParser((ModelArguments, DataArguments)).parse_args_into_dataclasses()
+    """
+    caveats = """
+        A use that is not a statement of its own (`x = send_example_telemetry(...)`) gets a marker.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if ctx.qualname(node.func) not in TELEMETRY:
+            return
+        statement = expression_statement(ctx, node)
+        if statement is not None:
+            remove_small_statement(ctx, *statement)
+            ctx.finding(node, "send_example_telemetry(...) removed (it only pinged the Hub; gone in transformers v5)")
+        else:
+            ctx.marker(node, "send_example_telemetry is gone in transformers v5 (it only pinged the Hub): remove this use")
+
+
+RULES = (AdamWToTorch, TrainingArgumentsFields, TrainerProcessingClass, UseAuthToken, ExampleTelemetry, TorchDtype)
