@@ -4,16 +4,16 @@
 subcommands. A path literally named like a subcommand is reached with ``--``.
 Reports are printed as plain text (never through rich markup, so ``[...]`` survives).
 
-Two ways in, one body. The typer app (:mod:`migrator.cli_app`, also reachable as
-``migrator.cli.app``) parses every command line. The everyday one, ``neuron-migrate [OPTIONS]
-PATH...`` with well-formed options, is first tried by :func:`parse_migrate_argv`, a strict parser
-of exactly the migrate options of the contract that imports nothing: when it understands the whole
-command line, :func:`main` runs :func:`run_migrate` directly and typer, click and pydantic are never
-imported (fast start, issue 12). Anything it does not fully understand (help, an unknown option, a
-bad or missing value, a subcommand, no path) goes to the typer app unchanged, so every usage error
-and help text stays typer's. The typer ``migrate`` command is a thin wrapper of the same
-:func:`run_migrate`; a :class:`UsageError` it raises is printed the same way by both
-(``neuron-migrate: error: ...``, exit 2).
+Two ways in, one body. The typer app (built by :func:`_build_app` on first use; ``migrator.cli.app``)
+parses every command line but one: the everyday ``neuron-migrate [OPTIONS] PATH...`` with
+well-formed options is first tried by :func:`parse_migrate_argv`, a strict parser of exactly the
+migrate options of the contract: when it understands the whole command line, :func:`main` runs
+:func:`run_migrate` directly and typer, click and pydantic are never imported (fast start, issue
+12). Anything it does not fully understand (help, an unknown option, a bad or missing value, a
+subcommand, no path) goes to the typer app unchanged, so every usage error and help text stays
+typer's. The typer ``migrate`` command is a thin wrapper of the same :func:`run_migrate`; a
+:class:`UsageError` it raises is printed the same way by both (``neuron-migrate: error: ...``,
+exit 2).
 """
 
 from __future__ import annotations
@@ -22,24 +22,53 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
 
 from migrator import __version__
-from migrator.config import ConfigError, load_config
-from migrator.discover import discover
-from migrator.engine import RuleSelection, SelectionError, default_jobs, parse_ids, run
-from migrator.model import RunResult
-from migrator.report import RuleInfo, render
-from migrator.write import atomic_write, dirty_files
 
 if TYPE_CHECKING:  # pragma: no cover
-    from migrator.model import FileResult
+    from migrator.config import ConfigError, load_config
+    from migrator.discover import discover
+    from migrator.engine import RuleSelection, SelectionError, default_jobs, parse_ids, run
+    from migrator.model import FileResult, RunResult
+    from migrator.report import RuleInfo, render
+    from migrator.write import atomic_write, dirty_files
 
-# Fast start: this module imports only what every migrate run needs, and not typer (the app is in
-# migrator.cli_app, imported by a command line the fast parser leaves to it). The rules (and
-# libcst) are imported by the engine when a file passes its byte pre-filter; the rule documentation
-# by a report that shows it (_RuleInfos); the progress bar and verify by the paths that use them.
+# Fast start: this module imports nothing heavy itself, and not typer (imported by _build_app for a
+# command line the fast parser leaves to the typer app). What a migrate run needs (_LAZY) is
+# imported by _load() when one starts, so ``--help`` and ``--version`` skip it; the names are still
+# attributes of this module (tests replace ``discover`` or ``atomic_write`` here).
+# The rules (and libcst) are imported by the engine when a file passes its byte pre-filter; the
+# rule documentation by a report that shows it (_RuleInfos); the progress bar and verify by the
+# paths that use them.
+_LAZY = {
+    "ConfigError": "migrator.config", "load_config": "migrator.config",
+    "discover": "migrator.discover",
+    "RuleSelection": "migrator.engine", "SelectionError": "migrator.engine",
+    "default_jobs": "migrator.engine", "parse_ids": "migrator.engine", "run": "migrator.engine",
+    "RunResult": "migrator.model",
+    "RuleInfo": "migrator.report", "render": "migrator.report",
+    "atomic_write": "migrator.write", "dirty_files": "migrator.write",
+}
+
+
+def _import_run_modules() -> None:
+    import migrator.config  # noqa: F401  (the modules of _LAZY)
+    import migrator.discover  # noqa: F401
+    import migrator.engine  # noqa: F401
+    import migrator.model  # noqa: F401
+    import migrator.report  # noqa: F401
+    import migrator.write  # noqa: F401
+
+
+def _load() -> None:
+    """Make every name of _LAZY a global of this module (a name already set, e.g. replaced by a
+    test, is kept)."""
+    module = sys.modules[__name__]
+    for name in _LAZY:
+        getattr(module, name)
 
 SUBCOMMANDS = ("verify", "rules", "explain")
 FORMATS = ("text", "json", "markdown", "sarif", "github")
@@ -67,6 +96,7 @@ def error_line(message: str) -> str:
 
 
 def rule_infos() -> dict[str, RuleInfo]:
+    _load()
     infos = {}
     for rule in RuleSelection(rule_loader()).load_all():
         doc = rule.doc()
@@ -115,6 +145,7 @@ def run_migrate(
     Raises :class:`UsageError` for a usage error (both callers print it and exit 2).
     """
     started = time.perf_counter()
+    _load()
     if write and check:
         raise UsageError("--write and --check cannot be used together")
     try:
@@ -220,6 +251,171 @@ def explain_text(doc) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join(("    " + line) if line else "" for line in text.splitlines())
+
+
+# --------------------------------------------------------------------------- the typer app
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+    sarif = "sarif"
+    github = "github"
+
+
+_app = None
+
+
+def _typer_app():
+    """The typer app (built, and typer imported, on first use: ``migrator.cli.app``)."""
+    global _app
+    if _app is None:
+        _app = _build_app()
+    return _app
+
+
+def _build_app():
+    """The typer app: every command line the fast path leaves to it, and the CLI tests.
+
+    Built in a function so that importing this module does not import typer. typer reads the
+    commands' annotations (strings, see ``__future__``) in this module's globals: typer is made one.
+    """
+    global typer
+    import typer
+    from typer.core import TyperGroup
+
+    class _Group(TyperGroup):
+        """A first argument that is not a subcommand means ``migrate``."""
+
+        def parse_args(self, ctx, args: list[str]) -> list[str]:
+            if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
+                args = ["migrate", *args]
+            return super().parse_args(ctx, args)
+
+        def format_usage(self, ctx, formatter):
+            formatter.write_usage("neuron-migrate", "[OPTIONS] PATH... | verify SCRIPT ... | rules | explain RULE_ID")
+
+    app = typer.Typer(
+        cls=_Group,
+        add_completion=False,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        help="Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.\n\n"
+        "`neuron-migrate PATH --help` lists the migrate options (--write, --check, --format...).",
+    )
+
+    def _version(value: bool) -> None:
+        if value:
+            typer.echo(f"neuron-migrate {__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    ) -> None:
+        """Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.
+
+        neuron-migrate PATH...        dry run: print the diff (add --write to apply)
+        """
+
+    def _fail(message: str) -> typer.Exit:
+        typer.echo(error_line(message), err=True)
+        return typer.Exit(2)
+
+    # hidden: reached only through _Group (``neuron-migrate migrate`` names a path called migrate)
+    @app.command("migrate", hidden=True, help="Migrate PATH... (dry run unless --write).")
+    def migrate(
+        paths: List[Path] = typer.Argument(..., metavar="PATH", help="Files or directories to migrate."),
+        write: bool = typer.Option(False, "--write", help="Apply the changes in place (atomic per file)."),
+        check: bool = typer.Option(False, "--check", help="CI mode: exit 1 if a change is pending or a marker remains."),
+        diff: Optional[bool] = typer.Option(None, "--diff/--no-diff", help="Show diffs (default: only in a dry run)."),
+        fmt: Format = typer.Option(Format.text, "--format", help="Report format."),
+        output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file."),
+        select: Optional[List[str]] = typer.Option(None, "--select", help="Rule ids or prefixes (comma-separated)."),
+        ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Rule ids or prefixes to skip."),
+        jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: all cores)."),
+        allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Permit --write on files with uncommitted changes."),
+        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+        exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Skip paths matching this glob (repeatable)."),
+    ) -> None:
+        try:
+            code = run_migrate(
+                paths, write=write, check=check, diff=diff, fmt=fmt.value, output=output, select=select,
+                ignore=ignore, jobs=jobs, allow_dirty=allow_dirty, no_progress=no_progress, exclude=exclude,
+            )
+        except UsageError as exc:
+            raise _fail(str(exc))
+        raise typer.Exit(code)
+
+    @app.command("rules", help="List every rule: id, title, fix kind, file kinds.")
+    def rules_cmd(
+        fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
+    ) -> None:
+        import json
+
+        from migrator.engine import RuleSelection
+
+        rules = RuleSelection(rule_loader()).load_all()
+        if fmt == "json":
+
+            typer.echo(json.dumps([{"id": r.id, "title": r.title, "fix": r.fix, "kinds": list(r.kinds)} for r in rules], indent=2))
+        elif fmt == "markdown":
+            typer.echo(rules_markdown(rules), nl=False)
+        elif fmt == "text":
+            width = max(len(r.title) for r in rules)
+            for r in rules:
+                typer.echo(f"{r.id}  {r.fix:<6}  {r.title:<{width}}  {','.join(r.kinds)}")
+        else:
+            raise _fail(f"unknown format {fmt!r} (text, markdown, json)")
+
+    @app.command("explain", help="Explain one rule: why, example, caveats.")
+    def explain_cmd(rule_id: str = typer.Argument(..., metavar="RULE_ID")) -> None:
+        from migrator.engine import RuleSelection
+
+        wanted = rule_id.strip().upper()
+        for rule in RuleSelection(rule_loader()).load_all():
+            if rule.id == wanted:
+                typer.echo(explain_text(rule.doc()), nl=False)
+                return
+        raise _fail(f"unknown rule {rule_id!r}; `neuron-migrate rules` lists them")
+
+    @app.command(
+        "verify",
+        help="Run a migrated script on Neuron (or an emulated Neuron device) and compare its outputs.",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
+    )
+    def verify_cmd(
+        ctx: typer.Context,
+        script: Path = typer.Argument(..., help="The script to run."),
+        device: str = typer.Option("auto", "--device", help="auto, neuron, cpu, emulate or cuda."),
+        reference: str = typer.Option("cpu", "--reference", help="cpu or none."),
+        baseline: Optional[Path] = typer.Option(None, "--baseline", help="Golden file to compare with."),
+        record: Optional[Path] = typer.Option(None, "--record", help="Write the observations as a golden file."),
+        nproc: int = typer.Option(1, "--nproc", min=1, help="Processes (torchrun) for distributed scripts."),
+        atol: float = typer.Option(1e-5, "--atol"),
+        rtol: float = typer.Option(1e-4, "--rtol"),
+        max_recompiles: int = typer.Option(0, "--max-recompiles", min=0),
+        timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the run is killed."),
+        fmt: str = typer.Option("text", "--format", help="text or json."),
+        output: Optional[Path] = typer.Option(None, "--output"),
+    ) -> None:
+        from migrator.verify import Options, run_verify
+
+        # typer may vendor its own click: compare the ParameterSource by name
+        source = getattr(ctx.get_parameter_source("reference"), "name", None)
+        opts = Options(
+            script=script, script_args=list(ctx.args), device=device, reference=reference,
+            reference_explicit=source not in (None, "DEFAULT", "DEFAULT_MAP"),
+            baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
+            max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
+        )
+        code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
+        raise typer.Exit(code)
+
+    return app
 
 
 # --------------------------------------------------------------------------- the fast path
@@ -385,8 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         kw = parse_migrate_argv(args)
         if kw is not None:
             return _run_fast(kw)
-    from migrator.cli_app import app
-
+    app = _typer_app()
     try:
         app(args=args, prog_name="neuron-migrate", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit
@@ -398,13 +593,11 @@ def entry() -> None:
     sys.exit(main())
 
 
-# the typer app and its commands, imported on first use: ``from migrator.cli import app``
-_APP_NAMES = frozenset({"app", "migrate", "rules_cmd", "explain_cmd", "verify_cmd", "Format"})
-
-
 def __getattr__(name: str):
-    if name in _APP_NAMES:
-        from migrator import cli_app
-
-        return getattr(cli_app, name)
+    if name in _LAZY:
+        _import_run_modules()
+        value = globals()[name] = getattr(sys.modules[_LAZY[name]], name)
+        return value
+    if name == "app":  # ``from migrator.cli import app``: the typer app
+        return _typer_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

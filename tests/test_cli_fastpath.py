@@ -229,7 +229,7 @@ def test_fast_parser_knows_exactly_the_typer_migrate_options() -> None:
     """Every option of the typer ``migrate`` command, and no other, is known to the fast parser."""
     import typer.main
 
-    from migrator.cli_app import Format, app
+    from migrator.cli import Format, app
 
     command = typer.main.get_command(app).commands["migrate"]
     names = {opt for p in command.params if not p.__class__.__name__.endswith("Argument")
