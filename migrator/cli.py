@@ -3,38 +3,81 @@
 ``neuron-migrate PATH...`` migrates; ``verify``, ``rules`` and ``explain`` are
 subcommands. A path literally named like a subcommand is reached with ``--``.
 Reports are printed as plain text (never through rich markup, so ``[...]`` survives).
+
+Two ways in, one body. The typer app (built by :func:`_build_app` on first use; ``migrator.cli.app``)
+parses every command line but one: the everyday ``neuron-migrate [OPTIONS] PATH...`` with
+well-formed options is first tried by :func:`parse_migrate_argv`, a strict parser of exactly the
+migrate options of the contract: when it understands the whole command line, :func:`main` runs
+:func:`run_migrate` directly and typer, click and pydantic are never imported (fast start, issue
+12). Anything it does not fully understand (help, an unknown option, a bad or missing value, a
+subcommand, no path) goes to the typer app unchanged, so every usage error and help text stays
+typer's. The typer ``migrate`` command is a thin wrapper of the same :func:`run_migrate`; a
+:class:`UsageError` it raises is printed the same way by both (``neuron-migrate: error: ...``,
+exit 2).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional
-
-import typer
-from typer.core import TyperGroup
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
 
 from migrator import __version__
-from migrator.config import ConfigError, load_config
-from migrator.discover import discover
-from migrator.engine import RuleSelection, SelectionError, default_jobs, parse_ids, run
-from migrator.model import RunResult
-from migrator.report import RuleInfo, render
-from migrator.write import atomic_write, dirty_files
 
 if TYPE_CHECKING:  # pragma: no cover
-    from migrator.model import FileResult
+    from migrator.config import ConfigError, load_config
+    from migrator.discover import discover
+    from migrator.engine import RuleSelection, SelectionError, default_jobs, parse_ids, run
+    from migrator.model import FileResult, RunResult
+    from migrator.report import RuleInfo, render
+    from migrator.write import atomic_write, dirty_files
 
-# Fast start: this module imports only what every migrate run needs. The rules (and libcst) are
-# imported by the engine when a file passes its byte pre-filter; the rule documentation by a report
-# that shows it (_RuleInfos); the progress bar and verify by the paths that use them.
+# Fast start: this module imports nothing heavy itself, and not typer (imported by _build_app for a
+# command line the fast parser leaves to the typer app). What a migrate run needs (_LAZY) is
+# imported by _load() when one starts, so ``--help`` and ``--version`` skip it; the names are still
+# attributes of this module (tests replace ``discover`` or ``atomic_write`` here).
+# The rules (and libcst) are imported by the engine when a file passes its byte pre-filter; the
+# rule documentation by a report that shows it (_RuleInfos); the progress bar and verify by the
+# paths that use them.
+_LAZY = {
+    "ConfigError": "migrator.config", "load_config": "migrator.config",
+    "discover": "migrator.discover",
+    "RuleSelection": "migrator.engine", "SelectionError": "migrator.engine",
+    "default_jobs": "migrator.engine", "parse_ids": "migrator.engine", "run": "migrator.engine",
+    "RunResult": "migrator.model",
+    "RuleInfo": "migrator.report", "render": "migrator.report",
+    "atomic_write": "migrator.write", "dirty_files": "migrator.write",
+}
+
+
+def _import_run_modules() -> None:
+    import migrator.config  # noqa: F401  (the modules of _LAZY)
+    import migrator.discover  # noqa: F401
+    import migrator.engine  # noqa: F401
+    import migrator.model  # noqa: F401
+    import migrator.report  # noqa: F401
+    import migrator.write  # noqa: F401
+
+
+def _load() -> None:
+    """Make every name of _LAZY a global of this module (a name already set, e.g. replaced by a
+    test, is kept)."""
+    module = sys.modules[__name__]
+    for name in _LAZY:
+        getattr(module, name)
 
 SUBCOMMANDS = ("verify", "rules", "explain")
+FORMATS = ("text", "json", "markdown", "sarif", "github")
+# set (to anything non-empty) to send every command line through the typer app; for the tests
+NO_FASTPATH_ENV = "NEURON_MIGRATE_NO_FASTPATH"
+# typer/click shell completion (``_{PROG}_COMPLETE``): left to the typer app
+_COMPLETE_ENV = "_NEURON_MIGRATE_COMPLETE"
+
+
 def rule_loader() -> str:
     """Where the rules come from: ``module:function`` returning rule instances.
 
@@ -44,60 +87,16 @@ def rule_loader() -> str:
     return os.environ.get("NEURON_MIGRATE_RULES") or "codemods:all_rules"
 
 
-class _Group(TyperGroup):
-    """A first argument that is not a subcommand means ``migrate``."""
-
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
-            args = ["migrate", *args]
-        return super().parse_args(ctx, args)
-
-    def format_usage(self, ctx, formatter):
-        formatter.write_usage("neuron-migrate", "[OPTIONS] PATH... | verify SCRIPT ... | rules | explain RULE_ID")
+class UsageError(Exception):
+    """A command-line error: printed as ``neuron-migrate: error: MESSAGE``, exit code 2."""
 
 
-app = typer.Typer(
-    cls=_Group,
-    add_completion=False,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    help="Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.\n\n"
-    "`neuron-migrate PATH --help` lists the migrate options (--write, --check, --format...).",
-)
-
-
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-    sarif = "sarif"
-    github = "github"
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"neuron-migrate {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
-) -> None:
-    """Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.
-
-    neuron-migrate PATH...        dry run: print the diff (add --write to apply)
-    """
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"neuron-migrate: error: {message}", err=True)
-    return typer.Exit(2)
+def error_line(message: str) -> str:
+    return f"neuron-migrate: error: {message}"
 
 
 def rule_infos() -> dict[str, RuleInfo]:
+    _load()
     infos = {}
     for rule in RuleSelection(rule_loader()).load_all():
         doc = rule.doc()
@@ -126,38 +125,42 @@ class _RuleInfos(Mapping):
         return len(self._get())
 
 
-# hidden: reached only through _Group (``neuron-migrate migrate`` names a path called migrate)
-@app.command("migrate", hidden=True, help="Migrate PATH... (dry run unless --write).")
-def migrate(
-    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Files or directories to migrate."),
-    write: bool = typer.Option(False, "--write", help="Apply the changes in place (atomic per file)."),
-    check: bool = typer.Option(False, "--check", help="CI mode: exit 1 if a change is pending or a marker remains."),
-    diff: Optional[bool] = typer.Option(None, "--diff/--no-diff", help="Show diffs (default: only in a dry run)."),
-    fmt: Format = typer.Option(Format.text, "--format", help="Report format."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file."),
-    select: Optional[List[str]] = typer.Option(None, "--select", help="Rule ids or prefixes (comma-separated)."),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Rule ids or prefixes to skip."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: all cores)."),
-    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Permit --write on files with uncommitted changes."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-    exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Skip paths matching this glob (repeatable)."),
-) -> None:
+def run_migrate(
+    paths: Sequence[Path],
+    *,
+    write: bool = False,
+    check: bool = False,
+    diff: bool | None = None,
+    fmt: str = "text",
+    output: Path | None = None,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    jobs: int | None = None,
+    allow_dirty: bool = False,
+    no_progress: bool = False,
+    exclude: Sequence[str] | None = None,
+) -> int:
+    """``neuron-migrate PATH...``: migrate, print (or --output) the report, return the exit code.
+
+    Raises :class:`UsageError` for a usage error (both callers print it and exit 2).
+    """
     started = time.perf_counter()
+    _load()
     if write and check:
-        raise _fail("--write and --check cannot be used together")
+        raise UsageError("--write and --check cannot be used together")
     try:
         config = load_config(paths[0] if paths else Path.cwd())
     except ConfigError as exc:
-        raise _fail(str(exc))
+        raise UsageError(str(exc))
     select_ids = parse_ids(select) if select else (tuple(parse_ids(config.select)) if config.select else None)
     ignore_ids = parse_ids(ignore) if ignore else tuple(parse_ids(config.ignore))
     selection = RuleSelection(rule_loader(), select_ids, ignore_ids)
     try:
         selection.chosen_ids()
     except SelectionError as exc:
-        raise _fail(str(exc))
+        raise UsageError(str(exc))
     excludes = list(config.exclude) + list(exclude or [])
-    candidates, errors = discover(paths, excludes)
+    candidates, errors = discover(list(paths), excludes)
 
     progress_cb, stop_progress = _progress(no_progress, len(candidates))
     try:
@@ -171,16 +174,16 @@ def migrate(
     mode = "write" if write else ("check" if check else "dry-run")
     show_diff = diff if diff is not None else mode == "dry-run"
     run_result = RunResult(results, time.perf_counter() - started, wrote=write)
-    report = render(run_result, fmt.value, rules=_RuleInfos(), show_diff=show_diff, mode=mode)
+    report = render(run_result, fmt, rules=_RuleInfos(), show_diff=show_diff, mode=mode)
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")
         except OSError as exc:
-            raise _fail(f"cannot write {output}: {exc.strerror or exc}")
+            raise UsageError(f"cannot write {output}: {exc.strerror or exc}")
     else:
         sys.stdout.write(report)
         sys.stdout.flush()
-    raise typer.Exit(exit_code(run_result, mode))
+    return exit_code(run_result, mode)
 
 
 def exit_code(run_result: RunResult, mode: str) -> int:
@@ -227,40 +230,12 @@ def _progress(disabled: bool, total: int):
     return update, bar.stop
 
 
-@app.command("rules", help="List every rule: id, title, fix kind, file kinds.")
-def rules_cmd(
-    fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
-) -> None:
-    rules = RuleSelection(rule_loader()).load_all()
-    if fmt == "json":
-
-        typer.echo(json.dumps([{"id": r.id, "title": r.title, "fix": r.fix, "kinds": list(r.kinds)} for r in rules], indent=2))
-    elif fmt == "markdown":
-        typer.echo(rules_markdown(rules), nl=False)
-    elif fmt == "text":
-        width = max(len(r.title) for r in rules)
-        for r in rules:
-            typer.echo(f"{r.id}  {r.fix:<6}  {r.title:<{width}}  {','.join(r.kinds)}")
-    else:
-        raise _fail(f"unknown format {fmt!r} (text, markdown, json)")
-
-
 def rules_markdown(rules) -> str:
     lines = ["| id | title | fix | files |", "|---|---|---|---|"]
     for r in rules:
         title = r.title.replace("|", "\\|")
         lines.append(f"| {r.id} | {title} | {r.fix} | {', '.join(r.kinds)} |")
     return "\n".join(lines) + "\n"
-
-
-@app.command("explain", help="Explain one rule: why, example, caveats.")
-def explain_cmd(rule_id: str = typer.Argument(..., metavar="RULE_ID")) -> None:
-    wanted = rule_id.strip().upper()
-    for rule in RuleSelection(rule_loader()).load_all():
-        if rule.id == wanted:
-            typer.echo(explain_text(rule.doc()), nl=False)
-            return
-    raise _fail(f"unknown rule {rule_id!r}; `neuron-migrate rules` lists them")
 
 
 def explain_text(doc) -> str:
@@ -278,43 +253,337 @@ def _indent(text: str) -> str:
     return "\n".join(("    " + line) if line else "" for line in text.splitlines())
 
 
-@app.command(
-    "verify",
-    help="Run a migrated script on Neuron (or an emulated Neuron device) and compare its outputs.",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
-)
-def verify_cmd(
-    ctx: typer.Context,
-    script: Path = typer.Argument(..., help="The script to run."),
-    device: str = typer.Option("auto", "--device", help="auto, neuron, cpu, emulate or cuda."),
-    reference: str = typer.Option("cpu", "--reference", help="cpu or none."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="Golden file to compare with."),
-    record: Optional[Path] = typer.Option(None, "--record", help="Write the observations as a golden file."),
-    nproc: int = typer.Option(1, "--nproc", min=1, help="Processes (torchrun) for distributed scripts."),
-    atol: float = typer.Option(1e-5, "--atol"),
-    rtol: float = typer.Option(1e-4, "--rtol"),
-    max_recompiles: int = typer.Option(0, "--max-recompiles", min=0),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the run is killed."),
-    fmt: str = typer.Option("text", "--format", help="text or json."),
-    output: Optional[Path] = typer.Option(None, "--output"),
-) -> None:
-    from migrator.verify import Options, run_verify
+# --------------------------------------------------------------------------- the typer app
 
-    # typer may vendor its own click: compare the ParameterSource by name
-    source = getattr(ctx.get_parameter_source("reference"), "name", None)
-    opts = Options(
-        script=script, script_args=list(ctx.args), device=device, reference=reference,
-        reference_explicit=source not in (None, "DEFAULT", "DEFAULT_MAP"),
-        baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
-        max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+    sarif = "sarif"
+    github = "github"
+
+
+_app = None
+
+
+def _typer_app():
+    """The typer app (built, and typer imported, on first use: ``migrator.cli.app``)."""
+    global _app
+    if _app is None:
+        _app = _build_app()
+    return _app
+
+
+def _build_app():
+    """The typer app: every command line the fast path leaves to it, and the CLI tests.
+
+    Built in a function so that importing this module does not import typer. typer reads the
+    commands' annotations (strings, see ``__future__``) in this module's globals: typer is made one.
+    """
+    global typer
+    import typer
+    from typer.core import TyperGroup
+
+    class _Group(TyperGroup):
+        """A first argument that is not a subcommand means ``migrate``."""
+
+        def parse_args(self, ctx, args: list[str]) -> list[str]:
+            if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
+                args = ["migrate", *args]
+            return super().parse_args(ctx, args)
+
+        def format_usage(self, ctx, formatter):
+            formatter.write_usage("neuron-migrate", "[OPTIONS] PATH... | verify SCRIPT ... | rules | explain RULE_ID")
+
+    app = typer.Typer(
+        cls=_Group,
+        add_completion=False,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        help="Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.\n\n"
+        "`neuron-migrate PATH --help` lists the migrate options (--write, --check, --format...).",
     )
-    code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
-    raise typer.Exit(code)
+
+    def _version(value: bool) -> None:
+        if value:
+            typer.echo(f"neuron-migrate {__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    ) -> None:
+        """Migrate projects from optimum-neuron / torch-xla to native PyTorch on Trainium.
+
+        neuron-migrate PATH...        dry run: print the diff (add --write to apply)
+        """
+
+    def _fail(message: str) -> typer.Exit:
+        typer.echo(error_line(message), err=True)
+        return typer.Exit(2)
+
+    # hidden: reached only through _Group (``neuron-migrate migrate`` names a path called migrate)
+    @app.command("migrate", hidden=True, help="Migrate PATH... (dry run unless --write).")
+    def migrate(
+        paths: List[Path] = typer.Argument(..., metavar="PATH", help="Files or directories to migrate."),
+        write: bool = typer.Option(False, "--write", help="Apply the changes in place (atomic per file)."),
+        check: bool = typer.Option(False, "--check", help="CI mode: exit 1 if a change is pending or a marker remains."),
+        diff: Optional[bool] = typer.Option(None, "--diff/--no-diff", help="Show diffs (default: only in a dry run)."),
+        fmt: Format = typer.Option(Format.text, "--format", help="Report format."),
+        output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file."),
+        select: Optional[List[str]] = typer.Option(None, "--select", help="Rule ids or prefixes (comma-separated)."),
+        ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Rule ids or prefixes to skip."),
+        jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: all cores)."),
+        allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Permit --write on files with uncommitted changes."),
+        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+        exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Skip paths matching this glob (repeatable)."),
+    ) -> None:
+        try:
+            code = run_migrate(
+                paths, write=write, check=check, diff=diff, fmt=fmt.value, output=output, select=select,
+                ignore=ignore, jobs=jobs, allow_dirty=allow_dirty, no_progress=no_progress, exclude=exclude,
+            )
+        except UsageError as exc:
+            raise _fail(str(exc))
+        raise typer.Exit(code)
+
+    @app.command("rules", help="List every rule: id, title, fix kind, file kinds.")
+    def rules_cmd(
+        fmt: str = typer.Option("text", "--format", help="text, markdown or json."),
+    ) -> None:
+        import json
+
+        from migrator.engine import RuleSelection
+
+        rules = RuleSelection(rule_loader()).load_all()
+        if fmt == "json":
+
+            typer.echo(json.dumps([{"id": r.id, "title": r.title, "fix": r.fix, "kinds": list(r.kinds)} for r in rules], indent=2))
+        elif fmt == "markdown":
+            typer.echo(rules_markdown(rules), nl=False)
+        elif fmt == "text":
+            width = max(len(r.title) for r in rules)
+            for r in rules:
+                typer.echo(f"{r.id}  {r.fix:<6}  {r.title:<{width}}  {','.join(r.kinds)}")
+        else:
+            raise _fail(f"unknown format {fmt!r} (text, markdown, json)")
+
+    @app.command("explain", help="Explain one rule: why, example, caveats.")
+    def explain_cmd(rule_id: str = typer.Argument(..., metavar="RULE_ID")) -> None:
+        from migrator.engine import RuleSelection
+
+        wanted = rule_id.strip().upper()
+        for rule in RuleSelection(rule_loader()).load_all():
+            if rule.id == wanted:
+                typer.echo(explain_text(rule.doc()), nl=False)
+                return
+        raise _fail(f"unknown rule {rule_id!r}; `neuron-migrate rules` lists them")
+
+    @app.command(
+        "verify",
+        help="Run a migrated script on Neuron (or an emulated Neuron device) and compare its outputs.",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
+    )
+    def verify_cmd(
+        ctx: typer.Context,
+        script: Path = typer.Argument(..., help="The script to run."),
+        device: str = typer.Option("auto", "--device", help="auto, neuron, cpu, emulate or cuda."),
+        reference: str = typer.Option("cpu", "--reference", help="cpu or none."),
+        baseline: Optional[Path] = typer.Option(None, "--baseline", help="Golden file to compare with."),
+        record: Optional[Path] = typer.Option(None, "--record", help="Write the observations as a golden file."),
+        nproc: int = typer.Option(1, "--nproc", min=1, help="Processes (torchrun) for distributed scripts."),
+        atol: float = typer.Option(1e-5, "--atol"),
+        rtol: float = typer.Option(1e-4, "--rtol"),
+        max_recompiles: int = typer.Option(0, "--max-recompiles", min=0),
+        timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the run is killed."),
+        fmt: str = typer.Option("text", "--format", help="text or json."),
+        output: Optional[Path] = typer.Option(None, "--output"),
+    ) -> None:
+        from migrator.verify import Options, run_verify
+
+        # typer may vendor its own click: compare the ParameterSource by name
+        source = getattr(ctx.get_parameter_source("reference"), "name", None)
+        opts = Options(
+            script=script, script_args=list(ctx.args), device=device, reference=reference,
+            reference_explicit=source not in (None, "DEFAULT", "DEFAULT_MAP"),
+            baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
+            max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
+        )
+        code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
+        raise typer.Exit(code)
+
+    return app
+
+
+# --------------------------------------------------------------------------- the fast path
+
+# the migrate options of the contract: flags (name -> (keyword, value)) and options with a value
+_FLAGS = {
+    "--write": ("write", True),
+    "--check": ("check", True),
+    "--diff": ("diff", True),
+    "--no-diff": ("diff", False),
+    "--allow-dirty": ("allow_dirty", True),
+    "--no-progress": ("no_progress", True),
+}
+_VALUED = {"--format": "fmt", "--output": "output", "--jobs": "jobs"}  # the last one wins
+_REPEATED = {"--select": "select", "--ignore": "ignore", "--exclude": "exclude"}  # each one counts
+
+
+def _plain(value: str) -> bool:
+    """An option value or path both parsers surely read alike: :func:`_text`, no leading dash."""
+    return _text(value) and value[0] != "-"
+
+
+def _text(value: str) -> bool:
+    """Not empty, and valid UTF-8 text (no surrogate-escaped bytes of a non-UTF-8 name)."""
+    if not value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_migrate_argv(args: Sequence[str]) -> dict | None:
+    """The keyword arguments of :func:`run_migrate` for ``neuron-migrate ARGS``, or None.
+
+    Strict on purpose: None (= let the typer app parse it, with its errors and help) for anything
+    but well-formed migrate options (``--opt VALUE`` or ``--opt=VALUE``, flags without a value) and
+    at least one path; ``--`` ends the options. A first argument that is a subcommand name or
+    starts with ``-h``/``--help``/``--version`` is the typer app's too.
+    """
+    if not args or args[0] in SUBCOMMANDS:
+        return None
+    kw: dict = {}
+    paths: list[Path] = []
+    i, n = 0, len(args)
+    while i < n:
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            for rest in args[i:]:  # all paths, even one that starts with a dash
+                if not _text(rest):
+                    return None
+                paths.append(Path(rest))
+            break
+        if arg.startswith("-") and arg != "-":
+            name, eq, value = arg.partition("=")
+            if name in _FLAGS:
+                if eq:
+                    return None
+                key, flag = _FLAGS[name]
+                kw[key] = flag
+                continue
+            if name not in _VALUED and name not in _REPEATED:
+                return None  # -h, --help, --version, a typo, a short option: typer's
+            if not eq:
+                if i >= n:
+                    return None
+                value = args[i]
+                i += 1
+            if not _plain(value):
+                return None
+            if name in _REPEATED:
+                kw.setdefault(_REPEATED[name], []).append(value)
+            elif name == "--format":
+                if value not in FORMATS:
+                    return None
+                kw["fmt"] = value
+            elif name == "--jobs":
+                if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                    return None
+                kw["jobs"] = int(value)
+            else:
+                kw["output"] = Path(value)
+            continue
+        if not _plain(arg) and arg != "-":
+            return None
+        paths.append(Path(arg))
+    if not paths:
+        return None
+    kw["paths"] = paths
+    return kw
+
+
+def _echo_err(message: str) -> None:
+    """``typer.echo(message, err=True)`` as typer (click) does it for our messages."""
+    if "\x1b" in message and not _isatty(sys.stderr):  # click strips ANSI codes off a non-terminal
+        import re
+
+        message = re.sub(r"\033\[[;?0-9]*[a-zA-Z]", "", message)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:
+        return False
+
+
+class _PacifyFlush:
+    """click's PacifyFlushWrapper: a flush into a closed pipe is not an error."""
+
+    def __init__(self, wrapped) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except OSError as exc:
+            import errno
+
+            if exc.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, attr):
+        return getattr(self.wrapped, attr)
+
+
+def _run_fast(kw: dict) -> int:
+    """:func:`run_migrate` with what typer's standalone mode does around a command."""
+    try:
+        return run_migrate(**kw)
+    except UsageError as exc:
+        _echo_err(error_line(str(exc)))
+        return 2
+    except EOFError:
+        _echo_err("")
+        _echo_err("Aborted!")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        import errno
+
+        if exc.errno != errno.EPIPE:
+            raise
+        sys.stdout = _PacifyFlush(sys.stdout)
+        sys.stderr = _PacifyFlush(sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not os.environ.get(NO_FASTPATH_ENV) and not os.environ.get(_COMPLETE_ENV):
+        if args == ["--version"]:
+            sys.stdout.write(f"neuron-migrate {__version__}\n")
+            sys.stdout.flush()
+            return 0
+        kw = parse_migrate_argv(args)
+        if kw is not None:
+            return _run_fast(kw)
+    app = _typer_app()
     try:
-        app(args=argv, prog_name="neuron-migrate", standalone_mode=True)
+        app(args=args, prog_name="neuron-migrate", standalone_mode=True)
     except SystemExit as exc:  # typer/click exit
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     return 0
@@ -322,3 +591,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     sys.exit(main())
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        _import_run_modules()
+        value = globals()[name] = getattr(sys.modules[_LAZY[name]], name)
+        return value
+    if name == "app":  # ``from migrator.cli import app``: the typer app
+        return _typer_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,7 @@ picklable :class:`RuleSelection`).
 from __future__ import annotations
 
 import codecs
+import heapq
 import importlib
 import os
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ class RuleSet:
         #: the self-check's findings that are selected (see migrator.selfcheck.policy)
         self.checks = frozenset(self.ids & SELF_CHECKS)
         self.triggers: dict[str, tuple[bytes, ...]] = {}
+        #: per kind, the triggers grouped by _gate (computed by ``wanted`` on first use)
         self._gated: dict[str, tuple[tuple[bytes, ...], tuple[tuple[bytes, tuple[bytes, ...]], ...]]] = {}
         #: per kind: (rule id, its own triggers, its project_triggers) of rules with project context
         self.contextual: dict[str, tuple[tuple[str, tuple[bytes, ...], tuple[bytes, ...]], ...]] = {}
@@ -134,7 +136,6 @@ class RuleSet:
                     if r.project_triggers and r.triggers:
                         contextual.append((r.id, _encoded(r.triggers), _encoded(r.project_triggers)))
             self.triggers[kind] = _encoded(trig)
-            self._gated[kind] = _gate(self.triggers[kind])
             self.contextual[kind] = tuple(contextual)
         self.contextual_ids = frozenset(rid for c in self.contextual.values() for rid, _, _ in c)
 
@@ -162,7 +163,11 @@ class RuleSet:
 
     def wanted(self, kind: str, data: bytes, project: frozenset[str] = frozenset()) -> bool:
         """Whether a file with these bytes can interest a rule (the byte pre-filter)."""
-        ungated, groups = self._gated.get(kind, ((), ()))
+        gated = self._gated.get(kind)
+        if gated is None:  # grouped on first use: a run on one .py file needs only the python gates
+            trig = self.triggers.get(kind)
+            gated = self._gated[kind] = _gate(trig) if trig is not None else ((), ())
+        ungated, groups = gated
         if any(t in data for t in ungated) or any(g in data and any(t in data for t in ts) for g, ts in groups):
             return True
         return bool(project) and self.wanted_in_project(kind, data, project)
@@ -200,13 +205,23 @@ def _gate(triggers: tuple[bytes, ...], min_group: int = 3):
         for n in range(3, 9):
             for i in range(len(t) - n + 1):
                 subs.setdefault(t[i : i + n], set()).add(t)
+    # Greedy: take the substring covering the most triggers not yet covered (ties: the longer, then
+    # the greater). Lazily: a substring's count only falls as triggers get covered, so the counts in
+    # the heap are upper bounds; the top entry, once recounted and still on top, is the maximum.
     left, groups = set(triggers), []
-    while subs:
-        gate, covered = max(subs.items(), key=lambda kv: (len(kv[1] & left), len(kv[0]), kv[0]))
-        covered = covered & left
+    order = sorted(subs, reverse=True)  # rank 0 = the greatest substring (the last tie-break)
+    heap = [(-len(subs[g]), -len(g), rank) for rank, g in enumerate(order)]
+    heapq.heapify(heap)
+    while heap:
+        count, size, rank = heap[0]
+        covered = subs[order[rank]] & left
+        if -len(covered) != count:
+            heapq.heapreplace(heap, (-len(covered), size, rank))
+            continue
         if len(covered) < min_group:
             break
-        groups.append((gate, tuple(sorted(covered))))
+        heapq.heappop(heap)
+        groups.append((order[rank], tuple(sorted(covered))))
         left -= covered
     return tuple(sorted(left)), tuple(groups)
 

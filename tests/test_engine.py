@@ -362,3 +362,50 @@ def test_import_index_anchors():
     nested = index.binding_of(cst.parse_expression("json.dumps"))  # imported inside a function
     assert nested is not None and not nested.toplevel
     assert index_imports(cst.parse_module("from __future__ import annotations\nx = 1\n")).first_import is None
+
+
+def _gate_reference(triggers, min_group=3):
+    """The plain greedy cover _gate computes lazily (a max over every substring per round)."""
+    if b"" in triggers:
+        return (b"",), ()
+    subs = {}
+    for t in triggers:
+        for n in range(3, 9):
+            for i in range(len(t) - n + 1):
+                subs.setdefault(t[i : i + n], set()).add(t)
+    left, groups = set(triggers), []
+    while subs:
+        gate, covered = max(subs.items(), key=lambda kv: (len(kv[1] & left), len(kv[0]), kv[0]))
+        covered = covered & left
+        if len(covered) < min_group:
+            break
+        groups.append((gate, tuple(sorted(covered))))
+        left -= covered
+    return tuple(sorted(left)), tuple(groups)
+
+
+def test_lazy_gate_equals_the_plain_greedy_cover():
+    import random
+
+    from migrator.engine import RuleSelection as Sel, RuleSet as RS, _gate
+
+    full = RS.from_selection(Sel())
+    for kind, trig in full.triggers.items():
+        assert _gate.__wrapped__(trig) == _gate_reference(trig), kind
+    rng = random.Random(3)
+    for _ in range(300):
+        alpha = b"abcde"[: rng.randint(2, 5)]
+        trig = tuple(sorted({bytes(rng.choice(alpha) for _ in range(rng.randint(1, 10)))
+                             for _ in range(rng.randint(0, 40))}))
+        for min_group in (1, 2, 3, 4):
+            assert _gate.__wrapped__(trig, min_group) == _gate_reference(trig, min_group), (trig, min_group)
+
+
+def test_gates_are_built_per_kind_on_first_use():
+    """Fast start: a run on one .py file groups the python triggers only."""
+    from migrator.engine import RuleSelection as Sel, RuleSet as RS
+
+    rs = RS.from_selection(Sel())
+    assert rs._gated == {}
+    assert rs.wanted("python", b"import os\n") is False
+    assert set(rs._gated) == {"python"}
