@@ -61,6 +61,7 @@ import os
 import sys
 import textwrap
 import time
+import types
 import warnings
 
 ROOTS = ("torch", "transformers", "trl", "diffusers", "peft", "accelerate", "sentence_transformers")
@@ -502,6 +503,16 @@ class SigTable:
             self.aliases.setdefault(alias, canonical)
 
 
+def _star_names(mod) -> list[str]:
+    """What ``from mod import *`` binds: its ``__all__``, else its public attributes that are not
+    modules (a submodule is an attribute only once something imported it: counting those made the
+    data depend on what the generating process had imported)."""
+    exported = getattr(mod, "__all__", None)
+    if exported is not None:
+        return [n for n in exported if isinstance(n, str)]
+    return [n for n in dir(mod) if not n.startswith("_") and not isinstance(vars(mod).get(n), types.ModuleType)]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed file instead of writing it")
@@ -690,10 +701,6 @@ def main(argv=None):
     c2m = tf._class_to_module
     tf_names = sorted(n for n in dir(tf) if not n.startswith("_"))
     wanted_suffix = ("Trainer", "TrainingArguments", "Config", "Pipeline")
-    stops = {
-        "from_pretrained": {"PreTrainedModel"},
-        "from_config": {"PreTrainedModel"},
-    }
     for name in tf_names:
         modrel = c2m.get(name)
         full_mod = f"transformers.{modrel}" if modrel else None
@@ -846,7 +853,7 @@ def main(argv=None):
                 if src in scan:
                     exported = dunder_all.get(src) or [n for n in mod_names.get(src, ()) if not n.startswith("_")]
                 elif src in sys.modules:
-                    exported = [n for n in dir(sys.modules[src]) if not n.startswith("_")]
+                    exported = _star_names(sys.modules[src])
                 else:
                     unresolved.setdefault(m, set()).add(src)
                     continue
