@@ -137,10 +137,7 @@ class _RenameRule(PythonRule):
         rename = load_table().get(qual)
         if rename is None or rename.rule != self.id or ctx.owner_renames(qual):
             return
-        root = node
-        while isinstance(root, cst.Attribute):
-            root = root.value
-        anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
+        anchor = ctx.imports.binding_of(node)
         try:
             expr = ctx.name_for(rename.target, anchor=anchor, style="module")
         except NameClash as exc:

@@ -66,10 +66,12 @@ def keep_blank_line(ctx: PythonContext, line: cst.SimpleStatementLine) -> None:
     if following.leading_lines and following.leading_lines[0].comment is None:
         return
 
-    def add_blank(updated):
-        lines = list(updated.leading_lines)
-        if lines and lines[0].comment is None:
-            return updated
-        return updated.with_changes(leading_lines=[cst.EmptyLine(indent=False)] + lines)
+    ctx.replace(following, with_blank_line)
 
-    ctx.replace(following, add_blank)
+
+def with_blank_line(updated: cst.BaseStatement) -> cst.BaseStatement:
+    """``updated`` with a blank line above it (unless it has one already)."""
+    lines = list(updated.leading_lines)
+    if lines and lines[0].comment is None:
+        return updated
+    return updated.with_changes(leading_lines=[cst.EmptyLine(indent=False)] + lines)

@@ -179,17 +179,22 @@ def _comments(arg: cst.Arg) -> list[cst.Comment]:
     return found
 
 
-def layout(call: cst.Call, args: list[cst.Arg], module: cst.Module, indent: str, prefix: int) -> cst.Call:
-    """One line when it fits (and no comment is attached to a kept argument), else one argument
-    per line, indented one level deeper than the statement, with a trailing comma."""
-    multiline_before = "\n" in module.code_for_node(call)
-    flat = [
+def _flat(args: list[cst.Arg]) -> list[cst.Arg]:
+    """``args`` laid out on one line (``a, b``)."""
+    return [
         a.with_changes(
             comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT,
             whitespace_after_arg=cst.SimpleWhitespace(""),
         )
         for i, a in enumerate(args)
     ]
+
+
+def layout(call: cst.Call, args: list[cst.Arg], module: cst.Module, indent: str, prefix: int) -> cst.Call:
+    """One line when it fits (and no comment is attached to a kept argument), else one argument
+    per line, indented one level deeper than the statement, with a trailing comma."""
+    multiline_before = "\n" in module.code_for_node(call)
+    flat = _flat(args)
     one_line = call.with_changes(args=flat, whitespace_before_args=cst.SimpleWhitespace(""))
     width = len(indent) + prefix + len(module.code_for_node(one_line))
     has_comments = any(_comments(a) for a in args)
@@ -223,13 +228,7 @@ def hug_layout(call: cst.Call, args: list[cst.Arg], module: cst.Module, indent: 
                 suffix: int) -> cst.Call:
     """One line when it fits; else every argument on one continuation line (``f(\n    a, b\n)``)
     when that fits; else one argument per line."""
-    flat = [
-        a.with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT,
-            whitespace_after_arg=cst.SimpleWhitespace(""),
-        )
-        for i, a in enumerate(args)
-    ]
+    flat = _flat(args)
     one_line = call.with_changes(args=flat, whitespace_before_args=cst.SimpleWhitespace(""))
     text = module.code_for_node(one_line)
     if "\n" in text or len(indent) + prefix + len(text) + suffix <= MAX_LINE:

@@ -197,10 +197,7 @@ class CausalLMStaticCache(PythonRule):
             return
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return
-        root = node
-        while isinstance(root, cst.Attribute):
-            root = root.value
-        anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
+        anchor = ctx.imports.binding_of(node)
         try:
             expr = ctx.name_for(self.target, anchor=anchor, style="module")
         except NameClash as exc:

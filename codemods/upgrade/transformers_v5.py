@@ -71,10 +71,7 @@ class AdamWToTorch(PythonRule):
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         if isinstance(ctx.parent, (cst.ImportFrom, cst.Import)) or ctx.qualname(node) not in ADAMW_SOURCES:
             return
-        root = node
-        while isinstance(root, cst.Attribute):
-            root = root.value
-        anchor = ctx.imports.bindings.get(root.value, [None])[0] if isinstance(root, cst.Name) else None
+        anchor = ctx.imports.binding_of(node)
         try:
             ctx.replace(node, ctx.name_for(ADAMW_TARGET, anchor=anchor, style="module"))
         except NameClash as exc:

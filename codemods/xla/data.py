@@ -19,6 +19,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.statements import with_blank_line
 from codemods.xla.base import (
     _XlaRule,
     _bind_args,
@@ -692,14 +693,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         ctx.remove_statement(line)
         first_of_run = k == 0 or not _is_bf16_line(body[k - 1])
         if first_of_run and following is not None and any(el.comment is None for el in line.leading_lines):
-
-            def add_blank(updated):
-                lines = list(updated.leading_lines)
-                if lines and lines[0].comment is None:
-                    return updated
-                return updated.with_changes(leading_lines=[cst.EmptyLine(indent=False)] + lines)
-
-            ctx.replace(following, add_blank)
+            ctx.replace(following, with_blank_line)
         ctx.finding(node, f"os.environ[{key.value}] setting removed ({var} has no effect on TorchNeuron)")
         if on:
             ctx.marker(following, "XLA_USE_BF16/XLA_DOWNCAST_BF16 made torch-xla run float32 tensors in bfloat16 and "
