@@ -53,6 +53,14 @@ class Binding:
     line: cst.SimpleStatementLine
     toplevel: bool
     is_from: bool
+    #: id() of the nodes a use must be inside for this import to have run before it: the branch of an
+    #: ``if``, the body of a loop, a handler, a function or class body around the import (``with``
+    #: bodies, ``try`` bodies and ``finally`` always run). Empty for a module-level import.
+    required: tuple[int, ...] = ()
+
+    def reaches(self, enclosing: set[int]) -> bool:
+        """Whether the import has run wherever a use inside the nodes ``enclosing`` (their id()s) runs."""
+        return all(r in enclosing for r in self.required)
 
     @property
     def module(self) -> str:
@@ -103,10 +111,12 @@ class ImportIndex:
                 return found[0]
         return None
 
-    def local_for(self, qualified: str) -> str | None:
-        """A local name already bound to ``qualified`` (from any import)."""
+    def local_for(self, qualified: str, enclosing: set[int] | None = None) -> str | None:
+        """A local name already bound to ``qualified`` (from any import); with ``enclosing`` (the id()s
+        of the nodes around a use), only by an import that has run wherever that use runs (not one in a
+        sibling branch or another function)."""
         for name, bs in self.bindings.items():
-            if any(b.qualified == qualified for b in bs):
+            if any(b.qualified == qualified and (enclosing is None or b.reaches(enclosing)) for b in bs):
                 return name
         return None
 
@@ -178,8 +188,9 @@ def index_imports(module: cst.Module) -> ImportIndex:
     return index
 
 
-def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> bool:
-    """Index the imports of ``stmt``; True when it is or contains an import statement."""
+def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool, required: tuple[int, ...] = ()) -> bool:
+    """Index the imports of ``stmt`` (``required``: see ``Binding.required``); True when it is or
+    contains an import statement."""
     if isinstance(stmt, cst.SimpleStatementLine):
         for small in stmt.body:
             if isinstance(small, cst.Import):
@@ -190,13 +201,13 @@ def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> b
                     else:
                         local = full.split(".")[0]
                         qual = local
-                    _bind(index, Binding(local, qual, alias, small, stmt, toplevel, False))
+                    _bind(index, Binding(local, qual, alias, small, stmt, toplevel, False, required))
             elif isinstance(small, cst.ImportFrom):
                 if small.relative or small.module is None:
                     continue
                 mod = _module_name(small.module)
                 if isinstance(small.names, cst.ImportStar):
-                    index.star_imports.append(Binding("*", mod + ".*", None, small, stmt, toplevel, True))
+                    index.star_imports.append(Binding("*", mod + ".*", None, small, stmt, toplevel, True, required))
                     continue
                 for alias in small.names:
                     name = _module_name(alias.name)
@@ -204,7 +215,7 @@ def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> b
                         local = alias.asname.name.value
                     else:
                         local = name
-                    _bind(index, Binding(local, f"{mod}.{name}", alias, small, stmt, toplevel, True))
+                    _bind(index, Binding(local, f"{mod}.{name}", alias, small, stmt, toplevel, True, required))
             elif toplevel and isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
                 targets = (
                     [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
@@ -216,37 +227,42 @@ def _index_statement(index: ImportIndex, stmt: cst.CSTNode, toplevel: bool) -> b
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and toplevel:
         index.defined.add(stmt.name.value)
     found = False
-    for block in _blocks(stmt):
+    for inside, block in _blocks(stmt):
+        inner_required = required if inside is None else required + (id(inside),)
         for inner in block:
-            found = _index_statement(index, inner, toplevel=False) or found
+            found = _index_statement(index, inner, False, inner_required) or found
     if not found:
         index.import_free.add(id(stmt))
     return found
 
 
 def _blocks(stmt: cst.CSTNode):
-    """Statement sequences directly inside a compound statement."""
+    """Statement sequences directly inside a compound statement, each with the node a later use must
+    be inside for the sequence to have run (None: it runs whenever the statement does: ``with`` and
+    ``try`` bodies, ``finally``, a ``try``'s ``else``)."""
     if isinstance(stmt, cst.If):
-        yield stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+        if isinstance(stmt.body, cst.IndentedBlock):
+            yield stmt.body, stmt.body.body
         if stmt.orelse is not None:
             if isinstance(stmt.orelse, cst.If):
-                yield (stmt.orelse,)
-            else:
-                yield stmt.orelse.body.body if isinstance(stmt.orelse.body, cst.IndentedBlock) else ()
+                yield stmt.orelse, (stmt.orelse,)
+            elif isinstance(stmt.orelse.body, cst.IndentedBlock):
+                yield stmt.orelse, stmt.orelse.body.body
         return
+    always = isinstance(stmt, (cst.With, cst.Try, cst.TryStar))
     body = getattr(stmt, "body", None)
     if isinstance(body, cst.IndentedBlock):
-        yield body.body
+        yield (None if always else body), body.body
     for name in ("orelse", "finalbody"):
         part = getattr(stmt, name, None)
         if part is not None and isinstance(getattr(part, "body", None), cst.IndentedBlock):
-            yield part.body.body
+            yield (None if always else part), part.body.body
     for handler in getattr(stmt, "handlers", ()) or ():
         if isinstance(handler.body, cst.IndentedBlock):
-            yield handler.body.body
+            yield handler, handler.body.body
     for case in getattr(stmt, "cases", ()) or ():
         if isinstance(case.body, cst.IndentedBlock):
-            yield case.body.body
+            yield case, case.body.body
 
 
 def _bind(index: ImportIndex, b: Binding) -> None:

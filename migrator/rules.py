@@ -219,7 +219,8 @@ class PythonContext:
         self._notes: list[_Note] = []
         self._asks: list[_ImportAsk] = []
         self._removals: list[tuple[str, Binding]] = []
-        self._names_for: dict[tuple[str, str], str] = {}
+        #: per (target, style): the expressions handed out, with the import each relies on
+        self._names_for: dict[tuple[str, str], list[tuple[str, Binding | None]]] = {}
         #: Name nodes referring to import bindings, with their ancestors (for dead-import detection)
         self._refs: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
         #: ancestors of every statement and import alias, recorded by the pass
@@ -337,10 +338,17 @@ class PythonContext:
             req = ImportRequest(module, name, asname, anchor.line, order)
         else:
             req = ImportRequest(module, name, asname, None, 10**9)
-        if any((a.request.module, a.request.name, a.request.asname) == (module, name, asname) for a in self._asks):
-            return  # one import serves every use
+        enclosing = self.enclosing()
+        for a in self._asks:
+            if (a.request.module, a.request.name, a.request.asname) == (module, name, asname) and (
+                    a.replaces is None or a.replaces.reaches(enclosing)):
+                return  # one import serves every use it reaches (a second one goes where it is asked)
         node = self.stack[-1] if self.stack else None
         self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), anchor))
+
+    def enclosing(self) -> set[int]:
+        """id() of the nodes around the node being handled (where a name emitted now is used)."""
+        return {id(n) for n in self.stack}
 
     def remove_import(self, binding: Binding) -> None:
         """Drop an import alias even if names still refer to it (e.g. side-effect imports)."""
@@ -352,28 +360,35 @@ class PythonContext:
         ``style="from"`` prefers ``from pkg.mod import Name`` (when ``Name`` is free),
         ``style="module"`` prefers ``import pkg.mod`` + ``pkg.mod.Name``.
         """
-        key = (target, style)
-        if key in self._names_for:
-            return build_dotted(self._names_for[key])
+        enclosing = self.enclosing()
+        for expr, reach in self._names_for.get((target, style), ()):
+            if reach is None or reach.reaches(enclosing):
+                return build_dotted(expr)
         module, _, name = target.rpartition(".")
-        existing = self.imports.local_for(target)
+        reach: Binding | None = None  # the import the name comes from (None: a module-level one)
+        existing = self.imports.local_for(target, enclosing)
         if existing is not None and not self._is_removed(existing, target):
             expr = existing
+            reach = self._binding(existing, target)
         elif style == "from" and self.imports.is_free(name, target) and self._free_of_requests(name, target):
             self.add_import(module, name, None, anchor)
-            expr = name
+            expr, reach = name, anchor
         else:
-            mod_local = self.imports.local_for(module)
+            mod_local = self.imports.local_for(module, enclosing)
             if mod_local is not None and not self._is_removed(mod_local, module):
                 expr = f"{mod_local}.{name}"
+                reach = self._binding(mod_local, module)
             else:
                 root = module.split(".")[0]
                 if not self.imports.is_free(root, root):
                     raise NameClash(f"cannot import {module}: the name {root!r} is already used")
                 self.add_import(module, None, None, anchor)
-                expr = target
-        self._names_for[key] = expr
+                expr, reach = target, anchor
+        self._names_for.setdefault((target, style), []).append((expr, reach))
         return build_dotted(expr)
+
+    def _binding(self, local: str, qualified: str) -> Binding | None:
+        return next((b for b in self.imports.bindings.get(local, ()) if b.qualified == qualified), None)
 
     def _is_removed(self, local: str, qualified: str) -> bool:
         return any(b.local == local and b.qualified == qualified for _, b in self._removals)

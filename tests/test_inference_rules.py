@@ -353,7 +353,7 @@ def test_nm104_keywords_exist_in_diffusers():
     assert {"adapter_weights"} <= seen["set_adapters"]
     assert {"subfolder", "weight_name"} <= seen["load_ip_adapter"]
     assert {"backend", "fullgraph", "dynamic"} <= seen["compile_repeated_blocks"]
-    assert "controlnet" in seen["from_pretrained"] and "torch_dtype" in seen["ControlNetModel"]
+    assert "controlnet" in seen["from_pretrained"] and "dtype" in seen["ControlNetModel"]
     assert {"subfolder", "parallel_config"} <= seen["FluxTransformer2DModel"]
     assert "controlnet" in inspect.signature(diffusers.StableDiffusionControlNetPipeline.__init__).parameters
     # the denoiser each family compiles exists and declares repeated blocks (else compile_repeated_blocks raises)

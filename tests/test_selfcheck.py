@@ -323,3 +323,59 @@ def test_the_name_analysis_runs_only_when_an_edited_name_may_be_undefined():
     assert [v.name for v in check_source(source, names={"y"})] == ["y"]
     local = "def f():\n    import torch\n\n\ntorch.ones(1)\n"
     assert [v.name for v in check_source(local, names={"torch"})] == ["torch"]  # bound in a function only
+
+
+def test_an_import_in_a_sibling_branch_does_not_bind_the_name():
+    # pyflakes counts a binding anywhere in the scope; the check asks whether the import has run
+    found = check_source(_src("""
+        import sys
+
+        if sys.argv[1] == "gpu":
+            from diffusers import StableDiffusionPipeline
+            pipe = StableDiffusionPipeline.from_pretrained("m")
+        else:
+            pipe = StableDiffusionPipeline.from_pretrained("m")
+
+        def load():
+            from peft import LoraConfig
+            return LoraConfig()
+
+        def other():
+            return LoraConfig()
+    """))
+    assert kinds(found) == [(UNDEFINED, "LoraConfig"), (UNDEFINED, "StableDiffusionPipeline")]
+    assert [v.line for v in found if v.name == "StableDiffusionPipeline"] == [7]
+
+
+def test_imports_that_run_before_the_read_bind_it():
+    assert check_source(_src("""
+        import sys
+
+        try:
+            import torch_neuronx
+        except ImportError:
+            torch_neuronx = None
+        with open("f") as fh:
+            import json
+        if sys.argv:
+            from a import X
+        elif sys.platform:
+            from b import X
+        else:
+            from c import X
+        for _ in range(2):
+            import os
+            os.sep
+        if sys.argv:
+            import re
+            re.compile("x")
+
+        def f():
+            import math
+            def inner():
+                return math.pi
+            return inner, X, json, torch_neuronx
+    """)) == []
+    # a name the edits used that is imported only inside a branch is not "plainly bound": checked
+    source = "import sys\nif sys.argv:\n    import json\nelse:\n    json.dumps(1)\n"
+    assert [v.name for v in check_source(source, names={"json"})] == ["json"]

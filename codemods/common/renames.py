@@ -77,14 +77,15 @@ class _RenameRule(PythonRule):
         return {cst.Name: self._on_name, cst.Attribute: self._on_attribute}
 
     # -- which bindings does this rule rename, and how
-    def _plan(self, ctx: PythonContext) -> dict[str, tuple[Binding, Rename, str]]:
-        """local name -> (binding, rename, mode) for from-imported table names; mode is
-        "refs" (rename every use) or "rebind" (swap the import, keep the local name)."""
+    def _plan(self, ctx: PythonContext) -> dict[str, list[tuple[Binding, Rename, str]]]:
+        """local name -> [(binding, rename, mode)] for from-imported table names (one per import of the
+        name: two functions may each import it); mode is "refs" (rename every use) or "rebind" (swap the
+        import, keep the local name)."""
         state = ctx.local_state()
         if "plan" in state:
             return state["plan"]
         table = load_table()
-        plan: dict[str, tuple[Binding, Rename, str]] = {}
+        plan: dict[str, list[tuple[Binding, Rename, str]]] = {}
         for b in ctx.imports.all_bindings():
             if not b.is_from or b.alias is None:
                 continue
@@ -97,9 +98,9 @@ class _RenameRule(PythonRule):
             original_name = b.qualified.rsplit(".", 1)[1]
             if b.local != original_name or b.local == target_name:
                 _rebind(ctx, b, r)
-                plan[b.local] = (b, r, "rebind")
+                plan.setdefault(b.local, []).append((b, r, "rebind"))
             else:
-                plan[b.local] = (b, r, "refs")
+                plan.setdefault(b.local, []).append((b, r, "refs"))
         state["plan"] = plan
         state["renamed"] = set()
         return plan
@@ -107,15 +108,16 @@ class _RenameRule(PythonRule):
     def finish(self, ctx: PythonContext) -> None:
         # an imported name that is never used: swap the import itself
         state = ctx.local_state()
-        for local, (b, r, mode) in state.get("plan", {}).items():
-            if mode == "refs" and local not in state["renamed"]:
-                _rebind(ctx, b, r)
+        for entries in state.get("plan", {}).values():
+            for b, r, mode in entries:
+                if mode == "refs" and id(b) not in state["renamed"]:
+                    _rebind(ctx, b, r)
 
     def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
         plan = self._plan(ctx)
         if node.value not in plan:
             return
-        binding, rename, mode = plan[node.value]
+        binding, rename, mode = _reaching(plan[node.value], ctx)
         if mode != "refs" or not _is_reference(node, ctx.parent):
             return
         try:
@@ -125,7 +127,7 @@ class _RenameRule(PythonRule):
             return
         ctx.replace(node, expr)
         ctx.finding(node, _message(binding.qualified, rename))
-        ctx.local_state()["renamed"].add(node.value)
+        ctx.local_state()["renamed"].add(id(binding))
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         self._plan(ctx)
@@ -145,6 +147,14 @@ class _RenameRule(PythonRule):
             return
         ctx.replace(node, expr)
         ctx.finding(node, _message(qual, rename))
+
+
+def _reaching(entries: list[tuple[Binding, Rename, str]], ctx: PythonContext) -> tuple[Binding, Rename, str]:
+    """The entry whose import a use at the current node reads (the innermost import that has run
+    there; the first one when none has: the use then reads a name the original left undefined too)."""
+    enclosing = ctx.enclosing()
+    reaching = [e for e in entries if e[0].reaches(enclosing)]
+    return max(reaching, key=lambda e: len(e[0].required)) if reaching else entries[0]
 
 
 def _message(source: str, rename: Rename) -> str:

@@ -68,17 +68,19 @@ def expand_literal_kwargs(args, dicts: dict[str, cst.Dict] | None = None) -> lis
     return out
 
 
-def literal_dicts(ctx: PythonContext) -> dict[str, cst.Dict]:
+def literal_dicts(ctx: PythonContext, scope: cst.CSTNode | None = None) -> dict[str, cst.Dict]:
     """Names that stand for a dict literal in the scope of the node being handled (the innermost
     function, else the module): assigned once, to ``{"k": v, ...}`` whose values are literals or dotted
     names (so that moving them to a call does not change what they evaluate to), and never changed
     (no ``name[k] = v``, ``name.update(...)``, augmented assignment or ``del``). ``compiler_args =
-    {...}`` then ``from_pretrained(..., **compiler_args)`` is the usual optimum-neuron form."""
-    scope: cst.CSTNode = ctx.module
-    for n in reversed(ctx.stack[:-1]):
-        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
-            scope = n
-            break
+    {...}`` then ``from_pretrained(..., **compiler_args)`` is the usual optimum-neuron form. ``scope``:
+    another function (or the module) than the one around the node being handled."""
+    if scope is None:
+        scope = ctx.module
+        for n in reversed(ctx.stack[:-1]):
+            if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+                scope = n
+                break
     cache = ctx.scratch.setdefault("_literal_dicts", {})
     if id(scope) in cache:
         return cache[id(scope)]

@@ -21,6 +21,7 @@ import re
 import libcst as cst
 
 from codemods.common.leftovers import old_stack
+from codemods.common.renames import load_table
 from migrator.rules import PythonContext, PythonRule
 
 #: substrings of the old-stack imports (the pre-filter: units without them never reach these rules)
@@ -385,7 +386,7 @@ class NeuronModelHubCalls(PythonRule):
 
     def _on_module(self, node: cst.Module, ctx: PythonContext) -> None:
         state = ctx.local_state()
-        state["models"], state["shapes"] = set(), {}
+        state["models"], state["shapes"], state["owner"] = set(), {}, {}
         if ("push_to_hub" not in ctx.source and "input_static_shapes" not in ctx.source) or not migrates(ctx):
             return
         code = node.code_for_node
@@ -401,10 +402,14 @@ class NeuronModelHubCalls(PythonRule):
                     return
                 shapes = {a.keyword.value: a.value for a in value.args
                           if a.keyword is not None and isinstance(a.value, cst.Integer)}
+                rename = load_table().get(qual)
+                owner = ("DiffusionPipeline" if rename is not None and rename.target.startswith("diffusers.")
+                         else "a Transformers model's")
                 for t in assign.targets:
                     if isinstance(t.target, (cst.Name, cst.Attribute)):
                         state["models"].add(code(t.target))
                         state["shapes"][code(t.target)] = shapes
+                        state["owner"][code(t.target)] = owner
 
         node.visit(Find())
 
@@ -413,8 +418,10 @@ class NeuronModelHubCalls(PythonRule):
         if not (isinstance(func, cst.Attribute) and func.attr.value == "push_to_hub"):
             return
         models = ctx.local_state().get("models", ())
-        if ctx.module.code_for_node(func.value) not in models:
+        model = ctx.module.code_for_node(func.value)
+        if model not in models:
             return
+        owner = ctx.local_state()["owner"][model]
         args = list(node.args)
         if any(a.star for a in args):
             ctx.marker(node, "optimum-neuron's push_to_hub(save_directory, repository_id, ...) became "
@@ -425,15 +432,25 @@ class NeuronModelHubCalls(PythonRule):
         repo = kw.get("repository_id") or (positional[1] if len(positional) > 1 else None)
         if repo is None or len(positional) > 2:
             return  # already push_to_hub(repo_id, ...)
-        unknown = [k for k in kw if k not in ("save_directory", "repository_id", *PUSH_KEEP)]
+        # DiffusionPipeline.push_to_hub(repo_id, commit_message, private, token, ...) takes no revision
+        allowed = PUSH_KEEP if owner != "DiffusionPipeline" else ("private", "token")
+        unknown = [k for k in kw if k not in ("save_directory", "repository_id", "use_auth_token", *allowed)]
         if unknown:
-            ctx.marker(node, f"push_to_hub(): {', '.join(unknown)} has no equivalent in Transformers' "
+            ctx.marker(node, f"push_to_hub(): {', '.join(unknown)} has no equivalent in {owner} "
                              "push_to_hub(repo_id, ...): remove it, then pass the repository id first")
+            return
+        if "use_auth_token" in kw and "token" in kw:
+            ctx.marker(node, f"push_to_hub(): {owner} push_to_hub rejects use_auth_token (use token=): drop it")
             return
         repo_value = repo.value
 
         def rewrite(updated: cst.Call) -> cst.Call:
-            keep = [a for a in updated.args if a.keyword is not None and a.keyword.value in PUSH_KEEP]
+            keep = []
+            for a in updated.args:
+                if a.keyword is not None and a.keyword.value == "use_auth_token":
+                    keep.append(a.with_changes(keyword=cst.Name("token")))  # the name push_to_hub takes now
+                elif a.keyword is not None and a.keyword.value in allowed:
+                    keep.append(a)
             first = cst.Arg(value=repo_value)
             new = [first, *keep]
             new = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(new) - 1 else
@@ -442,8 +459,9 @@ class NeuronModelHubCalls(PythonRule):
             return updated.with_changes(args=new)
 
         ctx.replace(node, rewrite)
-        ctx.finding(node, "push_to_hub(local_dir, repository_id=X) -> push_to_hub(X): a Transformers model "
-                          "pushes itself")
+        ctx.finding(node, "push_to_hub(local_dir, repository_id=X) -> push_to_hub(X): "
+                          + ("a diffusers pipeline" if owner == "DiffusionPipeline" else "a Transformers model")
+                          + " pushes itself" + ("; use_auth_token= -> token=" if "use_auth_token" in kw else ""))
 
     @staticmethod
     def _known_shape(node: cst.Attribute, parent: cst.CSTNode | None, ctx: PythonContext) -> cst.Integer | None:

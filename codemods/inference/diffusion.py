@@ -10,7 +10,7 @@ optimum-neuron compiled every component of a diffusion pipeline for static shape
 Under TorchNeuron the diffusers pipeline runs on the ``neuron`` device; the shapes become call-time
 arguments (keep them fixed: one shape, one compiled graph) and LoRA adapters are loaded and fused::
 
-    pipe = StableDiffusionPipeline.from_pretrained(model_id, torch_dtype=torch.bfloat16).to("neuron")
+    pipe = StableDiffusionPipeline.from_pretrained(model_id, dtype=torch.bfloat16).to("neuron")
     image = pipe(prompt, height=512, width=512).images[0]
 
 The rename table (NM100) renames the classes; this rule owns their ``from_pretrained`` arguments.
@@ -99,7 +99,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         shapes (`export=True, batch_size, height, width, num_images_per_prompt`), with the compiler
         casting matmuls to bf16, LoRA adapters fused at compile time and several NeuronCores used for
         data parallelism. Under TorchNeuron the diffusers pipeline itself runs on the `neuron`
-        device: it is loaded with `torch_dtype` and moved with `.to("neuron")`, the shapes are passed
+        device: it is loaded with `dtype` and moved with `.to("neuron")`, the shapes are passed
         to the pipeline call (keep them fixed so that one graph is compiled), and LoRA adapters are
         loaded with `load_lora_weights` and fused with `fuse_lora`.
     """
@@ -117,7 +117,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         from diffusers import StableDiffusionPipeline
 
         pipe = StableDiffusionPipeline.from_pretrained(
-            "stable-diffusion-v1-5/stable-diffusion-v1-5", torch_dtype=torch.bfloat16
+            "stable-diffusion-v1-5/stable-diffusion-v1-5", dtype=torch.bfloat16
         ).to("neuron")
         pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)
         image = pipe("a photo of an astronaut riding a horse on mars", height=512, width=512).images[0]
@@ -125,20 +125,20 @@ class DiffusionPipelinesOnNeuron(PythonRule):
     caveats = """
         The shapes are added to calls of the pipeline's name in the same function (or module);
         elsewhere a marker lists them. `batch_size` is the number of prompts per call (a marker when
-        it is not 1). `auto_cast_type` becomes `torch_dtype` (the whole pipeline runs in it) unless
-        `torch_dtype` is given or `auto_cast="none"`. LoRA and IP-Adapter statements are inserted
+        it is not 1). `auto_cast_type` becomes `dtype` (the keyword Diffusers 0.42 documents; `torch_dtype` is
+        its older alias; the whole pipeline runs in it) unless `dtype`/`torch_dtype` is given or `auto_cast="none"`. LoRA and IP-Adapter statements are inserted
         only after a load assigned to a plain name; the denoiser is then compiled with
         `pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)`
         (`pipe.transformer` for Flux; `pipe.transformer.compile(...)` for PixArt, whose transformer
         declares no repeated blocks) after the adapters are fused. `controlnet_ids` (a string or a
-        list of strings) becomes `controlnet=ControlNetModel.from_pretrained(id, torch_dtype=<the
+        list of strings) becomes `controlnet=ControlNetModel.from_pretrained(id, dtype=<the
         pipeline's>)` (a list for several). Left to a person with a marker:
         `data_parallel_mode`/`device_ids` (one process per NeuronCore), `controlnet_ids` held in a
         variable, `unet_id`, non-literal LoRA lists, `**kwargs` variables and loads of a pre-exported
         (compiled) pipeline. `tensor_parallel_size=N` of a Flux pipeline (`DiffusionPipeline.from_pretrained`
         takes no `parallel_config`) becomes `dist.init_process_group(backend="neuron")` (unless the
         module calls `init_process_group` itself) and `transformer = FluxTransformer2DModel.from_pretrained(
-        model_id, subfolder="transformer", torch_dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))`
+        model_id, subfolder="transformer", dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))`
         before the load, which gets `transformer=transformer`, plus a marker: launch with torchrun
         --nproc_per_node=N, the same generator on every rank, images saved on rank 0 only. Only for an
         `export=True` load assigned to a name on its own line, whose model id is a name or a string and
@@ -156,7 +156,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             if qual in SOURCES:
                 self._load(node, SOURCES[qual], ctx)
                 return
-        if isinstance(func, cst.Name):
+        if isinstance(func, cst.Name) or _self_attribute(func):
             info = _scope(ctx)
             if id(node) in info["calls"]:
                 self._pipe_call(node, info["calls"][id(node)], ctx)
@@ -176,22 +176,32 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         export = kw.get("export")
         export_value = literal(export.value) if export is not None else None
         shapes = {k: kw[k].value for k in SHAPES if k in kw}
-        name = _assigned_name(ctx, node)
+        name = _assigned_name(ctx, node)  # a name or `self.attr`
+        plain = name if name is not None and name.isidentifier() else None
         info = _scope(ctx)
         called = name is not None and name in info["called"]
+        # a compile-and-save script: the pipeline is exported and saved, never called
+        saved_only = (export_value is True and name is not None and not called and name in info["saved"]
+                      and name not in info["used"])
 
         for a in star:
             markers.append(f"the arguments in **{code(a.value)} are not seen: drop export and the compiler options, "
                            "pass the shapes (height, width, num_images_per_prompt) to the pipeline call")
-        if export_value is not True and not shapes and not star:
-            markers.append(
-                "this loads a pre-exported Neuron pipeline (compiled NEFFs), which diffusers cannot load: point it to "
-                "the original checkpoint (model_index.json / the \"neuron\" entries of the component configs name it) "
-                "and pass the compiled height/width/num_images_per_prompt to the pipeline call"
-            )
-        elif export is not None and export_value not in (True, False):
-            markers.append(f"export={code(export.value)}: when it is false this loads a pre-exported Neuron pipeline; "
-                           "point it to the original checkpoint")
+        if export is not None and export_value not in (True, False):
+            markers.append(f"export={code(export.value)}: when it is false this loads a pre-exported Neuron pipeline, "
+                           "which diffusers cannot load; point it to the original checkpoint")
+        elif export_value is not True:
+            saver = _saved_by_sibling_branch(ctx, node)
+            if saver is not None:
+                markers.append(
+                    f"this branch loads the directory the branch above saves with {saver}: after the migration that "
+                    "is a plain diffusers checkpoint, which this load reads; delete directories compiled by "
+                    "optimum-neuron before (diffusers cannot load their compiled NEFFs)")
+            else:
+                markers.append(
+                    "this loads a pre-exported Neuron pipeline (compiled NEFFs), which diffusers cannot load: point it "
+                    "to the original checkpoint (model_index.json / the \"neuron\" entries of the component configs "
+                    "name it) and pass the compiled height/width/num_images_per_prompt to the pipeline call")
 
         # ---- dtype
         dtype_expr: cst.BaseExpression | None = None
@@ -203,27 +213,30 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             value = literal(acast.value)
             if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
                 dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
-                applied.append(f"auto_cast_type={code(acast.value)} becomes torch_dtype=torch.{DTYPES[value]}")
+                applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]}")
             elif not (isinstance(value, str) and value in DTYPES):
-                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass torch_dtype=torch.bfloat16 "
+                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass dtype=torch.bfloat16 "
                                "for 'bf16'")
 
         if export_value is True and not has_dtype and dtype_expr is None and auto_cast is None and acast is None:
-            applied.append("no torch_dtype: the pipeline runs in float32 (optimum-neuron cast matmuls to bf16 by "
-                           "default); pass torch_dtype=torch.bfloat16 for speed")
+            applied.append("no dtype: the pipeline runs in float32 (optimum-neuron cast matmuls to bf16 by "
+                           "default); pass dtype=torch.bfloat16 for speed")
 
         # ---- parallelism
         for k in PARALLEL:
             if k in kw:
                 markers.append(
-                    f"{k}={code(kw[k].value)} was dropped: a pipeline runs on one NeuronCore; for data parallelism "
-                    "run one process per core (torchrun --nproc_per_node=N, each rank moving the pipeline to "
-                    "f\"neuron:{LOCAL_RANK}\") and split the prompts between them"
+                    f"{k}={code(kw[k].value)} was dropped: optimum-neuron split each request's batch (the conditional "
+                    "and unconditional halves of classifier-free guidance) across these NeuronCores; the diffusers "
+                    "pipeline runs on one. To use more cores, load one pipeline per core (.to(\"neuron:1\"), ...) or "
+                    "serve one process per core (a server's worker/replica count, or torchrun with each rank on "
+                    "f\"neuron:{LOCAL_RANK}\"); tensor parallelism of the denoiser goes through "
+                    "parallel_config=TensorParallelConfig(...) where diffusers supports it"
                 )
         tp = kw.get("tensor_parallel_size")
         sharded: list[cst.SimpleStatementLine] = []  # the process group and the sharded transformer load
         if tp is not None and literal(tp.value) != 1:
-            why = self._tensor_parallel(node, class_name, args, kw, name, dtype_expr, ctx, quote, sharded)
+            why = self._tensor_parallel(node, class_name, args, kw, plain, dtype_expr, ctx, quote, sharded)
             nproc = code(tp.value)
             if why is None:
                 transformer = TP_TRANSFORMERS[_family(class_name)]
@@ -259,7 +272,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             listed = ", ".join(f"{k}={code(shapes[k])}" for k in size)
             markers.append(f"{listed} dropped: this pipeline's output size follows its input image; resize the "
                            "input images to that size to keep one compiled shape")
-        if call_shapes:
+        if call_shapes and not saved_only:
             listed = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
             if called:
                 applied.append(f"{listed} passed to the pipeline call")
@@ -304,6 +317,15 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                     follow.append(("set_ip_adapter_scale", [cst.Arg(ip["ip_adapter_scale"])]))
             else:
                 markers.append("ip_adapter_* arguments were dropped: load the adapter with pipe.load_ip_adapter(...)")
+        if saved_only:
+            shape_text = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
+            markers.append(
+                f"this script compiled the pipeline ahead of time and saved it; on TorchNeuron compilation is lazy "
+                f"(at the first call of the loaded pipeline), so it now saves a plain diffusers checkpoint"
+                + (f" in {code(dtype_expr)}" if dtype_expr is not None else "")
+                + f": the serving script loads it{_or_original(_model_id(args, kw), code)} with "
+                f"from_pretrained(...).to(\"neuron\"), compiles the denoiser there"
+                + (f" and calls the pipeline with {shape_text}" if shape_text else ""))
         if follow and name is None:
             markers.append("the LoRA/IP-Adapter arguments were dropped: load them on the pipeline with "
                            + ", ".join(f"pipe.{m}(...)" for m, _ in follow))
@@ -312,7 +334,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             follow = []
         adapters = len(follow)
         denoiser, how = next(v for p, v in COMPILE if class_name.startswith(p))
-        if name is not None and _has_line(ctx):  # after the adapters are fused
+        if name is not None and _has_line(ctx) and not saved_only:  # after the adapters are fused
             follow.append((f"{denoiser}.{how}", [
                 cst.Arg(keyword=cst.Name("backend"), value=cst.SimpleString(f"{quote}neuron{quote}"), equal=EQ),
                 cst.Arg(keyword=cst.Name("fullgraph"), value=cst.Name("True"), equal=EQ),
@@ -323,7 +345,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             "tensor_parallel_size", "controlnet_ids", "unet_id"}
         indent = indent_of(ctx)
         neuron = cst.SimpleString(f"{quote}neuron{quote}")
-        moved = _already_moved(ctx, node)
+        moved = _already_moved(ctx, node) or saved_only
 
         dicts = literal_dicts(ctx)  # computed now: the rewrite runs after the pass
         def rewrite(updated: cst.Call) -> cst.BaseExpression:
@@ -331,14 +353,14 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                         if not (a.keyword is not None and a.keyword.value in drop)]
             at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             if dtype_expr is not None:
-                new_args.insert(at, cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype_expr, equal=EQ))
+                new_args.insert(at, cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=EQ))
                 at += 1
             if controlnet is not None:
                 new_args.insert(at, cst.Arg(keyword=cst.Name("controlnet"), value=controlnet, equal=EQ))
             if sharded:  # after the model id, as in the diffusers examples
                 first = next((i for i, a in enumerate(new_args) if a.keyword is not None or a.star), len(new_args))
                 new_args.insert(first, cst.Arg(keyword=cst.Name(TP_NAME), value=cst.Name(TP_NAME), equal=EQ))
-            if moved:
+            if moved:  # moved by the script itself (or a saved-only pipeline: stays on the CPU)
                 return layout(updated, new_args, ctx.module, indent, prefix_len(ctx, node))
             prefix, rest = line_context(ctx, node)
             call = hug_layout(updated, new_args, ctx.module, indent, prefix, rest + len('.to("neuron")'))
@@ -349,7 +371,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             line = next(n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine))
 
             def method_of(path: str) -> cst.BaseExpression:
-                func: cst.BaseExpression = cst.Name(name)  # type: ignore[arg-type]
+                func: cst.BaseExpression = cst.parse_expression(name)  # type: ignore[arg-type]
                 for part in path.split("."):
                     func = cst.Attribute(value=func, attr=cst.Name(part))
                 return func
@@ -391,7 +413,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                          out: list[cst.SimpleStatementLine]) -> str | None:
         """Fill ``out`` with ``init_process_group(backend="neuron")`` (unless the module already calls
         it) and ``transformer = <Transformer>.from_pretrained(model_id, subfolder="transformer",
-        torch_dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))``, the statements that go
+        dtype=..., parallel_config=TensorParallelConfig(tp_degree=N))``, the statements that go
         before the pipeline load; else return why the load is left to a person."""
         code = ctx.module.code_for_node
         tp = kw["tensor_parallel_size"].value
@@ -400,7 +422,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             return ("diffusers has no tensor-parallel plan (_tp_plan) for this pipeline's denoiser; it runs on one "
                     "NeuronCore")
         hint = (f"under torchrun --nproc_per_node={code(tp)}, load `{TP_NAME} = {transformer}.from_pretrained("
-                f"model_id, subfolder=\"transformer\", torch_dtype=..., parallel_config=TensorParallelConfig("
+                f"model_id, subfolder=\"transformer\", dtype=..., parallel_config=TensorParallelConfig("
                 f"tp_degree={code(tp)}))` (from diffusers) after dist.init_process_group(backend=\"neuron\"), "
                 f"before the pipeline, and pass it as {TP_NAME}=; seed the generator identically on every rank and "
                 "save the images on rank 0 only")
@@ -452,7 +474,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         load_args = [cst.Arg(model_id.deep_clone()),
                      kwarg("subfolder", cst.SimpleString(f"{quote}{TP_NAME}{quote}"))]
         if dtype is not None:
-            load_args.append(kwarg("torch_dtype", dtype.deep_clone()))
+            load_args.append(kwarg("dtype", dtype.deep_clone()))
         load_args.extend(kwarg(k, v.deep_clone()) for k, v in hub)
         load_args.append(kwarg("parallel_config", cst.Call(func=config, args=[kwarg("tp_degree", tp.deep_clone())])))
         load = cst.Call(func=cst.Attribute(value=cls, attr=cst.Name("from_pretrained")), args=load_args,
@@ -468,7 +490,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
     @staticmethod
     def _controlnet(value: cst.BaseExpression, kw: dict, ctx: PythonContext,
                     quote: str) -> cst.BaseExpression | None:
-        """``ControlNetModel.from_pretrained(id[, torch_dtype=...])`` (a list of them for a list of ids)."""
+        """``ControlNetModel.from_pretrained(id[, dtype=...])`` (a list of them for a list of ids)."""
         if isinstance(value, (cst.List, cst.Tuple)):
             if not value.elements or any(not isinstance(e, cst.Element) for e in value.elements):
                 return None
@@ -489,7 +511,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             args = [cst.Arg(mid.deep_clone())]
             if dtype is not None:
                 args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                args.append(cst.Arg(keyword=cst.Name("torch_dtype"), value=dtype.deep_clone(), equal=EQ))
+                args.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype.deep_clone(), equal=EQ))
             return cst.Call(func=cst.Attribute(value=cls.deep_clone(), attr=cst.Name("from_pretrained")), args=args)
 
         if len(ids) == 1 and not isinstance(value, (cst.List, cst.Tuple)):
@@ -508,18 +530,33 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         )
 
     # ------------------------------------------------------------------ the pipeline call
-    def _pipe_call(self, node: cst.Call, load: cst.Call, ctx: PythonContext) -> None:
-        class_name = SOURCES.get(ctx.qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
+    def _pipe_call(self, node: cst.Call, loads: list[cst.Call], ctx: PythonContext) -> None:
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
-        kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args, literal_dicts(ctx))
-              if a.keyword is not None}
         have = {a.keyword.value for a in node.args if a.keyword is not None}
         if any(a.star == "**" for a in node.args):
             return
-        add = [(k, kw[k].value) for k in _call_shapes(class_name)
-               if k in kw and k not in have and _copyable(kw[k].value) and not _default(k, kw[k].value)]
+        # the shapes the loads of this pipeline compiled it for (a cache branch that loads the compiled
+        # directory has none of its own; loads that disagree: nothing is added)
+        found: dict[str, cst.BaseExpression | None] = {}
+        for load in loads:
+            class_name = SOURCES.get(ctx.qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
+            home = _scope(ctx)["where"].get(id(load))
+            dicts = literal_dicts(ctx, home)  # those of the function that loads it
+            kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args, dicts) if a.keyword is not None}
+            # in another method than the load, a name of the load's function is not defined: literals only
+            elsewhere = home is not None and home not in ctx.stack
+            for k in _call_shapes(class_name):
+                if k not in kw or k in have or _default(k, kw[k].value):
+                    continue
+                value = kw[k].value
+                ok = _copyable(value) and not (elsewhere and not isinstance(value, cst.Integer))
+                if k in found and (found[k] is None or not ok or not found[k].deep_equals(value)):
+                    found[k] = None
+                else:
+                    found[k] = value if ok else None
+        add = [(k, v) for k, v in found.items() if v is not None]
         if not add:
             return
         indent = indent_of(ctx)
@@ -586,49 +623,147 @@ def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[s
 
 
 # ---------------------------------------------------------------------- scope analysis
+def _self_attribute(expr: cst.BaseExpression) -> bool:
+    """``self.attr``: a pipeline kept on the instance of a serving class."""
+    return (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self")
+
+
+def _target_key(expr: cst.BaseExpression) -> str | None:
+    """The key of a place a pipeline can be kept in: a name, or ``self.attr``."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if _self_attribute(expr):
+        return f"self.{expr.attr.value}"  # type: ignore[attr-defined]
+    return None
+
+
 def _scope(ctx: PythonContext) -> dict:
-    """Pipelines assigned to a name in the innermost function (or module), and the calls of them."""
+    """Pipelines assigned to a name in the innermost function (or module), or to ``self.attr`` anywhere in
+    the class around it; the calls of them, which are saved (``.save_pretrained``) and which are used
+    otherwise."""
     scope: cst.CSTNode = ctx.module
-    for n in reversed(ctx.stack[:-1]):
-        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+    cls: cst.ClassDef | None = None
+    for i in range(len(ctx.stack) - 2, -1, -1):
+        n = ctx.stack[i]
+        if isinstance(n, (cst.FunctionDef, cst.Lambda)) and scope is ctx.module:
             scope = n
+        elif isinstance(n, cst.ClassDef):
+            cls = n
             break
     cache = ctx.local_state().setdefault("scopes", {})
-    if id(scope) in cache:
-        return cache[id(scope)]
-    loads: dict[str, cst.Call] = {}
-    calls: list[cst.Call] = []
+    key = (id(scope), id(cls))
+    if key in cache:
+        return cache[key]
+    loads: dict[str, list[cst.Call]] = {}
+    where: dict[int, cst.CSTNode] = {}  # id(load) -> the function (or module) it is in
+    calls: list[tuple[str, cst.Call]] = []
+    saved: set[str] = set()
+    used: set[str] = set()
     names: set[str] = set()  # every name used or bound in the scope (a new variable must not clash)
 
-    def walk(n: cst.CSTNode) -> None:
-        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
-            value = n.value
-            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
-                    and isinstance(value.func.value, cst.Call)):
-                value = value.func.value
-            if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-                    and value.func.attr.value == "from_pretrained" and ctx.qualname(value.func.value) in SOURCES):
-                loads[n.targets[0].target.value] = value
-        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name):
-            calls.append(n)
-        if isinstance(n, cst.Name):
+    def load_of(value: cst.BaseExpression) -> cst.Call | None:
+        if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to"
+                and isinstance(value.func.value, cst.Call)):
+            value = value.func.value
+        if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "from_pretrained" and ctx.qualname(value.func.value) in SOURCES):
+            return value
+        return None
+
+    def walk(n: cst.CSTNode, attributes_only: bool, inside: cst.CSTNode) -> None:
+        skip: set[int] = set()
+        if isinstance(n, cst.Assign) and len(n.targets) == 1:
+            k = _target_key(n.targets[0].target)
+            load = load_of(n.value)
+            if k is not None and load is not None and (k.startswith("self.") or not attributes_only):
+                loads.setdefault(k, []).append(load)  # a cache branch loads it twice
+                where[id(load)] = inside
+                skip.add(id(n.targets[0]))
+        if isinstance(n, cst.Call):
+            k = _target_key(n.func)
+            if k is not None:
+                calls.append((k, n))
+                skip.add(id(n.func))
+            f = n.func
+            if isinstance(f, cst.Attribute) and f.attr.value == "save_pretrained":
+                k = _target_key(f.value)
+                if k is not None:
+                    saved.add(k)
+                    skip.add(id(f))
+        k = _target_key(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
+        if k is not None:
+            used.add(k)
+            if isinstance(n, cst.Attribute):
+                return
+        if isinstance(n, cst.Name) and not attributes_only:
             names.add(n.value)
         for child in n.children:
-            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                if not isinstance(child, cst.Lambda):
-                    names.add(child.name.value)
+            if id(child) in skip:
                 continue
-            walk(child)
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                if not isinstance(child, cst.Lambda) and not attributes_only:
+                    names.add(child.name.value)
+                if not (attributes_only and isinstance(child, cst.FunctionDef)):
+                    continue
+            walk(child, attributes_only, inside)
 
-    walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
-    found = {"calls": {}, "called": set(), "names": names}
-    for call in calls:
-        name = call.func.value  # type: ignore[attr-defined]
-        if name in loads and not any(a.star == "**" for a in call.args):
-            found["calls"][id(call)] = loads[name]
-            found["called"].add(name)
-    cache[id(scope)] = found
+    walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope, False, scope)
+    if cls is not None:  # `self.pipe` loaded in __init__ and called in another method
+        outside_names = set(names)
+        for method in cls.body.body:
+            if isinstance(method, cst.FunctionDef) and method is not scope:
+                walk(method.body, True, method)
+        names = outside_names
+    found = {"calls": {}, "called": set(), "names": names, "saved": saved, "where": where,
+             "used": {k for k in used if k in loads}}
+    for k, call in calls:
+        if k in loads and not any(a.star == "**" for a in call.args):
+            found["calls"][id(call)] = loads[k]
+            found["called"].add(k)
+    cache[key] = found
     return found
+
+
+def _saved_by_sibling_branch(ctx: PythonContext, load: cst.Call) -> str | None:
+    """For a load in one branch of an ``if`` (a cache check: ``if exists(dir): load(dir) else: export and
+    save(dir)``), the ``x.save_pretrained(dir)`` of another branch that saves to the directory it loads."""
+    if not load.args or load.args[0].keyword is not None:
+        return None
+    path = ctx.module.code_for_node(load.args[0].value)
+    for i in range(len(ctx.stack) - 2, -1, -1):
+        node = ctx.stack[i]
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return None
+        if not isinstance(node, cst.If):
+            continue
+        for branch in (node.body, node.orelse):
+            if branch is None or branch in ctx.stack:
+                continue
+            found: list[str] = []
+
+            class Find(cst.CSTVisitor):
+                def visit_Call(self, call: cst.Call) -> None:
+                    f = call.func
+                    if (isinstance(f, cst.Attribute) and f.attr.value == "save_pretrained" and call.args
+                            and ctx.module.code_for_node(call.args[0].value) == path):
+                        found.append(ctx.module.code_for_node(call))
+
+            branch.visit(Find())
+            if found:
+                return found[0]
+    return None
+
+
+def _or_original(model_id: cst.BaseExpression | None, code) -> str:
+    return f" (or the original checkpoint, {code(model_id)})" if model_id is not None else ""
+
+
+def _model_id(args: list[cst.Arg], kw: dict) -> cst.BaseExpression | None:
+    positional = [a.value for a in args if a.keyword is None and not a.star]
+    if positional:
+        return positional[0]
+    arg = kw.get("pretrained_model_name_or_path")
+    return arg.value if arg is not None else None
 
 
 def _family(class_name: str) -> str:
@@ -649,7 +784,8 @@ def _copyable(expr: cst.BaseExpression) -> bool:
 
 
 def _assigned_name(ctx: PythonContext, call: cst.Call) -> str | None:
-    """The name a load is assigned to (``pipe = X.from_pretrained(...)`` or ``... .to(...)``)."""
+    """Where a load is kept (``pipe = X.from_pretrained(...)`` or ``... .to(...)``): the name, or
+    ``self.attr`` (a serving class)."""
     stack = ctx.stack
     i = len(stack) - 1
     value: cst.CSTNode = call
@@ -659,9 +795,7 @@ def _assigned_name(ctx: PythonContext, call: cst.Call) -> str | None:
         if isinstance(grand, cst.Call) and grand.func is parent:
             value, parent = grand, stack[i - 3] if i > 2 else None
     if isinstance(parent, cst.Assign) and parent.value is value and len(parent.targets) == 1:
-        target = parent.targets[0].target
-        if isinstance(target, cst.Name):
-            return target.value
+        return _target_key(parent.targets[0].target)
     return None
 
 

@@ -5,7 +5,10 @@ the same length, an unclosed fence runs to the end of the document). The languag
 first word of the info string. Python blocks go through the same IPython-aware path as notebook cells
 (``!pip install ...`` lines are migrated by the shell rules); shell blocks go to the shell rules;
 console transcripts (``$ cmd`` / ``# cmd`` prompts followed by output) have only their commands
-migrated.
+migrated. Python blocks written as interpreter sessions (``>>> `` / ``... `` prompts, output lines
+between the examples) are one program whose examples are migrated like a notebook's cells: prompts
+stripped, examples joined, migrated, split back and prompted again, each example's output kept after
+it. A Python block that cannot be migrated gets a visible marker as its first line.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ import dataclasses
 import re
 from difflib import SequenceMatcher
 
+import ast
+
 from migrator.filekinds.notebook import (
     RunUnit,
+    _migrate_program,
+    _program_cells,
     mentions_neuron,
     migrate_python_unit,
     split_lines,
 )
-from migrator.model import MARKER_RE, Finding
+from migrator.model import MARKER_RE, Finding, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
 
@@ -128,6 +135,77 @@ def _console(
     return out, findings
 
 
+def _prompt(line: str) -> str | None:
+    """The code of a ``>>> ``/``... `` line (None for an output line)."""
+    for p in (">>>", "..."):
+        if line == p:
+            return ""
+        if line.startswith(p + " "):
+            return line[4:]
+    return None
+
+
+def _doctest(bodies: list[str], run_python: RunUnit, run_shell: RunUnit
+             ) -> tuple[list[str], list[tuple[Finding, int]]] | None:
+    """Migrate an interpreter-session block: new lines and findings as (finding, 0-based line index in
+    ``bodies``), or None when it cannot be migrated (an example that does not parse, text before the
+    first prompt, or the examples not coming back apart)."""
+    examples: list[tuple[list[int], list[str]]] = []  # (line indexes of its code, its output lines)
+    for i, line in enumerate(bodies):
+        code = _prompt(line.rstrip())
+        if code is not None and (line.startswith(">>>") or not examples):
+            examples.append(([i], []))
+        elif code is not None and not examples[-1][1]:
+            examples[-1][0].append(i)
+        elif examples:
+            examples[-1][1].append(line)
+        else:
+            return None
+    sources = ["\n".join(_prompt(bodies[i].rstrip()) or "" for i in idx) + "\n" for idx, _ in examples]
+    program = _program_cells(list(enumerate(sources)))
+    if any(cell.skipped for cell in program):
+        return None
+    migrated = _migrate_program(program, run_python, run_shell)
+    if migrated is None:
+        return None
+    out: list[str] = []
+    findings: list[tuple[Finding, int]] = []
+    for k, (idx, output) in enumerate(examples):
+        text, fs = migrated[k]
+        for f in fs:
+            findings.append((dataclasses.replace(f, cell=None), idx[min(max(f.line, 1), len(idx)) - 1]))
+        if text == sources[k]:
+            out.extend(bodies[i] for i in idx)
+            out.extend(output)
+            continue
+        if not text.strip():
+            continue  # the example was removed (an import nothing needs): its output goes with it
+        out.extend(_prompted(text))
+        out.extend(output)
+    return out, findings
+
+
+def _prompted(text: str) -> list[str]:
+    """Source lines with ``>>> `` before each top-level statement (and top-level comment) and ``... ``
+    before the lines that continue one."""
+    lines = text.rstrip("\n").split("\n")
+    starts, inside = {0}, set()
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        body = []
+    for node in body:
+        starts.add(node.lineno - 1)
+        inside.update(range(node.lineno, node.end_lineno or node.lineno))
+    out = []
+    for n, line in enumerate(lines):
+        top = n in starts or (body and n not in inside and line.lstrip().startswith("#")
+                              and not line.startswith((" ", "\t")))
+        prefix = ">>>" if top else "..."
+        out.append(f"{prefix} {line}" if line else prefix)
+    return out
+
+
 def _is_console(lang: str, bodies: list[str]) -> bool:
     if lang in CONSOLE_LANGS:
         return True
@@ -176,8 +254,13 @@ def transform_markdown(
 
         if lang in PYTHON_LANGS:
             doctest = any(s.lstrip().startswith(">>>") for s in stripped)
-            failed = doctest
-            if not doctest:
+            if doctest:
+                done = _doctest(stripped, run_python, run_shell)
+                failed = done is None
+                if done is not None:
+                    new_bodies, fs = done
+                    block_findings = [(f, n, removed[n] + 4) for f, n in fs]
+            else:
                 res = migrate_python_unit(content, run_python, run_shell)
                 failed = res.python_failed
                 block_findings = local(res.findings)
@@ -190,6 +273,10 @@ def transform_markdown(
                         message=SKIP_BLOCK_MESSAGE, fix="manual",
                     )
                 )
+                # visible in the document too, as the block's first line
+                comment = marker_text(skipped_rule, SKIP_BLOCK_MESSAGE)
+                if not any(MARKER_RE.search(x) for x in stripped[:1]):
+                    new_bodies = [(">>> " if doctest else "") + comment] + stripped
         elif _is_console(lang, stripped):
             out, fs = _console(stripped, run_shell)
             block_findings = [(f, n, off + removed[n]) for f, n, off in fs]

@@ -108,6 +108,7 @@ def check_program(parts: Sequence[str], notebook: bool = False,
     out: list[Violation] = []
     if names is None or not _safely_bound(names, merged):
         out += _undefined(trees, notebook)
+        out += [v for v in _unreached(trees) if v not in out]  # pyflakes sees the uses above the import
     api = _target_api()
     for (index, _, lines), scan in zip(trees, scans):
         out += _old_stack(index, scan, lines)
@@ -124,7 +125,8 @@ def _safely_bound(names: Collection[str], scan: _Scan) -> bool:
     level and in no nested scope (where a use before a local binding would be an error). Then pyflakes
     need not run: the edits that could have left a name undefined only use or unbind these ``names``."""
     return all(
-        n not in scan.loaded or n in _BUILTINS or (n in scan.module_bound and n not in scan.nested_bound)
+        n not in scan.loaded or n in _BUILTINS
+        or (n in scan.module_bound and n not in scan.nested_bound and n in scan.top_bound)
         for n in names
     )
 
@@ -160,6 +162,153 @@ def _undefined(trees: list[tuple[int, ast.Module, list[str]]], notebook: bool) -
         if start:
             ast.increment_lineno(tree, -start)
     return out
+
+
+def _top_level_names(body: list[ast.stmt]) -> set[str]:
+    out: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name.split(".")[0]) for a in stmt.names)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(stmt.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return out
+
+
+#: the parts of a compound statement that run whenever the statement does
+_ALWAYS = {"With": ("body",), "AsyncWith": ("body",), "Try": ("body", "orelse", "finalbody"),
+           "TryStar": ("body", "orelse", "finalbody")}
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation]:
+    """Names read where none of their imports has run: the only imports of the name sit in a sibling
+    branch (``if a: from m import X`` / ``else: X(...)``), another function, a loop body or a handler
+    that does not enclose the read. pyflakes counts a binding anywhere in the scope; this is the case it
+    cannot see. Only names bound by imports alone are judged (assignments are left to pyflakes); an
+    ``if`` whose every branch imports the name binds it."""
+    imports: dict[str, list[tuple[tuple, int | None, ast.If | None]]] = {}
+    reads: list[tuple[str, tuple, tuple[int, ...], int, int]] = []
+    other: set[str] = set()
+
+    def walk(node: ast.AST, chain: tuple, scopes: tuple[int, ...], part: int) -> None:
+        t = type(node)
+        if t is ast.Name:
+            if isinstance(node.ctx, ast.Load):
+                reads.append((node.id, chain, scopes, node.lineno, part))
+            else:
+                other.add(node.id)
+            return
+        if t is ast.Import or t is ast.ImportFrom:
+            for a in node.names:
+                if a.name != "*":
+                    local = a.asname or a.name.split(".")[0]
+                    imports.setdefault(local, []).append((chain, scopes[-1] if scopes else None, None))
+            return
+        if t in (ast.Global, ast.Nonlocal):
+            other.update(node.names)
+            return
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            if t is not ast.Lambda:
+                other.add(node.name)
+                for d in node.decorator_list:
+                    walk(d, chain, scopes, part)
+            if t is ast.ClassDef:
+                for b in (*node.bases, *node.keywords):
+                    walk(b, chain, scopes, part)
+                for child in node.body:
+                    walk(child, chain + ((id(node), "body"),), scopes, part)
+                return
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                if arg is not None:
+                    other.add(arg.arg)
+            for default in (*a.defaults, *a.kw_defaults):
+                if default is not None:
+                    walk(default, chain, scopes, part)
+            inner = chain + ((id(node), "body"),)
+            for child in (node.body if isinstance(node.body, list) else [node.body]):
+                walk(child, inner, scopes + (id(node),), part)
+            return
+        if t is ast.ExceptHandler and node.name:
+            other.add(node.name)
+        if t is ast.arg or t is ast.Constant:
+            return
+        for field, value in ast.iter_fields(node):
+            if field in ("annotation", "returns"):
+                continue  # not evaluated under ``from __future__ import annotations``; left to pyflakes
+            if isinstance(value, list):
+                if value and isinstance(value[0], ast.stmt):
+                    inner = chain + ((id(node), field),)
+                    for child in value:
+                        walk(child, inner, scopes, part)
+                else:
+                    for child in value:
+                        if isinstance(child, ast.AST):
+                            walk(child, chain, scopes, part)
+            elif isinstance(value, ast.AST):
+                walk(value, chain, scopes, part)
+
+    for index, tree, _ in trees:
+        for stmt in tree.body:
+            walk(stmt, (), (), index)
+    judged = {n for n in imports if n not in other}
+    if not judged:
+        return []
+    nodes: dict[int, ast.AST] = {}
+    for _, tree, _ in trees:
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.If, ast.With, ast.AsyncWith, ast.Try)) or type(n).__name__ == "TryStar":
+                nodes[id(n)] = n
+    out = []
+    seen: set[tuple[str, int, int]] = set()
+    for name, chain, scopes, line, part in reads:
+        if name not in judged:
+            continue
+        found = imports[name]
+        # the innermost function around the read that imports the name itself; else the module
+        scope = next((s for s in reversed(scopes) if any(f[1] == s for f in found)), None)
+        candidates = [c for c, s, _ in found if s == scope]
+        if not candidates or any(_reaches(c, chain, name, nodes) for c in candidates):
+            continue
+        if (name, line, part) not in seen:
+            seen.add((name, line, part))
+            out.append(Violation(UNDEFINED, name, line, part))
+    return out
+
+
+def _reaches(binding: tuple, use: tuple, name: str, nodes: dict[int, ast.AST]) -> bool:
+    """Whether an import at ``binding`` (its chain of (compound statement, part) pairs) has run before a
+    read at ``use``: every part around the import encloses the read, always runs, or is a branch of an
+    ``if`` whose every branch imports the name."""
+    inside = set(use)
+    for step in binding:
+        if step in inside:
+            continue
+        node = nodes.get(step[0])
+        if node is None:
+            return False
+        if step[1] in _ALWAYS.get(type(node).__name__, ()):
+            continue
+        if isinstance(node, ast.If) and _every_branch_imports(node, name):
+            continue
+        return False
+    return True
+
+
+def _every_branch_imports(node: ast.If, name: str) -> bool:
+    def imports(body: list[ast.stmt]) -> bool:
+        for stmt in body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)) and any(
+                    (a.asname or a.name.split(".")[0]) == name for a in stmt.names):
+                return True
+            if isinstance(stmt, ast.If) and _every_branch_imports(stmt, name):
+                return True
+        return False
+
+    return bool(node.orelse) and imports(node.body) and imports(node.orelse)
 
 
 # ------------------------------------------------------------------ imports
@@ -200,6 +349,8 @@ class _Scan:
         #: names read somewhere
         self.loaded: set[str] = set()
         self.calls: list[tuple[ast.Call, ast.AST]] = []
+        #: names bound by a statement of the module's top level (not inside an ``if``, loop, ...)
+        self.top_bound: set[str] = _top_level_names(tree.body)
         self._visit(tree, tree, False)
 
     @classmethod
@@ -211,6 +362,7 @@ class _Scan:
             merged.module_bound |= part.module_bound
             merged.nested_bound |= part.nested_bound
             merged.loaded |= part.loaded
+            merged.top_bound |= part.top_bound
             for k, v in part.local.items():
                 merged.local.setdefault(k, v)
         return merged
