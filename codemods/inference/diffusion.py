@@ -123,8 +123,14 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         image = pipe("a photo of an astronaut riding a horse on mars", height=512, width=512).images[0]
     """
     caveats = """
-        The shapes are added to calls of the pipeline's name in the same function (or module);
-        elsewhere a marker lists them. `batch_size` is the number of prompts per call (a marker when
+        The shapes are added to calls of the pipeline's name in the same function (or module), or of
+        `self.pipe` in any method of the class that loads it (literal shapes only there); elsewhere a
+        marker lists them. A load without `export=True` reads compiled artifacts diffusers cannot load: a
+        marker (a true one in a cache branch whose other branch exports and saves to that directory).
+        A compile-and-save script (exported, saved, never called) keeps the load and the save, without
+        `.to("neuron")` and compile, and a marker says what the serving script does now. When the
+        precision is not given by a literal (`auto_cast_type`, `dtype`), a marker says that the compiled
+        pipeline ran its matmuls in bf16 and the load now runs in float32. `batch_size` is the number of prompts per call (a marker when
         it is not 1). `auto_cast_type` becomes `dtype` (the keyword Diffusers 0.42 documents; `torch_dtype` is
         its older alias; the whole pipeline runs in it) unless `dtype`/`torch_dtype` is given or `auto_cast="none"`. LoRA and IP-Adapter statements are inserted
         only after a load assigned to a plain name; the denoiser is then compiled with
@@ -156,7 +162,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             if qual in SOURCES:
                 self._load(node, SOURCES[qual], ctx)
                 return
-        if isinstance(func, cst.Name) or _self_attribute(func):
+        if isinstance(func, (cst.Name, cst.Attribute, cst.Subscript)) and _target_key(func) is not None:
             info = _scope(ctx)
             if id(node) in info["calls"]:
                 self._pipe_call(node, info["calls"][id(node)], ctx)
@@ -196,7 +202,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 markers.append(
                     f"this branch loads the directory the branch above saves with {saver}: after the migration that "
                     "is a plain diffusers checkpoint, which this load reads; delete directories compiled by "
-                    "optimum-neuron before (diffusers cannot load their compiled NEFFs)")
+                    "the Neuron export before (diffusers cannot load their compiled NEFFs)")
             else:
                 markers.append(
                     "this loads a pre-exported Neuron pipeline (compiled NEFFs), which diffusers cannot load: point it "
@@ -218,15 +224,20 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass dtype=torch.bfloat16 "
                                "for 'bf16'")
 
-        if export_value is True and not has_dtype and dtype_expr is None and auto_cast is None and acast is None:
-            applied.append("no dtype: the pipeline runs in float32 (optimum-neuron cast matmuls to bf16 by "
-                           "default); pass dtype=torch.bfloat16 for speed")
+        if export_value is not True and not has_dtype and dtype_expr is None:
+            markers.append("the compiled pipeline computed its matmuls in bf16 unless it was exported with "
+                           "auto_cast=None or auto_cast_type=\"fp32\"; this load runs in float32: pass "
+                           "dtype=torch.bfloat16 to keep that precision")
+        elif export_value is True and not has_dtype and dtype_expr is None and auto_cast is None and acast is None:
+            markers.append("the Neuron export compiled this pipeline with matmuls cast to bf16 (its default "
+                           "auto_cast=\"matmul\", auto_cast_type=\"bf16\"); it now runs in float32: pass "
+                           "dtype=torch.bfloat16 to keep that precision")
 
         # ---- parallelism
         for k in PARALLEL:
             if k in kw:
                 markers.append(
-                    f"{k}={code(kw[k].value)} was dropped: optimum-neuron split each request's batch (the conditional "
+                    f"{k}={code(kw[k].value)} was dropped: the Neuron pipeline split each request's batch (the conditional "
                     "and unconditional halves of classifier-free guidance) across these NeuronCores; the diffusers "
                     "pipeline runs on one. To use more cores, load one pipeline per core (.to(\"neuron:1\"), ...) or "
                     "serve one process per core (a server's worker/replica count, or torchrun with each rank on "
@@ -629,12 +640,24 @@ def _self_attribute(expr: cst.BaseExpression) -> bool:
 
 
 def _target_key(expr: cst.BaseExpression) -> str | None:
-    """The key of a place a pipeline can be kept in: a name, or ``self.attr``."""
+    """The key of a place a pipeline can be kept in: a name, ``self.attr``, or any attribute/subscript
+    chain over a name with plain keys (``pipes["sd"]``, ``app.state.pipe``), written as code: evaluating
+    it again (for the compile statement, for the calls) reads the same place."""
     if isinstance(expr, cst.Name):
         return expr.value
-    if _self_attribute(expr):
-        return f"self.{expr.attr.value}"  # type: ignore[attr-defined]
-    return None
+    node = expr
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        if isinstance(node, cst.Subscript):
+            if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index) or not isinstance(
+                    node.slice[0].slice.value, (cst.Name, cst.SimpleString, cst.Integer)):
+                return None
+        node = node.value
+    if not isinstance(node, cst.Name) or node is expr:
+        return None
+    return _EMPTY.code_for_node(expr)
+
+
+_EMPTY = cst.Module(body=[])
 
 
 def _scope(ctx: PythonContext) -> dict:
@@ -675,7 +698,7 @@ def _scope(ctx: PythonContext) -> dict:
         if isinstance(n, cst.Assign) and len(n.targets) == 1:
             k = _target_key(n.targets[0].target)
             load = load_of(n.value)
-            if k is not None and load is not None and (k.startswith("self.") or not attributes_only):
+            if k is not None and load is not None and (_self_attribute(n.targets[0].target) or not attributes_only):
                 loads.setdefault(k, []).append(load)  # a cache branch loads it twice
                 where[id(load)] = inside
                 skip.add(id(n.targets[0]))
@@ -690,11 +713,9 @@ def _scope(ctx: PythonContext) -> dict:
                 if k is not None:
                     saved.add(k)
                     skip.add(id(f))
-        k = _target_key(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
+        k = _target_key(n) if isinstance(n, (cst.Name, cst.Attribute, cst.Subscript)) else None
         if k is not None:
             used.add(k)
-            if isinstance(n, cst.Attribute):
-                return
         if isinstance(n, cst.Name) and not attributes_only:
             names.add(n.value)
         for child in n.children:
