@@ -230,6 +230,28 @@ class PythonContext:
     def qualname(self, node: cst.BaseExpression) -> str | None:
         return self.imports.resolve(node)
 
+    def class_qualname(self, node: cst.BaseExpression) -> str | None:
+        """Like :meth:`qualname`, and for a class the module defines at its top level (``class
+        MyModel(NeuronModelForCausalLM)``), the qualified name of the imported class it derives from
+        (its first base, followed through the module's own classes): ``MyModel.from_pretrained(...)``
+        is then a load of that class."""
+        qual = self.imports.resolve(node)
+        if qual is not None or not isinstance(node, cst.Name):
+            return qual
+        bases = self.scratch.get("_class_bases")
+        if bases is None:
+            bases = self.scratch["_class_bases"] = {
+                stmt.name.value: stmt.bases[0].value for stmt in self.module.body
+                if isinstance(stmt, cst.ClassDef) and stmt.bases and stmt.bases[0].keyword is None}
+        seen: set[str] = set()
+        while isinstance(node, cst.Name) and node.value in bases and node.value not in seen:
+            seen.add(node.value)
+            node = bases[node.value]
+            qual = self.imports.resolve(node)
+            if qual is not None:
+                return qual
+        return None
+
     def owner(self, qualified: str) -> str | None:
         """The rule that owns the calls/arguments of ``qualified`` (None: no rule)."""
         return self.owners.get(qualified)

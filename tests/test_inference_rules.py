@@ -524,3 +524,17 @@ def test_migrated_serving_class_runs_in_the_carried_precision_at_the_compiled_si
     dtype, shape = _run(runnable, tmp_path, str(tiny_sd))
     assert dtype == "torch.bfloat16"
     assert shape == [1, 3, 32, 32]
+
+
+def test_nm111_an_auto_class_never_returns_a_subclass(tiny_bert):
+    """The fact NM111's marker states: a subclass of a Transformers Auto* class is not what its
+    from_pretrained returns, so the subclass's overrides never run."""
+    from transformers import AutoModelForSequenceClassification
+
+    class Mine(AutoModelForSequenceClassification):
+        def forward(self, *args, **kwargs):  # pragma: no cover - the point is that it never runs
+            raise AssertionError("the override ran")
+
+    model = Mine.from_pretrained(tiny_bert)
+    assert not isinstance(model, Mine)
+    assert type(model).__name__ == "BertForSequenceClassification"

@@ -4,10 +4,19 @@ cache, NM108 image-text-to-text, NM109 embedding models (``causal_lm.py``); NM10
 (``pipelines.py``); NM103 traced ``NeuronModelFor*`` classes (``traced_models.py``); NM104
 diffusion pipelines (``diffusion.py``); NM105 ``device_map="auto"``, NM106 generation inputs left on
 CPU, NM107 Hub calls of the Neuron models (``device_map.py``); NM110 reads of ``neuron_config``
-(``neuron_attributes.py``). ``args.py`` holds the load/shape argument helpers these rules share;
+(``neuron_attributes.py``); NM111 user subclasses of classes whose equivalent is an ``Auto*``
+factory (``subclasses.py``). ``args.py`` holds the load/shape argument helpers these rules share;
 the renames of the inference names themselves are NM100 in :mod:`codemods.common`."""
 
-from codemods.inference import causal_lm, device_map, diffusion, neuron_attributes, pipelines, traced_models
+from codemods.inference import (
+    causal_lm,
+    device_map,
+    diffusion,
+    neuron_attributes,
+    pipelines,
+    subclasses,
+    traced_models,
+)
 
 RULES = (
     *causal_lm.RULES,
@@ -15,5 +24,6 @@ RULES = (
     *diffusion.RULES,
     *neuron_attributes.RULES,
     *pipelines.RULES,
+    *subclasses.RULES,
     *traced_models.RULES,
 )

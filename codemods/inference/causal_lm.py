@@ -212,7 +212,7 @@ class CausalLMStaticCache(PythonRule):
         func = node.func
         if not isinstance(func, cst.Attribute):
             return
-        cls_qual = ctx.qualname(func.value)
+        cls_qual = ctx.class_qualname(func.value)
         if cls_qual not in self.sources:
             return
         self._plan(ctx)
@@ -280,7 +280,7 @@ class CausalLMStaticCache(PythonRule):
             return
         # the class name is renamed by _on_name/_on_attribute; this rewrite reports it
         ctx.local_state()["quiet"].add(id(node.func.value))  # type: ignore[attr-defined]
-        source_name = f"{ctx.qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]
+        source_name = f"{ctx.class_qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]
         args = expand_literal_kwargs(node.args, literal_dicts(ctx))
         keywords = {a.keyword.value: a for a in args if a.keyword is not None}
         star_vars = [a for a in args if a.star == "**"]

@@ -397,7 +397,7 @@ class NeuronModelHubCalls(PythonRule):
                 if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
                         and value.func.attr.value == "from_pretrained"):
                     return
-                qual = ctx.qualname(value.func.value)
+                qual = ctx.class_qualname(value.func.value)
                 if qual is None or not qual.startswith("optimum.neuron."):
                     return
                 shapes = {a.keyword.value: a.value for a in value.args

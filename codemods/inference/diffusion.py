@@ -158,7 +158,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
-            qual = ctx.qualname(func.value)
+            qual = ctx.class_qualname(func.value)
             if qual in SOURCES:
                 self._load(node, SOURCES[qual], ctx)
                 return
@@ -552,7 +552,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         # directory has none of its own; loads that disagree: nothing is added)
         found: dict[str, cst.BaseExpression | None] = {}
         for load in loads:
-            class_name = SOURCES.get(ctx.qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
+            class_name = SOURCES.get(ctx.class_qualname(load.func.value) or "", "")  # type: ignore[attr-defined]
             home = _scope(ctx)["where"].get(id(load))
             dicts = literal_dicts(ctx, home)  # those of the function that loads it
             kw = {a.keyword.value: a for a in expand_literal_kwargs(load.args, dicts) if a.keyword is not None}
@@ -689,7 +689,7 @@ def _scope(ctx: PythonContext) -> dict:
                 and isinstance(value.func.value, cst.Call)):
             value = value.func.value
         if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value == "from_pretrained" and ctx.qualname(value.func.value) in SOURCES):
+                and value.func.attr.value == "from_pretrained" and ctx.class_qualname(value.func.value) in SOURCES):
             return value
         return None
 

@@ -48,6 +48,15 @@ LOAD_KEYWORDS = {
 }
 #: methods of optimum.neuron classes that return a model
 LOADS = ("from_pretrained", "export")
+#: runtime attributes of optimum-neuron models that native models do not have: the load keywords
+#: that gave their value (None: a method), and what to use instead
+RUNTIME = {
+    "max_length": (("sequence_length",), "`{m}.generation_config.max_cache_len` (the static cache length)"),
+    "batch_size": (("batch_size",), "the batch size you pad the prompts to"),
+    "prepare_inputs_for_prefill": (None, "`{m}.generate(...)` (Transformers prepares the prefill itself)"),
+    "prepare_inputs_for_decode": (None, "`{m}.generate(...)` (Transformers prepares each decode step itself)"),
+    "reset_generation": (None, None),  # a static cache is reset by each generate() call: the call goes
+}
 
 
 def _field(node: cst.Attribute, parent: cst.CSTNode | None) -> str | None:
@@ -67,9 +76,10 @@ def _field(node: cst.Attribute, parent: cst.CSTNode | None) -> str | None:
 
 class NeuronConfigReads(PythonRule):
     id = "NM110"
-    title = "model.neuron_config.* / model.config.neuron[...] -> the literal the load passed, else a marker"
+    title = ("model.neuron_config.* / model.config.neuron[...] / model.max_length... -> the literal the load "
+             "passed, else a marker")
     fix = "mixed"
-    triggers = ("neuron_config", "config.neuron")
+    triggers = ("neuron_config", "config.neuron", *RUNTIME)
     why = """
         Models loaded through optimum.neuron classes carried their compile settings:
         `model.neuron_config` (batch_size, sequence_length, tp_degree, checkpoint_id, ... on the
@@ -103,7 +113,10 @@ class NeuronConfigReads(PythonRule):
         `cfg = <class>.get_neuron_config(...)`) earlier in the unit, with the value as an integer
         literal; a write to the attribute, a whole-object read (`model.neuron_config`), a field the
         load did not pass, or a model the rule did not see loaded gets a marker instead.
-        `input_static_shapes` reads are NM107's.
+        `input_static_shapes` reads are NM107's. The runtime attributes of the optimum-neuron model
+        classes (`max_length`, `batch_size`, `prepare_inputs_for_prefill`, `prepare_inputs_for_decode`,
+        `reset_generation`) on such a model: the literal the load passed (`sequence_length`,
+        `batch_size`), else a marker.
     """
 
     def handlers(self):
@@ -125,7 +138,7 @@ class NeuronConfigReads(PythonRule):
             return
         if not self._active(ctx):
             return
-        qual = ctx.qualname(value.func.value) or ""
+        qual = ctx.class_qualname(value.func.value) or ""
         if not qual.startswith("optimum.neuron."):
             return
         target = node.targets[0].target
@@ -150,6 +163,9 @@ class NeuronConfigReads(PythonRule):
     # ------------------------------------------------------------------ the reads
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         attr = node.attr.value
+        if attr in RUNTIME:
+            self._runtime(node, ctx)
+            return
         if attr not in ("neuron_config", "neuron"):
             return
         if attr == "neuron" and not (isinstance(node.value, cst.Attribute) and node.value.attr.value == "config"):
@@ -187,6 +203,38 @@ class NeuronConfigReads(PythonRule):
             hint = (f": read `{model}.generation_config.max_cache_len`, `{model}.dtype` or `{model}.tp_size` "
                     "instead, and the batch size you pad to")
         ctx.marker(node, f"`{what}` (optimum-neuron compile settings) does not exist on a native model{hint}")
+
+    def _runtime(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        """``model.max_length``, ``model.prepare_inputs_for_prefill(...)``...: attributes of the
+        optimum-neuron model classes, on a model the unit loaded through one of them."""
+        if not self._active(ctx):
+            return
+        model = ctx.module.code_for_node(node.value)
+        models = ctx.local_state()["models"]
+        if model not in models:
+            return  # not a model this unit loaded through optimum.neuron: may be anything
+        keywords, instead = RUNTIME[node.attr.value]
+        parent = ctx.parent
+        written = isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
+            isinstance(parent, cst.AnnAssign) and parent.target is node)
+        what = ctx.module.code_for_node(node)
+        if instead is None:
+            stack = ctx.stack
+            call, expr = (stack[-2], stack[-3]) if len(stack) > 2 else (None, None)
+            if isinstance(call, cst.Call) and call.func is node and isinstance(expr, cst.Expr):
+                ctx.remove_statement(expr)
+                ctx.finding(node, f"{what}() removed: a static cache is reset by each generate() call")
+                return
+            instead = "nothing: a static cache is reset by each `generate()` call"
+        for name in keywords or ():
+            value = models[model].get(name)
+            if value is not None and not written:
+                ctx.replace(node, value.deep_clone())
+                ctx.finding(node, f"{what} -> {value.value}: the value the optimum-neuron load passed "
+                                  "(a native model has no such attribute)")
+                return
+        ctx.marker(node, f"`{what}` (an optimum-neuron model attribute) does not exist on a native model: "
+                         f"use {instead.format(m=model)}")
 
 
 RULES = (NeuronConfigReads,)

@@ -144,7 +144,7 @@ class TracedModelsOnNeuron(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
-            qual = ctx.qualname(func.value)
+            qual = ctx.class_qualname(func.value)
             if qual in SOURCES:
                 self._load(node, SOURCES[qual], ctx)
                 return

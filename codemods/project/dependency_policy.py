@@ -49,12 +49,14 @@ _OPTIMUM_NEURON_EXTRAS: dict[str, tuple[str, ...]] = {
     "neuronx": ("torch-neuronx",),
     "neuron": ("torch-neuronx",),
 }
-#: removed packages of the XLA runtime; TorchNeuron (torch-neuronx) takes their place
-_XLA_RUNTIME = frozenset({"torch-xla", "libneuronxla", "neuronx-distributed", "neuronx-distributed-training"})
+#: removed packages of the XLA runtime; TorchNeuron (torch-neuronx) takes their place. NxD Inference
+#: depends on neuronx-distributed (often installed with --no-deps next to it): both go, never one
+_XLA_RUNTIME = frozenset({"torch-xla", "libneuronxla", "neuronx-distributed", "neuronx-distributed-training",
+                          "neuronx-distributed-inference"})
 #: names whose presence makes a list a Neuron one (torch-xla alone may be a TPU project)
 _NEURON_NAMES = frozenset(
     {"optimum-neuron", "torch-neuronx", "neuronx-cc", "transformers-neuronx", "libneuronxla",
-     "neuronx-distributed", "neuronx-distributed-training"}
+     "neuronx-distributed", "neuronx-distributed-training", "neuronx-distributed-inference"}
 )
 
 TORCHNEURON_MARKER = (

@@ -513,24 +513,28 @@ def _stable_describe(e, d) -> str:
 
 def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
                        replace: Callable, delete: Callable, silenced: Callable[[object], bool],
-                       render: Callable[[object, list[str], list[str]], str] | None = None) -> set[int]:
+                       render: Callable[[object, list[str], list[str]], str] | None = None,
+                       environment: Callable[[PipInstall], str] | None = None) -> set[int]:
     """The dependency decisions of NM501-NM504 (codemods.project.dependencies) on the requirements named by
-    `pip install` commands; all the commands of a unit form one list. Returns the lines marked."""
+    `pip install` commands; the commands of one environment (``environment(install)``: a Dockerfile's
+    build stage; default: the whole unit) form one list. Returns the lines marked."""
     entries = []
     for inst in installs:
+        group = environment(inst) if environment is not None else ""
         for n, text in enumerate(inst.texts):
             plain, quote = _unquote(text)  # type: ignore[misc]
             parsed = deps._parse_req(plain)
             if parsed is None:
                 continue
             entries.append(deps._Entry(
-                parsed.name, frozenset(deps.canonicalize_name(x) for x in parsed.req.extras), "",
+                parsed.name, frozenset(deps.canonicalize_name(x) for x in parsed.req.extras), group,
                 inst.lines[n], "pip", [parsed.req.specifier], parsed.marker, parsed,
                 data={"inst": inst, "n": n, "quote": quote}, hashed=inst.hashed, url=parsed.req.url is not None,
             ))
     if not entries:
         return set()
-    decisions = deps._decide_all(entries, neuron_hint)
+    # each environment stands alone: what one build stage installs is not in the next one's image
+    decisions = deps._decide_all(entries, neuron_hint, base="" if environment is None else "\0")
     markers: dict[int, list[str]] = {}
     edits: dict[int, list[tuple]] = {}
     for i, e in enumerate(entries):
@@ -660,6 +664,10 @@ class DockerPipInstall(DockerRule):
                         [("body", g, s.words[k]) for k in reqs], [texts[k] for k in reqs],
                         [body.offset + bu.line_of(bu.toks[s.words[k]].start) for k in reqs], hashed, other))
         hint = deps_host() in u.src or re.search(r"neuronx|aws-neuron", u.src) is not None
+        stages, stage = [], 0  # the build stage of each instruction (a FROM starts one)
+        for ins in u.instructions:
+            stage += ins.keyword == "FROM"
+            stages.append(stage)
 
         def edit(ref: tuple, items: list[str] | None) -> None:
             """Write ``items`` (requirements, unquoted) in place of the operand ``ref``; None deletes it."""
@@ -701,6 +709,7 @@ class DockerPipInstall(DockerRule):
             render=lambda ref, reqs, quotes: (
                 ", ".join(json.dumps(r) for r in reqs) if ref[0] == "exec"
                 else " ".join(_quoted(r, q) for r, q in zip(reqs, quotes))),
+            environment=lambda inst: str(stages[inst.key[1]]),
         )
 
 

@@ -4,11 +4,12 @@ NM202 trainer calls, NM203 ``NeuronSFTConfig`` (``arguments.py``, with ``layouts
 sizes moved to the model loads); NM204 optimum-neuron helpers, NM205 ``NeuronAccelerator``, NM304
 static dynamo shapes in training scripts (``helpers.py``); NM206 ORPO (``orpo.py``); NM207 training
 arguments after they are built (``parsed.py``); NM208 tokenizer padding (``padding.py``); NM301
-``lazy_load_for_parallelism`` (``parallel.py``); NM302 ``TrainingNeuronConfig`` and NM303 the
+``lazy_load_for_parallelism`` (``parallel.py``); NM209 optimum-neuron-only members used by a trainer
+subclass (``trainer_members.py``); NM302 ``TrainingNeuronConfig`` and NM303 the
 training model classes (``models.py``). ``sources.py`` names the native classes these rules
 recognise; the renames of the names themselves are NM200/NM300 in :mod:`codemods.common`."""
 
-from codemods.training import arguments, helpers, models, orpo, padding, parallel, parsed
+from codemods.training import arguments, helpers, models, orpo, padding, parallel, parsed, trainer_members
 
 RULES = (
     *arguments.RULES,
@@ -18,4 +19,5 @@ RULES = (
     *padding.RULES,
     *parallel.RULES,
     *parsed.RULES,
+    *trainer_members.RULES,
 )

@@ -1,0 +1,84 @@
+"""NM111: a user class derived from an optimum-neuron model class whose native equivalent is a
+Transformers ``Auto*`` class.
+
+``NeuronModelFor<Task>`` classes were real model classes: a subclass's overrides ran. Their native
+equivalents (``AutoModelForCausalLM``...) are factories: ``from_pretrained`` returns the concrete class
+resolved from the checkpoint's config (``LlamaForCausalLM``), never the subclass, so after the rename
+the subclass's methods are silently not called::
+
+    class MyModel(NeuronModelForCausalLM):      # after NM101: class MyModel(AutoModelForCausalLM)
+        def generate(self, *args, **kwargs): ...
+
+The concrete class depends on the checkpoint, which a codemod cannot read: a marker names the fix."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.renames import load_table
+from migrator.rules import PythonContext, PythonRule
+
+
+def _factory_sources() -> dict[str, str]:
+    """old-stack class -> the Transformers Auto* class the rename table gives it"""
+    return {s: r.target for s, r in load_table().items()
+            if r.target.rpartition(".")[2].startswith("Auto") and s.startswith("optimum.neuron.")}
+
+
+class AutoFactorySubclass(PythonRule):
+    id = "NM111"
+    title = "class X(NeuronModelFor...) -> a marker: its Auto* equivalent is a factory that never returns X"
+    fix = "manual"
+    triggers = ("NeuronModel",)
+    why = """
+        optimum-neuron's `NeuronModelFor<Task>` classes were model classes, so a user subclass's
+        overrides (`generate`, `forward`, ...) ran. The native equivalents are Transformers `Auto*`
+        classes: factories whose `from_pretrained` returns the concrete class resolved from the
+        checkpoint's config (`LlamaForCausalLM` for a Llama checkpoint), never the subclass. After the
+        rename the overrides would silently not be called: the subclass must derive from the concrete
+        class of its checkpoint.
+    """
+    before = """
+        from optimum.neuron import NeuronModelForCausalLM
+
+        class MyModel(NeuronModelForCausalLM):
+            def generate(self, *args, **kwargs):
+                return super().generate(*args, **kwargs)
+    """
+    after = """
+        from transformers import AutoModelForCausalLM
+
+        # TODO(neuron-migrate NM111): MyModel derives from NeuronModelForCausalLM, whose native equivalent AutoModelForCausalLM is a factory: from_pretrained returns the concrete class of the checkpoint (e.g. LlamaForCausalLM), never MyModel, so its overrides are not called: derive MyModel from that concrete class
+        class MyModel(AutoModelForCausalLM):
+            def generate(self, *args, **kwargs):
+                return super().generate(*args, **kwargs)
+    """
+    caveats = """
+        The class's loads (`MyModel.from_pretrained(...)`) are migrated like the base class's by the
+        inference rules; only the base class is left to a person.
+    """
+
+    def handlers(self):
+        return {cst.ClassDef: self._on_class}
+
+    def _on_class(self, node: cst.ClassDef, ctx: PythonContext) -> None:
+        if not node.bases or node.bases[0].keyword is not None:
+            return
+        base = node.bases[0].value
+        qual = ctx.qualname(base)  # the direct base (a chain through module classes is marked once)
+        factories = ctx.scratch.setdefault(self.id, {}).get("factories")
+        if factories is None:
+            factories = ctx.scratch[self.id]["factories"] = _factory_sources()
+        target = factories.get(qual or "")
+        if target is None:
+            return
+        old = qual.rpartition(".")[2]  # type: ignore[union-attr]
+        new = target.rpartition(".")[2]
+        example = new.replace("AutoModel", "Llama") if new.startswith("AutoModelFor") else "LlamaModel"
+        name = node.name.value
+        ctx.marker(node, f"{name} derives from {old}, whose native equivalent {new} is a factory: from_pretrained "
+                         f"returns the concrete class of the checkpoint (e.g. {example}), never {name}, so its "
+                         f"overrides are not called: derive {name} from that concrete class")
+
+
+RULES = (AutoFactorySubclass,)
