@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
-from migrator.model import MARKER_PREFIX, SELF_CHECKS, FileResult, Finding
+from migrator.model import FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.rules import Owners, PythonRule, Rule, TextRule
@@ -46,13 +46,16 @@ class RuleRow:
     kinds: tuple[str, ...]
     triggers: tuple[str, ...]
     project_triggers: tuple[str, ...]
+    #: ``Rule.project_probes`` as ((fact, substrings), ...)
+    project_probes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def of(cls, rule: Rule) -> RuleRow:
         from migrator.rules import PythonRule, TextRule
 
         engine = "python" if isinstance(rule, PythonRule) else "text" if isinstance(rule, TextRule) else ""
-        return cls(rule.id, engine, tuple(rule.kinds), tuple(rule.triggers), tuple(rule.project_triggers))
+        probes = tuple((fact, tuple(subs)) for fact, subs in sorted(rule.project_probes.items()))
+        return cls(rule.id, engine, tuple(rule.kinds), tuple(rule.triggers), tuple(rule.project_triggers), probes)
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,12 @@ class RuleSet:
             self.triggers[kind] = _encoded(trig)
             self.contextual[kind] = tuple(contextual)
         self.contextual_ids = frozenset(rid for c in self.contextual.values() for rid, _, _ in c)
+        #: the project facts the chosen rules ask about: fact -> substrings (``Rule.project_probes``)
+        probes: dict[str, set[str]] = {}
+        for r in chosen:
+            for fact, subs in r.project_probes:
+                probes.setdefault(fact, set()).update(subs)
+        self.probes = {FACT_PREFIX + fact: _encoded(subs) for fact, subs in probes.items()}
 
     @cached_property
     def _loaded(self) -> tuple[list[PythonRule], list[TextRule], Owners]:
@@ -182,6 +191,12 @@ class RuleSet:
         for rid, own, _ in self.contextual.get(kind, ()):
             if rid not in found and any(t in data for t in own):
                 found.add(rid)
+
+    def project_facts(self, data: bytes, found: set[str]) -> None:
+        """Add to ``found`` the project facts (``FACT_PREFIX`` + name) whose probes occur in ``data``."""
+        for fact, subs in self.probes.items():
+            if fact not in found and any(t in data for t in subs):
+                found.add(fact)
 
     @classmethod
     def from_selection(cls, selection: RuleSelection) -> RuleSet:
@@ -408,6 +423,8 @@ def run(
             results[i] = process(cand, rules)  # reports the read error
             done += 1
             continue
+        if rules.probes:
+            rules.project_facts(data, found)
         if rules.wanted(cand.kind, data):
             rules.project_context(cand.kind, data, found)
             work.append((i, cand, data))

@@ -162,3 +162,10 @@ class RunResult:
 
     def sorted_findings(self, result: FileResult) -> list[Finding]:
         return sorted(result.findings, key=_finding_order)
+
+#: prefix of the project facts (``Rule.project_probes``) among the run's project context strings
+FACT_PREFIX = "fact:"
+
+
+def facts_of(project: frozenset[str]) -> frozenset[str]:
+    return frozenset(p[len(FACT_PREFIX):] for p in project if p.startswith(FACT_PREFIX))

@@ -22,7 +22,7 @@ from typing import Callable, ClassVar, Sequence, Union
 import libcst as cst
 
 from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
-from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, ignored_rules, is_silenced, marker_text
+from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, facts_of, ignored_rules, is_silenced, marker_text
 
 RULE_ID_RE = re.compile(r"^NM\d{3}$")
 FIX_KINDS = ("auto", "manual", "mixed")
@@ -44,6 +44,10 @@ class Rule:
     #: NM105 reports ``device_map="auto"`` in the plain-Transformers files of a project that is being
     #: migrated. The rule asks ``ctx.in_project`` (True in such runs) and decides what to do.
     project_triggers: ClassVar[tuple[str, ...]] = ()
+    #: project facts: ``{fact: substrings}``; when any file of the run (of any kind, migrated or not)
+    #: contains one of the substrings, ``fact`` is in ``ctx.facts`` for every unit of the run -- e.g.
+    #: the dependency rules add ``trl`` to an install line when the project's code uses TRL.
+    project_probes: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: qualified names (``optimum.neuron.NeuronTrainer``) whose calls and arguments this rule
     #: alone rewrites. The rename table still renames the name itself (import and uses)
     #: unless ``renames_owned`` is True (then the rule renames it too).
@@ -267,6 +271,11 @@ class PythonContext:
         return self.rule_id in self.project
 
     @property
+    def facts(self) -> frozenset[str]:
+        """The project facts found in this run (``Rule.project_probes``)."""
+        return facts_of(self.project)
+
+    @property
     def parent(self) -> cst.CSTNode | None:
         return self.stack[-2] if len(self.stack) > 1 else None
 
@@ -456,6 +465,11 @@ class TextContext:
     def in_project(self) -> bool:
         """True when the run includes a file matching the current rule's own ``triggers``."""
         return self.rule_id in self.project
+
+    @property
+    def facts(self) -> frozenset[str]:
+        """The project facts found in this run (``Rule.project_probes``)."""
+        return facts_of(self.project)
 
     def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> LineEdit:
         """Replace original lines [start, end) (0-based) with ``new`` (without endings)."""

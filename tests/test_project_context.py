@@ -159,3 +159,40 @@ def test_engine_shows_project_units_only_in_a_project_with_the_rules_own_trigger
 def test_text_engine_honours_project_triggers(project, expected):
     _, findings = run_text("WATCHED=1\n", "shell", [_ContextualText()], project=project)
     assert [f.message for f in findings] == expected
+
+
+# ------------------------------------------------------------------ project facts (Rule.project_probes)
+
+def _project(tmp_path: Path, named: dict[str, tuple[str, str]]) -> list[Candidate]:
+    out = []
+    for name, (kind, text) in named.items():
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        out.append(Candidate(path, name, kind))
+    return out
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_install_lines_get_the_libraries_the_project_code_uses(tmp_path, jobs):
+    """optimum-neuron brought TRL/PEFT/diffusers to the code that used them: the install line that
+    loses it lists them (found in any file of the run, also in worker processes); a file migrated on
+    its own only gets what the requirement itself implied."""
+    cands = _project(tmp_path, {
+        "requirements.txt": ("requirements", "optimum-neuron==0.3.0\n"),
+        "train.py": ("python", "from optimum.neuron import NeuronSFTTrainer\nimport peft\n"),
+        "setup.sh": ("shell", "pip install optimum[neuronx]\n"),
+        "Dockerfile": ("dockerfile", "FROM ubuntu:22.04\nRUN pip install optimum-neuron\n"),
+    })
+    sel = RuleSelection(select=("NM501", "NM522", "NM523"))
+    new = {r.path: r.new_text for r in run(cands, sel, jobs=jobs)}
+    assert "trl>=1.16\npeft>=0.21" in new["requirements.txt"]
+    assert '"trl>=1.16" "peft>=0.21"' in new["setup.sh"] and '"trl>=1.16" "peft>=0.21"' in new["Dockerfile"]
+    alone = {r.path: r.new_text for r in run(cands[:1], sel, jobs=1)}
+    assert "trl" not in alone["requirements.txt"] and "accelerate>=1.15" in alone["requirements.txt"]
+
+
+def test_facts_are_gathered_from_files_no_rule_migrates(tmp_path):
+    rules = RuleSet.from_selection(RuleSelection())
+    found: set[str] = set()
+    rules.project_facts(b"import numpy\nfrom diffusers import DiffusionPipeline\n", found)
+    assert found == {"fact:uses:diffusers"}

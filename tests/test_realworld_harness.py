@@ -83,7 +83,8 @@ def test_programs_markdown_blocks():
         "# Title\n\n```python\nimport os\n```\n\ntext\n\n```py\n>>> 1 + 1\n2\n```\n\n"
         "```bash\npip install somepkg\n```\n\n```console\n$ echo hi\nhi\n```\n"
     )
-    assert programs("markdown", text) == [(["import os\n"], False)]  # the doctest block is left out
+    # the interpreter-session block is a program too: its examples, prompts stripped
+    assert programs("markdown", text) == [(["import os\n"], False), (["1 + 1\n"], False)]
     assert shell_units("markdown", text) == ["pip install somepkg\n", "echo hi\n"]
 
 

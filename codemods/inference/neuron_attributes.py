@@ -79,7 +79,7 @@ class NeuronConfigReads(PythonRule):
     title = ("model.neuron_config.* / model.config.neuron[...] / model.max_length... -> the literal the load "
              "passed, else a marker")
     fix = "mixed"
-    triggers = ("neuron_config", "config.neuron", *RUNTIME)
+    triggers = ("neuron_config", "config.neuron", "optimum.neuron", "optimum import")
     why = """
         Models loaded through optimum.neuron classes carried their compile settings:
         `model.neuron_config` (batch_size, sequence_length, tp_degree, checkpoint_id, ... on the

@@ -53,9 +53,11 @@ from codemods.project.dependency_policy import (
     _parse_req,
     _Plan,
     _poetry_spec,
+    project_uses,
     _replace_message,
     TORCH_MARKER,
     TORCHNEURON_MARKER,
+    USES_PROBES,
     _with_extras,
 )
 from migrator.rules import TextContext, TextRule
@@ -67,9 +69,16 @@ else:  # pragma: no cover
 
 
 @lru_cache(maxsize=16)
-def _plan(text: str, kind: str, included: frozenset[str] = frozenset()) -> tuple[_Op, ...]:
+def _plan(text: str, kind: str, included: frozenset[str] = frozenset(),
+          facts: frozenset[str] = frozenset()) -> tuple[_Op, ...]:
     """Every change of the unit. ``included``: the packages that the files it includes with
-    ``-r`` list once migrated (so that a replacement does not add them a second time)."""
+    ``-r`` list once migrated (so that a replacement does not add them a second time); ``facts``:
+    the project facts of the run (the libraries its code uses)."""
+    with project_uses(facts):
+        return _plan_unit(text, kind, included)
+
+
+def _plan_unit(text: str, kind: str, included: frozenset[str]) -> tuple[_Op, ...]:
     lines = text.splitlines()
     plan = _Plan()
     if kind == "pyproject":
@@ -826,10 +835,11 @@ class _PyProject:
 class _DependencyRule(TextRule):
     kinds = ("requirements", "pyproject")
     triggers = ("euron", "EURON")
+    project_probes = USES_PROBES
 
     def apply(self, ctx: TextContext) -> None:
         included = included_packages(getattr(ctx, "path", None), ctx.text) if ctx.kind == "requirements" else frozenset()
-        for op in _plan(ctx.text, ctx.kind, included):
+        for op in _plan(ctx.text, ctx.kind, included, ctx.facts):
             if op.rule != self.id:
                 continue
             if op.kind == "edit":

@@ -9,8 +9,10 @@ pyproject.toml) are read and edited in :mod:`codemods.project.dependencies`, set
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -49,6 +51,31 @@ _OPTIMUM_NEURON_EXTRAS: dict[str, tuple[str, ...]] = {
     "neuronx": ("torch-neuronx",),
     "neuron": ("torch-neuronx",),
 }
+#: libraries the migrated code may import, as project facts (``Rule.project_probes``): found in any
+#: file of the run, they are added to the install line that loses optimum-neuron (the code that
+#: needed them got them through optimum-neuron's dependencies, or the migration makes it import them)
+USES_PROBES: dict[str, tuple[str, ...]] = {
+    "uses:trl": ("import trl", "from trl", "NeuronSFTTrainer", "NeuronSFTConfig", "NeuronORPOTrainer",
+                 "NeuronORPOConfig"),
+    "uses:peft": ("import peft", "from peft", "optimum.neuron.peft"),
+    "uses:diffusers": ("import diffusers", "from diffusers", "NeuronStableDiffusion", "NeuronFlux", "NeuronPixArt",
+                       "NeuronLatentConsistency"),
+    "uses:sentence-transformers": ("import sentence_transformers", "from sentence_transformers",
+                                   "NeuronSentenceTransformers", "NeuronModelForSentenceTransformers"),
+}
+_USES: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_uses", default=frozenset())
+
+
+@contextmanager
+def project_uses(facts: Iterable[str]) -> Iterator[None]:
+    """Decide, inside this block, with the libraries the project's code uses (the ``uses:`` facts)."""
+    token = _USES.set(frozenset(f[len("uses:"):] for f in facts if f.startswith("uses:")))
+    try:
+        yield
+    finally:
+        _USES.reset(token)
+
+
 #: removed packages of the XLA runtime; TorchNeuron (torch-neuronx) takes their place. NxD Inference
 #: depends on neuronx-distributed (often installed with --no-deps next to it): both go, never one
 _XLA_RUNTIME = frozenset({"torch-xla", "libneuronxla", "neuronx-distributed", "neuronx-distributed-training",
@@ -255,13 +282,15 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
         implied = list(_OPTIMUM_NEURON_BASE)
         for extra in sorted(e.extras):
             implied += _OPTIMUM_NEURON_EXTRAS.get(extra, ())
+        implied += sorted(_USES.get() & set(MINIMUMS))
         shown = name + (f"[{','.join(sorted(e.extras))}]" if e.extras else "")
         return _Decision("NM501", "replace", shown,
                          implied=tuple(dict.fromkeys(implied)), marker=VLLM_MARKER if "vllm" in e.extras else None)
     if name == "optimum" and e.extras & {"neuron", "neuronx"}:
         keep = frozenset(e.extras - {"neuron", "neuronx"})
         return _Decision("NM501", "replace", f"the Neuron extra of optimum[{','.join(sorted(e.extras))}]",
-                         keep_extras=keep or None, implied=("torch-neuronx", *_OPTIMUM_NEURON_BASE))
+                         keep_extras=keep or None,
+                         implied=("torch-neuronx", *_OPTIMUM_NEURON_BASE, *sorted(_USES.get() & set(MINIMUMS))))
     if name == "transformers-neuronx":
         return _Decision("NM501", "replace", name,
                          implied=("torch-neuronx", "transformers"))

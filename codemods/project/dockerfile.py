@@ -534,7 +534,8 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
     if not entries:
         return set()
     # each environment stands alone: what one build stage installs is not in the next one's image
-    decisions = deps._decide_all(entries, neuron_hint, base="" if environment is None else "\0")
+    with deps.project_uses(ctx.facts):
+        decisions = deps._decide_all(entries, neuron_hint, base="" if environment is None else "\0")
     markers: dict[int, list[str]] = {}
     edits: dict[int, list[tuple]] = {}
     for i, e in enumerate(entries):
@@ -591,6 +592,7 @@ class DockerPipInstall(DockerRule):
     title = "Dockerfile RUN pip install: old Neuron stack packages replaced"
     fix = "mixed"
     triggers = PIP_TRIGGERS
+    project_probes = deps.USES_PROBES
     why = """
         The dependency decisions of NM501-NM504 applied to the requirements named on
         `RUN pip install` (`pip3`, `python -m pip`, `uv pip`) command lines of a Dockerfile

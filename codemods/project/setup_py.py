@@ -10,7 +10,18 @@ from __future__ import annotations
 import libcst as cst
 from packaging.utils import canonicalize_name
 
-from codemods.project.dependency_policy import MINIMUMS, TORCHNEURON_MARKER, _decide_all, _Entry, _min_spec, _parse_req, _replace_message, _with_extras
+from codemods.project.dependency_policy import (
+    MINIMUMS,
+    TORCHNEURON_MARKER,
+    USES_PROBES,
+    _decide_all,
+    _Entry,
+    _min_spec,
+    _parse_req,
+    _replace_message,
+    _with_extras,
+    project_uses,
+)
 from migrator.rules import PythonContext, PythonRule
 
 SETUP = ("setuptools.setup", "distutils.core.setup")
@@ -36,6 +47,7 @@ class SetupPyDependencies(PythonRule):
     fix = "mixed"
     kinds = ("python",)
     triggers = ("install_requires", "extras_require")
+    project_probes = USES_PROBES
     why = f"""
         `setup.py` declares the same dependencies as a requirements file, in Python: the string literals of
         `setup(install_requires=[...])` and of each list of `extras_require={{...}}` (calls of
@@ -150,7 +162,8 @@ class SetupPyDependencies(PythonRule):
                     "pip", [parsed.req.specifier], parsed.marker, parsed, url=parsed.req.url is not None,
                 ))
                 where.append((value, el))
-        decisions = _decide_all(entries, False)
+        with project_uses(ctx.facts):
+            decisions = _decide_all(entries, False)
         if not decisions:
             return
         per_list: dict[int, tuple[cst.BaseExpression, dict[int, list[str] | None]]] = {}

@@ -37,7 +37,7 @@ class NeuronTrainerMembers(PythonRule):
     id = "NM209"
     title = "optimum-neuron-only members used by a NeuronTrainer subclass -> removed or marked"
     fix = "mixed"
-    triggers = tuple(MEMBERS)
+    triggers = ("NeuronTrainer", "NeuronSFTTrainer", "NeuronORPOTrainer", "TrainiumTrainer")
     why = """
         optimum-neuron's trainers added members of their own to the Trainer they derive from
         (`trigger_on_step_middle_for_neuron_cache_callback`, `prepare_args_for_precompilation`,

@@ -3,8 +3,8 @@
 A ``.py`` file is one program of one part. A notebook is one program: its Python code cells in
 order, with IPython line magics and ``!`` lines neutralised (placeholder lines that keep the line
 count), plus one program of its own per ``%%writefile x.py`` cell. A Markdown document holds one
-program per Python code block (doctest blocks with ``>>>`` prompts are left out: the migration
-leaves them alone too). Other kinds hold no Python.
+program per Python code block (a block written as an interpreter session with ``>>>`` prompts is
+its examples, prompts stripped, joined as the migration joins them). Other kinds hold no Python.
 
 Nothing here parses a notebook or a Markdown document again: the migration's own
 :func:`~migrator.filekinds.notebook.transform_notebook` and
