@@ -33,7 +33,7 @@ TABLE = (
     ('NM403', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), ()),
     ('NM404', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), ()),
     ('NM405', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), ()),
-    ('NM406', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), ()),
+    ('NM406', 'python', ('python', 'notebook', 'markdown'), ('torch_xla', 'xla://', 'pjrt://', '"xla"', "'xla'"), ()),
     ('NM407', 'python', ('python', 'notebook', 'markdown'), ('parallel_loader',), ()),
     ('NM408', 'python', ('python', 'notebook', 'markdown'), ('xla_multiprocessing',), ()),
     ('NM409', 'python', ('python', 'notebook', 'markdown'), ('torch_xla', 'XLA_USE_BF16', 'XLA_DOWNCAST_BF16', '"xla"', "'xla'"), ()),

@@ -34,6 +34,7 @@ from typing import Callable
 
 import libcst as cst
 
+from codemods.xla import device_vars
 from codemods.xla.base import (
     _already_master_only,
     _atomic,
@@ -122,7 +123,15 @@ class XlaDevice(_XlaRule):
         table = super().handlers()
         table[cst.Call] = self._on_call
         table[cst.Comparison] = self._on_comparison
+        table[cst.Name] = self._on_name
         return table
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        self._on_reference(node, ctx)
+        device_vars.track(node, ctx)
+
+    def finish(self, ctx: PythonContext) -> None:
+        device_vars.finish(ctx)
 
     def rewrite(self, qual, call, func, ctx):
         params = ("n", "devkind") if qual.endswith("xla_device") else ("index",)
@@ -809,7 +818,7 @@ def _positional(arg: cst.Arg) -> cst.Arg:
 class XlaProcessGroup(_XlaRule):
     id = "NM406"
     title = "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\"); drop the xla_backend import"
-    triggers = ("torch_xla",)
+    triggers = ("torch_xla", "xla://", "pjrt://", '"xla"', "'xla'")
     owns = (XLA_BACKEND,)
     natives = {XLA_BACKEND: 'nothing: dist.init_process_group(backend="neuron") needs no import'}
     why = """
@@ -817,7 +826,10 @@ class XlaProcessGroup(_XlaRule):
         was imported, and `init_method="xla://"` read the ranks from the XLA runtime. TorchNeuron
         registers the `neuron` backend itself and torchrun provides the ranks through the
         environment (the default `env://`), so the import goes and the call becomes
-        `init_process_group(backend="neuron")`.
+        `init_process_group(backend="neuron")`, in every spelling (`dist.`, the full dotted name,
+        an imported `init_process_group`; positional or keyword). torch-xla's rendezvous
+        `init_method="xla://"` / `"pjrt://"` does not exist natively and is dropped, so that
+        torchrun's `env://` applies.
     """
     before = """
         import torch.distributed as dist
@@ -831,8 +843,8 @@ class XlaProcessGroup(_XlaRule):
         dist.init_process_group(backend="neuron")
     """
     caveats = """
-        Only the literal backend "xla" is rewritten (a backend held in a variable is left alone);
-        other arguments (timeout, world_size, rank...) are kept. The import is kept while the
+        The literal backend "xla" is rewritten here; a backend held in a variable assigned the
+        literal "xla" is rewritten at its assignment (NM401 follows it); other arguments (timeout, world_size, rank...) are kept. The import is kept while the
         `torch_xla` name it binds is still used by code that no rule rewrote.
     """
 
@@ -885,30 +897,41 @@ class XlaProcessGroup(_XlaRule):
                 backend = arg
             elif arg.keyword.value == "init_method":
                 init_method = arg
-        if backend is None or not _is_string(backend.value, "xla"):
+        swap = backend is not None and _is_string(backend.value, "xla")
+        drop_init = init_method is not None and any(_is_string(init_method.value, m) for m in _XLA_INIT_METHODS)
+        if not swap and not drop_init:
             return
-        drop_init = init_method is not None and _is_string(init_method.value, "xla://")
         # positional arguments after the ones we touch would shift: then only swap the string
         keep_positional = positional > (1 if not drop_init or init_method.keyword is not None else 2)
-        q = backend.value.quote  # type: ignore[union-attr]
+        if drop_init and init_method.keyword is None and keep_positional:
+            drop_init = False
+            ctx.marker(call, f"init_method={_code(init_method.value)} was torch-xla's rendezvous: remove it so that "
+                             "torchrun's environment (env://) applies")
+            if not swap:
+                return
+        q = backend.value.quote if swap else '"'  # type: ignore[union-attr]
 
         def build(updated: cst.Call) -> cst.Call:
             args = []
             for i, arg in enumerate(updated.args):
                 orig = call.args[i]
-                if orig is backend:
+                if orig is backend and swap:
                     value = cst.SimpleString(f"{q}neuron{q}")
                     if orig.keyword is None and not keep_positional:
                         arg = _keyword("backend", value).with_changes(comma=arg.comma)
                     else:
                         arg = arg.with_changes(value=value)
-                elif orig is init_method and drop_init and not (orig.keyword is None and keep_positional):
+                elif orig is init_method and drop_init:
                     continue
                 args.append(arg)
             return updated.with_changes(args=_end_like(args, updated.args))
 
         ctx.replace(call, build)
-        ctx.finding(call, "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\")")
+        if swap:
+            ctx.finding(call, "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\")")
+        if drop_init:
+            ctx.finding(call, f"init_method={_code(init_method.value)} (torch-xla rendezvous) dropped: torchrun's "
+                              "env:// applies")
 
     def finish(self, ctx: PythonContext) -> None:
         refs = ctx.local_state().get("torch_xla_refs", False)
@@ -929,6 +952,10 @@ class XlaProcessGroup(_XlaRule):
                         continue
             ctx.remove_import(b)
             ctx.finding(b.alias, f"import of {XLA_BACKEND} removed (the `neuron` backend needs no import)")
+
+
+#: torch-xla's rendezvous handlers (torch_xla/distributed/xla_backend.py, torch_xla/_internal/rendezvous.py)
+_XLA_INIT_METHODS = ("xla://", "pjrt://")
 
 
 def _is_string(node: cst.BaseExpression, value: str) -> bool:
