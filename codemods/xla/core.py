@@ -646,7 +646,8 @@ class XlaMasterOnlyAndSync(_XlaRule):
     owns = (f"{XM}.master_print", f"{XM}.save", f"{XM}.rendezvous", f"{XM}.wait_device_ops")
     natives = {
         f"{XM}.master_print": "`if dist.get_rank() == 0: print(...)`",
-        f"{XM}.save": '`if int(os.environ.get("LOCAL_RANK", 0)) == 0: torch.save(...)`',
+        f"{XM}.save": ('`if int(os.environ.get("LOCAL_RANK", 0)) == 0: torch.save(<data with tensors moved to the CPU>, '
+                       'path)` then `dist.barrier()`'),
         f"{XM}.rendezvous": "dist.barrier() (payloads: dist.all_gather_object)",
         f"{XM}.wait_device_ops": "torch.accelerator.synchronize()",
     }
@@ -655,8 +656,13 @@ class XlaMasterOnlyAndSync(_XlaRule):
         master only; it becomes `if <rank> == 0: print(*args, file=fd, flush=flush)`.
         `xm.save(data, path, master_only=True, global_master=False)` saved on every host's local
         master (LOCAL_RANK 0; the global rank 0 with `global_master=True`; every process with
-        `master_only=False`); it becomes that check around `torch.save(data, path)`, and no check
-        at all where the statement is already inside `if xm.is_master_ordinal():`.
+        `master_only=False`), after moving every tensor of `data` to the CPU, then waited for
+        every rank (a rendezvous). It becomes that check around `torch.save(data', path)` where
+        `data'` is `torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, data)` (the
+        same nested dicts/lists with CPU tensors: a file saved from `neuron` tensors cannot be
+        loaded on a CPU machine without `map_location`), followed by `dist.barrier()` in a module
+        with a process group; no check at all where the statement is already inside
+        `if xm.is_master_ordinal():` (and no barrier there: the other ranks never reach it).
         `xm.rendezvous(tag)` becomes `dist.barrier()` and `xm.wait_device_ops()` becomes
         `torch.accelerator.synchronize()`.
     """
@@ -680,12 +686,13 @@ class XlaMasterOnlyAndSync(_XlaRule):
             print(f"epoch {epoch} loss {loss:.4f}")
         dist.barrier()
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:
-            torch.save(model.state_dict(), "model.pt")
+            torch.save(torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, model.state_dict()), "model.pt")
+        dist.barrier()
     """
     caveats = """
-        `xm.save` moved XLA tensors to the CPU before saving; `torch.save` keeps the `neuron`
-        device in the file, so load it with `torch.load(path, map_location="cpu")` off Trainium
-        (or save `{k: v.cpu() ...}`). `dist.barrier()` needs a process group: in a module that
+        `torch.utils._pytree` is torch's own (private but long-stable) nested-structure mapper;
+        objects other than dicts, lists, tuples and namedtuples are saved as they are, as
+        `xm.save` did. `dist.barrier()` needs a process group: in a module that
         never calls `init_process_group` it gets a marker. A rendezvous whose payloads are used,
         `replicas=`, and master_print/save calls inside an expression or on a line with other
         statements get a marker.
@@ -727,48 +734,58 @@ class XlaMasterOnlyAndSync(_XlaRule):
         if master_only is None or global_master is None:
             return "`master_only=` / `global_master=` is not a literal"
         params = self.SAVE_PARAMS
+        anchor = ctx.imports.binding_of(func)
+        torch = _torch(ctx, anchor)
 
         def save_args(updated: cst.Call) -> list[cst.Arg]:
+            # xm.save moved every tensor of `data` (nested in dicts, lists, tuples) to the CPU first:
+            # a file saved from `neuron` tensors needs map_location to load anywhere else
             b = _bind_args(updated, params)
             assert b is not None
-            return [_positional(b["data"]), _positional(b["file_or_path"])]
+            data = b["data"].value
+            cpu = _expr(f"{torch}.utils._pytree.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {_code(data)})")
+            return [_positional(b["data"]).with_changes(value=cpu), _positional(b["file_or_path"])]
 
-        save = f"{_torch(ctx, ctx.imports.binding_of(func))}.save"
-        if not master_only:
-            ctx.replace(call, lambda updated: updated.with_changes(
-                func=_expr(save), args=_end_like(save_args(updated), updated.args)))
-            ctx.finding(call, f"{qual}(master_only=False) -> torch.save() on every process")
-            return None
-        return self._guarded(call, func, ctx, not global_master, save, save_args)
+        return self._guarded(call, func, ctx, not global_master, f"{torch}.save", save_args,
+                             everyone=not master_only, barrier=True)
 
     def _guarded(self, call, func, ctx, local: bool, target: str,
-                 make_args: Callable[[cst.Call], list[cst.Arg]]) -> str | None:
+                 make_args: Callable[[cst.Call], list[cst.Arg]], everyone: bool = False,
+                 barrier: bool = False) -> str | None:
         """Rewrite the statement ``old(...)`` into ``if <master>: target(...)`` (no check when
-        the statement is already inside the same master check)."""
+        the statement is already inside the same master check, or when ``everyone`` runs it).
+        With ``barrier``, ``dist.barrier()`` follows, as torch-xla's rendezvous did, in a module
+        with a process group and outside a master-only block (where the other ranks never come)."""
         statement = _expression_statement(ctx, call)
         if statement is None or not isinstance(statement[1], cst.SimpleStatementLine) or len(statement[1].body) != 1:
             return "master-only calls are rewritten only as a statement on a line of their own"
         line = statement[1]
         anchor = ctx.imports.binding_of(func)
         guarded = _already_master_only(ctx, line, local)
-        test = None if guarded else _is_master(ctx, anchor, local)
+        test = None if guarded or everyone else _is_master(ctx, anchor, local)
+        # inside any master-only block the other ranks never reach a barrier
+        alone = guarded or _already_master_only(ctx, line, not local)
+        wait = f"{_dist(ctx, anchor)}.barrier()" if barrier and not alone and _has_process_group(ctx) else None
 
         def new_call(updated: cst.Call) -> cst.Call:
             args = _end_like(make_args(updated), updated.args)
             return updated.with_changes(func=_expr(target), args=args)
 
-        if test is None:
-            ctx.replace(call, new_call)
-        else:
+        def build(updated_line: cst.SimpleStatementLine):
+            small = updated_line.body[0]
+            assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+            inner = small.with_changes(value=new_call(small.value))
+            if test is None:
+                new: cst.BaseStatement = updated_line.with_changes(body=[inner])
+            else:
+                new = _if_statement(updated_line, test, inner)
+            if wait is None:
+                return new
+            return cst.FlattenSentinel([new, cst.parse_statement(wait + "\n")])
 
-            def build(updated_line: cst.SimpleStatementLine) -> cst.If:
-                small = updated_line.body[0]
-                assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
-                return _if_statement(updated_line, test, small.with_changes(value=new_call(small.value)))
-
-            ctx.replace(line, build)
-        where = "the enclosing master check" if guarded else f"`if {test}:`"
-        ctx.finding(call, f"{dotted(func)}(...) -> {target}(...) under {where}")
+        ctx.replace(line, build)
+        where = ("every process" if everyone else "the enclosing master check" if guarded else f"`if {test}:`")
+        ctx.finding(call, f"{dotted(func)}(...) -> {target}(...) by {where}" + (f", then {wait}" if wait else ""))
         return None
 
     def _rendezvous(self, qual, call, func, ctx):
