@@ -118,3 +118,93 @@ def test_xm_save_writes_once_from_rank_0_with_cpu_tensors_then_waits(tmp_path: P
     loaded = torch.load(target)  # no map_location
     assert loaded["step"] == 7 and loaded["nested"][0].tolist() == [0, 1, 2]
     assert all(t.device.type == "cpu" for t in (loaded["weight"], *loaded["nested"]))
+
+
+# --------------------------------------------------------------------------- optimizer_step -> DDP (NM403)
+
+STEP = """
+import json
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main():
+    dist.init_process_group("xla")
+    rank = xm.get_ordinal()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    torch.manual_seed(100 + rank)  # every rank sees other data
+    x = torch.randn(8, 4)
+    optimizer.zero_grad()
+    model(x).pow(2).sum().backward()
+    xm.optimizer_step(optimizer)  # applies grads + all-reduces across cores
+    grads = [p.grad.flatten().tolist() for p in model.parameters()]
+    weights = [p.detach().flatten().tolist() for p in model.parameters()]
+    print(json.dumps({"rank": rank, "grads": grads, "weights": weights, "x": x.tolist()}))
+
+
+main()
+"""
+
+
+def test_optimizer_step_becomes_ddp_and_the_ranks_step_with_the_averaged_gradient(tmp_path: Path, rules: RuleSet):
+    text = _migrated(STEP, rules)
+    assert "model = torch.nn.parallel.DistributedDataParallel(model)" in text
+    assert "all-reduces across cores" not in text and "optimizer.step()" in text
+    script = tmp_path / "step.py"
+    script.write_text(_on_cpu(text))
+    proc = _torchrun(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert reports[0]["grads"] == reports[1]["grads"] and reports[0]["weights"] == reports[1]["weights"]
+    # the gradient is the mean of the two ranks' gradients, as xm.optimizer_step made it
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(4, 2)
+    per_rank = []
+    for r in reports:
+        reference.zero_grad()
+        reference(torch.tensor(r["x"])).pow(2).sum().backward()
+        per_rank.append([p.grad.flatten().clone() for p in reference.parameters()])
+    mean = [(a + b) / 2 for a, b in zip(*per_rank)]
+    for got, want in zip(reports[0]["grads"], mean):
+        assert torch.allclose(torch.tensor(got), want, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- xm.all_reduce('sum', t) (NM412)
+
+REDUCE = """
+import json
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main():
+    dist.init_process_group("xla")
+    rank = xm.get_ordinal()
+    value = torch.tensor([float(rank + 1), 10.0 * (rank + 1)])
+    total = xm.all_reduce('sum', value)
+    biggest = xm.all_reduce("max", value, scale=0.5)
+    print(json.dumps({"rank": rank, "total": total.tolist(), "biggest": biggest.tolist(), "value": value.tolist()}))
+
+
+main()
+"""
+
+
+def test_string_reduce_types_reduce_like_the_constants(tmp_path: Path, rules: RuleSet):
+    text = _migrated(REDUCE, rules)
+    assert "dist.ReduceOp.SUM" in text and "dist.ReduceOp.MAX" in text
+    script = tmp_path / "reduce.py"
+    script.write_text(_on_cpu(text))
+    proc = _torchrun(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert [r["total"] for r in reports] == [[3.0, 30.0], [3.0, 30.0]]
+    assert [r["biggest"] for r in reports] == [[1.0, 10.0], [1.0, 10.0]]
+    assert [r["value"] for r in reports] == [[1.0, 10.0], [2.0, 20.0]]  # the input is left as it was

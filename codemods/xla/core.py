@@ -29,12 +29,12 @@ owned is left behind silently.
 
 from __future__ import annotations
 
-import keyword
 from typing import Callable
 
 import libcst as cst
 
 from codemods.xla import device_vars
+from codemods.xla.optimizer_step import XlaOptimizerStep
 from codemods.xla.base import (
     _already_master_only,
     _atomic,
@@ -59,7 +59,6 @@ from codemods.xla.base import (
     _remove_small_statement,
     _torch,
     _world_size,
-    _WRAPPED_HINTS,
     XLA_BACKEND,
     _XLA_DEVICE_RE,
     _XlaRule,
@@ -458,89 +457,6 @@ def _is_step_with(stmt: cst.CSTNode, keys: set[str]) -> bool:
         and not item.item.args
         and _code(item.item.func) in keys
     )
-
-
-# --------------------------------------------------------------------------- NM403
-
-
-class XlaOptimizerStep(_XlaRule):
-    id = "NM403"
-    title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
-    fix = "mixed"
-    triggers = ("torch_xla",)
-    owns = (f"{XM}.optimizer_step",)
-    natives = {f"{XM}.optimizer_step": "optimizer.step(**optimizer_args) after DDP/FSDP averaged the gradients"}
-    why = """
-        `xm.optimizer_step(optimizer, barrier=False, optimizer_args={}, groups=None,
-        pin_layout=True)` all-reduced (averaged) the gradients over every process, called
-        `optimizer.step(**optimizer_args)` and, with `barrier=True`, cut the graph. On
-        TorchNeuron the step is the plain `optimizer.step(...)`; `barrier` and `pin_layout` have
-        no meaning in eager mode and are dropped. The gradient averaging is DDP's or FSDP2's job:
-        in a multi-process script whose module wraps no model in
-        `DistributedDataParallel` / `fully_shard` / FSDP, a marker says that it is now missing.
-    """
-    before = """
-        import torch_xla.core.xla_model as xm
-
-        xm.optimizer_step(optimizer, optimizer_args={"closure": closure})
-    """
-    after = """
-        optimizer.step(closure=closure)
-    """
-    caveats = """
-        The DDP/FSDP check reads the module only: a model wrapped in another module still gets
-        the marker (delete it once checked). `groups=` (all-reduce within replica groups) and
-        `**kwargs` spread into the call get a marker instead of a rewrite.
-    """
-
-    PARAMS = ("optimizer", "barrier", "optimizer_args", "groups", "pin_layout")
-
-    def rewrite(self, qual, call, func, ctx):
-        bound = _bind_args(call, self.PARAMS)
-        if bound is None or "optimizer" not in bound:
-            return "unsupported arguments"
-        groups = bound.get("groups")
-        if groups is not None and not (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
-            return "`groups=` restricted the gradient all-reduce to replica groups; use DDP with a process_group"
-        params = self.PARAMS
-
-        def build(updated: cst.Call) -> cst.BaseExpression:
-            b = _bind_args(updated, params)
-            assert b is not None
-            opt = _atomic(b["optimizer"].value)
-            args: list[cst.Arg] = []
-            if "optimizer_args" in b:
-                value = b["optimizer_args"].value
-                keywords = _dict_keywords(value)
-                args = keywords if keywords is not None else [cst.Arg(value=value, star="**")]
-            step = cst.Attribute(value=opt, attr=cst.Name("step"))
-            return cst.Call(func=step, args=_call_args(args))
-
-        ctx.replace(call, build)
-        ctx.finding(call, f"{qual}(optimizer) -> optimizer.step()")
-        if _multi_process(ctx) and not any(h in ctx.source for h in _WRAPPED_HINTS):
-            ctx.marker(
-                call,
-                "xm.optimizer_step also averaged the gradients over all processes and nothing does that "
-                "now: wrap the model in torch.nn.parallel.DistributedDataParallel (or fully_shard) or "
-                "all-reduce the gradients before the step",
-            )
-        return None
-
-
-def _dict_keywords(value: cst.BaseExpression) -> list[cst.Arg] | None:
-    """``{"closure": c}`` -> ``[closure=c]`` when every key is an identifier string."""
-    if not isinstance(value, cst.Dict):
-        return None
-    out = []
-    for el in value.elements:
-        if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
-            return None
-        key = el.key.evaluated_value
-        if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
-            return None
-        out.append(_keyword(key, el.value))
-    return out
 
 
 # --------------------------------------------------------------------------- NM404

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.xla.base import _XlaRule, _atomic, _bind_args, _code, _expr, _quote, _torch
+from codemods.xla.base import (
+    _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _quote, _remove_small_statement, _torch)
 from migrator.rules import PythonContext
 
 NX = "torch_neuronx"
@@ -28,6 +29,12 @@ MANUAL = {
     f"{NX}.async_load": "drop torch_neuronx.async_load: the model is on the neuron device once moved with .to()",
     f"{NX}.lazy_load": "drop torch_neuronx.lazy_load: the model is on the neuron device once moved with .to()",
     f"{NX}.move_trace_to_device": "replace torch_neuronx.move_trace_to_device(model, i) by model.to(f\"neuron:{i}\")",
+}
+
+#: owned calls that only loaded a traced artifact onto the NeuronCores: a statement of their own is deleted
+DROPPED = {
+    f"{NX}.async_load": "the model is on the neuron device once moved there with .to()",
+    f"{NX}.lazy_load": "the model is on the neuron device once moved there with .to()",
 }
 
 TRACE_PARAMS = ("func", "example_inputs")
@@ -56,8 +63,9 @@ class NeuronTrace(_XlaRule):
         tensors: where the compiled model is called in the scope that traced it
         (`neuron_model(x)`), its inputs are moved with `.to("neuron")`. Saving or loading a
         traced artifact with `torch.jit.save/load` gets a marker (save the weights and compile
-        again), as do `torch_neuronx.DataParallel`, `dynamic_batch`,
-        `async_load`, `lazy_load` and `move_trace_to_device`.
+        again), as do `torch_neuronx.DataParallel`, `dynamic_batch` and `move_trace_to_device`.
+        `torch_neuronx.async_load(m)` / `lazy_load(m)` only loaded the traced artifact onto the
+        NeuronCores: as a statement of their own they are deleted.
     """
     before = """
         import torch
@@ -92,6 +100,12 @@ class NeuronTrace(_XlaRule):
         return table
 
     def rewrite(self, qual, call, func, ctx):
+        if qual in DROPPED:
+            statement = _expression_statement(ctx, call)
+            if statement is not None and not any(a.star for a in call.args):
+                _remove_small_statement(ctx, *statement)
+                ctx.finding(call, f"{qual}(...) removed: {DROPPED[qual]}")
+                return None
         if qual in MANUAL:
             ctx.marker(call, MANUAL[qual])
             return None
