@@ -22,6 +22,7 @@ from typing import Callable, ClassVar, Sequence, Union
 import libcst as cst
 
 from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
+from migrator.scopes import FUNCTIONS, local_names
 from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, ignored_rules, is_silenced, marker_text
 
 RULE_ID_RE = re.compile(r"^NM\d{3}$")
@@ -224,10 +225,35 @@ class PythonContext:
         self._refs: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
         #: ancestors of every statement and import alias, recorded by the pass
         self._known: dict[int, tuple[cst.CSTNode, ...]] = {}
+        #: names each function binds itself (see qualname)
+        self._locals: dict[int, frozenset[str]] = {}
 
     # ---------------------------------------------------------------- queries
     def qualname(self, node: cst.BaseExpression) -> str | None:
-        return self.imports.resolve(node)
+        """The qualified name ``node`` refers to through the module's imports; None as well where a
+        function around the node being handled binds the root name itself (``grads = []`` in a
+        module that imports ``grads``: ``grads.append`` is the list's)."""
+        qualified = self.imports.resolve(node)
+        if qualified is not None and self._shadowed(node):
+            return None
+        return qualified
+
+    def _shadowed(self, node: cst.BaseExpression) -> bool:
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        return isinstance(root, cst.Name) and self.bound_locally(root.value, self.stack)
+
+    def bound_locally(self, name: str, ancestors: Sequence[cst.CSTNode]) -> bool:
+        """Whether a function among ``ancestors`` binds ``name`` itself (see :mod:`migrator.scopes`)."""
+        for anc in ancestors:
+            if isinstance(anc, FUNCTIONS):
+                names = self._locals.get(id(anc))
+                if names is None:
+                    names = self._locals[id(anc)] = local_names(anc)
+                if name in names:
+                    return True
+        return False
 
     def owner(self, qualified: str) -> str | None:
         """The rule that owns the calls/arguments of ``qualified`` (None: no rule)."""
