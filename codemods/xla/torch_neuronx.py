@@ -71,7 +71,10 @@ class NeuronTrace(_XlaRule):
         `load_state_dict()` go through `name._orig_mod` (the compiled module prefixes every key with
         `_orig_mod.`), and `name.save(path)` (the TorchScript artifact's) and an assignment of the
         compiled model into the module it wraps (`model.encoder.forward_neuron = name`: the module
-        would contain itself) get a marker.
+        would contain itself) get a marker. `from_pretrained(..., torchscript=True)`, the usual
+        preparation for a trace, is rejected by Transformers 5: it becomes `return_dict=False`
+        (the plain tuple outputs it gave). `traced(*example)` with the trace's own example inputs
+        moves each of them: `traced(*(t.to("neuron") for t in example))`.
     """
     before = """
         import torch
@@ -142,6 +145,10 @@ class NeuronTrace(_XlaRule):
         if target is not None:
             model_arg = bound["func"].value
             ctx.local_state().setdefault("traced", {})[(id(_scope(ctx)), target)] = _code(_uneval(model_arg))
+            example_arg = bound.get("example_inputs")
+            if example_arg is not None and isinstance(example_arg.value, cst.Name):
+                # the tensors the trace took: `traced(*example)` moves each of them
+                ctx.local_state().setdefault("examples", {})[(id(_scope(ctx)), target)] = example_arg.value.value
         example = bound.get("example_inputs")
         shapes = "the traced shapes"
         if example is not None:
@@ -179,6 +186,9 @@ class NeuronTrace(_XlaRule):
             if traced and (id(_scope(ctx)), func.value) in traced:
                 self._move_inputs(call, func.value, ctx)
             return
+        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+            self._torchscript(call, ctx)
+            return
         traced = ctx.local_state().get("traced") or {}
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
                 and (id(_scope(ctx)), func.value.value) in traced:
@@ -211,6 +221,27 @@ class NeuronTrace(_XlaRule):
                 "from_pretrained), then torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")"
             ))
 
+
+    def _torchscript(self, call: cst.Call, ctx: PythonContext) -> None:
+        """`from_pretrained(..., torchscript=True)`, the usual preparation for a trace: Transformers 5
+        rejects the keyword (TypeError); what it did for the model's outputs (plain tuples) is
+        `return_dict=False`."""
+        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "torchscript"), None)
+        if arg is None:
+            return
+        has_return_dict = any(a.keyword is not None and a.keyword.value == "return_dict" for a in call.args)
+        value = arg.value
+        if isinstance(value, cst.Name) and value.value == "False" or has_return_dict:
+            ctx.replace(arg, cst.RemovalSentinel.REMOVE)
+            ctx.finding(arg, "torchscript= removed: Transformers 5 rejects it")
+        elif isinstance(value, cst.Name) and value.value == "True":
+            ctx.replace(arg, lambda updated: updated.with_changes(keyword=cst.Name("return_dict"),
+                                                                  value=cst.Name("False")))
+            ctx.finding(arg, "torchscript=True -> return_dict=False: Transformers 5 rejects torchscript=; the model "
+                             "keeps returning plain tuples, as it did for the trace")
+        else:
+            ctx.marker(call, "torchscript= is rejected by Transformers 5: pass return_dict=False where the outputs "
+                             "must be plain tuples, else drop it")
 
     def _traced_method(self, call: cst.Call, func: cst.Attribute, ctx: PythonContext) -> None:
         """Methods of the traced artifact: `.save(path)` (a ScriptModule's) and the state dict, which a
@@ -245,7 +276,15 @@ class NeuronTrace(_XlaRule):
                     f"uses instead, or assign to a copy of the module (copy.deepcopy) before compiling"))
 
     def _move_inputs(self, call: cst.Call, name: str, ctx: PythonContext) -> None:
+        example = (ctx.local_state().get("examples") or {}).get((id(_scope(ctx)), name))
         if any(arg.star for arg in call.args):
+            if example is not None and len(call.args) == 1 and call.args[0].star == "*" \
+                    and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == example:
+                q = _quote(ctx)
+                moved = _expr(f"(t.to({q}neuron{q}) for t in {example})")
+                ctx.replace(call.args[0], lambda updated: updated.with_changes(value=moved))
+                ctx.finding(call, f"each example input of {name}(*{example}) moved to the neuron device")
+                return
             ctx.marker(call, (
                 f"the inputs unpacked into {name}(...) with * / ** are not moved automatically: move each tensor "
                 "to the neuron device with .to(\"neuron\") (the compiled model runs there)"

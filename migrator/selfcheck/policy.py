@@ -158,7 +158,10 @@ def _used_names(text: str) -> set[str]:
     def walk(node: ast.AST, local: frozenset[str]) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                for sub in (*child.args.defaults, *child.args.kw_defaults,
+                a = child.args
+                annotations = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                               if x is not None and x.annotation is not None]
+                for sub in (*a.defaults, *a.kw_defaults, *annotations,
                             *getattr(child, "decorator_list", ()), getattr(child, "returns", None)):
                     if sub is not None:
                         walk(ast.Expression(sub), local)  # evaluated in the enclosing scope
