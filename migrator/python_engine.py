@@ -322,6 +322,8 @@ def run_python(
 
     refs_by_name: dict[str, list[tuple[cst.Name, tuple]]] = {}
     for name_node, anc in ctx._refs:
+        if ctx.bound_locally(name_node.value, anc):
+            continue  # a function's own variable spelled like the import (`grads = []`): not a use of it
         refs_by_name.setdefault(name_node.value, []).append((name_node, anc))
 
     # ---- markers (de-duplicated against markers already above the statement)

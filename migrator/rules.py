@@ -23,6 +23,7 @@ import libcst as cst
 
 from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
 from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, facts_of, ignored_rules, is_silenced, marker_text
+from migrator.scopes import FUNCTIONS, local_names
 
 RULE_ID_RE = re.compile(r"^NM\d{3}$")
 FIX_KINDS = ("auto", "manual", "mixed")
@@ -229,17 +230,42 @@ class PythonContext:
         self._refs: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
         #: ancestors of every statement and import alias, recorded by the pass
         self._known: dict[int, tuple[cst.CSTNode, ...]] = {}
+        #: names each function binds itself (see qualname)
+        self._locals: dict[int, frozenset[str]] = {}
 
     # ---------------------------------------------------------------- queries
     def qualname(self, node: cst.BaseExpression) -> str | None:
-        return self.imports.resolve(node)
+        """The qualified name ``node`` refers to through the module's imports; None as well where a
+        function around the node being handled binds the root name itself (``grads = []`` in a
+        module that imports ``grads``: ``grads.append`` is the list's)."""
+        qualified = self.imports.resolve(node)
+        if qualified is not None and self._shadowed(node):
+            return None
+        return qualified
+
+    def _shadowed(self, node: cst.BaseExpression) -> bool:
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        return isinstance(root, cst.Name) and self.bound_locally(root.value, self.stack)
+
+    def bound_locally(self, name: str, ancestors: Sequence[cst.CSTNode]) -> bool:
+        """Whether a function among ``ancestors`` binds ``name`` itself (see :mod:`migrator.scopes`)."""
+        for anc in ancestors:
+            if isinstance(anc, FUNCTIONS):
+                names = self._locals.get(id(anc))
+                if names is None:
+                    names = self._locals[id(anc)] = local_names(anc)
+                if name in names:
+                    return True
+        return False
 
     def class_qualname(self, node: cst.BaseExpression) -> str | None:
         """Like :meth:`qualname`, and for a class the module defines at its top level (``class
         MyModel(NeuronModelForCausalLM)``), the qualified name of the imported class it derives from
         (its first base, followed through the module's own classes): ``MyModel.from_pretrained(...)``
         is then a load of that class."""
-        qual = self.imports.resolve(node)
+        qual = self.qualname(node)
         if qual is not None or not isinstance(node, cst.Name):
             return qual
         bases = self.scratch.get("_class_bases")

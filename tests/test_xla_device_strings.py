@@ -62,3 +62,41 @@ def test_a_trace_call_site_is_moved_once_and_idempotently(rules: RuleSet):
     text, _ = _run(source, rules)
     assert "return m(x.to('neuron')), m(x.to('neuron')), m(x.to('neuron'))\n" in text
     assert _run(text, rules)[0] == text
+
+
+def test_the_compiled_module_facts_the_nm410_rewrites_rely_on():
+    """torch.compile wraps the live module: its own state dict prefixes the keys with `_orig_mod.`
+    (the rewrite saves `<compiled>._orig_mod.state_dict()`, the model's keys), a second compile no
+    longer returns a module (the rewrite drops it), and the original module inside is the very object
+    that was compiled."""
+    import torch
+
+    model = torch.nn.Linear(3, 2)
+    compiled = torch.compile(model, backend="eager")
+    assert set(compiled.state_dict()) == {"_orig_mod.weight", "_orig_mod.bias"}
+    assert set(compiled._orig_mod.state_dict()) == set(model.state_dict()) == {"weight", "bias"}
+    assert compiled._orig_mod is model
+    twice = torch.compile(compiled, backend="eager")
+    assert not isinstance(twice, torch.nn.Module)  # a function: .state_dict(), .to(), .eval() are gone
+    # assigning the compiled module inside the module it wraps makes the module contain itself
+    holder = torch.nn.Module()
+    holder.inner = torch.nn.Linear(2, 2)
+    wrapped = torch.compile(holder, backend="eager")
+    holder.forward_neuron = wrapped
+    with pytest.raises(RecursionError):
+        list(holder.state_dict())
+
+
+def test_torchscript_true_is_rejected_and_return_dict_false_keeps_the_tuple_outputs(tmp_path):
+    """NM410 turns `from_pretrained(..., torchscript=True)` into `return_dict=False`: the installed
+    Transformers rejects the first and gives the plain tuples the trace relied on with the second."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                         vocab_size=20)).save_pretrained(tmp_path)
+    with pytest.raises(TypeError):
+        BertModel.from_pretrained(tmp_path, torchscript=True)
+    model = BertModel.from_pretrained(tmp_path, return_dict=False)
+    hidden, pooled = model(torch.tensor([[1, 2, 3]]))
+    assert isinstance(model(torch.tensor([[1, 2, 3]])), tuple) and hidden.shape == (1, 3, 8)

@@ -25,7 +25,9 @@ NATIVE = ("torch_neuronx",)
 
 
 def old_stack(qualified: str) -> bool:
-    return qualified not in NATIVE and any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
+    if qualified in NATIVE or any(qualified.startswith(n + ".__") for n in NATIVE):
+        return False  # the plugin module itself and its module attributes (`torch_neuronx.__version__`)
+    return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
 class OldStackLeftovers(PythonRule):

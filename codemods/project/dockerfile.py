@@ -18,7 +18,8 @@ from codemods.project import dependency_policy as deps
 from codemods.project.dependency_policy import _NEURON_HOST
 from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _merge, assignments, deletion_span, plan_for, render
 from codemods.project.shell_syntax import ShellSyntaxError
-from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
+from codemods.project.xla_env import (
+    BF16_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, mark_bf16_launch, xla_only_reason)
 from migrator.rules import TextRule
 
 _DIRECTIVE_RE = re.compile(r"#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.*?)\s*$")
@@ -393,6 +394,8 @@ class DockerfileEnv(DockerRule):
                 plan.delete(self.id, (g, p.word))
                 w = u.words(ins)[p.word]
                 ctx.finding(u.line_of(w.start), f"removed ENV {p.name}: {reason}", "applied", u.col_of(w.start) + 1)
+                if p.name in BF16_VARS and bf16_switched_on(p.value):
+                    mark_bf16_launch(plan, ctx, self.id, g, p.name)
         for _g, body in plan.bodies():  # `RUN <<EOF` scripts: `export X=1`, `X=1 cmd`, `env X=1 cmd`, `unset X`
             bu = body.unit
             for s in bu.simples:

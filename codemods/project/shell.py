@@ -26,7 +26,8 @@ from codemods.project.shell_plans import (
     word_value,
 )
 from codemods.project.shell_syntax import NAME_RE, Simple
-from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
+from codemods.project.xla_env import (
+    BF16_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, mark_bf16_launch, xla_only_reason)
 from migrator.model import ignored_rules, is_silenced
 
 
@@ -319,11 +320,14 @@ class XlaOnlyEnvironment(ShellRule):
         that launchers pass on (`mpirun -x X=...`, `srun --export=ALL,X=...`, `#SBATCH
         --export=...`), and from the scripts of `bash -c '...'`/`sh -c`/`eval '...'` when the
         string is a literal (re-lexed and re-quoted as it was). Runtime and EFA variables
-        (`NEURON_RT_*` other than the one above, `FI_*`, `CCOM_*`) are kept.
+        (`NEURON_RT_*` other than the one above, `FI_*`, `CCOM_*`) are kept. Removing
+        `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` changes the precision of the launch (torch-xla ran
+        the float32 model in bf16): a marker in the launcher says that the script must now choose
+        bf16 itself (NM415 rewrites the reads of these variables in the run's Python).
     """
     before = """
-        export XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2
-        XLA_DOWNCAST_BF16=1 torchrun --nproc_per_node=2 train.py
+        export NEURON_FUSE_SOFTMAX=1 NEURON_RT_NUM_CORES=2
+        PJRT_DEVICE=NEURON torchrun --nproc_per_node=2 train.py
     """
     after = """
         export NEURON_RT_NUM_CORES=2
@@ -349,6 +353,9 @@ class XlaOnlyEnvironment(ShellRule):
                 removed.setdefault(a.name, []).append(s)
                 what = {"unset": f"`unset {a.name}`"}.get(a.form, a.name)
                 self.finding(ctx, plan, a.tok, f"removed {what}: {reason}")
+                if a.name in BF16_VARS and a.form != "unset" and bf16_switched_on(a.value):
+                    # the precision of the run changes: say so in the launcher itself
+                    mark_bf16_launch(plan, ctx, self.id, s.group, a.name)
             name = command_name(u, s)
             if name in ("mpirun", "mpiexec", "orterun"):
                 self._mpirun(plan, ctx, s, removed)

@@ -40,7 +40,31 @@ XLA_ONLY_VARS: dict[str, str] = {
     "DISABLE_TRANSFORMERS_PATCHING": "optimum-neuron setting",
     "CUSTOM_CACHE_REPO": "optimum-neuron compile cache setting",
     "ACCELERATE_USE_AMP": "optimum-neuron setting (set bf16=True in the training arguments instead)",
+    "NEURON_PARALLEL_COMPILE_MAX_RETRIES": "neuron_parallel_compile setting (the XLA stack's ahead-of-time compile)",
+    "NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE": "neuron_parallel_compile setting (the XLA stack's "
+    "ahead-of-time compile)",
 }
+#: the XLA-era precision switches: removing them from a launcher changes the precision of the run
+BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
+#: how a launcher (shell, Slurm, Dockerfile ENV, notebook %env) spells "bf16 on"
+LAUNCHER_BF16 = tuple(f"{v}={on}" for v in BF16_VARS for on in ("1", '"1"', "'1'", "true", "True"))
+
+
+def bf16_switched_on(value: str | None) -> bool:
+    """Whether a launcher's value of XLA_USE_BF16/XLA_DOWNCAST_BF16 turned bf16 on (set and not 0)."""
+    if value is None:
+        return False
+    value = value.strip("\"'")
+    return value not in ("", "0", "false", "False", "no")
+
+
+def bf16_launcher_message(name: str) -> str:
+    """The marker left in a launcher that no longer sets a bf16 switch."""
+    del name  # one text for both variables: a launch that set both gets one marker
+    return ("XLA_USE_BF16/XLA_DOWNCAST_BF16=1 (removed) ran this launch in bfloat16 under torch-xla and TorchNeuron "
+            "ignores them: the launched script must choose bf16 itself (dtype=torch.bfloat16, bf16=True or "
+            "torch.autocast(\"neuron\", dtype=torch.bfloat16)); reads of them in the run's Python were set to that "
+            "value")
 #: every variable with this prefix belongs to optimum-neuron
 XLA_ONLY_PREFIXES = ("OPTIMUM_NEURON_",)
 
@@ -51,3 +75,12 @@ def xla_only_reason(name: str) -> str | None:
     if name.startswith(XLA_ONLY_PREFIXES):
         return "optimum-neuron setting"
     return None
+
+
+def mark_bf16_launch(plan, ctx, rule: str, group: int, name: str) -> None:
+    """The marker of :func:`bf16_launcher_message` above ``group`` of a shell or Dockerfile plan.
+    Written next to the other rules' markers of that line, not instead of them (the plans keep one
+    marker per line: this one must not hide what another rule asks there)."""
+    if plan.silenced(rule, group):
+        return
+    ctx.marker(plan.group_range(group)[0] + plan.offset, bf16_launcher_message(name))

@@ -43,6 +43,9 @@ REDUCE_OPS = {
     "REDUCE_MIN": "MIN",
     "REDUCE_MAX": "MAX",
 }
+#: the values of those constants (torch_xla/core/xla_model.py: REDUCE_SUM = 'sum', ...), written as strings
+REDUCE_STRINGS = {"sum": "REDUCE_SUM", "mul": "REDUCE_MUL", "and": "REDUCE_AND", "or": "REDUCE_OR",
+                  "min": "REDUCE_MIN", "max": "REDUCE_MAX"}
 _NEEDS_GROUP = ("{what} needs a process group: make sure dist.init_process_group(backend=\"neuron\") runs first "
                 "(torchrun)")
 
@@ -141,7 +144,7 @@ class XlaCollectives(_XlaRule):
     """
     caveats = """
         Rewritten only as a statement alone on its line (`name = call` or, for a list literal
-        of tensors, the bare call), with a literal reduce type and no `groups=` / `pin_layout=`
+        of tensors, the bare call), with a literal reduce type (`xm.REDUCE_SUM` or its value `"sum"`) and no `groups=` / `pin_layout=`
         / `output=`; anything else gets a marker. A bare `xm.all_reduce(op, x)` whose `x` is not
         a list literal gets a marker: it was in place for a list and without effect for a tensor.
         In `y = xm.all_reduce(op, x)` the input must be a tensor (`.clone()` fails on a list).
@@ -183,6 +186,8 @@ class XlaCollectives(_XlaRule):
             return "`groups=` names replica groups; use dist.new_group(ranks) and group="
         rtype = bound["reduce_type"].value
         rqual = ctx.qualname(rtype) if isinstance(rtype, (cst.Name, cst.Attribute)) else None
+        if isinstance(rtype, cst.SimpleString) and rtype.evaluated_value in REDUCE_STRINGS:
+            rqual = f"{XM}.{REDUCE_STRINGS[rtype.evaluated_value]}"  # xm.REDUCE_SUM is the string "sum"
         if rqual is None or not rqual.startswith(f"{XM}.REDUCE_") or rqual.rsplit(".", 1)[1] not in REDUCE_OPS:
             return "the reduce type is not an xm.REDUCE_* constant"
         where = _line_of(ctx, call)

@@ -29,11 +29,12 @@ owned is left behind silently.
 
 from __future__ import annotations
 
-import keyword
 from typing import Callable
 
 import libcst as cst
 
+from codemods.xla import device_vars
+from codemods.xla.optimizer_step import XlaOptimizerStep
 from codemods.xla.base import (
     _already_master_only,
     _atomic,
@@ -58,7 +59,6 @@ from codemods.xla.base import (
     _remove_small_statement,
     _torch,
     _world_size,
-    _WRAPPED_HINTS,
     XLA_BACKEND,
     _XLA_DEVICE_RE,
     _XlaRule,
@@ -122,7 +122,15 @@ class XlaDevice(_XlaRule):
         table = super().handlers()
         table[cst.Call] = self._on_call
         table[cst.Comparison] = self._on_comparison
+        table[cst.Name] = self._on_name
         return table
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        self._on_reference(node, ctx)
+        device_vars.track(node, ctx)
+
+    def finish(self, ctx: PythonContext) -> None:
+        device_vars.finish(ctx)
 
     def rewrite(self, qual, call, func, ctx):
         params = ("n", "devkind") if qual.endswith("xla_device") else ("index",)
@@ -451,89 +459,6 @@ def _is_step_with(stmt: cst.CSTNode, keys: set[str]) -> bool:
     )
 
 
-# --------------------------------------------------------------------------- NM403
-
-
-class XlaOptimizerStep(_XlaRule):
-    id = "NM403"
-    title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
-    fix = "mixed"
-    triggers = ("torch_xla",)
-    owns = (f"{XM}.optimizer_step",)
-    natives = {f"{XM}.optimizer_step": "optimizer.step(**optimizer_args) after DDP/FSDP averaged the gradients"}
-    why = """
-        `xm.optimizer_step(optimizer, barrier=False, optimizer_args={}, groups=None,
-        pin_layout=True)` all-reduced (averaged) the gradients over every process, called
-        `optimizer.step(**optimizer_args)` and, with `barrier=True`, cut the graph. On
-        TorchNeuron the step is the plain `optimizer.step(...)`; `barrier` and `pin_layout` have
-        no meaning in eager mode and are dropped. The gradient averaging is DDP's or FSDP2's job:
-        in a multi-process script whose module wraps no model in
-        `DistributedDataParallel` / `fully_shard` / FSDP, a marker says that it is now missing.
-    """
-    before = """
-        import torch_xla.core.xla_model as xm
-
-        xm.optimizer_step(optimizer, optimizer_args={"closure": closure})
-    """
-    after = """
-        optimizer.step(closure=closure)
-    """
-    caveats = """
-        The DDP/FSDP check reads the module only: a model wrapped in another module still gets
-        the marker (delete it once checked). `groups=` (all-reduce within replica groups) and
-        `**kwargs` spread into the call get a marker instead of a rewrite.
-    """
-
-    PARAMS = ("optimizer", "barrier", "optimizer_args", "groups", "pin_layout")
-
-    def rewrite(self, qual, call, func, ctx):
-        bound = _bind_args(call, self.PARAMS)
-        if bound is None or "optimizer" not in bound:
-            return "unsupported arguments"
-        groups = bound.get("groups")
-        if groups is not None and not (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
-            return "`groups=` restricted the gradient all-reduce to replica groups; use DDP with a process_group"
-        params = self.PARAMS
-
-        def build(updated: cst.Call) -> cst.BaseExpression:
-            b = _bind_args(updated, params)
-            assert b is not None
-            opt = _atomic(b["optimizer"].value)
-            args: list[cst.Arg] = []
-            if "optimizer_args" in b:
-                value = b["optimizer_args"].value
-                keywords = _dict_keywords(value)
-                args = keywords if keywords is not None else [cst.Arg(value=value, star="**")]
-            step = cst.Attribute(value=opt, attr=cst.Name("step"))
-            return cst.Call(func=step, args=_call_args(args))
-
-        ctx.replace(call, build)
-        ctx.finding(call, f"{qual}(optimizer) -> optimizer.step()")
-        if _multi_process(ctx) and not any(h in ctx.source for h in _WRAPPED_HINTS):
-            ctx.marker(
-                call,
-                "xm.optimizer_step also averaged the gradients over all processes and nothing does that "
-                "now: wrap the model in torch.nn.parallel.DistributedDataParallel (or fully_shard) or "
-                "all-reduce the gradients before the step",
-            )
-        return None
-
-
-def _dict_keywords(value: cst.BaseExpression) -> list[cst.Arg] | None:
-    """``{"closure": c}`` -> ``[closure=c]`` when every key is an identifier string."""
-    if not isinstance(value, cst.Dict):
-        return None
-    out = []
-    for el in value.elements:
-        if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
-            return None
-        key = el.key.evaluated_value
-        if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
-            return None
-        out.append(_keyword(key, el.value))
-    return out
-
-
 # --------------------------------------------------------------------------- NM404
 
 
@@ -637,7 +562,8 @@ class XlaMasterOnlyAndSync(_XlaRule):
     owns = (f"{XM}.master_print", f"{XM}.save", f"{XM}.rendezvous", f"{XM}.wait_device_ops")
     natives = {
         f"{XM}.master_print": "`if dist.get_rank() == 0: print(...)`",
-        f"{XM}.save": '`if int(os.environ.get("LOCAL_RANK", 0)) == 0: torch.save(...)`',
+        f"{XM}.save": ('`if int(os.environ.get("LOCAL_RANK", 0)) == 0: torch.save(<data with tensors moved to the CPU>, '
+                       'path)` then `dist.barrier()`'),
         f"{XM}.rendezvous": "dist.barrier() (payloads: dist.all_gather_object)",
         f"{XM}.wait_device_ops": "torch.accelerator.synchronize()",
     }
@@ -646,8 +572,13 @@ class XlaMasterOnlyAndSync(_XlaRule):
         master only; it becomes `if <rank> == 0: print(*args, file=fd, flush=flush)`.
         `xm.save(data, path, master_only=True, global_master=False)` saved on every host's local
         master (LOCAL_RANK 0; the global rank 0 with `global_master=True`; every process with
-        `master_only=False`); it becomes that check around `torch.save(data, path)`, and no check
-        at all where the statement is already inside `if xm.is_master_ordinal():`.
+        `master_only=False`), after moving every tensor of `data` to the CPU, then waited for
+        every rank (a rendezvous). It becomes that check around `torch.save(data', path)` where
+        `data'` is `torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, data)` (the
+        same nested dicts/lists with CPU tensors: a file saved from `neuron` tensors cannot be
+        loaded on a CPU machine without `map_location`), followed by `dist.barrier()` in a module
+        with a process group; no check at all where the statement is already inside
+        `if xm.is_master_ordinal():` (and no barrier there: the other ranks never reach it).
         `xm.rendezvous(tag)` becomes `dist.barrier()` and `xm.wait_device_ops()` becomes
         `torch.accelerator.synchronize()`.
     """
@@ -671,12 +602,13 @@ class XlaMasterOnlyAndSync(_XlaRule):
             print(f"epoch {epoch} loss {loss:.4f}")
         dist.barrier()
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:
-            torch.save(model.state_dict(), "model.pt")
+            torch.save(torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.cpu, model.state_dict()), "model.pt")
+        dist.barrier()
     """
     caveats = """
-        `xm.save` moved XLA tensors to the CPU before saving; `torch.save` keeps the `neuron`
-        device in the file, so load it with `torch.load(path, map_location="cpu")` off Trainium
-        (or save `{k: v.cpu() ...}`). `dist.barrier()` needs a process group: in a module that
+        `torch.utils._pytree` is torch's own (private but long-stable) nested-structure mapper;
+        objects other than dicts, lists, tuples and namedtuples are saved as they are, as
+        `xm.save` did. `dist.barrier()` needs a process group: in a module that
         never calls `init_process_group` it gets a marker. A rendezvous whose payloads are used,
         `replicas=`, and master_print/save calls inside an expression or on a line with other
         statements get a marker.
@@ -718,48 +650,58 @@ class XlaMasterOnlyAndSync(_XlaRule):
         if master_only is None or global_master is None:
             return "`master_only=` / `global_master=` is not a literal"
         params = self.SAVE_PARAMS
+        anchor = ctx.imports.binding_of(func)
+        torch = _torch(ctx, anchor)
 
         def save_args(updated: cst.Call) -> list[cst.Arg]:
+            # xm.save moved every tensor of `data` (nested in dicts, lists, tuples) to the CPU first:
+            # a file saved from `neuron` tensors needs map_location to load anywhere else
             b = _bind_args(updated, params)
             assert b is not None
-            return [_positional(b["data"]), _positional(b["file_or_path"])]
+            data = b["data"].value
+            cpu = _expr(f"{torch}.utils._pytree.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {_code(data)})")
+            return [_positional(b["data"]).with_changes(value=cpu), _positional(b["file_or_path"])]
 
-        save = f"{_torch(ctx, ctx.imports.binding_of(func))}.save"
-        if not master_only:
-            ctx.replace(call, lambda updated: updated.with_changes(
-                func=_expr(save), args=_end_like(save_args(updated), updated.args)))
-            ctx.finding(call, f"{qual}(master_only=False) -> torch.save() on every process")
-            return None
-        return self._guarded(call, func, ctx, not global_master, save, save_args)
+        return self._guarded(call, func, ctx, not global_master, f"{torch}.save", save_args,
+                             everyone=not master_only, barrier=True)
 
     def _guarded(self, call, func, ctx, local: bool, target: str,
-                 make_args: Callable[[cst.Call], list[cst.Arg]]) -> str | None:
+                 make_args: Callable[[cst.Call], list[cst.Arg]], everyone: bool = False,
+                 barrier: bool = False) -> str | None:
         """Rewrite the statement ``old(...)`` into ``if <master>: target(...)`` (no check when
-        the statement is already inside the same master check)."""
+        the statement is already inside the same master check, or when ``everyone`` runs it).
+        With ``barrier``, ``dist.barrier()`` follows, as torch-xla's rendezvous did, in a module
+        with a process group and outside a master-only block (where the other ranks never come)."""
         statement = _expression_statement(ctx, call)
         if statement is None or not isinstance(statement[1], cst.SimpleStatementLine) or len(statement[1].body) != 1:
             return "master-only calls are rewritten only as a statement on a line of their own"
         line = statement[1]
         anchor = ctx.imports.binding_of(func)
         guarded = _already_master_only(ctx, line, local)
-        test = None if guarded else _is_master(ctx, anchor, local)
+        test = None if guarded or everyone else _is_master(ctx, anchor, local)
+        # inside any master-only block the other ranks never reach a barrier
+        alone = guarded or _already_master_only(ctx, line, not local)
+        wait = f"{_dist(ctx, anchor)}.barrier()" if barrier and not alone and _has_process_group(ctx) else None
 
         def new_call(updated: cst.Call) -> cst.Call:
             args = _end_like(make_args(updated), updated.args)
             return updated.with_changes(func=_expr(target), args=args)
 
-        if test is None:
-            ctx.replace(call, new_call)
-        else:
+        def build(updated_line: cst.SimpleStatementLine):
+            small = updated_line.body[0]
+            assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+            inner = small.with_changes(value=new_call(small.value))
+            if test is None:
+                new: cst.BaseStatement = updated_line.with_changes(body=[inner])
+            else:
+                new = _if_statement(updated_line, test, inner)
+            if wait is None:
+                return new
+            return cst.FlattenSentinel([new, cst.parse_statement(wait + "\n")])
 
-            def build(updated_line: cst.SimpleStatementLine) -> cst.If:
-                small = updated_line.body[0]
-                assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
-                return _if_statement(updated_line, test, small.with_changes(value=new_call(small.value)))
-
-            ctx.replace(line, build)
-        where = "the enclosing master check" if guarded else f"`if {test}:`"
-        ctx.finding(call, f"{dotted(func)}(...) -> {target}(...) under {where}")
+        ctx.replace(line, build)
+        where = ("every process" if everyone else "the enclosing master check" if guarded else f"`if {test}:`")
+        ctx.finding(call, f"{dotted(func)}(...) -> {target}(...) by {where}" + (f", then {wait}" if wait else ""))
         return None
 
     def _rendezvous(self, qual, call, func, ctx):
@@ -809,7 +751,7 @@ def _positional(arg: cst.Arg) -> cst.Arg:
 class XlaProcessGroup(_XlaRule):
     id = "NM406"
     title = "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\"); drop the xla_backend import"
-    triggers = ("torch_xla",)
+    triggers = ("torch_xla", "xla://", "pjrt://", '"xla"', "'xla'")
     owns = (XLA_BACKEND,)
     natives = {XLA_BACKEND: 'nothing: dist.init_process_group(backend="neuron") needs no import'}
     why = """
@@ -817,7 +759,10 @@ class XlaProcessGroup(_XlaRule):
         was imported, and `init_method="xla://"` read the ranks from the XLA runtime. TorchNeuron
         registers the `neuron` backend itself and torchrun provides the ranks through the
         environment (the default `env://`), so the import goes and the call becomes
-        `init_process_group(backend="neuron")`.
+        `init_process_group(backend="neuron")`, in every spelling (`dist.`, the full dotted name,
+        an imported `init_process_group`; positional or keyword). torch-xla's rendezvous
+        `init_method="xla://"` / `"pjrt://"` does not exist natively and is dropped, so that
+        torchrun's `env://` applies.
     """
     before = """
         import torch.distributed as dist
@@ -831,8 +776,8 @@ class XlaProcessGroup(_XlaRule):
         dist.init_process_group(backend="neuron")
     """
     caveats = """
-        Only the literal backend "xla" is rewritten (a backend held in a variable is left alone);
-        other arguments (timeout, world_size, rank...) are kept. The import is kept while the
+        The literal backend "xla" is rewritten here; a backend held in a variable assigned the
+        literal "xla" is rewritten at its assignment (NM401 follows it); other arguments (timeout, world_size, rank...) are kept. The import is kept while the
         `torch_xla` name it binds is still used by code that no rule rewrote.
     """
 
@@ -885,30 +830,41 @@ class XlaProcessGroup(_XlaRule):
                 backend = arg
             elif arg.keyword.value == "init_method":
                 init_method = arg
-        if backend is None or not _is_string(backend.value, "xla"):
+        swap = backend is not None and _is_string(backend.value, "xla")
+        drop_init = init_method is not None and any(_is_string(init_method.value, m) for m in _XLA_INIT_METHODS)
+        if not swap and not drop_init:
             return
-        drop_init = init_method is not None and _is_string(init_method.value, "xla://")
         # positional arguments after the ones we touch would shift: then only swap the string
         keep_positional = positional > (1 if not drop_init or init_method.keyword is not None else 2)
-        q = backend.value.quote  # type: ignore[union-attr]
+        if drop_init and init_method.keyword is None and keep_positional:
+            drop_init = False
+            ctx.marker(call, f"init_method={_code(init_method.value)} was torch-xla's rendezvous: remove it so that "
+                             "torchrun's environment (env://) applies")
+            if not swap:
+                return
+        q = backend.value.quote if swap else '"'  # type: ignore[union-attr]
 
         def build(updated: cst.Call) -> cst.Call:
             args = []
             for i, arg in enumerate(updated.args):
                 orig = call.args[i]
-                if orig is backend:
+                if orig is backend and swap:
                     value = cst.SimpleString(f"{q}neuron{q}")
                     if orig.keyword is None and not keep_positional:
                         arg = _keyword("backend", value).with_changes(comma=arg.comma)
                     else:
                         arg = arg.with_changes(value=value)
-                elif orig is init_method and drop_init and not (orig.keyword is None and keep_positional):
+                elif orig is init_method and drop_init:
                     continue
                 args.append(arg)
             return updated.with_changes(args=_end_like(args, updated.args))
 
         ctx.replace(call, build)
-        ctx.finding(call, "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\")")
+        if swap:
+            ctx.finding(call, "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\")")
+        if drop_init:
+            ctx.finding(call, f"init_method={_code(init_method.value)} (torch-xla rendezvous) dropped: torchrun's "
+                              "env:// applies")
 
     def finish(self, ctx: PythonContext) -> None:
         refs = ctx.local_state().get("torch_xla_refs", False)
@@ -929,6 +885,10 @@ class XlaProcessGroup(_XlaRule):
                         continue
             ctx.remove_import(b)
             ctx.finding(b.alias, f"import of {XLA_BACKEND} removed (the `neuron` backend needs no import)")
+
+
+#: torch-xla's rendezvous handlers (torch_xla/distributed/xla_backend.py, torch_xla/_internal/rendezvous.py)
+_XLA_INIT_METHODS = ("xla://", "pjrt://")
 
 
 def _is_string(node: cst.BaseExpression, value: str) -> bool:

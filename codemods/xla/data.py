@@ -20,6 +20,8 @@ import re
 import libcst as cst
 
 from codemods.common.statements import with_blank_line
+from codemods.project.xla_env import BF16_VARS
+from codemods.xla.environment import launcher_sets_bf16, mark_reads
 from codemods.xla.base import (
     _XlaRule,
     _bind_args,
@@ -457,7 +459,6 @@ class XlaSpawn(_XlaRule):
 SYNCFREE = ("AdamW", "Adam", "SGD")
 _REPORTS = (f"{MET}.metrics_report", f"{MET}.short_metrics_report")
 _LOG_METHODS = ("print", "master_print", "info", "debug", "warning", "warn", "error", "write", "log")
-BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 
 
 class XlaPrecisionAndMetrics(_XlaRule):
@@ -486,7 +487,10 @@ class XlaPrecisionAndMetrics(_XlaRule):
         metrics reports (`met.metrics_report()`, `met.short_metrics_report()`) do not exist: a
         statement that only prints or logs one is deleted. `os.environ["XLA_USE_BF16"] = "1"`
         (and `XLA_DOWNCAST_BF16`) no longer does anything: the statement is deleted and a marker
-        carries the bf16 intent to the model's dtype or to autocast.
+        carries the bf16 intent to the model's dtype or to autocast. A READ of these variables
+        (`if os.environ.get("XLA_USE_BF16"):`) becomes the launcher's value where the run's
+        launchers set it (NM415); elsewhere it gets a marker, since the migrated launchers no
+        longer set it and the test would silently choose float32.
     """
     before = """
         import torch
@@ -517,7 +521,15 @@ class XlaPrecisionAndMetrics(_XlaRule):
         table = super().handlers()
         table[cst.Call] = self._on_call
         table[cst.Assign] = self._on_assign
+        table[cst.Subscript] = self._on_read
+        table[cst.Comparison] = self._on_read
         return table
+
+    def _on_read(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        """XLA_USE_BF16/XLA_DOWNCAST_BF16 read: NM415 rewrites it where the run's launchers set it,
+        else a marker (the migrated launchers no longer set it: the test reads as unset)."""
+        if ("XLA_USE_BF16" in ctx.source or "XLA_DOWNCAST_BF16" in ctx.source) and not launcher_sets_bf16(ctx):
+            mark_reads(node, ctx)
 
     def rewrite(self, qual, call, func, ctx):
         if qual in _REPORTS:
@@ -595,6 +607,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         return None
 
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
+        self._on_read(call, ctx)
         func = call.func
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.xla.base import _XlaRule, _atomic, _bind_args, _code, _expr, _quote, _torch
+from codemods.xla.base import (
+    _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _quote, _remove_small_statement, _torch)
 from migrator.rules import PythonContext
 
 NX = "torch_neuronx"
@@ -28,6 +29,12 @@ MANUAL = {
     f"{NX}.async_load": "drop torch_neuronx.async_load: the model is on the neuron device once moved with .to()",
     f"{NX}.lazy_load": "drop torch_neuronx.lazy_load: the model is on the neuron device once moved with .to()",
     f"{NX}.move_trace_to_device": "replace torch_neuronx.move_trace_to_device(model, i) by model.to(f\"neuron:{i}\")",
+}
+
+#: owned calls that only loaded a traced artifact onto the NeuronCores: a statement of their own is deleted
+DROPPED = {
+    f"{NX}.async_load": "the model is on the neuron device once moved there with .to()",
+    f"{NX}.lazy_load": "the model is on the neuron device once moved there with .to()",
 }
 
 TRACE_PARAMS = ("func", "example_inputs")
@@ -56,8 +63,18 @@ class NeuronTrace(_XlaRule):
         tensors: where the compiled model is called in the scope that traced it
         (`neuron_model(x)`), its inputs are moved with `.to("neuron")`. Saving or loading a
         traced artifact with `torch.jit.save/load` gets a marker (save the weights and compile
-        again), as do `torch_neuronx.DataParallel`, `dynamic_batch`,
-        `async_load`, `lazy_load` and `move_trace_to_device`.
+        again), as do `torch_neuronx.DataParallel`, `dynamic_batch` and `move_trace_to_device`.
+        `torch_neuronx.async_load(m)` / `lazy_load(m)` only loaded the traced artifact onto the
+        NeuronCores: as a statement of their own they are deleted. A trace was a frozen artifact and
+        `torch.compile` wraps the live module, so, for a name assigned from the trace: a second
+        `torch.compile(name)` is dropped (it would not return a module), `name.state_dict()` /
+        `load_state_dict()` go through `name._orig_mod` (the compiled module prefixes every key with
+        `_orig_mod.`), and `name.save(path)` (the TorchScript artifact's) and an assignment of the
+        compiled model into the module it wraps (`model.encoder.forward_neuron = name`: the module
+        would contain itself) get a marker. `from_pretrained(..., torchscript=True)`, the usual
+        preparation for a trace, is rejected by Transformers 5: it becomes `return_dict=False`
+        (the plain tuple outputs it gave). `traced(*example)` with the trace's own example inputs
+        moves each of them: `traced(*(t.to("neuron") for t in example))`.
     """
     before = """
         import torch
@@ -89,9 +106,16 @@ class NeuronTrace(_XlaRule):
     def handlers(self):
         table = super().handlers()
         table[cst.Call] = self._on_call
+        table[cst.Assign] = self._on_assign
         return table
 
     def rewrite(self, qual, call, func, ctx):
+        if qual in DROPPED:
+            statement = _expression_statement(ctx, call)
+            if statement is not None and not any(a.star for a in call.args):
+                _remove_small_statement(ctx, *statement)
+                ctx.finding(call, f"{qual}(...) removed: {DROPPED[qual]}")
+                return None
         if qual in MANUAL:
             ctx.marker(call, MANUAL[qual])
             return None
@@ -119,7 +143,12 @@ class NeuronTrace(_XlaRule):
                           "backend=\"neuron\")")
         target = _assigned_name(call, ctx)
         if target is not None:
-            ctx.local_state().setdefault("traced", {})[(id(_scope(ctx)), target)] = True
+            model_arg = bound["func"].value
+            ctx.local_state().setdefault("traced", {})[(id(_scope(ctx)), target)] = _code(_uneval(model_arg))
+            example_arg = bound.get("example_inputs")
+            if example_arg is not None and isinstance(example_arg.value, cst.Name):
+                # the tensors the trace took: `traced(*example)` moves each of them
+                ctx.local_state().setdefault("examples", {})[(id(_scope(ctx)), target)] = example_arg.value.value
         example = bound.get("example_inputs")
         shapes = "the traced shapes"
         if example is not None:
@@ -157,6 +186,27 @@ class NeuronTrace(_XlaRule):
             if traced and (id(_scope(ctx)), func.value) in traced:
                 self._move_inputs(call, func.value, ctx)
             return
+        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+            self._torchscript(call, ctx)
+            return
+        traced = ctx.local_state().get("traced") or {}
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+                and (id(_scope(ctx)), func.value.value) in traced:
+            self._traced_method(call, func, ctx)
+            return
+        if isinstance(func, cst.Attribute) and ctx.qualname(func) == "torch.compile" and call.args \
+                and isinstance(call.args[0].value, cst.Name) and (id(_scope(ctx)), call.args[0].value.value) in traced:
+            name = call.args[0].value.value
+            parent, line = ctx.stack[-2], ctx.stack[-3]
+            if (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)
+                    and parent.targets[0].target.value == name and isinstance(line, cst.SimpleStatementLine)
+                    and len(line.body) == 1 and len(getattr(ctx.stack[-4], "body", ())) > 1):
+                ctx.remove_statement(line)  # `m = torch.compile(m)`: nothing left to do
+            else:
+                ctx.replace(call, call.args[0].value)
+            ctx.finding(call, f"torch.compile({name}) removed: {name} is already the compiled model (it was a "
+                              "torch_neuronx.trace), and compiling a compiled module wraps it twice")
+            return
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("save", "load"):
             return
         qual = ctx.qualname(func)
@@ -172,8 +222,69 @@ class NeuronTrace(_XlaRule):
             ))
 
 
+    def _torchscript(self, call: cst.Call, ctx: PythonContext) -> None:
+        """`from_pretrained(..., torchscript=True)`, the usual preparation for a trace: Transformers 5
+        rejects the keyword (TypeError); what it did for the model's outputs (plain tuples) is
+        `return_dict=False`."""
+        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "torchscript"), None)
+        if arg is None:
+            return
+        has_return_dict = any(a.keyword is not None and a.keyword.value == "return_dict" for a in call.args)
+        value = arg.value
+        if isinstance(value, cst.Name) and value.value == "False" or has_return_dict:
+            ctx.replace(arg, cst.RemovalSentinel.REMOVE)
+            ctx.finding(arg, "torchscript= removed: Transformers 5 rejects it")
+        elif isinstance(value, cst.Name) and value.value == "True":
+            ctx.replace(arg, lambda updated: updated.with_changes(keyword=cst.Name("return_dict"),
+                                                                  value=cst.Name("False")))
+            ctx.finding(arg, "torchscript=True -> return_dict=False: Transformers 5 rejects torchscript=; the model "
+                             "keeps returning plain tuples, as it did for the trace")
+        else:
+            ctx.marker(call, "torchscript= is rejected by Transformers 5: pass return_dict=False where the outputs "
+                             "must be plain tuples, else drop it")
+
+    def _traced_method(self, call: cst.Call, func: cst.Attribute, ctx: PythonContext) -> None:
+        """Methods of the traced artifact: `.save(path)` (a ScriptModule's) and the state dict, which a
+        compiled module prefixes with `_orig_mod.`."""
+        name, attr = func.value.value, func.attr.value  # type: ignore[attr-defined]
+        if attr == "save":
+            ctx.marker(call, (
+                f"{name}.save(...) saved the traced Neuron artifact (a TorchScript module): TorchNeuron compiles at "
+                f"run time, so save the weights instead (torch.save({name}._orig_mod.state_dict(), path) or "
+                "save_pretrained) and compile again after loading"))
+        elif attr in ("state_dict", "load_state_dict"):
+            ctx.replace(func.value, cst.Attribute(value=func.value, attr=cst.Name("_orig_mod")))
+            ctx.finding(call, f"{name}.{attr}() -> {name}._orig_mod.{attr}(): the compiled module's own state dict "
+                              "prefixes every key with `_orig_mod.`; the original module's keeps the model's keys")
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """`model.encoder.forward_neuron = compiled` where `compiled` wraps `model.encoder`: the compiled
+        module (which holds the live module) would sit inside the module it wraps."""
+        traced = ctx.local_state().get("traced")
+        if not traced or not isinstance(node.value, cst.Name):
+            return
+        wrapped = traced.get((id(_scope(ctx)), node.value.value))
+        if wrapped is None:
+            return
+        for t in node.targets:
+            target = _code(t.target)
+            if isinstance(t.target, cst.Attribute) and target.startswith(wrapped + "."):
+                ctx.marker(node, (
+                    f"`{target} = {node.value.value}` puts the compiled model inside the module it compiles: "
+                    f"torch.compile keeps the live `{wrapped}` (a trace was a separate artifact), so `{wrapped}` would "
+                    f"contain itself and a forward that calls `{target}` recurses; compile the callable that forward "
+                    f"uses instead, or assign to a copy of the module (copy.deepcopy) before compiling"))
+
     def _move_inputs(self, call: cst.Call, name: str, ctx: PythonContext) -> None:
+        example = (ctx.local_state().get("examples") or {}).get((id(_scope(ctx)), name))
         if any(arg.star for arg in call.args):
+            if example is not None and len(call.args) == 1 and call.args[0].star == "*" \
+                    and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == example:
+                q = _quote(ctx)
+                moved = _expr(f"(t.to({q}neuron{q}) for t in {example})")
+                ctx.replace(call.args[0], lambda updated: updated.with_changes(value=moved))
+                ctx.finding(call, f"each example input of {name}(*{example}) moved to the neuron device")
+                return
             ctx.marker(call, (
                 f"the inputs unpacked into {name}(...) with * / ** are not moved automatically: move each tensor "
                 "to the neuron device with .to(\"neuron\") (the compiled model runs there)"
@@ -188,6 +299,14 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+def _uneval(model: cst.BaseExpression) -> cst.BaseExpression:
+    """``model`` of ``model.eval()`` (what the rewrite compiles)."""
+    if isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute) and model.func.attr.value == "eval" \
+            and not model.args:
+        return model.func.value
+    return model
 
 
 def _scope(ctx: PythonContext) -> cst.CSTNode:

@@ -147,11 +147,63 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
 
 
 def _used_names(text: str) -> set[str]:
+    """Names the module reads as module-level names: a function's own variable spelled like an import
+    (`grads = []` in a function of a module that imports `grads`) is not a use of the import."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return set()
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used: set[str] = set()
+
+    def walk(node: ast.AST, local: frozenset[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = child.args
+                annotations = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                               if x is not None and x.annotation is not None]
+                for sub in (*a.defaults, *a.kw_defaults, *annotations,
+                            *getattr(child, "decorator_list", ()), getattr(child, "returns", None)):
+                    if sub is not None:
+                        walk(ast.Expression(sub), local)  # evaluated in the enclosing scope
+                walk_body(child, local | _function_locals(child))
+            elif isinstance(child, ast.Name):
+                if child.id not in local:
+                    used.add(child.id)
+            else:
+                walk(child, local)
+
+    def walk_body(function: ast.AST, local: frozenset[str]) -> None:
+        body = function.body if isinstance(function.body, list) else [function.body]
+        for stmt in body:
+            walk(ast.Module(body=[stmt], type_ignores=[]) if isinstance(stmt, ast.stmt) else ast.Expression(stmt), local)
+
+    walk(tree, frozenset())
+    return used
+
+
+def _function_locals(function: ast.AST) -> frozenset[str]:
+    """The names a function binds itself (arguments, stores in its body outside nested functions),
+    minus those it declares global/nonlocal; its imports are not counted (they are imports)."""
+    args = function.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    names.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+    declared: set[str] = set()
+    todo = list(function.body) if isinstance(function.body, list) else [function.body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Lambda, ast.Import, ast.ImportFrom, ast.comprehension)):
+            continue
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        todo.extend(ast.iter_child_nodes(node))
+    return frozenset(names - declared)
 
 
 # ------------------------------------------------------------------ completion

@@ -1,0 +1,442 @@
+"""NM415-NM416: Python code that reads or writes the XLA-era environment.
+
+* NM415: ``os.environ.get("XLA_USE_BF16")`` (and ``XLA_DOWNCAST_BF16``) read in Python. The
+  launchers of the old stack set these variables (``export XLA_USE_BF16=1``) and the migrated
+  launchers no longer do (NM512/NM521 remove them), so a branch like ``if
+  os.environ.get("XLA_USE_BF16"): model = model.to(torch.bfloat16)`` silently turns a bf16 run
+  into float32. When the run's launchers set the variable (project context: some launcher, Slurm
+  script, Dockerfile or notebook of the run holds ``XLA_USE_BF16=1``), the read becomes the value
+  they set and a branch on it keeps only the branch the launcher chose; elsewhere NM409 leaves a
+  marker (see :func:`mark_reads`).
+* NM416: Python writes of XLA-only variables (``os.environ["NEURON_FUSE_SOFTMAX"] = "1"``,
+  ``NEURON_PARALLEL_COMPILE_MAX_RETRIES``...) are removed like NM512 removes them from launchers,
+  and ``NEURON_CC_FLAGS`` written from Python gets NM513's treatment: the XLA-era compiler flags
+  go, the others are kept and flagged.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.statements import with_blank_line
+from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_check_message, split_cc_flags
+from codemods.project.xla_env import BF16_VARS, LAUNCHER_BF16, xla_only_reason
+from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
+from migrator.rules import PythonContext, PythonRule
+
+_READS = ("os.environ.get", "os.getenv")
+_WRAPPERS = {"int": int, "bool": bool, "str": str}
+#: what the launchers set (``XLA_USE_BF16=1``), as the script reads it
+_LAUNCHER_VALUE = "1"
+
+
+def _bf16_read(node: cst.CSTNode, ctx: PythonContext) -> str | None:
+    """The variable when ``node`` reads XLA_USE_BF16/XLA_DOWNCAST_BF16 from the environment."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and ctx.qualname(node.func) in _READS:
+        bound = _bind_args(node, ("key", "default"))
+        if bound and "key" in bound and isinstance(bound["key"].value, cst.SimpleString):
+            name = bound["key"].value.evaluated_value
+            return name if name in BF16_VARS else None
+    if isinstance(node, cst.Subscript) and ctx.qualname(node.value) == "os.environ" and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            name = index.value.evaluated_value
+            return name if name in BF16_VARS else None
+    return None
+
+
+def _literal(node: cst.BaseExpression):
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        values = [_literal(el.value) for el in node.elements]
+        return None if any(v is _UNKNOWN for v in values) else tuple(values)
+    return _UNKNOWN
+
+
+_UNKNOWN = object()
+
+
+def atom(node: cst.CSTNode, ctx: PythonContext):
+    """``(variable, value)`` when ``node`` is a test of a bf16 variable whose value follows from
+    the launcher's setting: the read itself ("1"), ``int(...)``/``bool(...)`` of one, a comparison
+    of one with literals, ``"XLA_USE_BF16" in os.environ``; else None."""
+    var = _bf16_read(node, ctx)
+    if var is not None:
+        return var, _LAUNCHER_VALUE
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in _WRAPPERS \
+            and len(node.args) == 1 and not node.args[0].keyword and not node.args[0].star:
+        inner = atom(node.args[0].value, ctx)
+        if inner is not None:
+            try:
+                return inner[0], _WRAPPERS[node.func.value](inner[1])
+            except ValueError:
+                return None
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        target = node.comparisons[0]
+        op, right = target.operator, target.comparator
+        if isinstance(op, (cst.In, cst.NotIn)) and isinstance(node.left, cst.SimpleString) \
+                and node.left.evaluated_value in BF16_VARS and ctx.qualname(right) == "os.environ":
+            return node.left.evaluated_value, isinstance(op, cst.In)
+        inner = atom(node.left, ctx)
+        other = _literal(right)
+        if inner is None:
+            inner, other = atom(right, ctx), _literal(node.left)
+            if inner is None or isinstance(op, (cst.In, cst.NotIn)):
+                return None
+        if other is _UNKNOWN:
+            return None
+        value = inner[1]
+        if isinstance(op, cst.Equal):
+            return inner[0], value == other
+        if isinstance(op, cst.NotEqual):
+            return inner[0], value != other
+        if isinstance(op, (cst.In, cst.NotIn)) and isinstance(other, tuple):
+            return inner[0], (value in other) == isinstance(op, cst.In)
+    return None
+
+
+def _test_value(test: cst.BaseExpression, ctx: PythonContext, atoms: list):
+    """The value of an ``if`` test made only of bf16 atoms, ``and``/``or``/``not``; else _UNKNOWN."""
+    found = atom(test, ctx)
+    if found is not None:
+        atoms.append(test)
+        return bool(found[1])
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        value = _test_value(test.expression, ctx, atoms)
+        return _UNKNOWN if value is _UNKNOWN else not value
+    if isinstance(test, cst.BooleanOperation):
+        left = _test_value(test.left, ctx, atoms)
+        right = _test_value(test.right, ctx, atoms)
+        if left is _UNKNOWN or right is _UNKNOWN:
+            return _UNKNOWN
+        return (left and right) if isinstance(test.operator, cst.And) else (left or right)
+    return _UNKNOWN
+
+
+def _top_atom(node: cst.CSTNode, ctx: PythonContext) -> bool:
+    """Whether ``node`` is an atom that no larger atom contains (that one is handled instead)."""
+    if atom(node, ctx) is None:
+        return False
+    parent = ctx.parent
+    if isinstance(parent, cst.Comparison) and atom(parent, ctx) is not None:
+        return False
+    if isinstance(parent, cst.ComparisonTarget) and len(ctx.stack) > 2 and atom(ctx.stack[-3], ctx) is not None:
+        return False
+    if isinstance(parent, cst.Arg) and len(ctx.stack) > 2 and atom(ctx.stack[-3], ctx) is not None:
+        return False
+    return True
+
+
+_INTENT = ("load the model with dtype=torch.bfloat16, train with bf16=True, or wrap the forward pass in "
+           "torch.autocast(\"neuron\", dtype=torch.bfloat16)")
+
+
+def launcher_sets_bf16(ctx: PythonContext) -> bool:
+    """Whether the run's launchers set bf16: a launcher, Slurm script, Dockerfile or notebook of the
+    run (project context of NM415), or this unit itself (a notebook's `%env XLA_USE_BF16=1`, the
+    launch command in a docstring), holds `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1`."""
+    return "NM415" in ctx.project or any(t in ctx.source for t in LAUNCHER_BF16)
+
+
+def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
+    """NM409 where the launchers of the run are not known to set the variable: a marker."""
+    if not _top_atom(node, ctx):
+        return
+    ctx.marker(node, (
+        "XLA_USE_BF16/XLA_DOWNCAST_BF16 is read here: the old launchers set it for torch-xla, TorchNeuron ignores it and the migrated "
+        "launchers no longer set it, so this reads as unset and the run silently falls back to float32: "
+        f"replace the test by the precision you want ({_INTENT})"))
+
+
+class XlaPrecisionReads(PythonRule):
+    id = "NM415"
+    title = "XLA_USE_BF16 / XLA_DOWNCAST_BF16 read in Python -> the precision the launchers set"
+    fix = "auto"
+    # the launcher forms that set bf16 (shell, Slurm, Dockerfile ENV, notebook `%env`): the project signal
+    kinds = ("python", "notebook", "markdown", "shell", "dockerfile")
+    triggers = LAUNCHER_BF16
+    project_triggers = BF16_VARS
+    why = """
+        The old launchers set `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` for torch-xla, and scripts
+        read them to pick their own precision (`if os.environ.get("XLA_USE_BF16"): model =
+        model.to(torch.bfloat16)`). TorchNeuron ignores the variables and the migrated launchers
+        no longer set them, so every such test would silently turn the run into float32. When a
+        launcher of the same run (shell or Slurm script, Dockerfile `ENV`, notebook `%env`) sets the
+        variable to 1, the read becomes the value the launcher set: an `if` on it keeps the branch
+        the launcher chose, any other read becomes the constant. Elsewhere NM409 leaves a marker.
+    """
+    before = """
+        # run.sh of the same project: XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py
+        import os
+
+        import torch
+
+        if os.environ.get("XLA_USE_BF16") or os.environ.get("XLA_DOWNCAST_BF16"):
+            model = model.to(torch.bfloat16)
+        use_bf16 = os.getenv("XLA_USE_BF16", "0") == "1"
+    """
+    after = """
+        # run.sh of the same project: XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py
+        import torch
+
+        model = model.to(torch.bfloat16)
+        use_bf16 = True
+    """
+    caveats = """
+        The launchers are those of the same run: a launcher outside the migrated paths is not
+        seen, and a project where some launchers set the variable and others do not gets bf16
+        everywhere (check the finding). Reads held in a variable are replaced where they are
+        read; the tests on that variable are left as they are.
+    """
+
+    def handlers(self):
+        return {cst.If: self._on_if, cst.Call: self._on_atom, cst.Subscript: self._on_atom,
+                cst.Comparison: self._on_atom}
+
+    def _on_if(self, node: cst.If, ctx: PythonContext) -> None:
+        if not launcher_sets_bf16(ctx) or not isinstance(node.body, cst.IndentedBlock):
+            return
+        parent = ctx.parent
+        if isinstance(parent, cst.If):  # an `elif`: its test is replaced where it is
+            return
+        atoms: list = []
+        value = _test_value(node.test, ctx, atoms)
+        if value is _UNKNOWN:
+            return
+        ctx.local_state().setdefault("done", set()).update(id(a) for a in atoms)
+        if not value and node.orelse is None:
+            ctx.remove_statement(node)
+            ctx.finding(node, f"`if {_code(node.test)}:` removed: the launchers of this run set bf16 "
+                              "(XLA_USE_BF16=1), which the migrated launchers no longer do")
+            return
+        if not value and isinstance(node.orelse, cst.Else) and not isinstance(node.orelse.body, cst.IndentedBlock):
+            return
+
+        def unwrap(updated: cst.If):
+            if value:
+                kept = list(updated.body.body)
+            elif isinstance(updated.orelse, cst.Else) and isinstance(updated.orelse.body, cst.IndentedBlock):
+                kept = list(updated.orelse.body.body)
+            else:
+                return updated.orelse.with_changes(leading_lines=updated.leading_lines)
+            kept[0] = kept[0].with_changes(leading_lines=[*updated.leading_lines, *kept[0].leading_lines])
+            return cst.FlattenSentinel(kept)
+
+        ctx.replace(node, unwrap)
+        ctx.finding(node, f"`if {_code(node.test)}:` -> the {'if' if value else 'else'} branch: the launchers of "
+                          "this run set bf16 (XLA_USE_BF16=1), which the migrated launchers no longer do")
+
+    def _on_atom(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        if not launcher_sets_bf16(ctx) or id(node) in ctx.local_state().get("done", ()) or not _top_atom(node, ctx):
+            return
+        var, value = atom(node, ctx)  # type: ignore[misc]
+        new = cst.parse_expression(repr(value) if not isinstance(value, str) else f'"{value}"')
+        ctx.replace(node, new)
+        ctx.finding(node, f"{_code(node)} -> {_code(new)}: the launchers of this run set {var}=1, which the "
+                          "migrated launchers no longer do")
+
+
+# --------------------------------------------------------------------------- NM416
+
+
+class XlaEnvironmentWrites(PythonRule):
+    id = "NM416"
+    title = "XLA-only environment variables set from Python removed; NEURON_CC_FLAGS stripped of XLA-era flags"
+    fix = "mixed"
+    triggers = ("NEURON_CC_FLAGS", "NEURON_PARALLEL_COMPILE", "NEURON_IGNORE_TRAINING_SCRIPT_ERROR", "XLA_IR_DEBUG",
+                "XLA_HLO_DEBUG", "PJRT_DEVICE", "NEURON_FUSE_SOFTMAX", "XLA_FLAGS", "NEURON_NUM_RECENT_MODELS",
+                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS")
+    why = """
+        What the shell rules do to launchers (NM512, NM513), done to the same settings written from
+        Python: `os.environ["NEURON_FUSE_SOFTMAX"] = "1"`, `os.environ["PJRT_DEVICE"] = "NEURON"`,
+        `os.environ.setdefault("NEURON_PARALLEL_COMPILE_MAX_RETRIES", "1")` and the other variables
+        only the XLA stack (or neuron_parallel_compile) reads are removed. `NEURON_CC_FLAGS` set
+        from string literals (directly, through a variable assigned one literal, or appended to
+        the inherited value) loses the XLA-era compiler flags (`--model-type`,
+        `--distribution-strategy`, `--cache_dir`, `--retry_failed_compilation`); the other flags
+        are kept and flagged, as NM513 does.
+    """
+    before = """
+        import os
+
+        os.environ["NEURON_FUSE_SOFTMAX"] = "1"
+        flags = " --model-type=transformer -O1 "
+        os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
+    """
+    after = """
+        import os
+
+        flags = " -O1 "
+        # TODO(neuron-migrate NM416): NEURON_CC_FLAGS was written for the XLA stack: check whether TorchNeuron's compiler still needs -O1, remove them otherwise
+        os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
+    """
+    caveats = """
+        `XLA_USE_BF16`/`XLA_DOWNCAST_BF16` writes are NM409's (they carry a precision). A write
+        alone in its block, and flags built at run time, get a marker instead.
+    """
+
+    def handlers(self):
+        return {cst.Assign: self._on_assign, cst.AugAssign: self._on_assign, cst.Call: self._on_call,
+                cst.Name: self._on_name}
+
+    def finish(self, ctx: PythonContext) -> None:
+        _blank_lines(ctx)
+
+    # ---- string literals assigned to names (the flags of NEURON_CC_FLAGS often sit in one)
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        parent = ctx.parent
+        if isinstance(parent, cst.AssignTarget) and len(ctx.stack) > 2:
+            assign = ctx.stack[-3]
+            if isinstance(assign, cst.Assign):
+                literals = ctx.local_state().setdefault("literals", {})
+                value = assign.value if isinstance(assign.value, cst.SimpleString) and len(assign.targets) == 1 else None
+                literals[node.value] = None if node.value in literals else value
+
+    def _on_assign(self, node: cst.Assign | cst.AugAssign, ctx: PythonContext) -> None:
+        if isinstance(node, cst.AugAssign):
+            if not isinstance(node.operator, cst.AddAssign):
+                return
+            target = node.target
+        elif len(node.targets) != 1:
+            return
+        else:
+            target = node.targets[0].target
+        if not (isinstance(target, cst.Subscript) and ctx.qualname(target.value) == "os.environ"
+                and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)):
+            return
+        key = target.slice[0].slice.value
+        if isinstance(key, cst.SimpleString):
+            self._write(node, key.evaluated_value, node.value, ctx)
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in ("setdefault", "putenv"):
+            return
+        if ctx.qualname(node.func) not in ("os.environ.setdefault", "os.putenv"):
+            return
+        bound = _bind_args(node, ("key", "value"))
+        if not bound or "key" not in bound or "value" not in bound or not isinstance(bound["key"].value, cst.SimpleString):
+            return
+        statement = _expression_statement(ctx, node)
+        if statement is not None:
+            self._write(statement[0], bound["key"].value.evaluated_value, bound["value"].value, ctx)
+
+    def _write(self, small: cst.BaseSmallStatement, name: str, value: cst.BaseExpression, ctx: PythonContext) -> None:
+        if name in BF16_VARS:
+            return  # NM409: the precision it carried needs a marker of its own
+        if name == "NEURON_CC_FLAGS":
+            self._cc_flags(small, value, ctx)
+            return
+        reason = xla_only_reason(name)
+        if reason is None:
+            return
+        if _remove(small, ctx):
+            ctx.finding(small, f"removed the setting of {name}: {reason}")
+        else:
+            ctx.marker(small, f"{name} is set for the XLA stack only ({reason}): remove this setting")
+
+    def _cc_flags(self, small: cst.BaseSmallStatement, value: cst.BaseExpression, ctx: PythonContext) -> None:
+        literals = _strings_in(value)
+        names = [n.value for n in _names_in(value)]
+        held = ctx.local_state().get("literals", {})
+        for n in names:
+            if held.get(n) is not None:
+                literals.append(held[n])
+        drop_seen = check_seen = False
+        kept_all: list[str] = []
+        for lit in literals:
+            text = lit.evaluated_value
+            if not isinstance(text, str) or not any(f in text for f in (*CC_DROP_FLAGS, *CC_CHECK_FLAGS)):
+                continue
+            split = split_cc_flags(text)
+            if split is None:
+                ctx.marker(small, "NEURON_CC_FLAGS holds flags written for the XLA stack: remove the XLA-era ones "
+                                  f"({', '.join(CC_DROP_FLAGS)}) and check the others")
+                return
+            kept, dropped = split
+            if dropped and not kept and lit is value and _remove(small, ctx):
+                ctx.finding(small, "removed the setting of NEURON_CC_FLAGS: it only held XLA-era compiler flags")
+                return
+            kept_all.extend(kept)
+            check_seen = check_seen or bool(kept)
+            if dropped:
+                drop_seen = True
+                lead = text[: len(text) - len(text.lstrip())]
+                tail = text[len(text.rstrip()):]
+                new_text = lead + " ".join(kept) + tail if kept else lead + tail
+                q = lit.quote
+                if q in new_text or "\\" in new_text:
+                    ctx.marker(small, "remove the XLA-era flags from NEURON_CC_FLAGS: " + " ".join(dropped))
+                    return
+                ctx.replace(lit, cst.SimpleString(f"{lit.prefix}{q}{new_text}{q}"))
+                ctx.finding(lit, "removed XLA-era flags from NEURON_CC_FLAGS: " + " ".join(dropped))
+        if not literals and not drop_seen:
+            return
+        if check_seen:
+            ctx.marker(small, cc_check_message(kept_all))
+
+
+def _remove(small: cst.BaseSmallStatement, ctx: PythonContext) -> bool:
+    """Remove the statement line of ``small`` (keeping the blank line above the next one); False
+    when it is not alone on its line or alone in its block."""
+    i = _index_in_stack(ctx, small)
+    line, block = ctx.stack[i - 1], ctx.stack[i - 2]
+    body = getattr(block, "body", None)
+    if not isinstance(line, cst.SimpleStatementLine) or not isinstance(body, (list, tuple)) or len(body) < 2 \
+            or len(line.body) != 1:
+        return False
+    ctx.remove_statement(line)
+    ctx.local_state().setdefault("removed", []).append((line, body))
+    return True
+
+
+def _blank_lines(ctx: PythonContext) -> None:
+    """A removed line that followed a blank line: the next line that stays gets the blank line."""
+    removed = ctx.local_state().get("removed", [])
+    gone = {id(line) for line, _ in removed}
+    for line, body in removed:
+        if not any(el.comment is None for el in line.leading_lines):
+            continue
+        k = next((n for n, st in enumerate(body) if st is line), None)
+        if k is not None and (k == 0 or id(body[k - 1]) not in gone):
+            following = next((st for st in body[k + 1:] if id(st) not in gone), None)
+            if following is not None and not (following.leading_lines and following.leading_lines[0].comment is None):
+                ctx.replace(following, with_blank_line)
+
+
+def _strings_in(expr: cst.CSTNode) -> list[cst.SimpleString]:
+    found: list[cst.SimpleString] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            found.append(node)
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            return False  # os.environ.get("NEURON_CC_FLAGS", ""): the inherited value, not new flags
+
+    expr.visit(Finder())
+    return found
+
+
+def _names_in(expr: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            return False
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            return False
+
+    expr.visit(Finder())
+    return found
+
+
+RULES = (XlaPrecisionReads, XlaEnvironmentWrites)

@@ -1,0 +1,223 @@
+"""NM403: ``xm.optimizer_step(optimizer)`` -> ``optimizer.step()``, and the gradient averaging it did.
+
+torch-xla's ``optimizer_step`` all-reduced (averaged) the gradients over every process before
+stepping. Natively that is ``DistributedDataParallel``'s job: in a multi-process module with a
+process group, where the model whose parameters the optimizer was built from is created in the
+same function, the model is wrapped in DDP right after its creation; elsewhere a marker says that
+the averaging is missing. Facts: torch-xla 2.8 ``torch_xla/core/xla_model.py``.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import libcst as cst
+
+from codemods.xla.base import (
+    _WRAPPED_HINTS,
+    _atomic,
+    _bind_args,
+    _call_args,
+    _has_process_group,
+    _keyword,
+    _multi_process,
+    _torch,
+    _XlaRule,
+    XM,
+)
+from migrator.rules import NameClash, PythonContext
+
+
+# --------------------------------------------------------------------------- NM403
+
+
+class XlaOptimizerStep(_XlaRule):
+    id = "NM403"
+    title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
+    fix = "mixed"
+    triggers = ("torch_xla",)
+    owns = (f"{XM}.optimizer_step",)
+    natives = {f"{XM}.optimizer_step": "optimizer.step(**optimizer_args) after DDP/FSDP averaged the gradients"}
+    why = """
+        `xm.optimizer_step(optimizer, barrier=False, optimizer_args={}, groups=None,
+        pin_layout=True)` all-reduced (averaged) the gradients over every process, called
+        `optimizer.step(**optimizer_args)` and, with `barrier=True`, cut the graph. On
+        TorchNeuron the step is the plain `optimizer.step(...)`; `barrier` and `pin_layout` have
+        no meaning in eager mode and are dropped. The gradient averaging is DDP's or FSDP2's job:
+        in a multi-process script with a process group whose module wraps no model yet, the model
+        the optimizer was built from (`optimizer = Opt(model.parameters(), ...)`, with `model`
+        assigned earlier in the same function) is wrapped in `DistributedDataParallel` just before
+        the optimizer is built; where that cannot be seen, a marker says that the averaging is
+        missing. An end-of-line comment describing the old step (`# all-reduces across cores`)
+        is removed.
+    """
+    before = """
+        import torch_xla.core.xla_model as xm
+
+        xm.optimizer_step(optimizer, optimizer_args={"closure": closure})
+    """
+    after = """
+        optimizer.step(closure=closure)
+    """
+    caveats = """
+        The DDP/FSDP check reads the module only: a model wrapped in another module still gets
+        the marker (delete it once checked). After the DDP wrap, `model.state_dict()` /
+        `model.load_state_dict()` later in the same function become `model.module.state_dict()` /
+        `...load_state_dict()`, so that checkpoints keep the keys of the unwrapped model; uses in
+        other functions (`save(model)`) see the DDP module. `groups=` (all-reduce within replica groups) and
+        `**kwargs` spread into the call get a marker instead of a rewrite.
+    """
+
+    PARAMS = ("optimizer", "barrier", "optimizer_args", "groups", "pin_layout")
+
+    def handlers(self):
+        table = super().handlers()
+        table[cst.Call] = self._on_call
+        return table
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        """Record, in order, the `<name>.parameters()` / `.state_dict()` / `.load_state_dict()` calls of each
+        function: once a model is wrapped in DDP, its state-dict calls after the wrap go through `.module`."""
+        func = node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.attr.value in _MODEL_CALLS:
+            scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+            calls = ctx.local_state().setdefault("calls", [])
+            calls.append((id(scope), func.value.value, func.attr.value, node, func.value))
+
+    def finish(self, ctx: PythonContext) -> None:
+        state = ctx.local_state()
+        for scope, model, parameters in state.get("wraps", ()):
+            after = False
+            for s_id, name, attr, node, value in state.get("calls", ()):
+                if node is parameters:
+                    after = True
+                elif after and s_id == scope and name == model and attr != "parameters":
+                    ctx.replace(value, cst.Attribute(value=value, attr=cst.Name("module")))
+                    ctx.finding(node, f"{model}.{attr}() -> {model}.module.{attr}(): {model} is wrapped in "
+                                      "DistributedDataParallel, whose own state dict prefixes every key with `module.`")
+
+    def rewrite(self, qual, call, func, ctx):
+        bound = _bind_args(call, self.PARAMS)
+        if bound is None or "optimizer" not in bound:
+            return "unsupported arguments"
+        groups = bound.get("groups")
+        if groups is not None and not (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
+            return "`groups=` restricted the gradient all-reduce to replica groups; use DDP with a process_group"
+        params = self.PARAMS
+
+        def build(updated: cst.Call) -> cst.BaseExpression:
+            b = _bind_args(updated, params)
+            assert b is not None
+            opt = _atomic(b["optimizer"].value)
+            args: list[cst.Arg] = []
+            if "optimizer_args" in b:
+                value = b["optimizer_args"].value
+                keywords = _dict_keywords(value)
+                args = keywords if keywords is not None else [cst.Arg(value=value, star="**")]
+            step = cst.Attribute(value=opt, attr=cst.Name("step"))
+            return cst.Call(func=step, args=_call_args(args))
+
+        ctx.replace(call, build)
+        ctx.finding(call, f"{qual}(optimizer) -> optimizer.step()")
+        if _multi_process(ctx) and not any(h in ctx.source for h in _WRAPPED_HINTS) and not _wrap_model(
+                bound["optimizer"].value, call, ctx):
+            ctx.marker(
+                call,
+                "xm.optimizer_step also averaged the gradients over all processes and nothing does that "
+                "now: wrap the model in torch.nn.parallel.DistributedDataParallel (or fully_shard) or "
+                "all-reduce the gradients before the step",
+            )
+        _drop_old_comment(call, ctx)
+        return None
+
+
+#: a comment about what torch-xla's step did (`# applies grads + all-reduces across cores`)
+_OLD_COMMENT = re.compile(r"(?i)\bxla\b|all[-_ ]?reduc|mark_step|\bgraph\b|\bcores\b|\bbarrier\b")
+
+
+def _drop_old_comment(call: cst.Call, ctx: PythonContext) -> None:
+    """The end-of-line comment of the rewritten statement, when it describes the old behaviour."""
+    line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+    comment = line.trailing_whitespace.comment if line is not None else None
+    if comment is None or not _OLD_COMMENT.search(comment.value):
+        return
+    ctx.replace(line, lambda updated: updated.with_changes(
+        trailing_whitespace=updated.trailing_whitespace.with_changes(comment=None, whitespace=cst.SimpleWhitespace(""))))
+    ctx.finding(call, f"comment `{comment.value}` removed: it described torch-xla's optimizer_step")
+
+
+def _wrap_model(optimizer: cst.BaseExpression, call: cst.Call, ctx: PythonContext) -> bool:
+    """Wrap the model in DistributedDataParallel just before ``optimizer = Opt(model.parameters(), ...)``
+    when that statement and the model's creation are statements of the function (or module) that
+    steps; True when done (or already asked by another step of the same optimizer)."""
+    if not isinstance(optimizer, cst.Name) or not _has_process_group(ctx):
+        return False
+    scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+    if not isinstance(body, (list, tuple)):
+        return False
+    found = None
+    for k, stmt in enumerate(body):
+        target, value = _assignment(stmt)
+        if target != optimizer.value or not isinstance(value, cst.Call) or not value.args:
+            continue
+        first = value.args[0].value
+        if (value.args[0].keyword is None and isinstance(first, cst.Call) and not first.args
+                and isinstance(first.func, cst.Attribute) and first.func.attr.value == "parameters"
+                and isinstance(first.func.value, cst.Name)):
+            found = (k, first.func.value.value, first)
+    if found is None:
+        return False
+    k, model, parameters = found
+    if not any(_assignment(stmt)[0] == model for stmt in body[:k]):
+        return False  # the model comes from elsewhere (an argument, a global): wrap it where it is made
+    opt_stmt = body[k]
+    wrapped = ctx.local_state().setdefault("wrapped", set())
+    if id(opt_stmt) in wrapped:
+        return True
+    wrapped.add(id(opt_stmt))
+    try:
+        torch = _torch(ctx, ctx.imports.binding_of(call.func) if isinstance(call.func, (cst.Name, cst.Attribute)) else None)
+    except NameClash:
+        return False
+    ddp = cst.parse_statement(f"{model} = {torch}.nn.parallel.DistributedDataParallel({model})\n")
+
+    def wrap(updated: cst.BaseStatement) -> cst.FlattenSentinel:
+        return cst.FlattenSentinel([ddp.with_changes(leading_lines=updated.leading_lines),
+                                    updated.with_changes(leading_lines=())])
+
+    ctx.replace(opt_stmt, wrap)
+    ctx.finding(call, f"{model} wrapped in DistributedDataParallel before its optimizer is built: DDP averages the "
+                      "gradients in backward(), as xm.optimizer_step did before the step")
+    ctx.local_state().setdefault("wraps", []).append((id(scope), model, parameters))
+    return True
+
+
+_MODEL_CALLS = ("parameters", "state_dict", "load_state_dict")
+
+
+def _assignment(stmt: cst.CSTNode) -> tuple[str | None, cst.BaseExpression | None]:
+    """(name, value) for a line ``name = value``."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            return small.targets[0].target.value, small.value
+        if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
+            return small.target.value, small.value
+    return None, None
+
+
+def _dict_keywords(value: cst.BaseExpression) -> list[cst.Arg] | None:
+    """``{"closure": c}`` -> ``[closure=c]`` when every key is an identifier string."""
+    if not isinstance(value, cst.Dict):
+        return None
+    out = []
+    for el in value.elements:
+        if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
+            return None
+        key = el.key.evaluated_value
+        if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
+            return None
+        out.append(_keyword(key, el.value))
+    return out

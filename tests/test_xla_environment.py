@@ -1,0 +1,80 @@
+"""NM415/NM416 (codemods/xla/environment.py) and the bf16 marker of NM512/NM521: what the
+single-file fixtures cannot show, the project context of a run. A script that reads XLA_USE_BF16
+keeps the precision its launcher set when the launcher is part of the run, and gets a marker
+otherwise; the launcher that loses the variable says so itself."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from migrator.discover import Candidate
+from migrator.engine import RuleSelection, run
+
+SCRIPT = """\
+import os
+
+import torch
+
+model = torch.nn.Linear(2, 2)
+if os.environ.get("XLA_USE_BF16"):
+    model = model.to(torch.bfloat16)
+print(model.weight.dtype)
+"""
+
+
+def _run(tmp_path: Path, **files: str) -> dict[str, str]:
+    kinds = {".py": "python", ".sh": "shell", "Dockerfile": "dockerfile"}
+    cands = []
+    for name, text in files.items():
+        name = name.replace("_", ".") if not name.startswith("Dockerfile") else name
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        kind = next(k for suffix, k in kinds.items() if name.endswith(suffix))
+        cands.append(Candidate(path, name, kind))
+    results = run(cands, RuleSelection(), jobs=1)
+    return {r.path: (r.new_bytes.decode() if r.new_bytes else (tmp_path / r.path).read_text()) for r in results}
+
+
+@pytest.mark.parametrize("launcher", [
+    {"run_sh": "#!/bin/bash\nexport XLA_USE_BF16=1\ntorchrun --nproc_per_node=2 train.py\n"},
+    {"Dockerfile": "FROM python:3.11\nENV XLA_USE_BF16=1\nCMD [\"python\", \"train.py\"]\n"},
+])
+def test_a_launcher_of_the_run_that_set_bf16_keeps_the_script_in_bf16(tmp_path: Path, launcher: dict, capfd):
+    out = _run(tmp_path, train_py=SCRIPT, **launcher)
+    script = out["train.py"]
+    assert "XLA_USE_BF16" not in script and "TODO" not in script
+    assert "model = torch.nn.Linear(2, 2)\nmodel = model.to(torch.bfloat16)\n" in script
+    namespace: dict = {}
+    exec(compile(script, "train.py", "exec"), namespace)
+    assert "torch.bfloat16" in capfd.readouterr().out  # the migrated script runs in bf16 with no variable set
+    launcher_out = out["run.sh" if "run_sh" in launcher else "Dockerfile"]
+    marker = "XLA_USE_BF16/XLA_DOWNCAST_BF16=1 (removed) ran this launch in bfloat16"
+    assert marker in launcher_out  # the marker is in the launcher itself
+    assert "XLA_USE_BF16" not in launcher_out.replace(marker, "")
+
+
+def test_without_a_launcher_that_sets_it_the_read_gets_a_marker(tmp_path: Path):
+    out = _run(tmp_path, train_py=SCRIPT, run_sh="#!/bin/bash\ntorchrun --nproc_per_node=2 train.py\n")
+    script = out["train.py"]
+    assert 'if os.environ.get("XLA_USE_BF16"):' in script
+    assert "TODO(neuron-migrate NM409): XLA_USE_BF16/XLA_DOWNCAST_BF16 is read here" in script
+
+
+def test_a_launcher_that_turns_bf16_off_gets_no_precision_marker(tmp_path: Path):
+    out = _run(tmp_path, run_sh="#!/bin/bash\nexport XLA_USE_BF16=0\ntorchrun --nproc_per_node=2 train.py\n")
+    assert "XLA_USE_BF16" not in out["run.sh"]
+
+
+@pytest.mark.parametrize("rule_id", ["NM415", "NM416"])
+def test_explain_example_is_what_the_rule_does(rule_id: str):
+    from codemods.xla.environment import RULES
+    from migrator.engine import RuleSet
+    from tests.test_fixtures import migrate
+
+    rule = next(r for r in RULES if r.id == rule_id)
+    before, after = (textwrap.dedent(x).strip("\n") + "\n" for x in (rule.before, rule.after))
+    out, _ = migrate(before.encode(), "python", RuleSet.from_selection(RuleSelection()))
+    assert out.decode() == after

@@ -1,0 +1,210 @@
+"""Runtime claims of the NM4xx rewrites, checked by running the migrated code on CPU under
+torchrun + gloo with 2 processes (codemods/xla/core.py NM405, codemods/xla/collectives.py NM412,
+NM403 in core.py).
+
+As in tests/test_xla_rules.py, the migrated source is run with the backend ``"neuron"`` mapped to
+``"gloo"`` and the device ``"neuron"`` to ``"cpu"``; nothing else of the migrated text changes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from migrator.engine import RuleSelection, RuleSet
+from tests.test_fixtures import migrate
+from tests.torchrun_util import json_reports, torchrun
+
+
+@pytest.fixture(scope="module")
+def rules() -> RuleSet:
+    return RuleSet.from_selection(RuleSelection())
+
+
+def _on_cpu(source: str) -> str:
+    return source.replace('backend="neuron"', 'backend="gloo"').replace('"neuron"', '"cpu"')
+
+
+def _migrated(source: str, rules: RuleSet) -> str:
+    out, findings = migrate(textwrap.dedent(source).encode(), "python", rules)
+    text = out.decode()
+    assert "torch_xla" not in text, text
+    assert not [f for f in findings if f.fix == "manual"], [f.message for f in findings if f.fix == "manual"]
+    return text
+
+
+def _torchrun(tmp_path: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
+    command = torchrun(tmp_path, script, *args)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+
+
+# --------------------------------------------------------------------------- xm.save (NM405)
+
+SAVE = """
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main(path):
+    dist.init_process_group("xla")
+    rank = xm.get_ordinal()
+    state = {"weight": torch.full((2, 2), float(rank + 1)), "nested": [torch.arange(3) * (rank + 1)], "step": 7}
+    xm.save(state, path)
+    seen = torch.load(path)
+    print(json.dumps({"rank": rank, "seen": seen["weight"][0, 0].item()}))
+
+
+main(sys.argv[1])
+"""
+
+#: runs the migrated script with torch.save and Tensor.cpu watched: which rank saves, and whether
+#: every tensor it saves came out of .cpu() (on Trainium they would be `neuron` tensors otherwise)
+WATCH = '''
+import json
+import os
+import runpy
+import sys
+
+import torch
+
+moved, saves = set(), []
+_cpu, _save = torch.Tensor.cpu, torch.save
+
+
+def cpu(self, *args, **kwargs):
+    out = _cpu(self, *args, **kwargs).clone()
+    moved.add(id(out))
+    return out
+
+
+def save(obj, f, *args, **kwargs):
+    tensors = [t for t in torch.utils._pytree.tree_leaves(obj) if isinstance(t, torch.Tensor)]
+    saves.append({"tensors": len(tensors), "all_moved": all(id(t) in moved for t in tensors)})
+    return _save(obj, f, *args, **kwargs)
+
+
+torch.Tensor.cpu, torch.save = cpu, save
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print(json.dumps({"watch": int(os.environ["RANK"]), "saves": saves}))
+'''
+
+
+def test_xm_save_writes_once_from_rank_0_with_cpu_tensors_then_waits(tmp_path: Path, rules: RuleSet):
+    text = _migrated(SAVE, rules)
+    assert "dist.barrier()" in text  # the rendezvous of xm.save is kept
+    script = tmp_path / "save.py"
+    script.write_text(_on_cpu(text))
+    watch = tmp_path / "watch.py"
+    watch.write_text(WATCH)
+    target = tmp_path / "ckpt.pt"
+    proc = _torchrun(tmp_path, watch, str(script), str(target))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    watched = {r["watch"]: r["saves"] for r in json_reports(proc.stdout, "watch")}
+    assert watched == {0: [{"tensors": 2, "all_moved": True}], 1: []}  # only rank 0 writes, CPU tensors only
+    # after the barrier, the other rank reads the complete file rank 0 wrote
+    assert sorted((r["rank"], r["seen"]) for r in json_reports(proc.stdout, "rank")) == [(0, 1.0), (1, 1.0)]
+    loaded = torch.load(target)  # no map_location
+    assert loaded["step"] == 7 and loaded["nested"][0].tolist() == [0, 1, 2]
+    assert all(t.device.type == "cpu" for t in (loaded["weight"], *loaded["nested"]))
+
+
+# --------------------------------------------------------------------------- optimizer_step -> DDP (NM403)
+
+STEP = """
+import json
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main():
+    dist.init_process_group("xla")
+    rank = xm.get_ordinal()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    torch.manual_seed(100 + rank)  # every rank sees other data
+    x = torch.randn(8, 4)
+    optimizer.zero_grad()
+    model(x).pow(2).sum().backward()
+    xm.optimizer_step(optimizer)  # applies grads + all-reduces across cores
+    grads = [p.grad.flatten().tolist() for p in model.parameters()]
+    weights = [p.detach().flatten().tolist() for p in model.parameters()]
+    print(json.dumps({"rank": rank, "grads": grads, "weights": weights, "x": x.tolist()}))
+
+
+main()
+"""
+
+
+def test_optimizer_step_becomes_ddp_and_the_ranks_step_with_the_averaged_gradient(tmp_path: Path, rules: RuleSet):
+    text = _migrated(STEP, rules)
+    assert "model = torch.nn.parallel.DistributedDataParallel(model)" in text
+    assert "all-reduces across cores" not in text and "optimizer.step()" in text
+    script = tmp_path / "step.py"
+    script.write_text(_on_cpu(text))
+    proc = _torchrun(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert reports[0]["grads"] == reports[1]["grads"] and reports[0]["weights"] == reports[1]["weights"]
+    # the gradient is the mean of the two ranks' gradients, as xm.optimizer_step made it
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(4, 2)
+    per_rank = []
+    for r in reports:
+        reference.zero_grad()
+        reference(torch.tensor(r["x"])).pow(2).sum().backward()
+        per_rank.append([p.grad.flatten().clone() for p in reference.parameters()])
+    mean = [(a + b) / 2 for a, b in zip(*per_rank)]
+    for got, want in zip(reports[0]["grads"], mean):
+        assert torch.allclose(torch.tensor(got), want, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- xm.all_reduce('sum', t) (NM412)
+
+REDUCE = """
+import json
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main():
+    dist.init_process_group("xla")
+    rank = xm.get_ordinal()
+    value = torch.tensor([float(rank + 1), 10.0 * (rank + 1)])
+    total = xm.all_reduce('sum', value)
+    biggest = xm.all_reduce("max", value, scale=0.5)
+    print(json.dumps({"rank": rank, "total": total.tolist(), "biggest": biggest.tolist(), "value": value.tolist()}))
+
+
+main()
+"""
+
+
+def test_string_reduce_types_reduce_like_the_constants(tmp_path: Path, rules: RuleSet):
+    text = _migrated(REDUCE, rules)
+    assert "dist.ReduceOp.SUM" in text and "dist.ReduceOp.MAX" in text
+    script = tmp_path / "reduce.py"
+    script.write_text(_on_cpu(text))
+    proc = _torchrun(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert [r["total"] for r in reports] == [[3.0, 30.0], [3.0, 30.0]]
+    assert [r["biggest"] for r in reports] == [[1.0, 10.0], [1.0, 10.0]]
+    assert [r["value"] for r in reports] == [[1.0, 10.0], [2.0, 20.0]]  # the input is left as it was
