@@ -195,3 +195,51 @@ def test_migrated_layout_trains_with_two_replicas_of_tp_2(launched, case, mesh):
         assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
         # the data-parallel ranks see different batches: the losses of one process that sees both
         assert losses == pytest.approx(want, rel=1e-4), (rank, case)
+
+
+# ------------------------------------------------------------------ launchers and scripts agree (NM305 / NM515)
+FLAGS_SCRIPT = """
+import argparse
+from dataclasses import dataclass
+
+from transformers import HfArgumentParser
+
+from optimum.neuron import NeuronTrainingArguments
+
+
+@dataclass
+class LayoutArguments:
+    tensor_parallel_size: int = 2
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tensor-parallel-size", type=int, default=8)
+    parser.add_argument("--pipeline_parallel_size", type=int, required=True)
+    args = parser.parse_args(argv)
+    (layout,) = HfArgumentParser(LayoutArguments).parse_args_into_dataclasses(args=[])
+    return args.tensor_parallel_size, args.pipeline_parallel_size, layout.tensor_parallel_size
+"""
+
+
+def test_script_flags_the_launches_no_longer_pass_read_the_launch_environment(rules, monkeypatch):
+    """NM515 turns `--tensor_parallel_size 8` on a launch into TP_SIZE=8: a script that declares the flag
+    itself reads it from there (argparse and HfArgumentParser dataclass fields), the flag still wins."""
+    out = migrate(FLAGS_SCRIPT, rules)
+    namespace: dict = {}
+    exec(compile(out, "migrated.py", "exec"), namespace)
+    parse = namespace["parse"]
+    for name in ("TP_SIZE", "PP_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert parse([]) == (8, None, 2)  # the old defaults (the required flag is no longer required)
+    monkeypatch.setenv("TP_SIZE", "4")
+    monkeypatch.setenv("PP_SIZE", "2")
+    assert parse([]) == (4, 2, 4)  # ints, as the flags gave
+    assert parse(["--tensor-parallel-size", "16"]) == (16, 2, 4)
+
+
+def test_flags_of_other_tools_are_left_alone(rules):
+    src = ("import argparse\n\nfrom vllm import LLM\n\nparser = argparse.ArgumentParser()\n"
+           "parser.add_argument(\"--tensor-parallel-size\", type=int, default=8)\n")
+    result = process(Candidate(Path("serve.py"), "serve.py", "python"), rules, src.encode())
+    assert result.status == "unchanged" and not result.findings
