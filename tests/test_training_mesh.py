@@ -26,7 +26,7 @@ from codemods.training.mesh import launch_advice, whole_mesh
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, RuleSet, process
 from tests.test_training_layout import LAUNCHER, TINY_LLAMA, _env
-from tests.torchrun_util import json_reports
+from tests.torchrun_util import json_reports, torchrun
 
 pytest.importorskip("datasets")
 
@@ -243,3 +243,43 @@ def test_flags_of_other_tools_are_left_alone(rules):
            "parser.add_argument(\"--tensor-parallel-size\", type=int, default=8)\n")
     result = process(Candidate(Path("serve.py"), "serve.py", "python"), rules, src.encode())
     assert result.status == "unchanged" and not result.findings
+
+
+# ------------------------------------------------------------------ NM101: a tensor-parallel size read at run time
+INFERENCE_SCRIPT = """
+import json
+import os
+import sys
+
+from optimum.neuron import NeuronModelForCausalLM
+
+
+def main(model_dir, tp):
+    model = NeuronModelForCausalLM.from_pretrained(model_dir, export=True, batch_size=1, sequence_length=32,
+                                                   tensor_parallel_size=tp)
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "tp": getattr(model, "tp_size", None),
+                      "sharded": type(weight).__name__ == "DTensor", "device": str(weight.device.type)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def test_inference_size_from_the_arguments_is_placed_both_ways(rules, tmp_path):
+    """`tensor_parallel_size=tp` (a variable): one NeuronCore when it is 1, sharded under torchrun when it is more
+    (a DistributedConfig of size 1 places nothing, so device_map stays for that case)."""
+    out = migrate(INFERENCE_SCRIPT, rules)
+    assert 'device_map=None if tp > 1 else "neuron"' in out and "DistributedConfig(tp_size=tp)" in out
+    script = tmp_path / "infer.py"
+    script.write_text(out.replace('"neuron"', '"cpu"'))  # CPU stand-in for the NeuronCore
+    single = subprocess.run([sys.executable, str(script), str(TINY_LLAMA), "1"], capture_output=True, text=True,
+                            env=_env(), timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert json_reports(single.stdout, "rank") == [{"rank": 0, "tp": None, "sharded": False, "device": "cpu"}]
+    sharded = subprocess.run(torchrun(tmp_path, script, str(TINY_LLAMA), "2"), capture_output=True, text=True,
+                             env=_env(), timeout=300)
+    assert sharded.returncode == 0, sharded.stderr[-3000:]
+    ranks = sorted(json_reports(sharded.stdout, "rank"), key=lambda r: r["rank"])
+    assert [(r["rank"], r["tp"], r["sharded"]) for r in ranks] == [(0, 2, True), (1, 2, True)]
