@@ -174,15 +174,17 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool
         code = _code(ctx, kw["zero_1"].value)
         pp = val.get("pipeline_parallel_size", 1)
         if val["zero_1"] is False:
-            ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (plain data parallelism natively)")
+            ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (data-parallel replicas natively: "
+                                      "dp_replicate_size beside the model-parallel sizes)")
         elif val["zero_1"] is True and pp == 1:
             zero_1 = True
             ctx.marker(call, ZERO_1_MAPPED)
         else:
-            why = ("FSDP cannot be combined with pipeline parallelism natively, so it stays plain data parallelism"
-                   if pp != 1 else "pass distributed_config=DistributedConfig(fsdp_size=WORLD_SIZE // (tp_size * "
-                   "pp_size)) to from_pretrained when it is true and WORLD_SIZE > tp_size * pp_size, or keep plain "
-                   "data parallelism (more memory per core)")
+            why = ("transformers 5.23 combines pipeline parallelism with no data-parallel dimension (FSDP or "
+                   "replicas): the launch has exactly tp_size x pp_size processes"
+                   if pp != 1 else "when it is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // "
+                   "tp_size, ...) in place of data-parallel replicas (dp_replicate_size), which keep the whole "
+                   "optimizer state (more memory per core)")
             ctx.marker(call, (
                 f"zero_1={code} was dropped: ZeRO-1 sharded the optimizer state over data-parallel ranks; natively "
                 f"that is FSDP2, which also shards parameters and gradients: {why}. {ZERO_1_DEFAULT}"

@@ -81,8 +81,9 @@ BEHAVIOUR = {
                                         "override it with tp_plan={...} to keep them whole"),
     "virtual_pipeline_parallel_size": ((1,), "DistributedConfig has no virtual pipeline stages"),
     "pipeline_parallel_num_microbatches": ((1, -1), "DistributedConfig has no pipeline micro-batch setting"),
-    "pipeline_parallel_use_zero1_optimizer": ((False,), "no ZeRO-1 natively: FSDP (fsdp_size) shards the optimizer "
-                                                        "state, parameters and gradients"),
+    "pipeline_parallel_use_zero1_optimizer": ((False,), "no ZeRO-1 natively, and transformers 5.23 combines pipeline "
+                                                        "parallelism with no FSDP (fsdp_size): every rank keeps its "
+                                                        "stage's whole optimizer state"),
     "gradient_checkpointing": ((False,), "turn activation checkpointing on with TrainingArguments("
                                          "activation_checkpointing=True) or model.gradient_checkpointing_enable()"),
     "checkpoint_dir": ((None,), "NxD sharded checkpoints are not loaded natively: consolidate it (optimum-cli neuron "
