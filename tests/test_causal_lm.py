@@ -95,9 +95,17 @@ def test_emitted_keywords_exist_in_transformers():
 
 
 def test_tensor_parallel_and_device_map_are_never_both_emitted():
+    """Mutually exclusive in transformers when the size is > 1; a size read at run time gets both, device_map
+    None exactly when the size is > 1 (a DistributedConfig of size 1 places nothing)."""
     for name, call in _emitted_calls():
-        kws = {k.arg for k in call.keywords}
-        assert not {"device_map", "distributed_config"} <= kws, name
+        kws = {k.arg: k.value for k in call.keywords}
+        if not {"device_map", "distributed_config"} <= set(kws):
+            continue
+        placed, config = kws["device_map"], kws["distributed_config"]
+        size = next(k.value for k in config.keywords if k.arg == "tp_size")
+        assert isinstance(placed, ast.IfExp) and isinstance(placed.body, ast.Constant) and placed.body.value is None, name
+        assert ast.dump(placed.test) == ast.dump(ast.Compare(size, [ast.Gt()], [ast.Constant(1)])), name
+        assert isinstance(placed.orelse, ast.Constant) and placed.orelse.value == "neuron", name
 
 
 def test_explain_example_is_what_the_rule_does(rules):

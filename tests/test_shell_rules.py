@@ -782,12 +782,17 @@ def _markers(out: str) -> list[str]:
 def test_layout_markers():
     dp = check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
     assert _markers(dp) == [
-        "# TODO(neuron-migrate NM515): torchrun starts 32 processes with TP_SIZE=8: the 4 data-parallel replicas "
-        "now come from FSDP_SIZE=4 (sharded, TP_SIZE x FSDP_SIZE = 32) or from plain DDP over the remaining ranks: "
-        "set FSDP_SIZE or check that the script runs DDP"]
+        "# TODO(neuron-migrate NM515): torchrun starts 32 processes with TP_SIZE=8: the 4 processes beyond it are "
+        "data-parallel replicas of the migrated script's layout (dp_replicate_size = WORLD_SIZE // (TP_SIZE x "
+        "FSDP_SIZE)), which replicate the optimizer state; optimum-neuron 0.4 sharded it over them by default "
+        "(zero_1): set FSDP_SIZE=4 to shard them with FSDP instead (TP_SIZE x FSDP_SIZE = 32)"]
+    # zero_1 off: the replicas are what the old run did (no decision left)
+    assert not _markers(check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1 false\n"))
     assert "not a multiple of TP_SIZE=8" in check("torchrun --nproc_per_node=12 t.py --tensor_parallel_size 8\n")
-    assert "TP_SIZE x FSDP_SIZE = 8 x 2 = 16" in check(
-        "FSDP_SIZE=2 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
+    # FSDP_SIZE x TP_SIZE dividing the process count: replicas of the sharded layout; not dividing it: a marker
+    assert not _markers(check("FSDP_SIZE=2 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n"))
+    assert "TP_SIZE x FSDP_SIZE = 8 x 3 = 24 does not divide it" in check(
+        "FSDP_SIZE=3 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
     assert "launch this script with torchrun --nproc_per_node=4" in check("python t.py --tensor_parallel_size 4\n")
     assert not _markers(check("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8\n"))
     assert not _markers(check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 false\n"))

@@ -5,6 +5,8 @@ tensor-parallel script generates under torchrun (2 CPU processes, gloo) what one
 
 from __future__ import annotations
 
+import ast
+
 import dataclasses
 import inspect
 import json
@@ -87,7 +89,8 @@ def test_zero_1_only_when_literally_true_and_without_pipeline(rules):
     assert "fsdp_size" not in out.split("a = ")[1].split("\n")[0]
     assert "zero_1" not in out.replace("zero_1=flag was dropped", "").replace("zero_1=True was dropped", "") \
         .replace("zero_1 defaulted", "")
-    assert "zero_1=True was dropped" in out and "FSDP cannot be combined with pipeline parallelism" in out
+    assert "zero_1=True was dropped" in out
+    assert "transformers 5.23 combines pipeline parallelism with no data-parallel dimension" in out
     assert "fsdp_size=int(" not in out
 
 
@@ -157,13 +160,21 @@ def test_parsed_sft_config_gets_device_map_and_launch_layout(tmp_path, rules, mo
         trainer = NeuronSFTTrainer(model=model_id, args=training_args, train_dataset=ds)
     """), rules)
     assert "TODO" not in out and any("model_init_kwargs gets" in f.message for f in findings)
-    monkeypatch.setenv("TP_SIZE", "2")
     namespace = {"ARGV": ["--output_dir", str(tmp_path), "--use_cpu", "true", "--model_init_kwargs",
                           '{"dtype": "float32"}']}
     exec(out.split("trainer = ")[0], namespace)
     kwargs = namespace["training_args"].model_init_kwargs
     assert kwargs["dtype"] == "float32" and kwargs["device_map"] is None  # what the command line said is kept
-    assert (kwargs["distributed_config"].tp_size, kwargs["distributed_config"].fsdp_size) == (2, 1)
+    config = kwargs["distributed_config"]
+    assert (config.tp_size, config.fsdp_size, config.dp_replicate_size) == (1, 1, 1)  # no launch layout: unsharded
+    # under `TP_SIZE=2 torchrun --nproc_per_node=4` (the parse itself would start the process group there: the
+    # emitted expression alone): two data-parallel replicas of TP 2
+    monkeypatch.setenv("TP_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    call = next(n for n in ast.walk(ast.parse(out)) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) == "DistributedConfig")
+    config = eval(compile(ast.Expression(call), "<emitted>", "eval"), namespace)
+    assert (config.tp_size, config.fsdp_size, config.dp_replicate_size) == (2, 1, 2)
 
 
 def test_replace_and_mp_plugin_reads(rules):
@@ -311,7 +322,8 @@ if __name__ == "__main__":
 def test_migrated_tensor_parallel_script_generates_under_torchrun_like_one_process(tmp_path, rules):
     migrated, _ = migrate(TP_SCRIPT, rules)
     assert "lazy_load_for_parallelism" not in migrated
-    assert 'distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))' in migrated
+    assert 'tp_size=int(os.environ.get("TP_SIZE", "1")),' in migrated
+    assert 'dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1"))' in migrated  # 1 under TP 2 x 2 processes
     script = tmp_path / "migrated.py"
     script.write_text(migrated)
     single = subprocess.run([sys.executable, str(script), str(TINY_LLAMA), str(tmp_path / "o1")],

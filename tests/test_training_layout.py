@@ -79,19 +79,23 @@ def test_emitted_distributed_config_keywords_exist(rules, monkeypatch):
     assert len(configs) == 3
     params = set(inspect.signature(DistributedConfig).parameters)
     emitted = {k.arg for c in configs for k in c.keywords}
-    assert emitted == {"tp_size", "pp_size", "fsdp_size"} and emitted <= params
-    # each one constructs, with the values written (fsdp_size = WORLD_SIZE // tp_size)
+    assert emitted == {"tp_size", "pp_size", "fsdp_size", "dp_replicate_size"} and emitted <= params
+    # each one constructs, with the values written: the sizes multiply to the world size (fsdp_size = WORLD_SIZE //
+    # tp_size for zero_1, dp_replicate_size = WORLD_SIZE // tp_size otherwise; none beside pipeline stages)
     monkeypatch.setenv("WORLD_SIZE", "16")
     namespace = {"os": os, "DistributedConfig": DistributedConfig}
     built = [eval(compile(ast.Expression(c), "<emitted>", "eval"), namespace) for c in configs]
-    assert (built[0].tp_size, built[0].fsdp_size) == (8, 2)
-    assert built[1].tp_size == 4 and built[2].pp_size == 2
+    assert (built[0].tp_size, built[0].fsdp_size, built[0].dp_replicate_size) == (8, 2, 1)
+    assert (built[1].tp_size, built[1].fsdp_size, built[1].dp_replicate_size) == (4, 1, 4)
+    assert (built[2].tp_size, built[2].pp_size, built[2].dp_size) == (1, 2, 1)
+    assert "with pp_size > 1 launch exactly tp_size x pp_size processes" in out
     # every load got it once, the arguments got save_only_model (the Trainer requires it for such a model)
     loads = _calls(out, "from_pretrained")
     assert all(sum(k.arg == "distributed_config" for k in c.keywords) == 1 for c in loads)
     assert "save_only_model" in inspect.signature(TrainingArguments).parameters
     assert out.count("save_only_model=True") == 3
-    assert out.count("launch with torchrun --nproc_per_node=<processes>") == 3
+    assert out.count("launch with torchrun --nproc_per_node=<processes>: tp_size x fsdp_size must equal") == 1
+    assert out.count("launch with torchrun --nproc_per_node=<a multiple of tp_size>") == 1
     assert all(f.rule != "NM201" or "WORLD_SIZE (" not in f.message for f in findings)
 
 
@@ -105,7 +109,8 @@ def main(model_id):
         model = AutoModelForCausalLM.from_pretrained(model_id)
     NeuronTrainer(model=model, args=args).train()
 """, rules)
-    assert out.count("distributed_config=") == 1 and "DistributedConfig(tp_size=2)" in out
+    assert out.count("distributed_config=") == 1
+    assert 'DistributedConfig(tp_size=2, dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1")) // 2)' in out
     assert "save_only_model=True" in out
     assert any(f.rule == "NM201" and "(NM301)" in f.message for f in findings)
 
@@ -118,7 +123,8 @@ config = NeuronSFTConfig(output_dir="out", tensor_parallel_size=2)
 trainer = NeuronSFTTrainer(model="Qwen/Qwen3-0.6B", args=config, train_dataset=ds)
 """
     out, _ = migrate(src, rules)
-    assert '"distributed_config": DistributedConfig(tp_size=2)' in out and '"device_map": None' in out
+    assert '"distributed_config": DistributedConfig(\n' in out and '"device_map": None' in out
+    assert 'dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1")) // 2,' in out
     # the trainer loads the model sharded: the config needs save_only_model=True (tests/test_training_save.py)
     assert out.count("save_only_model=True") == 1 and len(_calls(out, "DistributedConfig")) == 1
 
@@ -180,7 +186,8 @@ def main(cli):
     model = AutoModelForCausalLM.from_pretrained(cli.model)
     NeuronTrainer(model=model, args=args).train()
 """, rules)
-    assert "from_pretrained(cli.model, distributed_config=DistributedConfig(tp_size=cli.tp))" in out
+    assert ('distributed_config=DistributedConfig(\n            tp_size=cli.tp,\n            dp_replicate_size='
+            'int(os.environ.get("WORLD_SIZE", "1")) // cli.tp if cli.tp > 1 else 1,\n        ),') in out
 
 
 # ------------------------------------------------------------------ proof: tp_size=2 trains under torchrun on CPU
@@ -287,8 +294,8 @@ def _reference_losses(model_dir: Path, output_dir: Path) -> list[float]:
 def test_migrated_tensor_parallel_trainer_trains_under_torchrun(tmp_path, rules):
     migrated, findings = migrate(TRAIN_SCRIPT, rules)
     assert "optimum" not in migrated and "tensor_parallel_size" not in migrated
-    assert "AutoModelForCausalLM.from_pretrained(model_dir, distributed_config=DistributedConfig(tp_size=2))" \
-        in migrated
+    assert ("AutoModelForCausalLM.from_pretrained(\n        model_dir,\n        distributed_config=DistributedConfig("
+            "tp_size=2, dp_replicate_size=int(os.environ.get(\"WORLD_SIZE\", \"1\")) // 2),\n    )") in migrated
     assert "save_only_model=True" in migrated and "launch with torchrun --nproc_per_node" in migrated
     # CPU stand-in for the neuron device: force CPU, compile with the eager backend (inductor: minutes)
     runnable = migrated.replace("torch_compile=True", 'torch_compile=True, torch_compile_backend="eager", use_cpu=True')

@@ -169,7 +169,8 @@ def test_positional_and_module_style(rules):
         """), rules)
     compile(out, "<out>", "exec")
     assert 'args = transformers.TrainingArguments("out", torch_compile=True, dataloader_drop_last=True)' in out
-    assert "model = M.from_pretrained(\"x\", distributed_config=DistributedConfig(tp_size=2))" in out
+    assert ("model = M.from_pretrained(\n    \"x\",\n    distributed_config=DistributedConfig(tp_size=2, dp_replicate_size="
+            "int(os.environ.get(\"WORLD_SIZE\", \"1\")) // 2),\n)") in out
     assert "lazy_load_for_parallelism" not in out
     assert {f.rule for f in findings} >= {"NM201", "NM301"}
 
@@ -289,7 +290,8 @@ def test_migrated_trainer_script_trains_like_plain_transformers(tmp_path, rules)
     assert "optimum" not in migrated and "tensor_parallel_size=" not in migrated
     assert "processing_class=None" in migrated and "warmup_steps=0.1" in migrated
     assert "torch_compile=True" in migrated and "dataloader_drop_last=True" in migrated
-    assert 'distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))' in migrated
+    assert 'tp_size=int(os.environ.get("TP_SIZE", "1")),\n' in migrated
+    assert 'dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1"))\n' in migrated
     assert {"NM201", "NM202", "NM301"} <= {f.rule for f in findings}
     # CPU stand-in for the neuron device: force CPU, and compile with the eager backend (the same
     # numerics as no compile; inductor would take a minute)

@@ -18,7 +18,7 @@ class, so it also renames the import and every other use of the name (like NM100
 
 Left to a person, with a marker: generation C (``get_neuron_config`` + ``export``), loading a
 pre-exported Neuron artifact (``from_pretrained(dir)`` without ``export=True``), arguments hidden
-in ``**kwargs`` and non-literal ``num_cores``/``auto_cast_type``. Reads of ``model.neuron_config`` /
+in ``**kwargs`` and a non-literal ``auto_cast_type``. Reads of ``model.neuron_config`` /
 ``model.config.neuron`` are NM110's (codemods/inference/neuron_attributes.py).
 
 NM108 (NeuronModelForImageTextToText) and NM109 (NeuronModelForEmbedding) are the same rule with
@@ -115,11 +115,13 @@ class CausalLMStaticCache(PythonRule):
     caveats = """
         `num_cores`/`tensor_parallel_size` > 1 become `distributed_config=DistributedConfig(tp_size=N)`
         (not `device_map`) and the script must be launched with `torchrun --nproc_per_node=N`
-        (a marker says so). `batch_size` and compiler options are dropped (pad the prompts you
+        (a marker says so); a size read at run time (`num_cores=args.cores`) gets both
+        `device_map=None if N > 1 else "neuron"` and `distributed_config=DistributedConfig(tp_size=N)`
+        (a DistributedConfig of size 1 places nothing). `batch_size` and compiler options are dropped (pad the prompts you
         pass to generate() instead). Left to a person with a marker: the two-step
         `get_neuron_config()` + `export()` API, loading a pre-exported Neuron model (it holds
         compiled NEFFs, not weights: point to the original checkpoint), arguments passed through
-        `**kwargs` variables, non-literal `num_cores`/`auto_cast_type`, and loads that are not
+        `**kwargs` variables, a non-literal `auto_cast_type`, and loads that are not
         assigned to a name or attribute (set the static cache yourself). Reads of
         `model.neuron_config` / `model.config.neuron` are handled by NM110. The static-cache lines are only inserted
         after an assignment inside a function, class or compound statement; at module level a
@@ -334,20 +336,41 @@ class CausalLMStaticCache(PythonRule):
 
         # ---- tensor parallelism
         tp_size: int | None = None
+        tp_expr: cst.BaseExpression | None = None  # a size known at run time (args.tp_size, a variable)
         tp_kw = next((keywords[k] for k in TP_KWARGS if k in keywords), None)
         if tp_kw is not None:
             value = literal(tp_kw.value)
             if isinstance(value, int) and not isinstance(value, bool):
                 tp_size = value
             else:
-                code = ctx.module.code_for_node(tp_kw.value)
+                tp_expr = tp_kw.value
+        placement: tuple[str, cst.BaseExpression] | None = None
+        placed_too: list[tuple[str, cst.BaseExpression]] = []
+        if tp_expr is not None:
+            code = ctx.module.code_for_node(tp_expr)
+            if any(k in keywords for k in PLACEMENT_KWARGS):
                 extra_markers.append(
                     f"{tp_kw.keyword.value}={code} was dropped: when it is > 1, load with "  # type: ignore[union-attr]
                     f"distributed_config=DistributedConfig(tp_size={code}) instead of device_map=\"neuron\" and "
                     "launch the script with torchrun --nproc_per_node=<that number>"
                 )
-        placement: tuple[str, cst.BaseExpression] | None = None
-        if not any(k in keywords for k in PLACEMENT_KWARGS):
+            else:
+                try:
+                    dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))
+                except NameClash as exc:
+                    extra_markers.append(f"pass distributed_config=DistributedConfig(tp_size={code}) ({exc})")
+                    placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+                else:
+                    # one NeuronCore when the size is 1 (a DistributedConfig of size 1 places nothing), sharded else
+                    placement = ("device_map", cst.parse_expression(f"None if {code} > 1 else {quote}neuron{quote}"))
+                    placed_too.append(("distributed_config", cst.Call(func=dc, args=[
+                        cst.Arg(keyword=cst.Name("tp_size"), value=tp_expr.deep_clone(), equal=EQ)])))
+                    extra_markers.append(
+                        f"{tp_kw.keyword.value}={code} became DistributedConfig(tp_size={code}): when it is > 1 "  # type: ignore[union-attr]
+                        "launch the script with torchrun --nproc_per_node=<that number>, one process per NeuronCore "
+                        "(device_map=\"neuron\" places the model on one NeuronCore otherwise)"
+                    )
+        if placement is None and not any(k in keywords for k in PLACEMENT_KWARGS):
             if tp_size is not None and tp_size > 1:
                 try:
                     dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))
@@ -407,6 +430,7 @@ class CausalLMStaticCache(PythonRule):
                 added.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype_expr, equal=EQ))
             if placement is not None:
                 added.append(cst.Arg(keyword=cst.Name(placement[0]), value=placement[1], equal=EQ))
+            added.extend(cst.Arg(keyword=cst.Name(k), value=v, equal=EQ) for k, v in placed_too)
             at = next((i for i, a in enumerate(new_args) if a.star == "**"), len(new_args))
             new_args[at:at] = added
             new = layout(updated, new_args, ctx.module, indent, prefix)
@@ -438,7 +462,8 @@ class CausalLMStaticCache(PythonRule):
         placement_text = (
             f"distributed_config=DistributedConfig(tp_size={tp_size})"
             if placement is not None and placement[0] == "distributed_config"
-            else f"device_map={quote}neuron{quote}"
+            else f"device_map={quote}neuron{quote}" if not placed_too
+            else f"distributed_config=DistributedConfig(tp_size={ctx.module.code_for_node(tp_expr)})"
         )
         cache_text = f"static cache, max_cache_len={max_len_text}" if max_len_text else "static cache"
         ctx.finding(node, f"{source_name}(export=True) -> {self.target}.from_pretrained(..., {placement_text})"

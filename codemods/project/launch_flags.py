@@ -391,17 +391,18 @@ class LaunchFlags(ShellRule):
     why = """
         The migrated training scripts parse transformers' `TrainingArguments`, which do not have
         optimum-neuron's parallelism flags: with TorchNeuron the layout comes from a
-        `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE)` that the script reads from the
-        environment, and the product TP_SIZE x FSDP_SIZE is the number of processes torchrun
-        starts. On command lines that launch a Python script (`torchrun`, `python`,
+        `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE //
+        (TP_SIZE x FSDP_SIZE))` that the script reads from the environment: the processes torchrun
+        starts beyond TP_SIZE x FSDP_SIZE are data-parallel replicas. On command lines that launch a Python script (`torchrun`, `python`,
         `python -m torch.distributed.run`, `accelerate launch`, also behind `srun`, `uv run`...):
         `--tensor_parallel_size N` becomes a `TP_SIZE=N` prefix of the command,
         `--pipeline_parallel_size N` a `PP_SIZE=N` prefix; `--zero_1` (optimizer-state sharding
         over the data-parallel ranks) becomes `FSDP_SIZE=<processes / TP_SIZE>` when it is on and
         more than one data-parallel rank is left, and is removed otherwise;
         `--disable_sequence_parallel`, `--skip_cache_push`, `--async_save` and `--use_autocast`
-        are removed. A launch whose process count does not match TP_SIZE x FSDP_SIZE gets a
-        marker. `--torch_compile true` is added to launches of a `.py` script that writes to
+        are removed. A launch whose process count is not a multiple of TP_SIZE x FSDP_SIZE gets
+        a marker, and so does one with data-parallel replicas whose zero_1 is not given (it was
+        on by default in optimum-neuron 0.4: FSDP_SIZE would shard them). `--torch_compile true` is added to launches of a `.py` script that writes to
         `--output_dir` (a Trainer script): on Trainium torch.compile picks the Neuron backend.
     """
     before = """
@@ -569,9 +570,11 @@ class LaunchFlags(ShellRule):
                 self.finding(ctx, plan, first, f"{f.name} {f.value} -> {var}={f.value} in the environment of the "
                              "launch (the migrated script reads it for its DistributedConfig)")
                 if var == "PP_SIZE" and _int(f.value, env) != 1:
-                    _mark(plan, ctx, s.group, "PP_SIZE: pipeline parallelism of optimum-neuron has no "
-                                "DistributedConfig equivalent in the migrated script: check how this model is "
-                                "split (TP_SIZE x FSDP_SIZE must equal the number of processes)")
+                    _mark(plan, ctx, s.group, "PP_SIZE: the migrated script reads it only where the old one gave "
+                                "pipeline_parallel_size to lazy_load_for_parallelism: check that its DistributedConfig "
+                                "has pp_size=int(os.environ.get(\"PP_SIZE\", \"1\")); transformers 5.23 does not "
+                                "combine pipeline parallelism with data parallelism: torchrun must start exactly "
+                                "TP_SIZE x PP_SIZE processes")
             elif f.name in _ZERO_FLAGS:
                 self._drop(plan, f)
                 zero = f
@@ -612,7 +615,12 @@ class LaunchFlags(ShellRule):
                     self.finding(ctx, plan, self._at(zero), f"removed {shown}: no data-parallel rank is left "
                                  f"beside TP_SIZE={tp_n}")
 
-        self._check_layout(plan, ctx, launch, tp, present.get("FSDP_SIZE") or fsdp_raw, nproc, nodes, env)
+        # whether the old run may have sharded the optimizer state: only known from the flags this run moves
+        # (a launch with TP_SIZE already set says nothing about it; a second run must not mark it)
+        zero_on = _truth(zero.value) if zero is not None else None
+        moved_tp = any(_ENV_FLAGS.get(f.name) == "TP_SIZE" for f in flags)
+        self._check_layout(plan, ctx, launch, tp, present.get("FSDP_SIZE") or fsdp_raw, nproc, nodes, env,
+                           moved_tp and (zero is None or zero_on is None))
         if flags:
             plan.edited_launches.add(id(s))
 
@@ -624,7 +632,12 @@ class LaunchFlags(ShellRule):
             self._add_torch_compile(plan, ctx, launch)
 
     def _check_layout(self, plan, ctx, launch: Launch, tp: int | None, fsdp_raw: str | None,
-                      nproc: int | None, nodes, env) -> None:
+                      nproc: int | None, nodes, env, zero_unknown: bool = True) -> None:
+        """The migrated scripts load the model with DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE,
+        dp_replicate_size=WORLD_SIZE // (TP_SIZE x FSDP_SIZE)): a process count that TP_SIZE x FSDP_SIZE
+        does not divide fails at load; the processes beyond it are data-parallel replicas, a decision only
+        where the old run may have sharded their optimizer state (zero_1 not given: on by default in
+        optimum-neuron 0.4)."""
         s = launch.s
         if tp is None:
             return
@@ -639,19 +652,29 @@ class LaunchFlags(ShellRule):
         if fsdp_raw is not None and fsdp is None:
             return
         where = f"{nproc} processes" + (f" per node on {nodes} nodes" if nodes != 1 else "")
+        replicas = ("data-parallel replicas of the migrated script's layout (dp_replicate_size = WORLD_SIZE // "
+                    "(TP_SIZE x FSDP_SIZE))")
         if fsdp is not None:
-            if tp * fsdp != world:
+            if world % (tp * fsdp):
                 _mark(plan, ctx, s.group, f"torchrun starts {where} but TP_SIZE x FSDP_SIZE = {tp} x {fsdp} = "
-                            f"{tp * fsdp}: make --nproc_per_node x --nnodes equal TP_SIZE x FSDP_SIZE")
+                            f"{tp * fsdp} does not divide it: make --nproc_per_node x --nnodes a multiple of "
+                            "TP_SIZE x FSDP_SIZE")
+            elif world > tp * fsdp:
+                self.finding(ctx, plan, s.words[launch.script], f"the {world // (tp * fsdp)} groups of TP_SIZE x "
+                             f"FSDP_SIZE = {tp * fsdp} processes are {replicas}")
             return
         if world % tp:
             _mark(plan, ctx, s.group, f"torchrun starts {where}, not a multiple of TP_SIZE={tp}: make "
-                        "--nproc_per_node x --nnodes equal TP_SIZE x FSDP_SIZE")
-        elif world > tp:
+                        "--nproc_per_node x --nnodes a multiple of TP_SIZE x FSDP_SIZE")
+        elif world > tp and zero_unknown:
             dp = world // tp
-            _mark(plan, ctx, s.group, f"torchrun starts {where} with TP_SIZE={tp}: the {dp} data-parallel "
-                        f"replicas now come from FSDP_SIZE={dp} (sharded, TP_SIZE x FSDP_SIZE = {world}) or from "
-                        "plain DDP over the remaining ranks: set FSDP_SIZE or check that the script runs DDP")
+            _mark(plan, ctx, s.group, f"torchrun starts {where} with TP_SIZE={tp}: the {dp} processes beyond it "
+                        f"are {replicas}, which replicate the optimizer state; optimum-neuron 0.4 sharded it over "
+                        f"them by default (zero_1): set FSDP_SIZE={dp} to shard them with FSDP instead (TP_SIZE x "
+                        f"FSDP_SIZE = {world})")
+        elif world > tp:
+            self.finding(ctx, plan, s.words[launch.script], f"the {world // tp} processes beyond TP_SIZE={tp} are "
+                         f"{replicas}, as the old run's data parallelism without zero_1")
 
     def _add_torch_compile(self, plan: ShellPlan, ctx, launch: Launch) -> None:
         u = plan.unit

@@ -49,12 +49,22 @@ from codemods.training.layouts import (
     _is_to_dict,
     _Layout,
     _move_layouts,
+    parsed_layout,
     _save_only_model,
     _scope,
     _track_assign,
     _track_call,
-    _unpacked,
+    _track_parsed,
     _tracking_handlers,
+)
+from codemods.training.mesh import (
+    config_code,
+    describe,
+    env_size,
+    launch_advice,
+    layout_text,
+    model_factors,
+    whole_mesh,
 )
 from codemods.training.sources import (
     ARGS_SOURCES,
@@ -164,15 +174,17 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool
         code = _code(ctx, kw["zero_1"].value)
         pp = val.get("pipeline_parallel_size", 1)
         if val["zero_1"] is False:
-            ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (plain data parallelism natively)")
+            ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (data-parallel replicas natively: "
+                                      "dp_replicate_size beside the model-parallel sizes)")
         elif val["zero_1"] is True and pp == 1:
             zero_1 = True
             ctx.marker(call, ZERO_1_MAPPED)
         else:
-            why = ("FSDP cannot be combined with pipeline parallelism natively, so it stays plain data parallelism"
-                   if pp != 1 else "pass distributed_config=DistributedConfig(fsdp_size=WORLD_SIZE // (tp_size * "
-                   "pp_size)) to from_pretrained when it is true and WORLD_SIZE > tp_size * pp_size, or keep plain "
-                   "data parallelism (more memory per core)")
+            why = ("transformers 5.23 combines pipeline parallelism with no data-parallel dimension (FSDP or "
+                   "replicas): the launch has exactly tp_size x pp_size processes"
+                   if pp != 1 else "when it is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // "
+                   "tp_size, ...) in place of data-parallel replicas (dp_replicate_size), which keep the whole "
+                   "optimizer state (more memory per core)")
             ctx.marker(call, (
                 f"zero_1={code} was dropped: ZeRO-1 sharded the optimizer state over data-parallel ranks; natively "
                 f"that is FSDP2, which also shards parameters and gradients: {why}. {ZERO_1_DEFAULT}"
@@ -259,6 +271,35 @@ def _record_config_name(call: cst.Call, ctx: PythonContext) -> None:
         names[name] = None if name in names else call
 
 
+def _parsed_entries(ctx: PythonContext, parsed, skip=(), fixed=()) -> list[_Layout]:
+    """The arguments parsed from the command line (``name = parser.parse_...()``) as layouts whose
+    sizes are the launch environment's (TP_SIZE, FSDP_SIZE): the trainers given them get their model
+    loaded with that layout (NM515 turns the launch flags into those variables). ``skip``: (scope,
+    name) whose trn_config is read (NM303 places the layout there); ``fixed``: names handled already.
+    None in a file that places the layout itself (lazy_load_for_parallelism, trn_config)."""
+    if "lazy_load_for_parallelism" in ctx.source or "trn_config" in ctx.source:
+        return []  # the layout goes where the script placed it (NM301, NM303)
+    out = []
+    for name, statement, scope, call in parsed:
+        if (scope, name) in skip or name in fixed:
+            continue
+        layout = describe(parsed_layout("os.environ"))
+        out.append(_Layout(call, {}, (scope, name), statement, ArgPlan(), layout, parsed=True))
+    return out
+
+
+def _args_name(trainer: cst.Call) -> str | None:
+    args = keywords(trainer).get("args")
+    return args.value.value if args is not None and isinstance(args.value, cst.Name) else None
+
+
+def _parsed_marker(entry: _Layout, reason: str) -> str:
+    return (f"{entry.target[1]} no longer carries tensor_parallel_size / pipeline_parallel_size: if the script is "
+            f"launched with them, load the trained model with from_pretrained(..., distributed_config="
+            f"DistributedConfig({entry.layout})) (TP_SIZE and FSDP_SIZE set in the environment of the launch) and "
+            f"give {entry.target[1]} save_only_model=True ({reason})")
+
+
 def _movable_config(trainer: cst.Call, moved: list[str], names: dict) -> cst.Call | None:
     """The config call that the ≤0.3 SFTTrainer options can move into: ``args=<name>`` where the
     name holds one NeuronSFTConfig(...) call without **kwargs nor any of those options."""
@@ -297,7 +338,14 @@ class TrainingArgumentsFields(PythonRule):
         tensor/pipeline parallel sizes move to the load of the model the trainer gets
         (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...)), in the
         same function or in a module function that returns the load), and the arguments get
-        save_only_model=True (the Trainer refuses a model sharded at load time without it). The
+        save_only_model=True (the Trainer refuses a model sharded at load time without it). In
+        transformers 5.23 the sizes must multiply to the world size: the processes optimum-neuron
+        made data-parallel ranks become `dp_replicate_size=WORLD_SIZE // tp_size` (replicas, as
+        before) unless zero_1 made them `fsdp_size`; pipeline stages combine with neither, so
+        their marker says to launch exactly tp_size x pp_size processes. Arguments parsed from
+        the command line (HfArgumentParser) no longer carry the sizes: the model they train is
+        loaded with the launch layout, TP_SIZE and FSDP_SIZE from the environment (what NM515
+        writes in the launch scripts). The
         transformers v5 renames are applied (warmup_ratio -> warmup_steps, gradient_checkpointing
         -> activation_checkpointing, overwrite_output_dir removed) and, since every new shape is
         a new compilation on Neuron, torch_compile=True and dataloader_drop_last=True are added.
@@ -313,9 +361,15 @@ class TrainingArgumentsFields(PythonRule):
         args = TrainingArguments(output_dir="out", bf16=True, torch_compile=True, dataloader_drop_last=True)
     """
     caveats = """
-        Only constructor calls are rewritten here: arguments parsed from the command line
-        (HfArgumentParser) are the shell rules' business (NM203 handles a parsed SFT config,
-        NM207 `dataclasses.replace` and `mp_plugin`/`trn_config` reads). zero_1 maps onto
+        Constructor calls are rewritten here; for arguments parsed from the command line the
+        flags are the shell rules' business (NM515), the model load gets the launch layout
+        (NM203 does the same for a parsed SFT config; NM207 handles `dataclasses.replace` and
+        `mp_plugin`/`trn_config` reads). A parsed layout whose sizes are all 1 builds no mesh
+        (the Trainer's own data parallelism, resumable), so its data-parallel replicas are
+        written `... if TP_SIZE * FSDP_SIZE > 1 else 1`; in a file that uses
+        lazy_load_for_parallelism or trn_config the layout goes there (NM301, NM303).
+        `WORLD_SIZE // tp_size` is 0 in a run without torchrun and DistributedConfig then
+        refuses the size: a tensor-parallel script needs torchrun anyway. zero_1 maps onto
         fsdp_size only when it is literally True and there is no pipeline parallelism (FSDP
         and PP do not combine natively). The layout is added to a load only when the arguments
         (the call, or a name bound once to it) are passed as args= to a trainer of the same
@@ -331,7 +385,12 @@ class TrainingArgumentsFields(PythonRule):
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, **_tracking_handlers()}
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, **_tracking_handlers(),
+                cst.Assign: self._on_assign}
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        _track_assign(node, ctx)
+        _track_parsed(node, ctx, ARGS_SOURCES)
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
@@ -356,19 +415,24 @@ class TrainingArgumentsFields(PythonRule):
         state = ctx.local_state()
         pending = []
         for call, sizes, target, statement, plan in state.get("sizes", ()):
-            layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+            layout = describe(whole_mesh(sizes, "os.environ", quote_of(call)))
             if target is not None and target in state.get("trn_reads", ()):
                 ctx.finding(statement, f"the parallel sizes move to the model load: DistributedConfig({layout}) "
                                        "(NM303, where trn_config is read)")
                 _save_only_model(ctx, _Layout(call, sizes, target, statement, plan, layout))
                 continue
             pending.append(_Layout(call, sizes, target, statement, plan, layout))
-        for entry, reason in _move_layouts(ctx, pending, "training arguments"):
+        parsed = _parsed_entries(ctx, state.get("parsed", ()), state.get("trn_reads", ()))
+        for entry, reason in _move_layouts(ctx, pending + parsed, "training arguments"):
+            if entry.parsed:
+                if reason is not None:
+                    ctx.marker(entry.statement, _parsed_marker(entry, reason))
+                continue
             ctx.marker(entry.statement, (
                 f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "
                 f"with from_pretrained(..., distributed_config=DistributedConfig({entry.layout})) (NM301 does it for "
-                "loads inside lazy_load_for_parallelism) and launch the script with torchrun --nproc_per_node=WORLD_SIZE"
-                + (f" ({reason})" if reason else "")
+                "loads inside lazy_load_for_parallelism) and "
+                f"{launch_advice(whole_mesh(entry.sizes, 'os.environ'))}" + (f" ({reason})" if reason else "")
             ))
 
 
@@ -496,30 +560,8 @@ class SFTConfigFields(PythonRule):
         return {**_tracking_handlers(), cst.Call: self._on_call, cst.Assign: self._on_assign}
 
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
-        """``parser = TrlParser((ScriptArguments, NeuronSFTConfig))`` and ``a, b = parser.parse_...()``:
-        the name that holds the parsed SFT config (and the statement that binds it)."""
         _track_assign(node, ctx)
-        value = node.value
-        if len(node.targets) != 1 or not isinstance(value, cst.Call):
-            return
-        state = ctx.local_state()
-        target = node.targets[0].target
-        index = _config_index(value, ctx, SFT_CONFIG_SOURCES)
-        if index is not None and isinstance(target, cst.Name):
-            state.setdefault("parsers", {})[(_scope(ctx), target.value)] = index
-            return
-        func = value.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in PARSE_METHODS:
-            return
-        if isinstance(func.value, cst.Name):
-            index = state.get("parsers", {}).get((_scope(ctx), func.value.value))
-        elif isinstance(func.value, cst.Call):
-            index = _config_index(func.value, ctx, SFT_CONFIG_SOURCES)
-        if index is None:
-            return
-        names = _unpacked(target)
-        if index < len(names) and names[index] is not None:
-            state.setdefault("parsed", []).append((names[index], ctx.statement()))
+        _track_parsed(node, ctx, SFT_CONFIG_SOURCES)
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
@@ -565,7 +607,7 @@ class SFTConfigFields(PythonRule):
                 plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
             ctx.finding(statement, f"SFTConfig: {', '.join(moved)} moved here from the SFTTrainer call")
         names = state.get("config_names", {})
-        parsed = {name: statement for name, statement in state.get("parsed", ())}
+        parsed = {name: statement for name, statement, _scope_, _call in state.get("parsed", ())}
         fixed: set = set()
         for trainer, statement in state.get("id_trainers", ()):
             args = keywords(trainer).get("args")
@@ -586,7 +628,7 @@ class SFTConfigFields(PythonRule):
             ))
         loaded = []
         for node, plan, sizes, statement in state.get("configs", ()):
-            layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+            layout = describe(whole_mesh(sizes, "os.environ", quote_of(node)))
             if sizes and not state.get("model_id"):
                 target = state.get("config_targets", {}).get(id(node))
                 loaded.append(_Layout(node, sizes, target, statement, plan, layout))
@@ -596,15 +638,20 @@ class SFTConfigFields(PythonRule):
                 if sizes:
                     ctx.marker(statement, (
                         f"the parallel sizes moved from the config to model_init_kwargs (DistributedConfig({layout})): "
-                        "launch the script with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x "
-                        "data-parallel size)"
+                        f"{launch_advice(whole_mesh(sizes, 'os.environ'))}"
                     ))
-        for entry, reason in _move_layouts(ctx, loaded, "config"):
+        parsed_entries = _parsed_entries(ctx, state.get("parsed", ()), fixed=fixed | set(
+            n for t, _s in state.get("id_trainers", ()) for n in [_args_name(t)] if n is not None))
+        for entry, reason in _move_layouts(ctx, loaded + parsed_entries, "config"):
+            if entry.parsed:
+                if reason is not None:
+                    ctx.marker(entry.statement, _parsed_marker(entry, reason))
+                continue
             ctx.marker(entry.statement, (
                 f"the parallel sizes were removed from the config: load the model with from_pretrained(..., "
                 f"distributed_config=DistributedConfig({entry.layout})) (or put it in model_init_kwargs with "
-                "\"device_map\": None when SFTTrainer gets a model id) and launch with torchrun"
-                + (f" ({reason})" if reason else "")
+                "\"device_map\": None when SFTTrainer gets a model id) and "
+                f"{launch_advice(whole_mesh(entry.sizes, 'os.environ'))}" + (f" ({reason})" if reason else "")
             ))
 
     def _parsed_device_map(self, ctx: PythonContext, name: str, statement: cst.CSTNode, trainer: cst.Call) -> None:
@@ -617,24 +664,24 @@ class SFTConfigFields(PythonRule):
             ctx.marker(statement, f"set {name}.model_init_kwargs[\"device_map\"] = None by hand ({exc})")
             return
         step = ctx.module.default_indent
-        size = "int({env}.get(\"{var}\", \"1\"))"
+        mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE")),
+                           "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE"))}, environ)
+        config = config_code(dist, mesh, len(statement_indent(ctx)) + len(step), step)
         code = (
             f"{name}.model_init_kwargs = {{\n"
             f"{step}**({name}.model_init_kwargs or {{}}),\n"
             f"{step}\"device_map\": None,\n"
-            f"{step}\"distributed_config\": {dist}(\n"
-            f"{step}{step}tp_size={size.format(env=environ, var='TP_SIZE')}, "
-            f"fsdp_size={size.format(env=environ, var='FSDP_SIZE')}\n"
-            f"{step}),\n"
+            f"{step}\"distributed_config\": {config},\n"
             "}\n"
         )
-        sizes = [size.format(env=environ, var=var) for var in ("TP_SIZE", "FSDP_SIZE")]
+        sizes = [_code(ctx, f) for f in model_factors(mesh)]
         ctx.insert_after(statement, [cst.parse_statement(code),
                                      cst.parse_statement(save_only_model_code(name, sizes, step))])
         ctx.finding(statement, (
             f"SFTConfig: {name}.model_init_kwargs gets \"device_map\": None (SFTTrainer loads a model id with "
-            "device_map=\"auto\" on neuron otherwise) and DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE) "
-            "from the launch environment (the parsed config no longer has the parallel sizes)"
+            "device_map=\"auto\" on neuron otherwise) and DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, "
+            "dp_replicate_size=WORLD_SIZE // (TP_SIZE x FSDP_SIZE)) from the launch environment (the parsed config no "
+            "longer has the parallel sizes; the processes beyond TP_SIZE x FSDP_SIZE are data-parallel replicas)"
         ))
         ctx.finding(statement, f"{name}.save_only_model = True when TP_SIZE x FSDP_SIZE > 1: {SAVE_ONLY_MODEL}")
 
@@ -685,15 +732,19 @@ class SFTConfigFields(PythonRule):
         if sizes and "distributed_config" not in present:
             try:
                 dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(call.func)))
-                if "fsdp_size" in sizes:
+                if "fsdp_size" in sizes or whole_mesh(sizes, "os.environ") != sizes:
                     environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
-                    sizes = {**sizes, "fsdp_size": cst.parse_expression(
-                        fsdp_size_code(environ, sizes.get("tp_size"), quote))}
+                    if "fsdp_size" in sizes:
+                        sizes = {**sizes, "fsdp_size": cst.parse_expression(
+                            fsdp_size_code(environ, sizes.get("tp_size"), quote))}
+                    sizes = whole_mesh(sizes, environ, quote)
             except NameClash as exc:
                 ctx.marker(where, f"add distributed_config=DistributedConfig(...) to model_init_kwargs by hand ({exc})")
             else:
-                layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
-                entries.append(("distributed_config", lambda: cst.parse_expression(f"{dist}({layout})")))
+                layout = layout_text(sizes)
+                text = config_code(dist, sizes, len(statement_indent(ctx)), ctx.module.default_indent, depth=2,
+                                   key=f"{quote}distributed_config{quote}: ")
+                entries.append(("distributed_config", lambda text=text: cst.parse_expression(text)))
                 sharded = _Layout(call, sizes, None, where, plan, layout)
         if "device_map" not in present:
             entries.append(("device_map", lambda: cst.Name("None")))

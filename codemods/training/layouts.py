@@ -21,8 +21,10 @@ from codemods.common.arg_plan import (
     line_prefix,
     literal,
     quote_of,
+    save_only_model_code,
     statement_indent,
 )
+from codemods.training.mesh import config_code, describe, env_size, launch_advice, layout_text, model_factors, whole_mesh
 from codemods.training.sources import (
     DISTRIBUTED_CONFIG,
     LAZY_LOAD,
@@ -56,7 +58,6 @@ def _scope(ctx: PythonContext) -> int:
 
 TRAINER_CLASSES = TRAINER_SOURCES + SFT_TRAINER_SOURCES + (
     "transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer")
-LAUNCH = "launch with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)"
 
 
 @dataclass
@@ -69,6 +70,17 @@ class _Layout:
     statement: cst.CSTNode
     plan: ArgPlan
     layout: str
+    #: arguments parsed from the command line (``call`` is the parse): the sizes are the launch environment's
+    parsed: bool = False
+
+
+#: the layout of parsed arguments (they no longer carry the sizes): TP_SIZE and FSDP_SIZE of the launch environment
+PARSED_SIZES = (("tp_size", "TP_SIZE"), ("fsdp_size", "FSDP_SIZE"))
+
+
+def parsed_layout(environ: str, quote: str = '"') -> dict[str, cst.BaseExpression]:
+    return whole_mesh({field: cst.parse_expression(env_size(environ, var, quote)) for field, var in PARSED_SIZES},
+                      environ, quote)
 
 
 @dataclass
@@ -79,6 +91,8 @@ class _Load:
     scope: int
     lazy: bool  # inside `with lazy_load_for_parallelism(...)`: NM301 gives it the layout
     plan: ArgPlan
+    indent: int = 0  # of its statement (where a DistributedConfig of several lines is laid out)
+    step: str = "    "
 
 
 def _track(ctx: PythonContext) -> dict:
@@ -134,10 +148,10 @@ def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
     lazy = any(isinstance(a, cst.With) and any(isinstance(i.item, cst.Call) and ctx.qualname(i.item.func) in LAZY_LOAD
                                                for i in a.items) for a in ctx.stack)
     plan = ArgPlan()
+    indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
     if not lazy and func.attr.value == "from_pretrained":
-        indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
         ctx.replace(node, lambda new: new if plan.empty() else apply_plan(new, plan, MAX_LINE, indent + prefix, step))
-    _track(ctx)["loads"][id(node)] = _Load(node, _scope(ctx), lazy, plan)
+    _track(ctx)["loads"][id(node)] = _Load(node, _scope(ctx), lazy, plan, len(indent), step)
 
 
 def _positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
@@ -235,27 +249,36 @@ def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list
         try:
             dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(first.call.func)))
             sizes = dict(first.sizes)
-            if "fsdp_size" in sizes:
+            if first.parsed:
                 environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
-                sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote))
+                sizes = parsed_layout(environ, quote)
+            elif "fsdp_size" in sizes or whole_mesh(sizes, "os.environ") != sizes:
+                environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+                if "fsdp_size" in sizes:
+                    sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote))
+                sizes = whole_mesh(sizes, environ, quote)
         except NameClash as exc:
             failed.extend((entry, f"add it by hand: {exc}") for entry, _site in users)
             continue
-        layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
+        layout = layout_text(sizes)
         given = ctx.scratch.setdefault("NM201+NM203 layouts", {})  # one load, two rules (NM201 and NM203)
         if id(load.node) in given:
             failed.extend((entry, "the load already gets a layout from other arguments") for entry, _site in users)
             continue
         given[id(load.node)] = layout
-        text = f"{dist}({layout})"
+        text = config_code(dist, sizes, load.indent, load.step)
         load.plan.add.append(("distributed_config", lambda text=text: cst.parse_expression(text)))
         where = f" in {helper}()" if helper else ""
-        ctx.finding(load.node, f"distributed_config=DistributedConfig({layout}) added to the load of the model "
+        ctx.finding(load.node, f"distributed_config=DistributedConfig({describe(sizes)}) added to the load of the model "
                                f"trained with the {what} (their parallel sizes)")
-        ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({layout})): {LAUNCH}")
+        parsed = ("the parsed training arguments no longer carry tensor_parallel_size: set TP_SIZE (and FSDP_SIZE "
+                  "for zero_1) in the environment of the launch, as NM515 does in the launch scripts it migrates; "
+                  if first.parsed else "")
+        ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({describe(sizes)})): "
+                              f"{parsed}{launch_advice(sizes)}")
         for entry, _site in users:
             ctx.finding(entry.statement, f"the parallel sizes moved to the load of the trained model{where}: "
-                                         f"distributed_config=DistributedConfig({layout})")
+                                         f"distributed_config=DistributedConfig({describe(sizes)})")
             _save_only_model(ctx, entry)
     return failed
 
@@ -270,7 +293,8 @@ def _cannot_edit(ctx: PythonContext, load: _Load, helper: str | None, users: lis
         sites = {id(site) for _entry, site in users}
         if track["calls"].get(helper, 0) > len(sites):
             return f"{helper}() is called elsewhere too: every model it loads would be sharded"
-        if any(not isinstance(v, cst.Integer) for k, v in users[0][0].sizes.items() if k != "fsdp_size"):
+        if not users[0][0].parsed and any(not isinstance(v, cst.Integer) for k, v in users[0][0].sizes.items()
+                                          if k != "fsdp_size"):
             return f"the sizes are not literals and the model is loaded in {helper}()"
     if load.lazy:
         return None
@@ -288,6 +312,22 @@ def _cannot_edit(ctx: PythonContext, load: _Load, helper: str | None, users: lis
 
 
 def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
+    if entry.parsed:  # after the parse: `if TP_SIZE * FSDP_SIZE > 1: <name>.save_only_model = True`
+        done = ctx.local_state().setdefault("parsed save_only_model", set())
+        if id(entry.statement) in done or not isinstance(entry.statement, cst.SimpleStatementLine):
+            return
+        done.add(id(entry.statement))
+        try:
+            environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+        except NameClash:
+            ctx.marker(entry.statement, f"set {entry.target[1]}.save_only_model = True: {SAVE_ONLY_MODEL}")
+            return
+        factors = [_code(ctx, f) for f in model_factors(parsed_layout(environ))]
+        ctx.insert_after(entry.statement, [cst.parse_statement(
+            save_only_model_code(entry.target[1], factors, ctx.module.default_indent))])
+        ctx.finding(entry.statement, f"{entry.target[1]}.save_only_model = True when TP_SIZE x FSDP_SIZE > 1: "
+                                     f"{SAVE_ONLY_MODEL}")
+        return
     kw = keywords(entry.call)
     if "save_only_model" in kw:
         if literal(kw["save_only_model"].value) is not True:
@@ -322,6 +362,33 @@ def _config_index(call: cst.Call, ctx: PythonContext, sources: tuple[str, ...]) 
         if last in names and ctx.qualname(item) in sources:
             return i
     return None
+
+
+def _track_parsed(node: cst.Assign, ctx: PythonContext, sources: tuple[str, ...]) -> None:
+    """``parser = TrlParser((ScriptArguments, NeuronSFTConfig))`` and ``a, b = parser.parse_...()``:
+    the name that holds the parsed arguments of one of ``sources``, recorded in the rule's state as
+    ``"parsed"``: (name, statement that binds it, scope, the parse call)."""
+    value = node.value
+    if len(node.targets) != 1 or not isinstance(value, cst.Call):
+        return
+    state = ctx.local_state()
+    target = node.targets[0].target
+    index = _config_index(value, ctx, sources)
+    if index is not None and isinstance(target, cst.Name):
+        state.setdefault("parsers", {})[(_scope(ctx), target.value)] = index
+        return
+    func = value.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in PARSE_METHODS:
+        return
+    if isinstance(func.value, cst.Name):
+        index = state.get("parsers", {}).get((_scope(ctx), func.value.value))
+    elif isinstance(func.value, cst.Call):
+        index = _config_index(func.value, ctx, sources)
+    if index is None:
+        return
+    names = _unpacked(target)
+    if index < len(names) and names[index] is not None:
+        state.setdefault("parsed", []).append((names[index], ctx.statement(), _scope(ctx), value))
 
 
 def _unpacked(target: cst.BaseExpression) -> list[str | None]:

@@ -27,6 +27,7 @@ from codemods.common.arg_plan import (
     SAVE_ONLY_MODEL,
     ArgPlan,
     apply_plan,
+    explode,
     fsdp_size_code,
     keywords,
     line_prefix,
@@ -36,6 +37,20 @@ from codemods.common.arg_plan import (
     statement_indent,
 )
 from codemods.training.layouts import _scope
+from codemods.training.mesh import (
+    config_code,
+    describe,
+    env_size,
+    has_pipeline,
+    launch_advice,
+    layout_text,
+    model_factors,
+    whole_mesh,
+)
+
+
+def _code(expr: cst.BaseExpression) -> str:
+    return cst.Module(body=[]).code_for_node(expr)
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 CONFIG_SOURCES = tuple(sorted(s for s, r in load_table().items()
@@ -66,8 +81,9 @@ BEHAVIOUR = {
                                         "override it with tp_plan={...} to keep them whole"),
     "virtual_pipeline_parallel_size": ((1,), "DistributedConfig has no virtual pipeline stages"),
     "pipeline_parallel_num_microbatches": ((1, -1), "DistributedConfig has no pipeline micro-batch setting"),
-    "pipeline_parallel_use_zero1_optimizer": ((False,), "no ZeRO-1 natively: FSDP (fsdp_size) shards the optimizer "
-                                                        "state, parameters and gradients"),
+    "pipeline_parallel_use_zero1_optimizer": ((False,), "no ZeRO-1 natively, and transformers 5.23 combines pipeline "
+                                                        "parallelism with no FSDP (fsdp_size): every rank keeps its "
+                                                        "stage's whole optimizer state"),
     "gradient_checkpointing": ((False,), "turn activation checkpointing on with TrainingArguments("
                                          "activation_checkpointing=True) or model.gradient_checkpointing_enable()"),
     "checkpoint_dir": ((None,), "NxD sharded checkpoints are not loaded natively: consolidate it (optimum-cli neuron "
@@ -85,7 +101,10 @@ class TrainingNeuronConfigFields(PythonRule):
     why = """
         TrainingNeuronConfig described the neuronx-distributed layout of optimum-neuron's training
         models. transformers.distributed.DistributedConfig describes the native one:
-        tensor_parallel_size becomes tp_size, pipeline_parallel_size becomes pp_size; checkpoint
+        tensor_parallel_size becomes tp_size, pipeline_parallel_size becomes pp_size, and the
+        processes optimum-neuron made data-parallel ranks become `dp_replicate_size = WORLD_SIZE //
+        tp_size` (transformers 5.23 requires the sizes to multiply to the world size; with a
+        literal pipeline size there is no data-parallel dimension, a marker says so); checkpoint
         and custom-modeling switches are dropped; settings with no native equal (sequence
         parallelism, KV replication, virtual pipeline stages, ZeRO-1 with PP, gradient
         checkpointing, checkpoint_dir, async_save) are dropped with a marker.
@@ -96,9 +115,10 @@ class TrainingNeuronConfigFields(PythonRule):
         trn_config = TrainingNeuronConfig(tensor_parallel_size=8, sequence_parallel_enabled=False, use_xser=True)
     """
     after = """
+        import os
         from transformers.distributed import DistributedConfig
 
-        trn_config = DistributedConfig(tp_size=8)
+        trn_config = DistributedConfig(tp_size=8, dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1")) // 8)
     """
     caveats = """
         Positional arguments are mapped by their order in TrainingNeuronConfig
@@ -124,6 +144,22 @@ class TrainingNeuronConfigFields(PythonRule):
                 else:
                     plan.rename[old] = new
                 ctx.finding(kw[old], f"TrainingNeuronConfig: {old} -> DistributedConfig {new}")
+        sizes = {new: kw[old].value for old, new in RENAMED.items() if old in kw and literal(kw[old].value) != 1}
+        mesh = whole_mesh(sizes, "os.environ")
+        if "dp_replicate_size" in mesh and "dp_replicate_size" not in kw and not any(a.star for a in node.args):
+            try:
+                environ = ctx.module.code_for_node(
+                    ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+            except NameClash as exc:
+                ctx.marker(node, f"add dp_replicate_size=WORLD_SIZE // tp_size by hand ({exc}): {launch_advice(mesh)}")
+            else:
+                replicas = whole_mesh(sizes, environ, quote_of(node))["dp_replicate_size"]
+                plan.add.append(("dp_replicate_size", lambda: replicas))
+                ctx.finding(node, f"TrainingNeuronConfig: dp_replicate_size={describe({'': replicas})[1:]} added "
+                                  "(optimum-neuron made the other processes data-parallel ranks; transformers needs "
+                                  "the sizes to multiply to the world size)")
+        elif has_pipeline(mesh):
+            ctx.marker(node, f"the layout has pipeline stages: {launch_advice(mesh)}")
         for name in PLUMBING:
             if name in kw:
                 plan.drop.add(name)
@@ -174,21 +210,29 @@ class TrainingModelTrnConfig(PythonRule):
         from transformers.distributed import DistributedConfig
 
         def load(model_id, training_args):
-            # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the tensor-parallel size comes from TP_SIZE in the environment, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (add pp_size= to the DistributedConfig if trn_config used pipeline parallelism)
-            if int(os.environ.get("TP_SIZE", "1")) > 1:
+            # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the layout comes from the launch environment (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>: the other processes are data-parallel replicas (dp_replicate_size = WORLD_SIZE // (tp_size x fsdp_size): parameters replicated, gradients all-reduced, as in the old data parallelism); give that size to fsdp_size instead to shard them with FSDP2 (less memory per core, what zero_1 did for the optimizer state); if trn_config used pipeline parallelism add pp_size= (and drop the data-parallel sizes: they do not combine with it in transformers 5.23)
+            if int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")) > 1:
                 # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
                 training_args.save_only_model = True
             return AutoModelForCausalLM.from_pretrained(
                 model_id,
                 dtype=torch.bfloat16,
-                distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1"))),
+                distributed_config=DistributedConfig(
+                    tp_size=int(os.environ.get("TP_SIZE", "1")),
+                    fsdp_size=int(os.environ.get("FSDP_SIZE", "1")),
+                    dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1"))
+                    // (int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")))
+                    if int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")) > 1 else 1,
+                ),
             )
     """
     caveats = """
-        Every read of `<name>.trn_config` in a file that mentions trn_config is replaced by
-        `DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1")))` with a marker (pipeline
+        Every read of `<name>.trn_config` in a file that mentions trn_config is replaced by the
+        launch layout, `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=
+        WORLD_SIZE // (TP_SIZE x FSDP_SIZE))` read from the environment, with a marker (pipeline
         parallel sizes are not carried over); arguments built in the same function give their
-        sizes instead (with fsdp_size=WORLD_SIZE // tp_size for zero_1=True), and reads of one
+        sizes instead (with fsdp_size=WORLD_SIZE // tp_size for zero_1=True, else the
+        data-parallel replicas), and reads of one
         field (`args.trn_config.tensor_parallel_size`) are NM207's. `from_config(config, trn_config)` loses trn_config
         with a marker: from_config takes no distributed config (load with from_pretrained to
         shard). Any other trn_config expression (a TrainingNeuronConfig variable, renamed to
@@ -242,21 +286,24 @@ class TrainingModelTrnConfig(PythonRule):
         if sizes is not None:
             try:
                 dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
-                if "fsdp_size" in sizes:
+                if "fsdp_size" in sizes or whole_mesh(sizes, "os.environ") != sizes:
                     environ = ctx.module.code_for_node(
                         ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
-                    sizes = {**sizes, "fsdp_size": cst.parse_expression(
-                        fsdp_size_code(environ, sizes.get("tp_size")))}
+                    if "fsdp_size" in sizes:
+                        sizes = {**sizes, "fsdp_size": cst.parse_expression(
+                            fsdp_size_code(environ, sizes.get("tp_size")))}
+                    sizes = whole_mesh(sizes, environ)
             except NameClash as exc:
                 ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
                 return
             code = ctx.module.code_for_node
-            layout = ", ".join(f"{field}={code(expr)}" for field, expr in sizes.items())
-            ctx.replace(node, cst.parse_expression(f"{dist}({layout})"))
+            layout = describe(sizes)
+            ctx.replace(node, cst.parse_expression(config_code(dist, sizes, len(statement_indent(ctx)),
+                                                               ctx.module.default_indent)))
             if sizes:
                 ctx.marker(node, (
-                    f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; launch "
-                    "with torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)"
+                    f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; "
+                    f"{launch_advice(sizes)}"
                 ))
             else:
                 ctx.finding(node, f"{code(node)} -> DistributedConfig() (no model parallelism)")
@@ -268,19 +315,22 @@ class TrainingModelTrnConfig(PythonRule):
         except NameClash as exc:
             ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
             return
-        tp = f"int({environ}.get({quote}TP_SIZE{quote}, {quote}1{quote}))"
-        ctx.replace(node, cst.parse_expression(f"{dist}(tp_size={tp})"))
-        self._save_only_model(node, ctx, tp)
+        mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE", quote)),
+                           "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE", quote))}, environ, quote)
+        ctx.replace(node, cst.parse_expression(config_code(dist, mesh, len(statement_indent(ctx)),
+                                                           ctx.module.default_indent)))
+        self._save_only_model(node, ctx, [_code(f) for f in model_factors(mesh)])
         ctx.marker(node, (
-            f"{ctx.module.code_for_node(node)} no longer exists: the tensor-parallel size comes from TP_SIZE in the "
-            "environment, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (add pp_size= to the "
-            "DistributedConfig if trn_config used pipeline parallelism)"
+            f"{ctx.module.code_for_node(node)} no longer exists: the layout comes from the launch environment "
+            f"(DistributedConfig({describe(mesh)})): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the "
+            f"environment of the launch; {launch_advice(mesh)}; if trn_config used pipeline parallelism add "
+            "pp_size= (and drop the data-parallel sizes: they do not combine with it in transformers 5.23)"
         ))
 
-    def _save_only_model(self, node: cst.Attribute, ctx: PythonContext, tp: str) -> None:
+    def _save_only_model(self, node: cst.Attribute, ctx: PythonContext, factors: list[str]) -> None:
         """``<args>.trn_config`` (arguments built elsewhere: parsed) given to a model load: the Trainer refuses a
-        model sharded at load time unless its arguments have save_only_model=True, so they get it when TP_SIZE > 1
-        (next to the load; before it when the load is returned)."""
+        model sharded at load time unless its arguments have save_only_model=True, so they get it when WORLD_SIZE
+        > 1 (the layout then shards or replicates the model; next to the load, before it when the load is returned)."""
         stack = ctx.stack
         load = stack[-3] if len(stack) >= 3 and isinstance(stack[-2], cst.Arg) else None
         if not (isinstance(load, cst.Call) and isinstance(load.func, cst.Attribute)
@@ -292,14 +342,14 @@ class TrainingModelTrnConfig(PythonRule):
             return
         done.add(id(statement))
         owner = ctx.module.code_for_node(node.value)
-        added = cst.parse_statement(save_only_model_code(owner, [tp], ctx.module.default_indent))
+        added = cst.parse_statement(save_only_model_code(owner, factors, ctx.module.default_indent))
         if any(isinstance(s, cst.Return) for s in statement.body):
             ctx.replace(statement, lambda new: cst.FlattenSentinel([
                 added.with_changes(leading_lines=[*new.leading_lines, *added.leading_lines]),
                 new.with_changes(leading_lines=())]))
         else:
             ctx.insert_after(statement, [added])
-        ctx.finding(node, f"{owner}.save_only_model = True when TP_SIZE > 1: {SAVE_ONLY_MODEL}")
+        ctx.finding(node, f"{owner}.save_only_model = True when TP_SIZE x FSDP_SIZE > 1: {SAVE_ONLY_MODEL}")
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
@@ -358,7 +408,22 @@ class TrainingModelTrnConfig(PythonRule):
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
-        ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+        ctx.replace(node, lambda new: _spread_config(apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step),
+                                                     indent + " " * prefix, step))
+
+
+def _spread_config(call: cst.Call, indent: str, step: str) -> cst.Call:
+    """A call written on one line whose distributed_config became a DistributedConfig of several lines
+    (:func:`codemods.training.mesh.config_code`): one argument per line."""
+    code = cst.Module(body=[]).code_for_node
+    first = call.args[0] if call.args else None
+    if first is None or isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace) \
+            or isinstance(getattr(first.comma, "whitespace_after", None), cst.ParenthesizedWhitespace):
+        return call
+    config = keywords(call).get("distributed_config")
+    if config is None or "\n" not in code(config.value):
+        return call
+    return explode(call, indent, step)
 
 
 def _optimum_binding(ctx: PythonContext):

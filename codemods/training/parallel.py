@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.training.mesh import describe, env_size, has_pipeline, launch_advice, model_factors, one_per_line, whole_mesh
 from codemods.training.sources import ARGS_SOURCES, DISTRIBUTED_CONFIG, LAZY_LOAD, LOADERS, NOT_MODELS, SFT_CONFIG_SOURCES
 from codemods.common.arg_plan import (
     MAX_LINE,
@@ -44,6 +45,19 @@ ARGS_CLASSES = ARGS_SOURCES + SFT_CONFIG_SOURCES
 SIZES = (("tensor_parallel_size", "tp_size", "TP_SIZE"), ("pipeline_parallel_size", "pp_size", "PP_SIZE"))
 
 
+def _mesh(sizes, environ: str, quote: str = '"') -> dict[str, cst.BaseExpression]:
+    """The DistributedConfig sizes of a with's ``sizes``: those read from the launch environment as
+    ``int(os.environ.get("TP_SIZE", "1"))`` (with FSDP_SIZE beside them, which the launch sets for
+    zero_1, unless there are pipeline stages), and the data-parallel replicas that make the
+    product the world size (:func:`codemods.training.mesh.whole_mesh`)."""
+    out: dict[str, cst.BaseExpression] = {}
+    for field, expr, env in sizes:
+        out[field] = cst.parse_expression(env_size(environ, env, quote)) if expr is None else expr
+    if any(expr is None for _f, expr, _e in sizes) and not has_pipeline(out):
+        out["fsdp_size"] = cst.parse_expression(env_size(environ, "FSDP_SIZE", quote))
+    return whole_mesh(out, environ, quote)
+
+
 class LazyLoadForParallelism(PythonRule):
     id = "NM301"
     title = "with lazy_load_for_parallelism(...) removed; the loads inside get distributed_config=DistributedConfig(...)"
@@ -60,7 +74,9 @@ class LazyLoadForParallelism(PythonRule):
         are read from the TP_SIZE / PP_SIZE environment variables set by the launch command, and
         those arguments get `save_only_model = True` when the layout is distributed (the Trainer
         refuses a model sharded at load time otherwise); arguments built in the function get it
-        in their constructor (NM201).
+        in their constructor (NM201). The processes beyond tp_size (x pp_size, x FSDP_SIZE that
+        the launch sets for zero_1) are data-parallel replicas, `dp_replicate_size`: transformers
+        5.23 requires the sizes to multiply to the world size.
     """
     before = """
         from transformers import AutoModelForCausalLM
@@ -77,12 +93,18 @@ class LazyLoadForParallelism(PythonRule):
         from transformers.distributed import DistributedConfig
 
         def load(model_id, training_args):
-            # TODO(neuron-migrate NM301): the model is sharded when it is loaded (DistributedConfig(tp_size=TP_SIZE)): the training arguments no longer carry the parallel sizes, launch with TP_SIZE=<tp_size> torchrun --nproc_per_node=<processes> (processes = tp_size x pp_size x data-parallel size)
+            # TODO(neuron-migrate NM301): the model is sharded when it is loaded (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): the training arguments no longer carry the parallel sizes, set TP_SIZE=<tp_size> in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>: the other processes are data-parallel replicas (dp_replicate_size = WORLD_SIZE // (tp_size x fsdp_size): parameters replicated, gradients all-reduced, as in the old data parallelism); give that size to fsdp_size instead to shard them with FSDP2 (less memory per core, what zero_1 did for the optimizer state)
             model = AutoModelForCausalLM.from_pretrained(
                 model_id,
-                distributed_config=DistributedConfig(tp_size=int(os.environ.get("TP_SIZE", "1"))),
+                distributed_config=DistributedConfig(
+                    tp_size=int(os.environ.get("TP_SIZE", "1")),
+                    fsdp_size=int(os.environ.get("FSDP_SIZE", "1")),
+                    dp_replicate_size=int(os.environ.get("WORLD_SIZE", "1"))
+                    // (int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")))
+                    if int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")) > 1 else 1,
+                ),
             )
-            if int(os.environ.get("TP_SIZE", "1")) > 1:
+            if int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")) > 1:
                 # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
                 training_args.save_only_model = True
             return model
@@ -214,22 +236,18 @@ class LazyLoadForParallelism(PythonRule):
             if not sizes:
                 continue
             loads = state["loads"].get(id(node), 0)
-            what = ", ".join(f"{field}={ctx.module.code_for_node(expr) if expr is not None else env}"
-                             for field, expr, env in sizes)
+            mesh = _mesh(sizes, "os.environ")
+            what = describe(mesh)
             if loads > 0:
                 envs = [f"{env}=<{field}>" for field, expr, env in sizes if expr is None]
+                text = launch_advice(mesh)
                 if envs:
-                    text = (f"the training arguments no longer carry the parallel sizes, launch with {' '.join(envs)} "
-                            "torchrun --nproc_per_node=<processes>")
-                else:
-                    text = "launch with torchrun --nproc_per_node=<processes>"
+                    text = (f"the training arguments no longer carry the parallel sizes, set {' '.join(envs)} in the "
+                            f"environment of the launch; {text}")
                 save = "" if self._save_only_model(ctx, node, sizes) else (
                     "; give the trainer's arguments save_only_model=True or save_strategy=\"no\" (the Trainer "
                     "refuses a model sharded at load time otherwise)")
-                ctx.marker(node, (
-                    f"the model is sharded when it is loaded (DistributedConfig({what})): {text} "
-                    f"(processes = tp_size x pp_size x data-parallel size){save}"
-                ))
+                ctx.marker(node, f"the model is sharded when it is loaded (DistributedConfig({what})): {text}{save}")
             elif not state.get("from_config", {}).get(id(node)):
                 ctx.marker(node, (
                     "no from_pretrained call was found inside lazy_load_for_parallelism: pass "
@@ -253,13 +271,11 @@ class LazyLoadForParallelism(PythonRule):
                 ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
         except NameClash:
             return False
-        factors = []
-        for _field, expr, env in sizes:
-            if expr is not None and isinstance(literal(expr), int) and literal(expr) > 1:
-                factors = []  # always distributed
-                break
-            factors.append(f"int({environ}.get({quote}{env}{quote}, {quote}1{quote}))" if expr is None
-                           else ctx.module.code_for_node(expr))
+        mesh = _mesh(sizes, environ, quote)
+        if any(isinstance(literal(v), int) and literal(v) > 1 for v in mesh.values()):
+            factors = []  # always distributed
+        else:  # the data-parallel replicas are > 1 only when these are (whole_mesh)
+            factors = [ctx.module.code_for_node(v) for v in model_factors(mesh)]
         owner = next(iter(owners))
         added.append(cst.parse_statement(save_only_model_code(owner, factors, ctx.module.default_indent)))
         ctx.finding(node, f"{owner}.save_only_model = True when the layout is distributed: {SAVE_ONLY_MODEL}")
@@ -310,7 +326,7 @@ class LazyLoadForParallelism(PythonRule):
         quote = quote_of(node)
         try:
             environ = None
-            if any(x is None for _f, x, _e in sizes):
+            if _mesh(sizes, "os.environ") != {f: x for f, x, _e in sizes}:
                 environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
             dist = ctx.name_for(DISTRIBUTED_CONFIG, anchor=anchor)
         except NameClash as exc:
@@ -324,19 +340,17 @@ class LazyLoadForParallelism(PythonRule):
         step = ctx.module.default_indent
 
         def config() -> cst.Call:
-            parts = []
-            for field, expr, env in sizes:
-                if expr is None:
-                    text = f"int({code(environ)}.get({quote}{env}{quote}, {quote}1{quote}))"
-                else:
-                    text = code(expr)
-                parts.append(f"{field}={text}")
+            mesh = _mesh(sizes, code(environ) if environ is not None else "os.environ", quote)
+            parts = [f"{field}={code(expr)}" for field, expr in mesh.items()]
             one_line = f"{code(dist)}({', '.join(parts)})"
             if len(dedent + step) + len("distributed_config=,") + len(one_line) <= MAX_LINE:
                 return cst.parse_expression(one_line)
             # the sizes on a line of their own (the whitespace is relative to the block's indentation:
             # the argument sits one level below the statement, the sizes one more)
-            return cst.parse_expression(f"{code(dist)}(\n{step}{step}{', '.join(parts)}\n{step})")
+            together = f"{step}{step}{', '.join(parts)}"
+            if len(dedent) + len(together) <= MAX_LINE:
+                return cst.parse_expression(f"{code(dist)}(\n{together}\n{step})")
+            return cst.parse_expression(f"{code(dist)}(\n{one_per_line(parts, step + step, len(dedent))}{step})")
 
         plan.add.append(("distributed_config", config))
         ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, dedent + prefix, step))
