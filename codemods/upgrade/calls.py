@@ -158,7 +158,9 @@ class RemovedArgumentFields(PythonRule):
     id = "NM611"
     title = "TrainingArguments / TRL configs / LoraConfig: fields the target removed, renamed or dropped"
     fix = "mixed"
-    triggers = ("Arguments(", "Config(")
+    # the removed fields as keywords, from the data
+    triggers = tuple(sorted({f"{name}=" for cls in ARGUMENT_CLASSES for name in data().removed_fields(cls)
+                             if not name.startswith("_")}))
     why = """
         Transformers v5 and TRL 1.x removed dataclass fields old scripts pass (the generated upgrade
         data lists them per class, with the last release that had each): the dataclass raises a

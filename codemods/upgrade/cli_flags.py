@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.upgrade.calls import removed_fields_of
+from codemods.upgrade.data import data
 from migrator.rules import PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 
@@ -58,7 +59,9 @@ class CliFlagLists(PythonRule):
     id = "NM614"
     title = "argument lists (subprocess, sys.argv): flags of removed TrainingArguments fields renamed or dropped"
     fix = "mixed"
-    triggers = ("\"--", "'--")
+    # the flags of the removed fields, from the data (a loose '"--' matches every argparse user)
+    triggers = tuple(sorted(f"--{name}" for name in data().removed_fields(TRAINING_ARGUMENTS)
+                            if not name.startswith("_")))
     why = """
         A script that builds its trainer's command line in Python (a subprocess list, `sys.argv`
         edits in a notebook) passes flags like `--evaluation_strategy` or

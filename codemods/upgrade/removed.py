@@ -27,6 +27,8 @@ HINTS = {
                               "\"neuron\" device without torch-xla, where that is False",
     "is_tpu_available": "accelerate renamed it is_torch_xla_available; the migrated code runs on the native "
                         "\"neuron\" device without torch-xla, where that is False",
+    "VisionRotaryEmbedding": "5.23's Qwen2VLVisionRotaryEmbedding takes the config and returns (cos, sin) for position "
+                             "ids: no drop-in; keep the old class (dim, theta -> freqs) in the project",
     "CrossAttention": "use diffusers.models.attention_processor.Attention",
     "HfFolder": "use huggingface_hub.get_token() / login(token=...)",
     "load_metric": "datasets 3.0 moved metrics to the `evaluate` library: evaluate.load(name)",
