@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import ArgPlan, keywords, literal, quote_of
+from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, keywords, line_prefix, literal, quote_of, statement_indent
 from codemods.upgrade.base import owned_elsewhere, rewrite_call, target_of
 from codemods.upgrade.data import data
 from migrator.rules import PythonContext, PythonRule
@@ -105,8 +105,9 @@ class SftUpgrade(PythonRule):
         config = SFTConfig(output_dir="out", packing=True, packing_strategy="wrapped", activation_checkpointing=False)
     """
     caveats = """
-        Only `SFTConfig(...)` calls (and `formatting_func=` of `SFTTrainer(...)` naming a function
-        of the module). A `**kwargs` call is left alone. The old SFTTrainer keywords are not moved
+        Only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
+        itself, like NM202's `packing_strategy`, is not added twice), and `formatting_func=` of
+        `SFTTrainer(...)` naming a function of the module. A `**kwargs` call is left alone. The old SFTTrainer keywords are not moved
         into the config: the marker names them.
     """
 
@@ -140,7 +141,13 @@ class SftUpgrade(PythonRule):
             plan.add.append((write_as, lambda v=change[0]: cst.Name(str(v))))
             ctx.finding(node, f"{field}={change[0]} pinned (trl {change[2]}'s default; {data().target_versions.get('trl')} "
                               f"defaults to {change[1]})")
-        rewrite_call(ctx, node, plan)
+        if plan.add:
+            adds = list(plan.add)
+            indent = statement_indent(ctx) + " " * line_prefix(ctx, node)
+            step = ctx.module.default_indent
+            # against the UPDATED call: another rule may have added the keyword to it already
+            ctx.replace(node, lambda new: apply_plan(
+                new, ArgPlan(add=[(k, f) for k, f in adds if k not in keywords(new)]), MAX_LINE, indent, step))
 
     def _trainer(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)
