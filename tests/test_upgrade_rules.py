@@ -106,3 +106,35 @@ def test_user_names_are_left_alone(rules):
     new, findings = migrate(src, rules)
     assert new == src
     assert not [f for f in findings if f.rule.startswith("NM6")]
+
+
+def test_local_look_alikes_are_left_alone(rules):
+    """Names defined in the module and classes that are no trainer are not the removed APIs."""
+    src = (
+        "class SampleDecoderOnlyOutput:\n    pass\n\n\n"
+        "class Model:\n    def compute_loss(self, model, inputs, return_outputs=False):\n        return 0\n\n\n"
+        "out = SampleDecoderOnlyOutput()\n"
+        "cmd = [\"ls\", \"--overwrite_output_dir\"]\n"
+        "cfg = make_config(packing=True)\n"
+    )
+    new, findings = migrate(src, rules)
+    assert new == src
+    assert not [f for f in findings if f.rule.startswith("NM6")]
+
+
+def test_a_subclass_that_names_tokenizer_keeps_it(rules):
+    """NM603 renames tokenizer= on a same-module subclass only when its __init__ forwards it unnamed."""
+    src = (
+        "from transformers import Trainer\n\n\n"
+        "class TokTrainer(Trainer):\n    def __init__(self, *args, tokenizer=None, **kwargs):\n"
+        "        self.tok = tokenizer\n        super().__init__(*args, **kwargs)\n\n\n"
+        "trainer = TokTrainer(model=model, tokenizer=tok)\n"
+    )
+    new, _ = migrate(src, rules)
+    assert new == src
+
+
+def test_removed_helpers_get_a_marker_naming_the_replacement(rules):
+    new, findings = migrate("from datasets import load_metric\n\nmetric = load_metric(\"accuracy\")\n", rules)
+    assert "# TODO(neuron-migrate NM608): datasets.load_metric is gone in datasets" in new and "evaluate.load" in new
+    assert any(f.rule == "NM608" for f in findings)

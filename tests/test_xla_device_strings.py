@@ -85,18 +85,3 @@ def test_the_compiled_module_facts_the_nm410_rewrites_rely_on():
     holder.forward_neuron = wrapped
     with pytest.raises(RecursionError):
         list(holder.state_dict())
-
-
-def test_torchscript_true_is_rejected_and_return_dict_false_keeps_the_tuple_outputs(tmp_path):
-    """NM410 turns `from_pretrained(..., torchscript=True)` into `return_dict=False`: the installed
-    Transformers rejects the first and gives the plain tuples the trace relied on with the second."""
-    import torch
-    from transformers import BertConfig, BertModel
-
-    BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-                         vocab_size=20)).save_pretrained(tmp_path)
-    with pytest.raises(TypeError):
-        BertModel.from_pretrained(tmp_path, torchscript=True)
-    model = BertModel.from_pretrained(tmp_path, return_dict=False)
-    hidden, pooled = model(torch.tensor([[1, 2, 3]]))
-    assert isinstance(model(torch.tensor([[1, 2, 3]])), tuple) and hidden.shape == (1, 3, 8)

@@ -529,6 +529,7 @@ class SFTConfigFields(PythonRule):
     after = """
         from trl import SFTConfig, SFTTrainer
 
+        # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
         config = SFTConfig(
             output_dir="out",
             max_length=1024,
@@ -537,6 +538,7 @@ class SFTConfigFields(PythonRule):
             dataloader_drop_last=True,
             packing_strategy="wrapped",
             model_init_kwargs={"device_map": None},
+            activation_checkpointing=False,
         )
         trainer = SFTTrainer(model="Qwen/Qwen3-0.6B", args=config, train_dataset=ds)
     """

@@ -19,6 +19,7 @@ import libcst as cst
 from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, has_star_kwargs, keywords, literal, tokenizer_to_processing_class
 from codemods.common.statements import expression_statement, remove_small_statement
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, rewrite_call, target_of
+from codemods.upgrade.overrides import trainer_base
 from migrator.rules import NameClash, PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 
@@ -198,9 +199,10 @@ class TrainerProcessingClass(PythonRule):
         trainer = Trainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
     """
     caveats = """
-        Subclasses of a trainer defined in the project, and `tokenizer=` passed through
-        `**kwargs`, are not rewritten. When both keywords are passed, `tokenizer=` is dropped with
-        a marker.
+        A subclass of a trainer defined in the same module is renamed too when its `__init__`
+        (if any) forwards `**kwargs` and names no `tokenizer` itself; subclasses imported from
+        elsewhere and a `tokenizer=` inside a `**kwargs` dict are not rewritten. When both
+        keywords are passed, `tokenizer=` is dropped with a marker.
     """
 
     def handlers(self):
@@ -212,11 +214,33 @@ class TrainerProcessingClass(PythonRule):
         if owned_elsewhere(ctx, node.func, self.id):
             return  # an optimum-neuron trainer: its rule renames the keyword (one place)
         target = target_of(ctx, node.func)
+        if target is None and isinstance(node.func, cst.Name):
+            target = forwarding_subclass(ctx, node.func.value)
         if target is None or not renamed_keyword(target, "tokenizer", "processing_class"):
             return
         plan = ArgPlan()
         tokenizer_to_processing_class(node, ctx, plan, target.rsplit(".", 1)[-1])
         rewrite_call(ctx, node, plan)
+
+
+def forwarding_subclass(ctx: PythonContext, name: str) -> str | None:
+    """The trainer a class ``name`` of this module derives from, when its ``__init__`` (if any)
+    passes every keyword it does not name on (``**kwargs``) and names no ``tokenizer`` itself."""
+    for stmt in ctx.module.body:
+        if not (isinstance(stmt, cst.ClassDef) and stmt.name.value == name):
+            continue
+        base = trainer_base(ctx, stmt)
+        if base is None:
+            return None
+        body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+        for item in body:
+            if isinstance(item, cst.FunctionDef) and item.name.value == "__init__":
+                p = item.params
+                named = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+                if p.star_kwarg is None or "tokenizer" in named or "processing_class" in named:
+                    return None
+        return base
+    return None
 
 
 class UseAuthToken(PythonRule):

@@ -72,8 +72,8 @@ class NeuronTrace(_XlaRule):
         `_orig_mod.`), and `name.save(path)` (the TorchScript artifact's) and an assignment of the
         compiled model into the module it wraps (`model.encoder.forward_neuron = name`: the module
         would contain itself) get a marker. `from_pretrained(..., torchscript=True)`, the usual
-        preparation for a trace, is rejected by Transformers 5: it becomes `return_dict=False`
-        (the plain tuple outputs it gave). `traced(*example)` with the trace's own example inputs
+        preparation for a trace, is NM615's (dropped, with a marker: `return_dict=False` would not
+        do, it breaks the forward of Llama-family models in Transformers 5.23). `traced(*example)` with the trace's own example inputs
         moves each of them: `traced(*(t.to("neuron") for t in example))`.
     """
     before = """
@@ -186,9 +186,6 @@ class NeuronTrace(_XlaRule):
             if traced and (id(_scope(ctx)), func.value) in traced:
                 self._move_inputs(call, func.value, ctx)
             return
-        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
-            self._torchscript(call, ctx)
-            return
         traced = ctx.local_state().get("traced") or {}
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
                 and (id(_scope(ctx)), func.value.value) in traced:
@@ -221,27 +218,6 @@ class NeuronTrace(_XlaRule):
                 "from_pretrained), then torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")"
             ))
 
-
-    def _torchscript(self, call: cst.Call, ctx: PythonContext) -> None:
-        """`from_pretrained(..., torchscript=True)`, the usual preparation for a trace: Transformers 5
-        rejects the keyword (TypeError); what it did for the model's outputs (plain tuples) is
-        `return_dict=False`."""
-        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "torchscript"), None)
-        if arg is None:
-            return
-        has_return_dict = any(a.keyword is not None and a.keyword.value == "return_dict" for a in call.args)
-        value = arg.value
-        if isinstance(value, cst.Name) and value.value == "False" or has_return_dict:
-            ctx.replace(arg, cst.RemovalSentinel.REMOVE)
-            ctx.finding(arg, "torchscript= removed: Transformers 5 rejects it")
-        elif isinstance(value, cst.Name) and value.value == "True":
-            ctx.replace(arg, lambda updated: updated.with_changes(keyword=cst.Name("return_dict"),
-                                                                  value=cst.Name("False")))
-            ctx.finding(arg, "torchscript=True -> return_dict=False: Transformers 5 rejects torchscript=; the model "
-                             "keeps returning plain tuples, as it did for the trace")
-        else:
-            ctx.marker(call, "torchscript= is rejected by Transformers 5: pass return_dict=False where the outputs "
-                             "must be plain tuples, else drop it")
 
     def _traced_method(self, call: cst.Call, func: cst.Attribute, ctx: PythonContext) -> None:
         """Methods of the traced artifact: `.save(path)` (a ScriptModule's) and the state dict, which a

@@ -1,0 +1,281 @@
+"""Calls the pinned targets reject or run differently, read from the generated upgrade data:
+
+* NM609 ``tokenizer.encode_plus(...)`` / ``batch_encode_plus(...)`` (removed in v5) -> ``tokenizer(...)``;
+* NM610 ``use_flash_attention_2=True`` / ``attn_implementation="flash_attention_2"`` -> ``"sdpa"``;
+* NM611 training-argument fields the target removed (beyond NM602's two): renamed or dropped;
+* NM615 ``from_pretrained(torchscript=...)`` (removed in v5): dropped, a marker for ``True``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of
+from codemods.upgrade.base import owned_elsewhere, rename_keyword, rewrite_call, target_of
+from codemods.upgrade.data import data
+from migrator.rules import PythonContext, PythonRule
+from migrator.selfcheck.targetapi import api
+
+TOKENIZER = "transformers.PreTrainedTokenizerBase"
+ENCODE_PLUS = ("encode_plus", "batch_encode_plus")
+
+
+class EncodePlus(PythonRule):
+    id = "NM609"
+    title = "tokenizer.encode_plus(...) / batch_encode_plus(...) (removed in v5) -> tokenizer(...)"
+    fix = "mixed"
+    triggers = ("encode_plus(",)
+    why = """
+        `encode_plus` and `batch_encode_plus` were the pre-`__call__` ways to tokenize one text or
+        a batch; transformers v5 removed both from the tokenizers (the generated upgrade data
+        lists them among PreTrainedTokenizerBase's removed attributes). Calling the tokenizer
+        takes the same text and keywords and returns the same BatchEncoding.
+    """
+    before = """
+        enc = tokenizer.encode_plus(text, max_length=128, padding="max_length", return_tensors="pt")
+    """
+    after = """
+        enc = tokenizer(text, max_length=128, padding="max_length", return_tensors="pt")
+    """
+    caveats = """
+        Any `.encode_plus(` call is taken for a tokenizer's. A call with more than two positional
+        arguments (their order differs from `__call__`'s), `batch_text_or_text_pairs=`, or a batch
+        of `(text, pair)` tuples written out gets a marker: `tokenizer(texts, pairs)` takes the
+        pairs as a second list.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ENCODE_PLUS):
+            return
+        if data().removed_attr(TOKENIZER, func.attr.value) is None:
+            return
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        first = positional[0].value if positional else None
+        pairs = isinstance(first, (cst.List, cst.Tuple)) and any(
+            isinstance(e.value, cst.Tuple) for e in first.elements)
+        if len(positional) > 2 or "batch_text_or_text_pairs" in keywords(node) or pairs:
+            ctx.marker(node, f"{func.attr.value} is gone in transformers v5: call the tokenizer instead "
+                             "(tokenizer(texts, text_pair=pairs, ...); its positional order is text, text_pair)")
+            return
+        ctx.replace(node, lambda new: new.with_changes(func=new.func.value) if isinstance(new.func, cst.Attribute) else new)
+        ctx.finding(node, f"tokenizer.{func.attr.value}(...) -> tokenizer(...) (gone in transformers v5)")
+
+
+FLASH = ("flash_attention_2", "flash_attention_3")
+
+
+class FlashAttention(PythonRule):
+    id = "NM610"
+    title = "use_flash_attention_2=True / attn_implementation=\"flash_attention_2\" -> attn_implementation=\"sdpa\""
+    fix = "mixed"
+    triggers = ("use_flash_attention_2", "flash_attention_2", "flash_attention_3")
+    why = """
+        flash-attn is a CUDA package: it does not exist on Neuron, so a model loaded with
+        `attn_implementation="flash_attention_2"` fails to load there. The native equivalent is
+        PyTorch's scaled-dot-product attention, `attn_implementation="sdpa"`. The old
+        `use_flash_attention_2=True` keyword is gone from transformers v5 besides.
+    """
+    before = """
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, use_flash_attention_2=True)
+    """
+    after = """
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, attn_implementation="sdpa")
+    """
+    caveats = """
+        `attn_implementation="flash_attention_2"` is rewritten in any call and in dict literals
+        (`model_init_kwargs={...}`); `use_flash_attention_2=` only in calls of transformers
+        callables. `use_flash_attention_2=False` (the default) is dropped; a value that is not a
+        literal becomes `"sdpa" if <value> else None`.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Dict: self._on_dict}
+
+    def _on_dict(self, node: cst.Dict, ctx: PythonContext) -> None:
+        for el in node.elements:
+            if (isinstance(el, cst.DictElement) and literal(el.key) == "attn_implementation"
+                    and literal(el.value) in FLASH):
+                q = el.value.value[0] if isinstance(el.value, cst.SimpleString) else '"'
+                ctx.replace(el.value, cst.SimpleString(f"{q}sdpa{q}"))
+                ctx.finding(el, f"attn_implementation={literal(el.value)!r} -> \"sdpa\" (no flash-attn on Neuron)")
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        attn = kw.get("attn_implementation")
+        if attn is not None and literal(attn.value) in FLASH:
+            q = quote_of(node)
+            ctx.replace(attn.value, cst.SimpleString(f"{q}sdpa{q}"))
+            ctx.finding(attn, f"attn_implementation={literal(attn.value)!r} -> \"sdpa\" (no flash-attn on Neuron)")
+        if "use_flash_attention_2" not in kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None or not target.startswith("transformers.") or api().accepts(target, "use_flash_attention_2") is not False:
+            return
+        if api().accepts(target, "attn_implementation") is not True:
+            return
+        value = literal(kw["use_flash_attention_2"].value)
+        plan = ArgPlan()
+        q = quote_of(node)
+        if "attn_implementation" in kw or value is False or value is None:
+            plan.drop.add("use_flash_attention_2")
+            ctx.finding(kw["use_flash_attention_2"], "use_flash_attention_2= dropped (gone in transformers v5)")
+        else:
+            plan.rename["use_flash_attention_2"] = "attn_implementation"
+            if value is NOT_LITERAL:
+                plan.revalue["use_flash_attention_2"] = lambda v: cst.IfExp(
+                    test=v, body=cst.SimpleString(f"{q}sdpa{q}"), orelse=cst.Name("None"))
+            else:
+                plan.revalue["use_flash_attention_2"] = lambda v: cst.SimpleString(f"{q}sdpa{q}")
+            ctx.finding(kw["use_flash_attention_2"], "use_flash_attention_2=True -> attn_implementation=\"sdpa\" "
+                                                     "(no flash-attn on Neuron; gone in transformers v5)")
+        rewrite_call(ctx, node, plan)
+
+
+#: the fields NM602 handles
+NM602_FIELDS = ("evaluation_strategy", "overwrite_output_dir")
+ARGUMENT_CLASSES = ("transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments", "trl.SFTConfig",
+                    "trl.DPOConfig", "trl.RewardConfig", "peft.LoraConfig")
+
+
+def removed_fields_of(target: str) -> dict:
+    """The removed fields that apply to ``target``: its own, and TrainingArguments' for every
+    target class built on it (a TRL config, a subclass)."""
+    out = dict(data().removed_fields("transformers.TrainingArguments")) if (
+        target.startswith(("transformers.", "trl.")) and api().accepts(target, "eval_strategy") is True) else {}
+    out.update(data().removed_fields(target))
+    return out
+
+
+class RemovedArgumentFields(PythonRule):
+    id = "NM611"
+    title = "TrainingArguments / TRL configs / LoraConfig: fields the target removed, renamed or dropped"
+    fix = "mixed"
+    # the removed fields as keywords, from the data
+    triggers = tuple(sorted({f"{name}=" for cls in ARGUMENT_CLASSES for name in data().removed_fields(cls)
+                             if not name.startswith("_")}))
+    why = """
+        Transformers v5 and TRL 1.x removed dataclass fields old scripts pass (the generated upgrade
+        data lists them per class, with the last release that had each): the dataclass raises a
+        TypeError on any of them. A field the old release itself documented as renamed
+        (`no_cuda` -> `use_cpu`, `push_to_hub_token` -> `hub_token`, TRL's `max_seq_length` ->
+        `max_length`) is renamed; any other is dropped, with a marker naming it.
+    """
+    before = """
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(output_dir="out", no_cuda=True)
+    """
+    after = """
+        from transformers import TrainingArguments
+
+        args = TrainingArguments(output_dir="out", use_cpu=True)
+    """
+    caveats = """
+        `evaluation_strategy=` and `overwrite_output_dir=` are NM602's. A dropped field's effect is
+        gone: the marker says which; check whether the script relied on it. Only calls whose class
+        is known through the imports (and the rename of optimum-neuron classes).
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        if not kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None:
+            return
+        removed = removed_fields_of(target)
+        if not removed:
+            return
+        plan = ArgPlan()
+        dropped = []
+        for name, entry in removed.items():
+            if name not in kw or name in NM602_FIELDS or api().accepts(target, name) is not False:
+                continue
+            new = entry.get("renamed_to")
+            true_is = entry.get("true_is")
+            if true_is and api().accepts(target, true_is[0]) is True and true_is[0] not in kw and (
+                    literal(kw[name].value) in (True, False)):
+                if literal(kw[name].value):
+                    q = quote_of(node)
+                    plan.rename[name] = true_is[0]
+                    plan.revalue[name] = lambda v, q=q, val=true_is[1]: cst.SimpleString(f"{q}{val}{q}")
+                    ctx.finding(kw[name], f"{name}=True -> {true_is[0]}={true_is[1]!r}")
+                else:
+                    plan.drop.add(name)
+                    ctx.finding(kw[name], f"{name}=False dropped (the default)")
+            elif new and api().accepts(target, new) is True and new not in kw:
+                rename_keyword(ctx, kw[name], new)
+                ctx.finding(kw[name], f"{name}= -> {new}= (renamed; the old name is gone in the target)")
+            else:
+                if owned_elsewhere(ctx, node.func, self.id):
+                    continue
+                plan.drop.add(name)
+                dropped.append(f"{name}= (last in {entry.get('last')})")
+        if dropped:
+            cls = target.rsplit(".", 1)[-1]
+            ctx.marker(node, f"{', '.join(dropped)} dropped: gone from {cls} in the target stack; "
+                             "check whether the script relied on what it did")
+        rewrite_call(ctx, node, plan)
+
+
+class TorchscriptFlag(PythonRule):
+    id = "NM615"
+    title = "Transformers from_pretrained(torchscript=...) (removed in v5): dropped"
+    fix = "mixed"
+    triggers = ("torchscript=",)
+    why = """
+        `torchscript=True` set the config's `torchscript` attribute so that the model returned
+        tuples (and untied shared weights) for `torch.jit.trace`; transformers v5 removed the
+        attribute and `from_pretrained` rejects the keyword (a TypeError from the model's
+        `__init__`). The native stack compiles with torch.compile, which needs neither. The model
+        now returns ModelOutput objects: indexing (`model(x)[0]`) gives what the tuple gave, tuple
+        unpacking does not (iterating a ModelOutput yields its keys): the marker says so.
+    """
+    before = """
+        from transformers import AutoModelForSequenceClassification
+
+        model = AutoModelForSequenceClassification.from_pretrained(name, torchscript=True)
+    """
+    after = """
+        from transformers import AutoModelForSequenceClassification
+
+        # TODO(neuron-migrate NM615): torchscript=True was dropped (gone in transformers v5): the model returns ModelOutput objects; out[0] still works, unpacking a tuple does not: use out.to_tuple()
+        model = AutoModelForSequenceClassification.from_pretrained(name)
+    """
+    caveats = """
+        Not `return_dict=False` instead: in 5.23 a config-wide `return_dict=False` reaches the inner
+        model of a causal LM, whose wrapper then fails on the tuple (`'tuple' object has no
+        attribute 'last_hidden_state'`). `torchscript=False` (the default) is dropped silently.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        if "torchscript" not in kw:
+            return
+        target = target_of(ctx, node.func)
+        if target is None or not target.startswith("transformers.") or api().accepts(target, "torchscript") is not False:
+            return
+        value = literal(kw["torchscript"].value)
+        if value is not False and value is not None:
+            ctx.marker(node, "torchscript=True was dropped (gone in transformers v5): the model returns ModelOutput "
+                             "objects; out[0] still works, unpacking a tuple does not: use out.to_tuple()")
+        else:
+            ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
+        rewrite_call(ctx, node, ArgPlan(drop={"torchscript"}))
+
+
+RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag)

@@ -1,0 +1,180 @@
+"""Names the old releases exported and the targets removed or moved (NM608), read from the
+generated upgrade data (``codemods.upgrade.data``): a name whose object lives on under another
+module or name is imported from there; any other gets a marker naming what is gone and, where one
+exists, the replacement."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.upgrade.data import data
+from migrator.rules import NameClash, PythonContext, PythonRule
+from migrator.selfcheck.targetapi import api
+
+#: names other NM6xx rules own (NM601: AdamW; NM606: send_example_telemetry)
+OWNED = frozenset({"transformers.AdamW", "transformers.optimization.AdamW", "transformers.send_example_telemetry",
+                   "transformers.utils.send_example_telemetry"})
+#: replacement modules outside the target API data (stdlib; huggingface_hub: tests/test_upgrade_api.py imports them)
+STDLIB_TARGETS = ("math.", "builtins.", "huggingface_hub.")
+
+#: what to use instead, for removed names the data cannot map one to one (name -> hint)
+HINTS = {
+    "LlamaLinearScalingRotaryEmbedding": "the scaling variants were folded into LlamaRotaryEmbedding(config): set "
+                                         "config.rope_scaling = {\"rope_type\": \"linear\", \"factor\": ...}",
+    "LlamaDynamicNTKScalingRotaryEmbedding": "the scaling variants were folded into LlamaRotaryEmbedding(config): set "
+                                             "config.rope_scaling = {\"rope_type\": \"dynamic\", \"factor\": ...}",
+    "is_torch_tpu_available": "it was renamed is_torch_xla_available (4.39); the migrated code runs on the native "
+                              "\"neuron\" device without torch-xla, where that is False",
+    "is_tpu_available": "accelerate renamed it is_torch_xla_available; the migrated code runs on the native "
+                        "\"neuron\" device without torch-xla, where that is False",
+    "VisionRotaryEmbedding": "5.23's Qwen2VLVisionRotaryEmbedding takes the config and returns (cos, sin) for position "
+                             "ids: no drop-in; keep the old class (dim, theta -> freqs) in the project",
+    "CrossAttention": "use diffusers.models.attention_processor.Attention",
+    "HfFolder": "use huggingface_hub.get_token() / login(token=...)",
+    "load_metric": "datasets 3.0 moved metrics to the `evaluate` library: evaluate.load(name)",
+    "BeamScorer": "transformers v5 removed the beam-scorer classes: generate(num_beams=...) runs beam search itself",
+    "BeamSearchScorer": "transformers v5 removed the beam-scorer classes: generate(num_beams=...) runs beam search itself",
+    "find_pruneable_heads_and_indices": "transformers v5 removed head pruning helpers: copy the function into the project",
+}
+
+
+def _split(qual: str) -> tuple[str, str]:
+    module, _, name = qual.rpartition(".")
+    return module, name
+
+
+def _usable(target: str) -> bool:
+    if target.startswith(STDLIB_TARGETS):
+        return True
+    module, name = _split(target)
+    return api().name_exists(module, name) is True
+
+
+def lookup(qual: str | None) -> dict | None:
+    """The upgrade entry of a removed name (None: not removed, owned elsewhere, or present in the target)."""
+    if not qual or qual in OWNED or "." not in qual:
+        return None
+    module, name = _split(qual)
+    entry = data().removed_name(module, name)
+    if entry is None or api().name_exists(module, name) is True:
+        return None
+    if entry.get("moved_to") and not _usable(entry["moved_to"]):
+        entry.pop("moved_to")
+    return entry
+
+
+def _lib_version(module: str) -> str:
+    root = module.split(".", 1)[0]
+    v = data().target_versions.get(root)
+    return f"{root} {v}" if v else root
+
+
+def message(qual: str, entry: dict) -> str:
+    module, name = _split(qual)
+    last = entry.get("last")
+    where = f" (last in {last})" if last else ""
+    hint = HINTS.get(name)
+    return f"{qual} is gone in {_lib_version(module)}{where}" + (f": {hint}" if hint else "")
+
+
+class RemovedNames(PythonRule):
+    id = "NM608"
+    title = "names the old Transformers/TRL/Diffusers/Accelerate/PEFT/hub/datasets exported and the targets removed"
+    fix = "mixed"
+    triggers = ("from transformers", "from diffusers", "from trl", "from accelerate", "from peft", "from datasets",
+                "from huggingface_hub", "torch._six", "import transformers", "import diffusers")
+    why = """
+        Projects pinned the Transformers/Diffusers/TRL of their day; the migrated project runs on
+        transformers 5.23, diffusers 0.42, trl 1.16. What the old releases exported and the new
+        ones removed is generated from the libraries themselves (tools/gen_upgrade_api.py): a name
+        whose object lives on elsewhere (an alias like `SampleDecoderOnlyOutput`, which had been
+        `GenerateDecoderOnlyOutput` since 4.42, or a class moved to another module) is imported from
+        there; any other removed name gets a marker naming the replacement where there is one.
+    """
+    before = """
+        from transformers.generation import SampleDecoderOnlyOutput
+
+        def wrap(sequences):
+            return SampleDecoderOnlyOutput(sequences=sequences)
+    """
+    after = """
+        from transformers.generation import GenerateDecoderOnlyOutput
+
+        def wrap(sequences):
+            return GenerateDecoderOnlyOutput(sequences=sequences)
+    """
+    caveats = """
+        Only the modules the generator probes (the top-level packages, `transformers.generation`,
+        `.utils`, `.trainer_utils`, `.optimization`, `.pytorch_utils`, the common `modeling_*`
+        modules, `diffusers.models.*`, `accelerate.utils`, ...) and `torch._six` (removed in torch
+        2.0: `inf`/`nan` come from `math`). A removed name with no one-to-one replacement (the
+        Llama rotary-embedding scaling variants, `is_torch_tpu_available`, the beam scorers,
+        `HfFolder`, `load_metric`) is left with a marker.
+    """
+
+    def handlers(self):
+        return {cst.Name: self._on_use, cst.Attribute: self._on_use}
+
+    def _in_import(self, ctx: PythonContext) -> bool:
+        return any(isinstance(n, (cst.Import, cst.ImportFrom)) for n in ctx.stack)
+
+    def _on_use(self, node: cst.Name | cst.Attribute, ctx: PythonContext) -> None:
+        parent = ctx.parent
+        if isinstance(node, cst.Name) and (
+                (isinstance(parent, cst.Attribute) and parent.attr is node)
+                or (isinstance(parent, cst.Arg) and parent.keyword is node)
+                or isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef))):
+            return
+        if isinstance(parent, cst.Attribute) and parent.value is node and lookup(ctx.qualname(parent)) is not None:
+            return  # the longer dotted name is the removed one: handled at its Attribute
+        if self._in_import(ctx) or ctx.is_ignored(node):
+            return
+        qual = ctx.qualname(node)
+        entry = lookup(qual)
+        if entry is None:
+            return
+        binding = ctx.imports.binding_of(node)
+        target = entry.get("moved_to")
+        state = ctx.local_state().setdefault(self.id, {"used": set(), "left": set(), "under": set()})
+        if target is None:
+            state["left"].add(qual)
+            if isinstance(node, cst.Attribute):
+                ctx.marker(node, message(qual, entry))
+            return
+        if isinstance(node, cst.Name) and binding is not None and binding.is_from and node.value == _split(target)[1]:
+            return  # the same local name: only its import changes (finish)
+        if target.startswith("builtins."):
+            ctx.replace(node, cst.Name(_split(target)[1]))
+        else:
+            try:
+                ctx.replace(node, ctx.name_for(target, anchor=binding, style="from" if binding is None or binding.is_from else "module"))
+            except NameClash as exc:
+                ctx.marker(node, f"{message(qual, entry)}: use {target} here by hand ({exc})")
+                return
+        state["used"].add(qual)
+        state["under"].add(qual.rpartition(".")[0])
+        ctx.finding(node, f"{qual} -> {target} (gone in {_lib_version(qual)})")
+
+    def finish(self, ctx: PythonContext) -> None:
+        state = ctx.local_state().get(self.id, {"used": set(), "left": set(), "under": set()})
+        used = state["used"]
+        for b in ctx.imports.all_bindings():
+            if b.alias is None or not b.is_from or ctx.is_ignored(b.line):
+                continue
+            entry = lookup(b.qualified)
+            if entry is None:
+                continue
+            target = entry.get("moved_to")
+            if target is None:
+                if b.qualified in state["under"] and b.qualified not in state["left"]:
+                    continue  # every use was a moved attribute of it (HfFolder.get_token): the import goes
+                ctx.marker(b.line, message(b.qualified, entry))
+                continue
+            ctx.remove_import(b)
+            module, name = _split(target)
+            if b.qualified not in used and module != "builtins":
+                ctx.add_import(module, name, b.local if b.local != name else None, anchor=b)
+            ctx.finding(b.alias, f"{b.qualified} -> {target}")
+
+
+RULES = (RemovedNames,)

@@ -1,0 +1,171 @@
+"""TRL 0.x -> 1.16 SFT (NM613): what SFTTrainer/SFTConfig do differently or reject:
+
+* ``SFTConfig(packing=True)``: TRL 1.16's default ``packing_strategy="bfd"`` turns on padding-free
+  batches (``SFTTrainer.__init__``: ``padding_free = args.padding_free or (args.packing and
+  args.packing_strategy in {"bfd", "bfd_split"})``): one flattened sequence per batch whose length
+  changes from step to step, so every step is a new graph to compile on Neuron. ``"wrapped"``
+  packs into fixed ``max_length`` blocks (static shapes, the old ConstantLengthDataset's behaviour).
+* defaults that flipped (``gradient_checkpointing``): pinned to the old value;
+* keywords old ``SFTTrainer`` took itself (``max_seq_length``, ``dataset_text_field``, ``packing``,
+  ...): they belong to ``SFTConfig`` now (marker);
+* a batched ``formatting_func`` (returns a list): TRL 1.16 calls it per example
+  (``{"text": formatting_func(example)}``): it is wrapped to get a batch of one.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, keywords, line_prefix, literal, quote_of, statement_indent
+from codemods.upgrade.base import owned_elsewhere, rewrite_call, target_of
+from codemods.upgrade.data import data
+from migrator.rules import PythonContext, PythonRule
+from migrator.selfcheck.targetapi import api
+
+SFT_CONFIG = "trl.SFTConfig"
+SFT_TRAINER = "trl.SFTTrainer"
+STATIC_STRATEGY = "wrapped"
+PACKING_COMMENT = ("# \"wrapped\" packs into fixed max_length blocks; TRL's default \"bfd\" is padding-free: "
+                   "a new shape (compile) per step")
+#: defaults whose flip changes what a script does: pinned to the old value, written under the
+#: target's own name for the field (5.23: "`gradient_checkpointing` is deprecated ... Use
+#: `activation_checkpointing` instead"; the deprecated alias mirrors it)
+PINNED = (("gradient_checkpointing", "activation_checkpointing"),)
+
+
+def _comment_above(ctx: PythonContext, text: str) -> None:
+    statement = ctx.statement()
+    if statement is None or not hasattr(statement, "leading_lines"):
+        return
+
+    def add(updated):
+        if any(line.comment is not None and line.comment.value == text for line in updated.leading_lines):
+            return updated
+        return updated.with_changes(leading_lines=[*updated.leading_lines, cst.EmptyLine(comment=cst.Comment(text))])
+
+    ctx.replace(statement, add)
+
+
+def _returns_list(fn: cst.FunctionDef) -> bool:
+    """True when ``fn`` returns a list it builds (a list literal / comprehension, or a name bound to one)."""
+    list_names: set[str] = set()
+    returns: list[cst.BaseExpression] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if isinstance(node.value, (cst.List, cst.ListComp)):
+                for t in node.targets:
+                    if isinstance(t.target, cst.Name):
+                        list_names.add(t.target.value)
+
+        def visit_Return(self, node: cst.Return) -> None:
+            if node.value is not None:
+                returns.append(node.value)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is fn
+
+    fn.visit(V())
+    return bool(returns) and all(
+        isinstance(r, (cst.List, cst.ListComp)) or (isinstance(r, cst.Name) and r.value in list_names) for r in returns)
+
+
+def _module_function(ctx: PythonContext, name: str) -> cst.FunctionDef | None:
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+            return stmt
+    return None
+
+
+class SftUpgrade(PythonRule):
+    id = "NM613"
+    title = "TRL SFT: static-shape packing pinned, flipped defaults pinned, old trainer keywords, batched formatting_func"
+    fix = "mixed"
+    triggers = ("SFTConfig(", "SFTTrainer(")
+    why = """
+        TRL 1.16 changed what an old SFT script does without an error: `packing=True` now packs
+        padding-free by default (`packing_strategy="bfd"`: batch shapes change every step, which
+        recompiles every step on Neuron), so the static-shape strategy `"wrapped"` is pinned with
+        a comment; `gradient_checkpointing` now defaults to True on SFTConfig (the generated
+        upgrade data records the flip), so the old False is pinned (as `activation_checkpointing`,
+        the name 5.23 reads; the old one is its deprecated alias); `formatting_func` is called
+        per example, so a batched one (returning a list) is wrapped. Keywords the old SFTTrainer
+        took itself (`max_seq_length`, `dataset_text_field`, `packing`) get a marker: they are
+        SFTConfig fields now.
+    """
+    before = """
+        from trl import SFTConfig
+
+        config = SFTConfig(output_dir="out", packing=True)
+    """
+    after = """
+        from trl import SFTConfig
+
+        # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
+        config = SFTConfig(output_dir="out", packing=True, packing_strategy="wrapped", activation_checkpointing=False)
+    """
+    caveats = """
+        Only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
+        itself, like NM202's `packing_strategy`, is not added twice), and `formatting_func=` of
+        `SFTTrainer(...)` naming a function of the module. A `**kwargs` call is left alone. The old SFTTrainer keywords are not moved
+        into the config: the marker names them.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        target = target_of(ctx, node.func)
+        if target == SFT_CONFIG:
+            self._config(node, ctx)
+        elif target == SFT_TRAINER:
+            self._trainer(node, ctx)
+
+    def _config(self, node: cst.Call, ctx: PythonContext) -> None:
+        if any(a.star == "**" for a in node.args):
+            return
+        kw = keywords(node)
+        plan = ArgPlan()
+        q = quote_of(node)
+        if ("packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw
+                and "padding_free" not in kw and api().accepts(SFT_CONFIG, "packing_strategy") is True):
+            plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{q}{STATIC_STRATEGY}{q}")))
+            _comment_above(ctx, PACKING_COMMENT)
+            ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (static shapes on Neuron)")
+        for field, write_as in PINNED:
+            change = data().default_change(SFT_CONFIG, field)
+            if field in kw or write_as in kw or change is None or not isinstance(change[0], bool):
+                continue
+            if api().accepts(SFT_CONFIG, write_as) is not True:
+                write_as = field
+            plan.add.append((write_as, lambda v=change[0]: cst.Name(str(v))))
+            ctx.finding(node, f"{field}={change[0]} pinned (trl {change[2]}'s default; {data().target_versions.get('trl')} "
+                              f"defaults to {change[1]})")
+        if plan.add:
+            adds = list(plan.add)
+            indent = statement_indent(ctx) + " " * line_prefix(ctx, node)
+            step = ctx.module.default_indent
+            # against the UPDATED call: another rule may have added the keyword to it already
+            ctx.replace(node, lambda new: apply_plan(
+                new, ArgPlan(add=[(k, f) for k, f in adds if k not in keywords(new)]), MAX_LINE, indent, step))
+
+    def _trainer(self, node: cst.Call, ctx: PythonContext) -> None:
+        kw = keywords(node)
+        change = data().method_change(f"{SFT_TRAINER}.__init__")
+        if change is not None and not owned_elsewhere(ctx, node.func, self.id):  # NM202 moves them for its trainers
+            gone = [k for k in kw if k in {p[0] for p in change["old"]} and api().accepts(SFT_TRAINER, k) is False
+                    and k != "tokenizer"]
+            if gone:
+                ctx.marker(node, f"SFTTrainer no longer takes {', '.join(g + '=' for g in gone)}: pass them to the "
+                                 "SFTConfig given as args= (max_seq_length= is max_length= there)")
+        fmt = kw.get("formatting_func")
+        if fmt is not None and isinstance(fmt.value, cst.Name):
+            fn = _module_function(ctx, fmt.value.value)
+            if fn is not None and _returns_list(fn):
+                name = fmt.value.value
+                wrapper = f"lambda example: {name}({{key: [value] for key, value in example.items()}})[0]"
+                rewrite_call(ctx, node, ArgPlan(revalue={"formatting_func": lambda v: cst.parse_expression(wrapper)}))
+                ctx.finding(fmt, f"formatting_func={name} (batched) called on a batch of one: TRL 1.x calls it per example")
+
+
+RULES = (SftUpgrade,)

@@ -1,0 +1,165 @@
+"""What the NM6xx rewrites produce runs on the installed targets (CPU, the tiny Llama of
+tests/verify_fixtures, offline): the migrated fixture code is executed, not just parsed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures"
+MODEL = str(Path(__file__).parent / "verify_fixtures" / "tiny-llama")
+TEXTS = ["Hello, world!", "The quick brown fox jumps over the lazy dog.", "Once upon a time",
+         "A static cache keeps the decode step at one shape.", "Numbers: 1 2 3 4 5 6 7 8 9 10 11 12"] * 4
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(MODEL)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _sft(tmp_path, **config):
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=2, report_to=[],
+                     save_strategy="no", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
+                     pad_to_multiple_of=None, **config)
+    return SFTTrainer(model=MODEL, args=args, train_dataset=Dataset.from_dict({"text": TEXTS}),
+                      processing_class=_tokenizer())
+
+
+def test_default_packing_is_padding_free_and_wrapped_is_static(tmp_path):
+    """Why NM613 pins packing_strategy="wrapped": TRL 1.16's default packs padding-free (batch
+    length varies), "wrapped" gives every batch the same shape."""
+    assert _sft(tmp_path / "bfd", packing=True, max_length=32).padding_free is True
+    trainer = _sft(tmp_path / "wrapped", packing=True, max_length=32, packing_strategy="wrapped",
+                   activation_checkpointing=False)
+    assert trainer.padding_free is False and trainer.args.gradient_checkpointing is False
+    shapes = set()
+    collate = trainer.data_collator
+
+    def spy(features):
+        batch = collate(features)
+        shapes.add(tuple(batch["input_ids"].shape))
+        return batch
+
+    trainer.data_collator = spy
+    trainer.train()
+    assert shapes == {(2, 32)}
+
+
+def test_sft_config_defaults_pinned_by_nm613_are_the_old_ones():
+    import dataclasses
+
+    from trl import SFTConfig
+
+    from codemods.upgrade.data import data
+
+    old, new, _ = data().default_change("trl.SFTConfig", "gradient_checkpointing")
+    assert old is False and new is True
+    assert {f.name: f.default for f in dataclasses.fields(SFTConfig)}["gradient_checkpointing"] is True
+    pinned = SFTConfig(output_dir="/tmp/nm613", use_cpu=True, activation_checkpointing=False)
+    assert pinned.gradient_checkpointing is False and SFTConfig(output_dir="/tmp/nm613", use_cpu=True).gradient_checkpointing
+
+
+def _migrated(case: str) -> str:
+    return (FIX / case).read_text()
+
+
+def test_batched_formatting_func_wrapped_by_nm613_runs_per_example(tmp_path):
+    """TRL 1.16 calls formatting_func per example: the migrated wrapper turns the batched function's
+    list into the one string TRL wants, and the trainer builds its dataset from it."""
+    src = _migrated("NM613/packing.after.py")
+    assert "lambda example: format_batch({key: [value] for key, value in example.items()})[0]" in src
+    ns: dict = {}
+    exec(src.split("config = SFTConfig")[0], ns)  # the imports and format_batch
+    wrapped = eval("lambda example: format_batch({key: [value] for key, value in example.items()})[0]", ns)
+    assert wrapped({"question": "q?", "answer": "a."}) == "Q: q?\nA: a."
+    from trl import SFTConfig, SFTTrainer
+
+    ds = Dataset.from_dict({"question": ["one?", "two?"], "answer": ["1", "2"]})
+    args = SFTConfig(output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no",
+                     per_device_train_batch_size=2, pad_to_multiple_of=None, disable_tqdm=True)
+    trainer = SFTTrainer(model=MODEL, args=args, train_dataset=ds, formatting_func=wrapped,
+                         processing_class=_tokenizer())
+    first = _tokenizer().decode(trainer.train_dataset[0]["input_ids"])
+    assert "Q: one?" in first and "A: 1" in first
+
+
+def test_compute_loss_override_gets_num_items_in_batch(tmp_path):
+    """The 5.23 Trainer passes num_items_in_batch: the old override fails, the migrated one trains."""
+    from transformers import AutoModelForCausalLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    tok = _tokenizer()
+    ds = Dataset.from_dict(tok(TEXTS[:4], truncation=True, max_length=16))
+    model = AutoModelForCausalLM.from_pretrained(MODEL)
+
+    def run(source: str) -> None:
+        ns = {"Trainer": Trainer}
+        exec(source.split("\n\nclass PassThrough")[0].split("from transformers import Trainer\n")[1], ns)
+        args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True,
+                                 save_strategy="no", per_device_train_batch_size=2, disable_tqdm=True)
+        trainer = ns["WeightedTrainer"](model=model, args=args, train_dataset=ds,
+                                        data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+        trainer.train()
+
+    with pytest.raises(TypeError):
+        run((FIX / "NM612/overrides.before.py").read_text())
+    run(_migrated("NM612/overrides.after.py"))
+
+
+def test_tokenizer_call_replaces_encode_plus():
+    tok = _tokenizer()
+    assert not hasattr(tok, "encode_plus") and not hasattr(tok, "batch_encode_plus")
+    src = _migrated("NM609/encode_plus.after.py")
+    line = next(x for x in src.splitlines() if x.startswith("one = "))
+    one = eval(line.split(" = ", 1)[1], {"tokenizer": tok})
+    assert tuple(one["input_ids"].shape) == (1, 16)
+    line = next(x for x in src.splitlines() if x.startswith("batch = "))
+    batch = eval(line.split(" = ", 1)[1], {"tokenizer": tok})
+    assert batch["input_ids"].shape[0] == 2 and isinstance(batch["input_ids"], torch.Tensor)
+
+
+def test_argument_list_rewritten_by_nm614_parses_with_the_target_parser():
+    """HfArgumentParser 5.23 rejects the old flags; the migrated list parses, with the values kept."""
+    import ast as _ast
+
+    from transformers import HfArgumentParser, TrainingArguments
+
+    def script_args(path: Path) -> list[str]:
+        tree = _ast.parse(path.read_text())
+        cmd = next(n.value for n in tree.body if isinstance(n, _ast.Assign) and n.targets[0].id == "cmd")
+        words = [e.value for e in cmd.elts]
+        return words[words.index("run_clm.py") + 1:]
+
+    parser = HfArgumentParser(TrainingArguments)
+    with pytest.raises((SystemExit, ValueError)):
+        parser.parse_args_into_dataclasses(args=script_args(FIX / "NM614/argument_lists.before.py"))
+    (args,) = parser.parse_args_into_dataclasses(args=script_args(FIX / "NM614/argument_lists.after.py"))
+    assert args.eval_strategy == "steps" and args.use_cpu is False and args.output_dir == "out"
+
+
+def test_torchscript_is_rejected_and_indexing_outputs_still_works():
+    """NM615 drops torchscript=: 5.23 rejects it; without it out[0] is still the logits, while a
+    config-wide return_dict=False (the tempting replacement) breaks a causal LM's forward."""
+    from transformers import AutoModelForCausalLM
+
+    with pytest.raises(TypeError):
+        AutoModelForCausalLM.from_pretrained(MODEL, torchscript=True)
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    model = AutoModelForCausalLM.from_pretrained(MODEL)
+    out = model(ids)
+    assert torch.equal(out[0], out.logits) and torch.equal(out.to_tuple()[0], out.logits)
+    with pytest.raises(AttributeError):
+        AutoModelForCausalLM.from_pretrained(MODEL, return_dict=False)(ids)
