@@ -121,6 +121,10 @@ def test_legit_model_keywords_accepted(qual, kw):
         ("diffusers.StableDiffusionXLPipeline.from_pretrained", "torch_dtype", True),
         ("diffusers.StableDiffusionXLPipeline.from_pretrained", "unet", True),
         ("diffusers.StableDiffusionXLPipeline.from_pretrained", "export", False),
+        ("diffusers.StableDiffusionXLPipeline.from_pretrained", "dtype", True),
+        # the generic loader builds the class model_index.json names: any component is a keyword
+        ("diffusers.DiffusionPipeline.from_pretrained", "vae", True),
+        ("diffusers.DiffusionPipeline.from_pretrained", "text_encoder_2", True),
         ("peft.LoraConfig", "r", True),
         ("peft.get_peft_model", "adapter_name", True),
         ("accelerate.Accelerator", "mixed_precision", True),

@@ -795,7 +795,9 @@ def main(argv=None):
     mm_params, mm_extras, _ = runtime_sig(ModelMixin.from_pretrained)
     sets["pipeline_from_pretrained"] = set(dp_params) | set(dp_extras)
     sets["diffusers_model_from_pretrained"] = set(mm_params) | set(mm_extras)
-    sigs.add("diffusers.DiffusionPipeline.from_pretrained", dp_params, dp_extras, False)
+    # the generic DiffusionPipeline loads the class model_index.json names: any of that class's
+    # components (vae=, text_encoder_2=, ...) is a valid keyword: open
+    sigs.add("diffusers.DiffusionPipeline.from_pretrained", dp_params, dp_extras, True)
     sigs.add("diffusers.ModelMixin.from_pretrained", mm_params, mm_extras, False)
     d_c2m = df._class_to_module
     for name in sorted(n for n in dir(df) if not n.startswith("_")):
@@ -819,6 +821,8 @@ def main(argv=None):
             if d is None:
                 continue
             init_params = [p for p in (init[0] if init else [])]
+            if name == "DiffusionPipeline" and meth == "from_pretrained":
+                continue  # the generic loader, open (above)
             if d.endswith(".DiffusionPipeline") and meth == "from_pretrained":
                 # unknown kwargs are ignored with a warning (value lost): not accepted
                 sigs.add(f"{qual}.{meth}", ["pretrained_model_name_or_path"], init_params, False, ["pipeline_from_pretrained"])
