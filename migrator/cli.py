@@ -160,7 +160,8 @@ def run_migrate(
     except SelectionError as exc:
         raise UsageError(str(exc))
     excludes = list(config.exclude) + list(exclude or [])
-    candidates, errors = discover(list(paths), excludes)
+    skipped_dirs: list[str] = []
+    candidates, errors = discover(list(paths), excludes, skipped=skipped_dirs)
 
     progress_cb, stop_progress = _progress(no_progress, len(candidates))
     try:
@@ -173,7 +174,7 @@ def run_migrate(
         _write(results, candidates, allow_dirty)
     mode = "write" if write else ("check" if check else "dry-run")
     show_diff = diff if diff is not None else mode == "dry-run"
-    run_result = RunResult(results, time.perf_counter() - started, wrote=write)
+    run_result = RunResult(results, time.perf_counter() - started, wrote=write, skipped_dirs=sorted(skipped_dirs))
     report = render(run_result, fmt, rules=_RuleInfos(), show_diff=show_diff, mode=mode)
     if output is not None:
         try:

@@ -13,6 +13,8 @@ What is skipped while walking a directory:
   the walked root lies inside a git repository, those of its parent directories up to
   the repository root, plus ``.git/info/exclude``;
 * ``--exclude`` globs;
+* in a checkout of optimum-neuron itself, its ``optimum/`` and ``tests/`` directories (the old
+  stack's own source and tests; reported as skipped);
 * symlinked directories (never followed) and symlinked files whose target lies
   outside the walked root.
 
@@ -344,11 +346,14 @@ def discover(
     paths: Sequence[str | Path],
     exclude: Sequence[str] = (),
     cwd: Path | None = None,
+    skipped: list[str] | None = None,
 ) -> tuple[list[Candidate], list[FileResult]]:
     """Every handled file under ``paths``, sorted by display path, each once.
 
     Returns ``(candidates, errors)``; ``errors`` holds a ``status="error"``
     FileResult for each given path that does not exist (or cannot be listed).
+    ``skipped`` (when given) receives the display paths of the directories left out because they
+    are the source or tests of a checkout of optimum-neuron itself (see :data:`LIBRARY_DIRS`).
     """
     cwd_abs = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
     cwd_real = os.path.realpath(cwd_abs)
@@ -378,7 +383,7 @@ def discover(
             errors.setdefault(shown, FileResult(path=shown, kind=kind, status="error", error=msg))
             continue
         if os.path.isdir(abs_path):
-            _walk(abs_path, display, below_cwd, excl, add, errors)
+            _walk(abs_path, display, below_cwd, excl, add, errors, skipped)
         elif os.path.isfile(abs_path):
             name = os.path.basename(abs_path)
             kind = file_kind(Path(abs_path))
@@ -395,7 +400,18 @@ def discover(
     return cands, sorted(errors.values(), key=lambda r: r.path)
 
 
-def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add, errors) -> None:
+#: a checkout of optimum-neuron itself (a project file next to ``optimum/neuron/__init__.py``): its
+#: library source and its tests are the old stack's own code, not user code to migrate
+LIBRARY_DIRS = ("optimum", "tests")
+
+
+def _library_checkout(d: str, names: set[str]) -> bool:
+    return bool(names & {"pyproject.toml", "setup.py"}) and os.path.isfile(
+        os.path.join(d, "optimum", "neuron", "__init__.py"))
+
+
+def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add, errors,
+          skipped: list[str] | None = None) -> None:
     root = os.path.realpath(abs_root)
     root_prefix = root if root.endswith(os.sep) else root + os.sep
     # the display path of an entry is `disp_prefix + rel`
@@ -436,6 +452,7 @@ def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add
                         rules = rules + (_Rules(spec, len(rel), ""),)
                 break
         parent_name = os.path.basename(d)
+        library = _library_checkout(d, {e.name for e in entries})
         for e in entries:
             name = e.name
             try:
@@ -443,6 +460,10 @@ def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add
                     if name in SKIP_DIRS or name.endswith(".egg-info"):
                         continue
                     erel = rel + name
+                    if library and name in LIBRARY_DIRS:
+                        if skipped is not None:
+                            skipped.append(disp_prefix + erel)
+                        continue
                     if rules and _ignored(rules, erel, True):
                         continue
                     if excl.active and _excluded(excl, name, erel, disp_prefix, below_cwd, True):

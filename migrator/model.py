@@ -148,6 +148,8 @@ class RunResult:
     files: list[FileResult]
     seconds: float = 0.0
     wrote: bool = False
+    #: directories discovery left out with a reason the report states (optimum-neuron's own source)
+    skipped_dirs: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> dict:

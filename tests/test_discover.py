@@ -399,3 +399,38 @@ def test_only_extensionless_files_and_ignore_files_are_read(tmp_path: Path, monk
     cands, _ = run(tmp_path)
     assert shown(cands) == ["Dockerfile", "a.py", "nb.ipynb", "requirements.txt", "tool"]
     assert sorted(opened) == [".gitignore", "LICENSE", "tool"]
+
+
+def test_an_optimum_neuron_checkout_keeps_only_user_code(tmp_path: Path) -> None:
+    """The source and tests of a checkout of optimum-neuron itself are the old stack's own code: left
+    out (and named), while its examples/docs are migrated; a project that only has a folder called
+    tests/ is walked as usual."""
+    checkout = tmp_path / "optimum-neuron"
+    for rel in ("optimum/neuron/__init__.py", "optimum/neuron/trainers.py", "tests/test_trainer.py",
+                "examples/train.py", "pyproject.toml"):
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("x = 1\n")
+    user = tmp_path / "user"
+    (user / "tests").mkdir(parents=True)
+    (user / "tests" / "test_train.py").write_text("x = 1\n")
+    (user / "pyproject.toml").write_text("")
+    skipped: list[str] = []
+    cands, _ = discover([str(checkout), str(user)], cwd=tmp_path, skipped=skipped)
+    shown = sorted(c.display for c in cands)
+    assert shown == ["optimum-neuron/examples/train.py", "optimum-neuron/pyproject.toml",
+                     "user/pyproject.toml", "user/tests/test_train.py"]
+    assert sorted(skipped) == ["optimum-neuron/optimum", "optimum-neuron/tests"]
+
+
+def test_the_report_names_the_directories_left_out(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for rel in ("optimum/neuron/__init__.py", "tests/test_x.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("from optimum.neuron import NeuronTrainer\n")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\n")
+    proc = subprocess.run([sys.executable, "-m", "migrator", ".", "--no-progress"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert "Not migrated: optimum/, tests/ (the source and tests of an optimum-neuron checkout" in proc.stdout
+    assert "1 file scanned" in proc.stdout and proc.returncode == 0, proc.stdout

@@ -72,6 +72,14 @@ def selfcheck_sentence(run: RunResult) -> str | None:
     return f"Self-check: {', '.join(parts)}." if parts else None
 
 
+def skipped_dirs_sentence(run: RunResult) -> str | None:
+    """The directories discovery left out as the old stack's own code, when there are some."""
+    if not run.skipped_dirs:
+        return None
+    shown = ", ".join(d + "/" for d in run.skipped_dirs)
+    return f"Not migrated: {shown} (the source and tests of an optimum-neuron checkout, not user code)."
+
+
 def scanned_sentence(run: RunResult) -> str:
     return f"{plural(len(run.files), 'file')} scanned"
 

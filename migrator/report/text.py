@@ -26,6 +26,7 @@ from migrator.report._common import (
     one_line,
     scanned_sentence,
     selfcheck_sentence,
+    skipped_dirs_sentence,
     sorted_files,
     sorted_findings,
     summary_sentence,
@@ -67,6 +68,9 @@ def render(run: RunResult, *, rules: dict, show_diff: bool, mode: str) -> str:
     checked = selfcheck_sentence(run)
     if checked:
         summary.append(checked)
+    left_out = skipped_dirs_sentence(run)
+    if left_out:
+        summary.append(left_out)
     s = run.summary
     if mode == "dry-run" and s["files_changed"]:
         summary.append("Run again with --write to apply the changes.")
