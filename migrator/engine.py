@@ -134,7 +134,8 @@ class RuleSet:
             contextual = []
             for r in chosen:
                 if kind in r.kinds or (kind in ("notebook", "markdown") and "shell" in r.kinds) or (
-                        kind == "notebook" and bool(set(r.kinds) & WRITTEN_KINDS)):  # %%writefile cells
+                        kind == "notebook" and bool(set(r.kinds) & WRITTEN_KINDS)) or (  # %%writefile cells
+                        kind == "shell" and "python" in r.kinds):  # Python heredocs
                     trig.update(r.triggers or ("",))
                     if r.project_triggers and r.triggers:
                         contextual.append((r.id, _encoded(r.triggers), _encoded(r.project_triggers)))
@@ -275,6 +276,7 @@ def migrate_text(
     (see :meth:`RuleSet.project_context`). Raises UnitSyntaxError/NotebookError."""
     from migrator.filekinds.markdown import transform_markdown
     from migrator.filekinds.notebook import transform_notebook
+    from migrator.filekinds.shell import transform_shell
     from migrator.python_engine import run_python
     from migrator.text_engine import run_text
 
@@ -282,7 +284,8 @@ def migrate_text(
         return run_python(source, rules.python, rules.owners, project, rules.checks)
 
     def sh(source: str) -> tuple[str, list[Finding]]:
-        return run_text(source, "shell", rules.text, project=project)
+        return transform_shell(source, py, lambda text: run_text(text, "shell", rules.text, project=project),
+                               SKIPPED_RULE)
 
     def written(source: str, kind: str, name: str) -> tuple[str, list[Finding]]:
         # a file the notebook writes (`%%writefile name`): migrated as a file of its own kind
@@ -295,6 +298,9 @@ def migrate_text(
         return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
     if kind == "markdown":
         return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
+    if kind == "shell":  # the Python its heredocs feed the interpreter is Python
+        return transform_shell(text, py, lambda source: run_text(source, kind, rules.text, path, project),
+                               SKIPPED_RULE)
     return run_text(text, kind, rules.text, path, project)
 
 

@@ -662,8 +662,8 @@ def test_file_vanishing_after_discovery(proj: Path, monkeypatch: pytest.MonkeyPa
     put(proj, {"gone.py": TRAIN_OLD, "train.py": TRAIN_OLD})
     real_discover = discover
 
-    def discover_then_delete(paths, excludes):
-        cands, errors = real_discover(paths, excludes)
+    def discover_then_delete(paths, excludes, **kw):
+        cands, errors = real_discover(paths, excludes, **kw)
         assert any(c.display == "gone.py" for c in cands)
         (proj / "gone.py").unlink()
         return cands, errors
@@ -681,7 +681,7 @@ def test_vanished_candidate(proj: Path, monkeypatch: pytest.MonkeyPatch) -> None
     ghost = Candidate(path=proj / "ghost.py", display="ghost.py", kind="python")
     real_discover = discover
     monkeypatch.setattr(
-        migrator.cli, "discover", lambda paths, excludes: ([ghost, *real_discover(paths, excludes)[0]], [])
+        migrator.cli, "discover", lambda paths, excludes, **kw: ([ghost, *real_discover(paths, excludes, **kw)[0]], [])
     )
     code, rep = report(".", "--write")
     assert code == 2

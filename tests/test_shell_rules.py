@@ -163,7 +163,7 @@ UNTOUCHED = [
     "cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nneuron_parallel_compile torchrun t.py\nEOF\n",
     "cat > env.sh << 'EOF'\nexport XLA_USE_BF16=1\nEOF\n",
     "cat <<-END\n\texport XLA_USE_BF16=1\n\tEND\n",
-    "python - <<PY\nimport os\nos.environ['XLA_USE_BF16'] = '1'\nPY\n",
+    "cat > env.py <<PY\nimport os\nos.environ['XLA_USE_BF16'] = '1'\nPY\n",  # a heredoc that is not run by Python
     "X=$(cat <<EOF\nexport XLA_USE_BF16=1\nEOF\n)\n",
     "echo 'export XLA_USE_BF16=1'\n",
     'echo "XLA_USE_BF16=1 neuron_parallel_compile"\n',
@@ -248,8 +248,12 @@ def test_heredoc_body_kept_command_after_it_edited():
 
 
 def test_heredoc_on_the_edited_command_line():
+    # the shell rules edit the command line; the Python the heredoc runs is migrated as Python (its read
+    # of the variable the launcher no longer sets gets NM409's marker)
     src = "XLA_USE_BF16=1 python - <<EOF\nimport os\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n"
-    assert check(src) == "python - <<EOF\nimport os\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n"
+    out = check(src)
+    assert out.startswith("python - <<EOF\nimport os\n# TODO(neuron-migrate NM409): XLA_USE_BF16")
+    assert out.endswith("\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n")
 
 
 def test_crlf_endings_kept():
@@ -1072,3 +1076,20 @@ def test_torch_compile_only_in_neuron_scripts():
         "# see optimum-cli docs\ntorchrun t.py --output_dir o\n")
     assert check("torchrun t.py --skip_cache_push --output_dir o\n", ignore=("NM516",)) == (
         "torchrun t.py --output_dir o --torch_compile true\n")
+
+
+def test_python_heredocs_are_python():
+    """The body of a heredoc fed to a Python interpreter goes to the Python rules (any spelling of the
+    interpreter, arguments, <<-); other heredocs, and bodies the shell expands, do not."""
+    from migrator.filekinds.shell import _python_heredocs
+
+    lines = [
+        "/opt/venv/bin/python3.11 train.py --x 1 <<-'PY'\n", "\timport torch\n", "\tPY\n",
+        "cat <<EOF\n", "import torch_xla\n", "EOF\n",
+        "python <<EOF\n", "print('$HOME')\n", "EOF\n",
+        "python3 - <<PY\n", "print(1)\n", "PY\n",
+    ]
+    found = [(h.start, h.end, h.expanded) for h in _python_heredocs(lines)]
+    assert found == [(1, 2, False), (7, 8, True), (10, 11, False)]
+    src = "python3 - <<'PY'\nimport torch_xla.core.xla_model as xm\nprint(xm.xla_device())\nPY\n"
+    assert check(src) == "python3 - <<'PY'\nimport torch\nprint(torch.device(\"neuron\"))\nPY\n"

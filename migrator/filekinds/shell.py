@@ -1,0 +1,98 @@
+"""Shell scripts: the shell rules, and the Python the script runs from a heredoc.
+
+``python - <<'EOF' ... EOF`` (also ``python3``, ``python3.11``, a path to one, with arguments, and
+``<<-``) feeds the interpreter a program written inside the script: that body is Python, migrated
+by the Python rules as a unit of its own; the rest of the script goes to the shell rules. A body
+the shell expands (an unquoted delimiter and a ``$`` or a backquote in the body) is left alone: what
+Python would run is not the text written there: when it mentions the old stack, a marker above the
+command says so. ``python -c "..."`` strings are not migrated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from migrator.filekinds import UnitSyntaxError
+from migrator.filekinds.notebook import RunUnit, mentions_neuron, split_lines
+from migrator.model import MARKER_PREFIX, Finding, marker_text
+
+EXPANDED_MESSAGE = ("the shell expands this Python heredoc ($ or ` in an unquoted body): migrate the Python in it "
+                    "by hand (or quote the delimiter, <<'EOF', and pass values through the environment)")
+
+_HEREDOC_RE = re.compile(
+    r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s[^<\n]*)?<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2"
+)
+
+
+@dataclasses.dataclass
+class _Heredoc:
+    start: int  # first body line (0-based)
+    end: int  # the delimiter line (exclusive end of the body)
+    expanded: bool = False  # the shell substitutes in the body: not the Python that runs
+
+
+def _python_heredocs(lines: list[str]) -> list[_Heredoc]:
+    out: list[_Heredoc] = []
+    i = 0
+    while i < len(lines):
+        m = _HEREDOC_RE.search(lines[i])
+        if m is None or lines[i].lstrip().startswith("#"):
+            i += 1
+            continue
+        strip_tabs, quoted, tag = m.group(1) == "-", bool(m.group(2)), m.group(3)
+        j = i + 1
+        while j < len(lines):
+            body = lines[j].rstrip("\r\n")
+            if (body.lstrip("\t") if strip_tabs else body) == tag:
+                break
+            j += 1
+        if j == len(lines):
+            break  # no delimiter: not a heredoc we understand
+        text = "".join(lines[i + 1: j])
+        out.append(_Heredoc(i + 1, j, not quoted and ("$" in text or "`" in text)))
+        i = j + 1
+    return out
+
+
+def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
+                    skipped_rule: str = "NM990") -> tuple[str, list[Finding]]:
+    """The shell rules over ``text``, and the Python rules over the bodies of its Python heredocs."""
+    new_text, findings = run_shell(text)
+    if "<<" not in text or "python" not in text:
+        return new_text, findings
+    old_lines, new_lines = split_lines(text), split_lines(new_text)
+    before, after = _python_heredocs(old_lines), _python_heredocs(new_lines)
+    if len(before) != len(after):
+        return new_text, findings
+    seen = {(f.line, f.rule, f.message) for f in findings}
+    for old, new in reversed(list(zip(before, after))):
+        body = "".join(old_lines[old.start: old.end])
+        if "".join(new_lines[new.start: new.end]) != body:
+            continue  # a shell rule edited the body: leave it as they made it
+        if old.expanded:
+            if mentions_neuron(body):
+                command = new_lines[new.start - 1]
+                above = new_lines[new.start - 2] if new.start >= 2 else ""
+                if MARKER_PREFIX not in above:  # (a marker already there is reported by the shell run)
+                    findings.append(Finding(line=old.start, column=1, rule=skipped_rule, message=EXPANDED_MESSAGE,
+                                            fix="manual"))
+                    indent = command[: len(command) - len(command.lstrip(" \t"))]
+                    ending = "\r\n" if command.endswith("\r\n") else "\n"
+                    new_lines.insert(new.start - 1, indent + marker_text(skipped_rule, EXPANDED_MESSAGE) + ending)
+            continue
+        try:
+            migrated, py_findings = run_python(body)
+        except UnitSyntaxError:
+            continue
+        if migrated != body:
+            if not migrated.endswith("\n"):
+                migrated += "\n"
+            new_lines[new.start: new.end] = split_lines(migrated)
+        for f in py_findings:
+            f = dataclasses.replace(f, line=f.line + old.start)
+            if (f.line, f.rule, f.message) not in seen:
+                seen.add((f.line, f.rule, f.message))
+                findings.append(f)
+    findings.sort(key=lambda f: (f.line, f.column, f.rule))
+    return "".join(new_lines), findings
