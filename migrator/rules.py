@@ -264,15 +264,29 @@ class PythonContext:
         """Like :meth:`qualname`, and for a class the module defines at its top level (``class
         MyModel(NeuronModelForCausalLM)``), the qualified name of the imported class it derives from
         (its first base, followed through the module's own classes): ``MyModel.from_pretrained(...)``
-        is then a load of that class."""
+        is then a load of that class; likewise for a module-level alias assigned once
+        (``Model = NeuronModelForCausalLM``)."""
         qual = self.qualname(node)
         if qual is not None or not isinstance(node, cst.Name):
             return qual
         bases = self.scratch.get("_class_bases")
         if bases is None:
-            bases = self.scratch["_class_bases"] = {
-                stmt.name.value: stmt.bases[0].value for stmt in self.module.body
-                if isinstance(stmt, cst.ClassDef) and stmt.bases and stmt.bases[0].keyword is None}
+            bases = {}
+            assigned: dict[str, int] = {}
+            for stmt in self.module.body:
+                if isinstance(stmt, cst.ClassDef) and stmt.bases and stmt.bases[0].keyword is None:
+                    bases[stmt.name.value] = stmt.bases[0].value
+                elif isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, cst.Assign):
+                            for t in small.targets:
+                                if isinstance(t.target, cst.Name):
+                                    assigned[t.target.value] = assigned.get(t.target.value, 0) + 1
+                                    if len(small.targets) == 1 and isinstance(small.value, (cst.Name, cst.Attribute)):
+                                        bases.setdefault(t.target.value, small.value)
+            # an alias assigned more than once may hold anything
+            bases = {k: v for k, v in bases.items() if assigned.get(k, 0) <= 1}
+            self.scratch["_class_bases"] = bases
         seen: set[str] = set()
         while isinstance(node, cst.Name) and node.value in bases and node.value not in seen:
             seen.add(node.value)
