@@ -115,9 +115,15 @@ class ImportIndex:
         """A local name already bound to ``qualified`` (from any import); with ``enclosing`` (the id()s
         of the nodes around a use), only by an import that has run wherever that use runs (not one in a
         sibling branch or another function)."""
-        for name, bs in self.bindings.items():
-            if any(b.qualified == qualified and (enclosing is None or b.reaches(enclosing)) for b in bs):
-                return name
+        b = self.binding_for(qualified, enclosing)
+        return b.local if b is not None else None
+
+    def binding_for(self, qualified: str, enclosing: set[int] | None = None) -> Binding | None:
+        """The import behind :meth:`local_for`'s answer."""
+        for bs in self.bindings.values():
+            for b in bs:
+                if b.qualified == qualified and (enclosing is None or b.reaches(enclosing)):
+                    return b
         return None
 
     def is_free(self, name: str, qualified: str | None = None) -> bool:

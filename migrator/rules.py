@@ -437,18 +437,16 @@ class PythonContext:
                 return build_dotted(expr)
         module, _, name = target.rpartition(".")
         reach: Binding | None = None  # the import the name comes from (None: a module-level one)
-        existing = self.imports.local_for(target, enclosing)
-        if existing is not None and not self._is_removed(existing, target):
-            expr = existing
-            reach = self._binding(existing, target)
+        existing = self.imports.binding_for(target, enclosing)
+        if existing is not None and not self._is_removed(existing.local, target):
+            expr, reach = existing.local, existing
         elif style == "from" and self.imports.is_free(name, target) and self._free_of_requests(name, target):
             self.add_import(module, name, None, anchor)
             expr, reach = name, anchor
         else:
-            mod_local = self.imports.local_for(module, enclosing)
-            if mod_local is not None and not self._is_removed(mod_local, module):
-                expr = f"{mod_local}.{name}"
-                reach = self._binding(mod_local, module)
+            mod = self.imports.binding_for(module, enclosing)
+            if mod is not None and not self._is_removed(mod.local, module):
+                expr, reach = f"{mod.local}.{name}", mod
             else:
                 root = module.split(".")[0]
                 if not self.imports.is_free(root, root):
@@ -457,9 +455,6 @@ class PythonContext:
                 expr, reach = target, anchor
         self._names_for.setdefault((target, style), []).append((expr, reach))
         return build_dotted(expr)
-
-    def _binding(self, local: str, qualified: str) -> Binding | None:
-        return next((b for b in self.imports.bindings.get(local, ()) if b.qualified == qualified), None)
 
     def _is_removed(self, local: str, qualified: str) -> bool:
         return any(b.local == local and b.qualified == qualified for _, b in self._removals)

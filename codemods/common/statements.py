@@ -29,6 +29,15 @@ def expression_statement(ctx: PythonContext, call: cst.Call):
     return None
 
 
+def called_statement(ctx: PythonContext, func: cst.BaseExpression):
+    """(Expr, its line or suite) when the node being handled, ``func``, is called (``func(...)``) as a whole
+    expression statement, else None."""
+    call = ctx.parent
+    if isinstance(call, cst.Call) and call.func is func:
+        return expression_statement(ctx, call)
+    return None
+
+
 def remove_small_statement(ctx: PythonContext, expr: cst.Expr, container) -> None:
     """Remove ``expr`` from its line; ``pass`` stays where it was a block's only statement
     (libcst), and a statement left last on a ``a(); b()`` line loses its dangling ``;``."""

@@ -331,8 +331,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         if saved_only:
             shape_text = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
             markers.append(
-                f"this script compiled the pipeline ahead of time and saved it; on TorchNeuron compilation is lazy "
-                f"(at the first call of the loaded pipeline), so it now saves a plain diffusers checkpoint"
+                "this script compiled the pipeline ahead of time and saved it; on TorchNeuron compilation is lazy "
+                "(at the first call of the loaded pipeline), so it now saves a plain diffusers checkpoint"
                 + (f" in {code(dtype_expr)}" if dtype_expr is not None else "")
                 + f": the serving script loads it{_or_original(_model_id(args, kw), code)} with "
                 f"from_pretrained(...).to(\"neuron\"), compiles the denoiser there"
@@ -730,11 +730,9 @@ def _scope(ctx: PythonContext) -> dict:
 
     walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope, False, scope)
     if cls is not None:  # `self.pipe` loaded in __init__ and called in another method
-        outside_names = set(names)
         for method in cls.body.body:
             if isinstance(method, cst.FunctionDef) and method is not scope:
                 walk(method.body, True, method)
-        names = outside_names
     found = {"calls": {}, "called": set(), "names": names, "saved": saved, "where": where,
              "used": {k for k in used if k in loads}}
     for k, call in calls:

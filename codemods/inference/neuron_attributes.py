@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.statements import called_statement, remove_small_statement
 from codemods.inference.args import literal
 from migrator.rules import PythonContext, PythonRule
 
@@ -219,10 +220,9 @@ class NeuronConfigReads(PythonRule):
             isinstance(parent, cst.AnnAssign) and parent.target is node)
         what = ctx.module.code_for_node(node)
         if instead is None:
-            stack = ctx.stack
-            call, expr = (stack[-2], stack[-3]) if len(stack) > 2 else (None, None)
-            if isinstance(call, cst.Call) and call.func is node and isinstance(expr, cst.Expr):
-                ctx.remove_statement(expr)
+            statement = called_statement(ctx, node)
+            if statement is not None:
+                remove_small_statement(ctx, *statement)
                 ctx.finding(node, f"{what}() removed: a static cache is reset by each generate() call")
                 return
             instead = "nothing: a static cache is reset by each `generate()` call"

@@ -54,6 +54,7 @@ from codemods.project.dependency_policy import (
     _Plan,
     _poetry_spec,
     project_uses,
+    replacement_requirements,
     _replace_message,
     TORCH_MARKER,
     TORCHNEURON_MARKER,
@@ -394,10 +395,7 @@ class _SetupCfg:
             if d.marker:
                 plan.marker(d.rule, e.line, d.marker)
             return
-        items = []
-        if d.keep_extras is not None:
-            items.append(_with_extras(e.text, d.keep_extras))
-        items += [name + _min_spec(name) + e.marker for name in d.adds]
+        items = replacement_requirements(e, d)
         lead = e.text.m.group("lead")
         if keyline:
             indent = self._continuation_indent(e.line)
@@ -708,14 +706,7 @@ class _PyProject:
         """New string values for one item (None = unchanged)."""
         if e.fmt == "poetry-extra":
             return list(e.data["names"])
-        assert e.text is not None
-        if d.action == "respec":
-            return [e.text.with_spec(d.new_spec or "").strip()]
-        out = []
-        if d.keep_extras is not None:
-            out.append(_with_extras(e.text, d.keep_extras))
-        out += [n + _min_spec(n) + e.marker for n in d.adds]
-        return out
+        return replacement_requirements(e, d)
 
     def _apply_array_lines(self, per_line: dict[int, list[tuple[_Entry, _Decision]]]) -> None:
         for li, changes in sorted(per_line.items()):

@@ -349,6 +349,16 @@ def _replace_message(d: _Decision) -> str:
         "; what it stood for is listed already" if d.implied else "")
 
 
+def replacement_requirements(e: _Entry, d: _Decision) -> list[str]:
+    """The requirements an entry becomes under ``d`` (a respec or a replacement): itself with the new
+    spec; or the package kept with its other extras (``keep_extras``), then what the replacement adds."""
+    assert e.text is not None
+    if d.action == "respec":
+        return [e.text.with_spec(d.new_spec or "").strip()]
+    out = [_with_extras(e.text, d.keep_extras)] if d.keep_extras is not None else []
+    return out + [name + _min_spec(name) + e.marker for name in d.adds]
+
+
 def _describe(e: _Entry, d: _Decision) -> str:
     if d.action == "replace":
         what = f"{e.name} belongs to the old Neuron stack: remove it"

@@ -555,15 +555,8 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
             markers.setdefault(inst.line, []).append(
                 _stable_describe(e, d) + " (this pip install checks hashes: update them with the change)")
             continue
-        if d.action == "respec":
-            new = [e.text.with_spec(d.new_spec or "").strip()]
-            message = d.message
-        else:
-            new = []
-            if d.keep_extras is not None:
-                new.append(deps._with_extras(e.text, d.keep_extras))
-            new += [name + deps._min_spec(name) + e.marker for name in d.adds]
-            message = deps._replace_message(d)
+        new = deps.replacement_requirements(e, d)
+        message = d.message if d.action == "respec" else deps._replace_message(d)
         edits.setdefault(id(inst), []).append((inst, n, new, message, d, e, quote))
     for items in edits.values():
         inst = items[0][0]

@@ -429,13 +429,6 @@ class LaunchFlags(ShellRule):
         script where another NM51x rule changed something, or on a launch whose flags were edited.
     """
 
-    def apply(self, ctx) -> None:
-        plan = plan_for(ctx, _shell_plan)
-        if not isinstance(plan, ShellPlan):
-            return
-        self.contribute(plan, ctx)
-        plan.flush(ctx)
-
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         env = unit_variables(u)

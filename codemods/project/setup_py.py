@@ -16,11 +16,10 @@ from codemods.project.dependency_policy import (
     USES_PROBES,
     _decide_all,
     _Entry,
-    _min_spec,
     _parse_req,
     _replace_message,
-    _with_extras,
     project_uses,
+    replacement_requirements,
 )
 from migrator.rules import PythonContext, PythonRule
 
@@ -178,15 +177,8 @@ class SetupPyDependencies(PythonRule):
             if d.action == "marker":
                 ctx.marker(node, f"{name_of}: {d.marker or d.message}")
                 continue
-            if d.action == "respec":
-                new = [e.text.with_spec(d.new_spec or "").strip()]
-                message = d.message
-            else:
-                new = []
-                if d.keep_extras is not None:
-                    new.append(_with_extras(e.text, d.keep_extras))
-                new += [n + _min_spec(n) + e.marker for n in d.adds]
-                message = _replace_message(d)
+            new = replacement_requirements(e, d)
+            message = d.message if d.action == "respec" else _replace_message(d)
             per_list.setdefault(id(lst), (lst, {}))[1][id(el)] = [f"{q}{s}{q}" for s in new]
             ctx.finding(el, f"{e.name}: {message}")
             if d.marker:

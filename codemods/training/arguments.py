@@ -42,9 +42,7 @@ from codemods.common.arg_plan import (
     tokenizer_to_processing_class,
 )
 from codemods.training.layouts import (
-    PARSE_METHODS,
     _code,
-    _config_index,
     _is_model_id,
     _is_to_dict,
     _Layout,

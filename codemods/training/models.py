@@ -43,7 +43,6 @@ from codemods.training.mesh import (
     env_size,
     has_pipeline,
     launch_advice,
-    layout_text,
     model_factors,
     whole_mesh,
 )

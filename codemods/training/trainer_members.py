@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.statements import called_statement, remove_small_statement
 from codemods.training.sources import SFT_TRAINER_SOURCES, TRAINER_SOURCES, sources
 from migrator.rules import PythonContext, PythonRule
 
@@ -80,10 +81,9 @@ class NeuronTrainerMembers(PythonRule):
         if base not in TRAINERS:
             return
         instead = MEMBERS[name]
-        stack = ctx.stack
-        call, expr = (stack[-2], stack[-3]) if len(stack) > 2 else (None, None)
-        if instead is None and isinstance(call, cst.Call) and call.func is node and isinstance(expr, cst.Expr):
-            ctx.remove_statement(expr)
+        statement = called_statement(ctx, node) if instead is None else None
+        if statement is not None:
+            remove_small_statement(ctx, *statement)
             ctx.finding(node, f"self.{name}() removed: an optimum-neuron trainer member (it fed the Neuron "
                               "compile cache / precompilation run) that the native trainer does not have")
             return

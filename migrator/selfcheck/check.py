@@ -189,9 +189,10 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
     that does not enclose the read. pyflakes counts a binding anywhere in the scope; this is the case it
     cannot see. Only names bound by imports alone are judged (assignments are left to pyflakes); an
     ``if`` whose every branch imports the name binds it."""
-    imports: dict[str, list[tuple[tuple, int | None, ast.If | None]]] = {}
+    imports: dict[str, list[tuple[tuple, int | None]]] = {}  # name -> (chain, function id) per import
     reads: list[tuple[str, tuple, tuple[int, ...], int, int]] = []
     other: set[str] = set()
+    nodes: dict[int, ast.AST] = {}  # the compound statements of the chains, by id()
 
     def walk(node: ast.AST, chain: tuple, scopes: tuple[int, ...], part: int) -> None:
         t = type(node)
@@ -205,7 +206,7 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
             for a in node.names:
                 if a.name != "*":
                     local = a.asname or a.name.split(".")[0]
-                    imports.setdefault(local, []).append((chain, scopes[-1] if scopes else None, None))
+                    imports.setdefault(local, []).append((chain, scopes[-1] if scopes else None))
             return
         if t in (ast.Global, ast.Nonlocal):
             other.update(node.names)
@@ -241,6 +242,7 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
                 continue  # not evaluated under ``from __future__ import annotations``; left to pyflakes
             if isinstance(value, list):
                 if value and isinstance(value[0], ast.stmt):
+                    nodes[id(node)] = node
                     inner = chain + ((id(node), field),)
                     for child in value:
                         walk(child, inner, scopes, part)
@@ -257,11 +259,6 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
     judged = {n for n in imports if n not in other}
     if not judged:
         return []
-    nodes: dict[int, ast.AST] = {}
-    for _, tree, _ in trees:
-        for n in ast.walk(tree):
-            if isinstance(n, (ast.If, ast.With, ast.AsyncWith, ast.Try)) or type(n).__name__ == "TryStar":
-                nodes[id(n)] = n
     out = []
     seen: set[tuple[str, int, int]] = set()
     for name, chain, scopes, line, part in reads:
@@ -270,7 +267,7 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
         found = imports[name]
         # the innermost function around the read that imports the name itself; else the module
         scope = next((s for s in reversed(scopes) if any(f[1] == s for f in found)), None)
-        candidates = [c for c, s, _ in found if s == scope]
+        candidates = [c for c, s in found if s == scope]
         if not candidates or any(_reaches(c, chain, name, nodes) for c in candidates):
             continue
         if (name, line, part) not in seen:
