@@ -1,0 +1,54 @@
+"""What the runnable tests share: migrate a copy of an old-stack project as a user would, then run the
+migrated script under ``neuron-migrate verify --device emulate`` (issue 17: migrated real-shaped scripts
+must run).
+
+A test keeps its old-stack project under ``tests/runnable/projects/<name>/`` (scripts written for the
+old stack, in our own words) and calls :func:`migrate_copy` then :func:`verify`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECTS = Path(__file__).parent / "projects"
+FIX = ROOT / "tests" / "verify_fixtures"
+TINY_LLAMA = FIX / "tiny-llama"
+TINY_CLASSIFIER = FIX / "tiny-classifier"
+
+
+def env(**extra: str) -> dict:
+    e = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    e.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    e.update(extra)
+    return e
+
+
+def cli(cwd: Path, *args: str, timeout: float = 600, **extra_env: str) -> subprocess.CompletedProcess:
+    """``python -m migrator ARGS`` in a subprocess from ``cwd``, offline."""
+    return subprocess.run([sys.executable, "-m", "migrator", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env(**extra_env), cwd=str(cwd))
+
+
+def migrate_copy(name: str, dest: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    """Copy ``projects/<name>`` to ``dest/<name>`` and migrate it in place (``neuron-migrate DIR --write``).
+    Returns the migrated folder and the migration's process (exit 0 or 1: 1 = markers left)."""
+    project = dest / name
+    shutil.copytree(PROJECTS / name, project)
+    proc = cli(dest, str(project), "--write")
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return project, proc
+
+
+def verify(script: Path, *args: str, options: tuple[str, ...] = ("--device", "emulate"),
+           timeout: float = 600) -> subprocess.CompletedProcess:
+    """``neuron-migrate verify SCRIPT OPTIONS -- ARGS`` run from the script's folder."""
+    return cli(script.parent, "verify", str(script), *options, "--", *args, timeout=timeout)
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
