@@ -41,7 +41,7 @@ TABLE = (
     ('NM407', 'python', ('python', 'notebook', 'markdown'), ('parallel_loader',), (), ()),
     ('NM408', 'python', ('python', 'notebook', 'markdown'), ('xla_multiprocessing',), (), ()),
     ('NM409', 'python', ('python', 'notebook', 'markdown'), ('torch_xla', 'XLA_USE_BF16', 'XLA_DOWNCAST_BF16', '"xla"', "'xla'"), (), ()),
-    ('NM410', 'python', ('python', 'notebook', 'markdown'), ('torch_neuronx',), (), ()),
+    ('NM410', 'python', ('python', 'notebook', 'markdown'), ('torch_neuronx',), ('jit.load',), (('neuronx:jit-load', ('jit.load',)), ('neuronx:trace', ('torch_neuronx.trace', 'from torch_neuronx import trace')))),
     ('NM411', 'python', ('python', 'notebook', 'markdown'), ('transformers_neuronx',), (), ()),
     ('NM412', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), ()),
     ('NM413', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), ()),

@@ -64,8 +64,16 @@ DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
 #: class attributes of the two-step (generation B/C) compile API; their uses keep the old class
 TWO_STEP = ("get_neuron_config", "export", "_export")
 
-SHAPE_KWARGS = ("batch_size", "sequence_length", "num_cores", "tensor_parallel_size", "auto_cast_type")
-TP_KWARGS = ("num_cores", "tensor_parallel_size")
+#: the generation arguments of optimum-neuron's transformers-neuronx era (they went through to
+#: transformers-neuronx's ``from_pretrained``: source-apis §"Adjacent legacy inference stacks") -> the
+#: current name whose handling they share (``None``: dropped with a marker saying what it meant)
+OLD_GENERATION_KWARGS = {"n_positions": "sequence_length", "amp": "auto_cast_type", "tp_degree": "num_cores",
+                         "context_length_estimate": None}
+SHAPE_KWARGS = ("batch_size", "sequence_length", "num_cores", "tensor_parallel_size", "auto_cast_type",
+                *OLD_GENERATION_KWARGS)
+TP_KWARGS = ("num_cores", "tensor_parallel_size", "tp_degree")
+#: transformers-neuronx's amp values besides the optimum-neuron ones (DTYPES)
+AMP_DTYPES = {**DTYPES, "f16": "float16", "f32": "float32"}
 DTYPE_KWARGS = ("torch_dtype", "dtype")
 #: native kwargs this rule adds; a call that already has one keeps it
 PLACEMENT_KWARGS = ("device_map", "distributed_config")
@@ -290,19 +298,20 @@ class CausalLMStaticCache(PythonRule):
         export_value = literal(export.value) if export is not None else None
         has_shapes = any(k in keywords for k in SHAPE_KWARGS)
 
-        if export_value is False or (export is None and not has_shapes):
-            if star_vars:
-                names = ", ".join(f"**{ctx.module.code_for_node(a.value)}" for a in star_vars)
-                ctx.marker(node, f"the arguments in {names} are not seen: with export=True, {self._kwargs_advice()}; "
-                           f"without it, {self._pre_exported_advice()}")
-            else:
-                ctx.marker(node, self._pre_exported_advice())
+        pre_exported = export_value is False or (export is None and not has_shapes)
+        if pre_exported and star_vars:
+            names = ", ".join(f"**{ctx.module.code_for_node(a.value)}" for a in star_vars)
+            ctx.marker(node, f"the arguments in {names} are not seen: with export=True, {self._kwargs_advice()}; "
+                       f"without it, {self._pre_exported_advice()}")
             return
 
         quote = quote_style(node)
         extra_markers: list[str] = []
         applied: list[str] = []
-        if export is not None and export_value is not True:
+        if pre_exported:
+            # still placed on the device with its static cache: only the checkpoint is left to a person
+            extra_markers.append(self._pre_exported_placed_advice())
+        elif export is not None and export_value is not True:
             extra_markers.append(
                 f"export={ctx.module.code_for_node(export.value)}: when it is false this loads a pre-exported "
                 f"Neuron model; {self._pre_exported_advice()}"
@@ -315,22 +324,24 @@ class CausalLMStaticCache(PythonRule):
         # ---- dtype
         dtype_expr: cst.BaseExpression | None = None
         dtype_from: str | None = None
-        acast = keywords.get("auto_cast_type")
+        acast_name = "auto_cast_type" if "auto_cast_type" in keywords else "amp"
+        acast = keywords.get(acast_name)
         if acast is not None:
             value = literal(acast.value)
-            if isinstance(value, str) and value in DTYPES:
-                dtype_expr = _torch_dtype(ctx, DTYPES[value], quote)
-                dtype_from = "auto_cast_type"
-                if value == "tf32":
-                    applied.append("auto_cast_type='tf32' becomes dtype=torch.float32")
+            table = DTYPES if acast_name == "auto_cast_type" else AMP_DTYPES
+            if isinstance(value, str) and value in table:
+                dtype_expr = _torch_dtype(ctx, table[value], quote)
+                dtype_from = acast_name
+                if value == "tf32" or acast_name == "amp":
+                    applied.append(f"{acast_name}={value!r} becomes dtype=torch.{table[value]}")
             else:
                 extra_markers.append(
-                    f"auto_cast_type={ctx.module.code_for_node(acast.value)} was dropped: pass the matching "
+                    f"{acast_name}={ctx.module.code_for_node(acast.value)} was dropped: pass the matching "
                     "dtype= (torch.bfloat16 for 'bf16', torch.float16 for 'fp16', torch.float32 for 'fp32')"
                 )
         explicit_dtype = next((keywords[k] for k in DTYPE_KWARGS if k in keywords), None)
         if explicit_dtype is not None and dtype_expr is not None:
-            applied.append(f"{explicit_dtype.keyword.value}= dropped: auto_cast_type gives the dtype")  # type: ignore[union-attr]
+            applied.append(f"{explicit_dtype.keyword.value}= dropped: {acast_name} gives the dtype")  # type: ignore[union-attr]
 
         _request_target(ctx, node.func.value, self.target)  # type: ignore[attr-defined]  # keeps the imports in isort order
 
@@ -391,7 +402,18 @@ class CausalLMStaticCache(PythonRule):
                 placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
 
         # ---- static cache
-        seq = keywords.get("sequence_length")
+        seq_name = "sequence_length" if "sequence_length" in keywords else "n_positions"
+        seq = keywords.get(seq_name)
+        if seq is not None and seq_name == "n_positions":
+            applied.append(f"n_positions={ctx.module.code_for_node(seq.value)} becomes "
+                           "generation_config.max_cache_len (the tokens, prompt + generated, it compiled for)")
+        estimate = keywords.get("context_length_estimate")
+        if estimate is not None:
+            extra_markers.append(
+                f"context_length_estimate={ctx.module.code_for_node(estimate.value)} was dropped: it was the prompt "
+                "length(s) the old stack compiled the context encoding for; pad the prompts to one fixed length "
+                f"(tokenizer(..., padding={quote}max_length{quote}, max_length=N)) so that one prefill graph is compiled"
+            )
         batch = keywords.get("batch_size")
         if batch is not None:
             applied.append(
@@ -407,7 +429,8 @@ class CausalLMStaticCache(PythonRule):
                 "(sequence_length -> max_cache_len, tp_degree -> DistributedConfig(tp_size=N), dtype -> dtype=)"
             )
 
-        drop = {"export", "batch_size", "sequence_length", "auto_cast_type", *TP_KWARGS, *COMPILER_KNOBS}
+        drop = {"export", "batch_size", "sequence_length", "auto_cast_type", *OLD_GENERATION_KWARGS, *TP_KWARGS,
+                *COMPILER_KNOBS}
         if dtype_expr is not None:
             drop.update(DTYPE_KWARGS)
 
@@ -418,7 +441,7 @@ class CausalLMStaticCache(PythonRule):
         def rewrite(updated: cst.Call) -> cst.Call:
             new_args: list[cst.Arg] = []
             for a in expand_literal_kwargs(updated.args, dicts):
-                if a.keyword is not None and a.keyword.value == "sequence_length":
+                if a.keyword is not None and a.keyword.value == seq_name:
                     holder["max_cache_len"] = a.value
                 if a.keyword is not None and a.keyword.value in drop:
                     continue
@@ -466,7 +489,8 @@ class CausalLMStaticCache(PythonRule):
             else f"distributed_config=DistributedConfig(tp_size={ctx.module.code_for_node(tp_expr)})"
         )
         cache_text = f"static cache, max_cache_len={max_len_text}" if max_len_text else "static cache"
-        ctx.finding(node, f"{source_name}(export=True) -> {self.target}.from_pretrained(..., {placement_text})"
+        ctx.finding(node, f"{source_name}({'a pre-exported model' if pre_exported else 'export=True'}) -> "
+                          f"{self.target}.from_pretrained(..., {placement_text})"
                           + (f" with a {cache_text}" if self.static_cache else "")
                           + (f", dtype from {dtype_from}" if dtype_from else ""))
         for message in applied:
@@ -480,6 +504,15 @@ class CausalLMStaticCache(PythonRule):
 
     def _pre_exported_advice(self) -> str:
         return _pre_exported_advice()
+
+    def _pre_exported_placed_advice(self) -> str:
+        """The marker of a pre-exported load the rule placed on the device (with its static cache)."""
+        then = ("device_map=\"neuron\" and a static cache are set: set model.generation_config.max_cache_len to the "
+                "exported sequence_length" if self.static_cache else
+                "device_map=\"neuron\" is set: " + self._after_load_advice("the exported sequence_length"))
+        return ("this loads a pre-exported Neuron model (compiled NEFFs + neuron_config.json), which native "
+                "Transformers cannot load: point it to the original checkpoint (config.json \"neuron\" -> "
+                "\"checkpoint_id\" or neuron_config.json \"checkpoint_id\") and add its dtype=; " + then)
 
     def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
         """Markers for a model without a static cache (subclasses that do not generate)."""

@@ -18,6 +18,8 @@ inputs are padded to / the static cache length); otherwise a marker says what to
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.statements import called_statement, remove_small_statement
@@ -39,14 +41,17 @@ NEURON_CONFIG_FIELDS = {
 }
 #: field read -> the load keywords that gave it (first found wins)
 LOAD_KEYWORDS = {
-    "sequence_length": ("sequence_length",),
-    "max_context_length": ("sequence_length",),
+    "sequence_length": ("sequence_length", "n_positions"),
+    "max_context_length": ("sequence_length", "n_positions"),
     "batch_size": ("batch_size",),
     "max_batch_size": ("batch_size",),
-    "tp_degree": ("tensor_parallel_size", "num_cores"),
-    "tensor_parallel_size": ("tensor_parallel_size", "num_cores"),
-    "num_cores": ("num_cores", "tensor_parallel_size"),
+    "tp_degree": ("tensor_parallel_size", "num_cores", "tp_degree"),
+    "tensor_parallel_size": ("tensor_parallel_size", "num_cores", "tp_degree"),
+    "num_cores": ("num_cores", "tensor_parallel_size", "tp_degree"),
 }
+#: fields (and runtime attributes) that were the compiled batch size: with no literal from the load, the
+#: number of prompts the script passes, where that is one list of prompts it holds
+BATCH_FIELDS = ("batch_size", "max_batch_size")
 #: methods of optimum.neuron classes that return a model
 LOADS = ("from_pretrained", "export")
 #: runtime attributes of optimum-neuron models that native models do not have: the load keywords
@@ -134,6 +139,12 @@ class NeuronConfigReads(PythonRule):
     # ------------------------------------------------------------------ what the loads passed
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         value = node.value
+        if isinstance(value, cst.List) and value.elements and len(node.targets) == 1 \
+                and isinstance(node.targets[0].target, cst.Name) \
+                and all(isinstance(e, cst.Element) and isinstance(e.value, (cst.SimpleString, cst.ConcatenatedString))
+                        for e in value.elements):
+            ctx.local_state().setdefault("prompt_lists", set()).add((id(_scope(ctx)), node.targets[0].target.value))
+            return
         if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
                 and value.func.attr.value in (*LOADS, "get_neuron_config")) or len(node.targets) != 1:
             return
@@ -193,6 +204,8 @@ class NeuronConfigReads(PythonRule):
                     ctx.finding(read, f"{what} -> {value.value}: the value the optimum-neuron load passed "  # type: ignore[arg-type]
                                       "(a native model has no compile settings)")
                     return
+            if key in BATCH_FIELDS and self._prompt_count(read, ctx):  # type: ignore[arg-type]
+                return
         what = ctx.module.code_for_node(read)  # type: ignore[arg-type]
         if field is not None:
             key = field[len("static_"):] if field.startswith("static_") and field[7:] in LOAD_KEYWORDS else field
@@ -233,8 +246,33 @@ class NeuronConfigReads(PythonRule):
                 ctx.finding(node, f"{what} -> {value.value}: the value the optimum-neuron load passed "
                                   "(a native model has no such attribute)")
                 return
+        if node.attr.value in BATCH_FIELDS and not written and self._prompt_count(node, ctx):
+            return
         ctx.marker(node, f"`{what}` (an optimum-neuron model attribute) does not exist on a native model: "
                          f"use {instead.format(m=model)}")
+
+    def _prompt_count(self, read: cst.BaseExpression, ctx: PythonContext) -> bool:
+        """A batch-size read where the load passed no literal: ``len(prompts)`` when this scope holds
+        exactly one list of strings that it passes to a call (``tokenizer(prompts, ...)``,
+        ``tokenizer(prompts[:n])``): the batch the script feeds the model."""
+        lists = {name for scope, name in ctx.local_state().get("prompt_lists", ()) if scope == id(_scope(ctx))}
+        passed = [name for name in sorted(lists)
+                  if re.search(rf"\(\s*{re.escape(name)}\s*[\[,)]", ctx.source)]
+        if len(passed) != 1:
+            return False
+        what = ctx.module.code_for_node(read)
+        ctx.replace(read, cst.parse_expression(f"len({passed[0]})"))
+        ctx.finding(read, f"{what} -> len({passed[0]}): the prompts the script passes are its batch (a native model "
+                          "has no compiled batch size)")
+        return True
+
+
+def _scope(ctx: PythonContext) -> cst.CSTNode:
+    """The innermost function around the node being handled, or the module."""
+    for node in reversed(ctx.stack):
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            return node
+    return ctx.module
 
 
 RULES = (NeuronConfigReads,)

@@ -10,11 +10,14 @@ shape; ``dynamic=True`` is unsupported). Facts: source-apis §4.3.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.xla.base import (
-    _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _quote, _remove_small_statement, _torch)
-from migrator.rules import PythonContext
+    _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
+    _remove_small_statement, _torch)
+from migrator.rules import NameClash, PythonContext
 
 NX = "torch_neuronx"
 
@@ -38,6 +41,18 @@ DROPPED = {
 }
 
 TRACE_PARAMS = ("func", "example_inputs")
+JIT_LOAD_PARAMS = ("f", "map_location")
+#: project facts (Rule.project_probes): some file of the run traces with torch_neuronx / loads a TorchScript file
+TRACES = "neuronx:trace"
+JIT_LOADS = "neuronx:jit-load"
+#: the instruction both sides of a traced artifact get (the tracing script that saved it, the script that loads it)
+ARTIFACT_NOTE = (
+    "TorchNeuron has no traced artifact to save or load: the tracing script saves a Transformers model with "
+    "save_pretrained(path) (any other module: its state_dict, torch.save(compiled._orig_mod.state_dict(), path)), "
+    "and the script that loaded the artifact loads that (from_pretrained; any other module: build it, then "
+    "load_state_dict(torch.load(path))) and compiles it again with torch.compile(model.to(\"neuron\").eval(), "
+    "backend=\"neuron\", fullgraph=True, dynamic=False)"
+)
 TRACE_KEYWORDS = ("input_output_aliases", "compiler_workdir", "compiler_args", "partitioner_config",
                   "inline_weights_to_neff", "cpu_backend", "state")
 
@@ -47,6 +62,9 @@ class NeuronTrace(_XlaRule):
     title = "torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> markers"
     fix = "mixed"
     triggers = ("torch_neuronx",)
+    #: a serving script that loads the traced artifact without importing torch_neuronx
+    project_triggers = ("jit.load",)
+    project_probes = {TRACES: ("torch_neuronx.trace", "from torch_neuronx import trace"), JIT_LOADS: ("jit.load",)}
     owns = (f"{NX}.trace", *MANUAL)
     natives = {
         f"{NX}.trace": 'torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)',
@@ -142,13 +160,20 @@ class NeuronTrace(_XlaRule):
         ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
                           "backend=\"neuron\")")
         target = _assigned_name(call, ctx)
+        state = ctx.local_state()
+        scope = id(_scope(ctx))
+        model_arg = _uneval(bound["func"].value)
+        transformers_model = _is_transformers_model(model_arg, ctx)
+        if not transformers_model:
+            state["other_module_traced"] = True  # what a torch.jit.load of this unit reads is not from_pretrained's
         if target is not None:
-            model_arg = bound["func"].value
-            ctx.local_state().setdefault("traced", {})[(id(_scope(ctx)), target)] = _code(_uneval(model_arg))
+            state.setdefault("traced", {})[(scope, target)] = _code(model_arg)
+            state.setdefault("transformers", {})[(scope, target)] = transformers_model
             example_arg = bound.get("example_inputs")
             if example_arg is not None and isinstance(example_arg.value, cst.Name):
                 # the tensors the trace took: `traced(*example)` moves each of them
-                ctx.local_state().setdefault("examples", {})[(id(_scope(ctx)), target)] = example_arg.value.value
+                state.setdefault("examples", {})[(scope, target)] = example_arg.value.value
+            self._warm_up(call, target, bound.get("example_inputs"), ctx)
         example = bound.get("example_inputs")
         shapes = "the traced shapes"
         if example is not None:
@@ -207,16 +232,19 @@ class NeuronTrace(_XlaRule):
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("save", "load"):
             return
         qual = ctx.qualname(func)
-        if qual == "torch.jit.save":
+        own_unit = NX in ctx.source  # else a unit shown for its jit.load (project_triggers)
+        if qual == "torch.jit.save" and own_unit:
+            bound = _bind_args(call, ("m", "f"))
+            if bound is not None and set(bound) == {"m", "f"} and isinstance(bound["m"].value, cst.Name) \
+                    and (id(_scope(ctx)), bound["m"].value.value) in traced:
+                self._save(call, bound["m"].value.value, bound["f"].value, ctx)
+                return
             ctx.marker(call, (
                 "torch.jit.save of a traced Neuron model: TorchNeuron compiles at run time, so save the weights "
                 "instead (model.state_dict() with torch.save, or save_pretrained) and compile again after loading"
             ))
         elif qual == "torch.jit.load":
-            ctx.marker(call, (
-                "torch.jit.load of a traced Neuron model: build the model, load its weights (load_state_dict / "
-                "from_pretrained), then torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")"
-            ))
+            self._load(call, func, own_unit, ctx)
 
 
     def _traced_method(self, call: cst.Call, func: cst.Attribute, ctx: PythonContext) -> None:
@@ -224,6 +252,11 @@ class NeuronTrace(_XlaRule):
         compiled module prefixes with `_orig_mod.`."""
         name, attr = func.value.value, func.attr.value  # type: ignore[attr-defined]
         if attr == "save":
+            bound = _bind_args(call, ("f",))
+            if bound is not None and "f" in bound and ctx.local_state().get("loaded", {}).get(
+                    (id(_scope(ctx)), name)) is None:
+                self._save(call, name, bound["f"].value, ctx)
+                return
             ctx.marker(call, (
                 f"{name}.save(...) saved the traced Neuron artifact (a TorchScript module): TorchNeuron compiles at "
                 f"run time, so save the weights instead (torch.save({name}._orig_mod.state_dict(), path) or "
@@ -233,9 +266,92 @@ class NeuronTrace(_XlaRule):
             ctx.finding(call, f"{name}.{attr}() -> {name}._orig_mod.{attr}(): the compiled module's own state dict "
                               "prefixes every key with `_orig_mod.`; the original module's keeps the model's keys")
 
+    # ------------------------------------------------------------------ the traced artifact
+    def _save(self, call: cst.Call, name: str, path: cst.BaseExpression, ctx: PythonContext) -> None:
+        """``name.save(path)`` / ``torch.jit.save(name, path)`` of a trace: what the native stack loads."""
+        key = (id(_scope(ctx)), name)
+        path_code = _code(path)
+        if ctx.local_state().get("transformers", {}).get(key):
+            ctx.replace(call, _expr(f"{name}._orig_mod.save_pretrained({path_code})"))
+            ctx.finding(call, f"the traced artifact of {name} -> {name}._orig_mod.save_pretrained({path_code}): a "
+                              "compiled module has no TorchScript form; the Transformers model it wraps is saved")
+            if JIT_LOADS not in ctx.facts:
+                ctx.marker(call, f"{path_code} is now a save_pretrained directory, no TorchScript file: {ARTIFACT_NOTE}")
+            return
+        torch = _torch(ctx, ctx.imports.binding_of(call.func))
+        ctx.replace(call, _expr(f"{torch}.save({name}._orig_mod.state_dict(), {path_code})"))
+        ctx.finding(call, f"the traced artifact of {name} -> torch.save({name}._orig_mod.state_dict(), {path_code})")
+        ctx.marker(call, f"{path_code} now holds the state_dict of the module {name} compiles, no TorchScript file "
+                         f"(the module class is needed to load it): {ARTIFACT_NOTE}")
+
+    def _load(self, call: cst.Call, func: cst.Attribute, own_unit: bool, ctx: PythonContext) -> None:
+        """``torch.jit.load(path)`` of the artifact a trace of this project saved: the Transformers model
+        the migrated tracing script saves with save_pretrained, loaded and compiled."""
+        state = ctx.local_state()
+        if TRACES not in ctx.facts:
+            if own_unit:  # a Neuron artifact traced outside the project
+                ctx.marker(call, (
+                    "torch.jit.load of a traced Neuron model: build the model, load its weights (load_state_dict / "
+                    "from_pretrained), then torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")"
+                ))
+            return  # not an artifact of this project's traces: left alone
+        bound = _bind_args(call, JIT_LOAD_PARAMS)
+        path = bound["f"].value if bound is not None and "f" in bound else None
+        if path is None or not _plain(path) or state.get("other_module_traced"):
+            ctx.marker(call, f"torch.jit.load of the artifact a torch_neuronx trace of this project saved: {ARTIFACT_NOTE}")
+            return
+        anchor = ctx.imports.binding_of(func)
+        try:
+            near = next((b for b in ctx.imports.all_bindings()
+                         if b.qualified == "transformers" or b.qualified.startswith("transformers.")), anchor)
+            transformers = _module_local(ctx, "transformers", near)
+            torch = _torch(ctx, anchor)
+        except NameClash as exc:
+            ctx.marker(call, f"torch.jit.load of a traced artifact: {ARTIFACT_NOTE} ({exc})")
+            return
+        q = _quote(ctx)
+        p = _code(path)
+        model = (f"getattr({transformers}, {transformers}.AutoConfig.from_pretrained({p}).architectures[0])"
+                 f".from_pretrained({p})")
+        ctx.replace(call, _expr(f"{torch}.compile({model}.to({q}neuron{q}).eval(), backend={q}neuron{q}, "
+                                "fullgraph=True, dynamic=False)"))
+        ctx.finding(call, f"torch.jit.load({p}) -> the Transformers model the tracing script saves there with "
+                          "save_pretrained (its class from config.json), compiled with torch.compile")
+        ctx.marker(call, f"this loads what the migrated tracing script of this project saves at {p}: {ARTIFACT_NOTE}")
+        target = _assigned_name(call, ctx)
+        if target is not None:
+            key = (id(_scope(ctx)), target)
+            state.setdefault("traced", {})[key] = "\0"  # calls get their inputs moved, like a trace's
+            state.setdefault("loaded", {})[key] = True
+
+    def _warm_up(self, call: cst.Call, name: str, example: cst.Arg | None, ctx: PythonContext) -> None:
+        """A trace compiled where it stood; torch.compile compiles at the first call. A traced model this
+        scope only saves (never calls) gets one call with the example inputs, so that the compile (and the
+        compile cache) happens as before."""
+        scope = _scope(ctx)
+        if not _only_saved(_code(scope), name):
+            return
+        line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+        args = _example_call_args(example.value, id(scope), ctx) if example is not None else None
+        if line is None or args is None or len(getattr(line, "body", ())) != 1:
+            ctx.marker(call, (
+                f"`{name}` is never called here, and torch.compile compiles at the first call (the trace compiled "
+                f"at this line): call {name}(...) once under torch.no_grad() with inputs of the traced shapes moved "
+                "to the neuron device, so that the graph is compiled (and cached) here as before"))
+            return
+        torch = _torch(ctx, ctx.imports.binding_of(call.func))
+        statement = cst.parse_statement(
+            f"with {torch}.no_grad():  # warm-up: torch.compile compiles at the first call (the trace did it here)\n"
+            f"    {name}({args})\n")
+        ctx.insert_after(line, [statement])
+        ctx.finding(call, f"{name}(...) called once with the example inputs: the compiled model is only saved here, "
+                          "and torch.compile compiles at the first call")
+
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         """`model.encoder.forward_neuron = compiled` where `compiled` wraps `model.encoder`: the compiled
-        module (which holds the live module) would sit inside the module it wraps."""
+        module (which holds the live module) would sit inside the module it wraps. Also records what the
+        warm-up and the saved artifact need: Transformers models loaded, tuples and tensors assigned."""
+        _record(node, ctx)
         traced = ctx.local_state().get("traced")
         if not traced or not isinstance(node.value, cst.Name):
             return
@@ -275,6 +391,116 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+def _unchain(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``X.from_pretrained(...)`` of ``X.from_pretrained(...).eval().to(...)``."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in ("eval", "to", "cpu", "float", "half", "requires_grad_"):
+        expr = expr.func.value
+    return expr
+
+
+def _from_transformers(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """``<transformers class>.from_pretrained(...)`` (possibly followed by .eval() / .to(...))."""
+    expr = _unchain(expr)
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value == "from_pretrained"):
+        return False
+    qual = ctx.class_qualname(expr.func.value) or ""
+    return qual.startswith("transformers.")
+
+
+def _is_transformers_model(model: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """The traced module is a Transformers model: loaded in the expression, or a name of this scope
+    assigned from such a load."""
+    if _from_transformers(model, ctx):
+        return True
+    return isinstance(model, cst.Name) and \
+        (id(_scope(ctx)), model.value) in ctx.local_state().get("transformers_models", set())
+
+
+def _record(node: cst.Assign, ctx: PythonContext) -> None:
+    """Names of this scope assigned a Transformers model, a tuple/list literal or a torch tensor."""
+    if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+        return
+    state = ctx.local_state()
+    key = (id(_scope(ctx)), node.targets[0].target.value)
+    value = node.value
+    for kind in ("transformers_models", "tuples", "tensors"):
+        state.setdefault(kind, set()).discard(key)  # the latest assignment wins
+    if _from_transformers(value, ctx):
+        state["transformers_models"].add(key)
+    elif isinstance(value, (cst.Tuple, cst.List)) and value.elements \
+            and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+        state["tuples"].add(key)
+    elif _torch_value(value, ctx):
+        state["tensors"].add(key)
+
+
+def _torch_value(value: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """A call of a ``torch.*`` function (``torch.rand(1, 8)``, ``torch.zeros(...)``): a tensor."""
+    value = _unchain(value)
+    if not isinstance(value, cst.Call):
+        return False
+    qual = ctx.qualname(value.func) or ""
+    return qual.startswith("torch.") and qual.split(".")[1] not in ("nn", "jit", "compile", "load")
+
+
+def _plain(expr: cst.BaseExpression) -> bool:
+    """An expression that can be written twice (a name, an attribute or subscript of names, a string)."""
+    if isinstance(expr, (cst.Name, cst.SimpleString)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _plain(expr.value)
+    if isinstance(expr, cst.Subscript):
+        return _plain(expr.value) and all(
+            isinstance(s.slice, cst.Index) and (_plain(s.slice.value) or isinstance(s.slice.value, cst.Integer))
+            for s in expr.slice)
+    return False
+
+
+def _only_saved(code: str, name: str) -> bool:
+    """``name`` is only assigned and saved in ``code`` (never called, returned or passed on)."""
+    seen = False
+    for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", code):
+        after, before = code[m.end():], code[:m.start()]
+        if re.match(r"\s*=(?!=)", after) or re.match(r"\s*\.\s*save\s*\(", after) \
+                or re.search(r"jit\s*\.\s*save\s*\(\s*$", before):
+            seen = True
+            continue
+        return False
+    return seen
+
+
+def _example_call_args(example: cst.BaseExpression, scope: int, ctx: PythonContext) -> str | None:
+    """The arguments of a warm-up call with the trace's example inputs on the neuron device, or None
+    when they cannot be written safely (an input of unknown kind, a dict, a call that is not torch's)."""
+    q = _quote(ctx)
+    state = ctx.local_state()
+
+    def tensor(expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Name):
+            return (scope, expr.value) not in state.get("tuples", set())
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            return _plain(expr)
+        return _torch_value(expr, ctx)
+
+    if isinstance(example, (cst.Tuple, cst.List)):
+        elements = example.elements
+        if not elements or any(isinstance(e, cst.StarredElement) or not tensor(e.value) for e in elements):
+            return None
+        return ", ".join(_code(_to_neuron(e.value, q)) for e in elements)
+    if isinstance(example, cst.Name):
+        key = (scope, example.value)
+        if key in state.get("tuples", set()):
+            return f"*(t.to({q}neuron{q}) for t in {example.value})"
+        if key in state.get("tensors", set()):
+            return _code(_to_neuron(example, q))
+        return None
+    if _torch_value(example, ctx):
+        return _code(_to_neuron(example, q))
+    return None
 
 
 def _uneval(model: cst.BaseExpression) -> cst.BaseExpression:
