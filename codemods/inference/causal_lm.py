@@ -99,7 +99,14 @@ class CausalLMStaticCache(PythonRule):
         `max_cache_len` tokens keeps the compiled decode graph stable. So the load becomes
         `AutoModelForCausalLM.from_pretrained(..., dtype=..., device_map="neuron")` (or
         `distributed_config=DistributedConfig(tp_size=N)` under torchrun when the model was
-        sharded over N NeuronCores) followed by the static-cache generation settings.
+        sharded over N NeuronCores) followed by the static-cache generation settings. The older
+        generation arguments (optimum-neuron on transformers-neuronx) mean the same things:
+        `n_positions` is `sequence_length` (the static cache length), `amp` ("bf16"/"f16"/"f32") is
+        the `dtype`, `tp_degree` is `num_cores`; `context_length_estimate` (the prompt lengths the
+        context encoding was compiled for) is dropped with a marker asking to pad the prompts to
+        one length. None of them reaches `from_pretrained`. A load of a pre-exported model (no
+        `export=True`, no shapes) is still placed with `device_map="neuron"` and a static cache: it
+        would run on the CPU otherwise; a marker asks for the original checkpoint.
     """
     before = """
         from optimum.neuron import NeuronModelForCausalLM
@@ -127,8 +134,9 @@ class CausalLMStaticCache(PythonRule):
         `device_map=None if N > 1 else "neuron"` and `distributed_config=DistributedConfig(tp_size=N)`
         (a DistributedConfig of size 1 places nothing). `batch_size` and compiler options are dropped (pad the prompts you
         pass to generate() instead). Left to a person with a marker: the two-step
-        `get_neuron_config()` + `export()` API, loading a pre-exported Neuron model (it holds
-        compiled NEFFs, not weights: point to the original checkpoint), arguments passed through
+        `get_neuron_config()` + `export()` API, the checkpoint of a pre-exported Neuron model (it
+        holds compiled NEFFs, not weights: point to the original checkpoint; the load is placed and
+        gets its static cache, of unknown length), arguments passed through
         `**kwargs` variables, a non-literal `auto_cast_type`, and loads that are not
         assigned to a name or attribute (set the static cache yourself). Reads of
         `model.neuron_config` / `model.config.neuron` are handled by NM110. The static-cache lines are only inserted

@@ -95,7 +95,9 @@ class NeuronConfigReads(PythonRule):
         the load in the same unit passed the value as an integer literal, the read becomes that
         literal (it is the shape the migrated code pads to, or the static cache length); other
         reads get a marker naming what to read instead (`generation_config.max_cache_len`,
-        `model.tp_size`, `model.dtype`).
+        `model.tp_size`, `model.dtype`). A batch-size read with no literal from the load (a
+        pre-exported model) becomes `len(prompts)` where the scope holds one list of strings that it
+        passes to a call (`tokenizer(prompts, ...)`): the batch the script feeds the model.
     """
     before = """
         from optimum.neuron import NeuronModelForCausalLM

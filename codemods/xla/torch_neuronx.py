@@ -79,9 +79,22 @@ class NeuronTrace(_XlaRule):
         their shapes become the shapes to pad real inputs to (a marker says so), and the compiled
         model takes and returns tensors on the `neuron` device, where the traced one took CPU
         tensors: where the compiled model is called in the scope that traced it
-        (`neuron_model(x)`), its inputs are moved with `.to("neuron")`. Saving or loading a
-        traced artifact with `torch.jit.save/load` gets a marker (save the weights and compile
-        again), as do `torch_neuronx.DataParallel`, `dynamic_batch` and `move_trace_to_device`.
+        (`neuron_model(x)`), its inputs are moved with `.to("neuron")`. Compile is lazy: a traced
+        model the scope only saves (never calls) gets one warm-up call under `torch.no_grad()` with
+        the example inputs it was traced with, moved to `neuron`, so that the graph is compiled (and
+        cached) where the trace compiled it (a marker where the inputs cannot be written again).
+        The traced artifact (`traced.save(path)`, `torch.jit.save(traced, path)`) has no native
+        form: a Transformers model (loaded with `from_pretrained` in the scope) is saved with
+        `traced._orig_mod.save_pretrained(path)`, another module's state dict with
+        `torch.save(traced._orig_mod.state_dict(), path)` (and a marker: loading it needs the
+        module's class). The loading side, `torch.jit.load(path)` in a project that traces with
+        torch_neuronx (a project fact: the tracing and serving scripts are often two files, and the
+        serving one need not import torch_neuronx), becomes the Transformers model saved there, of
+        the class its config.json names, compiled again; its calls get their inputs moved. Both
+        sides say the same thing in their markers. A `torch.jit.load` in a project that never traces
+        is left alone (a marker when the module imports torch_neuronx: a Neuron artifact made
+        elsewhere). `torch_neuronx.DataParallel`, `dynamic_batch` and `move_trace_to_device` get
+        a marker.
         `torch_neuronx.async_load(m)` / `lazy_load(m)` only loaded the traced artifact onto the
         NeuronCores: as a statement of their own they are deleted. A trace was a frozen artifact and
         `torch.compile` wraps the live module, so, for a name assigned from the trace: a second
@@ -118,7 +131,12 @@ class NeuronTrace(_XlaRule):
         whose result is not assigned still gets the rewrite and the marker. Inputs are moved only
         at calls of the assigned name in the same function (a call with `*args` gets a marker);
         literal arguments (numbers, strings, None) are left alone, and outputs stay on the
-        neuron device.
+        neuron device. The load rewrite assumes the project's traced model was a Transformers model
+        (what the migrated tracing script then saves with save_pretrained); a unit that traces
+        another module, or a path that is not a plain name/string, keeps a marker instead. The
+        tracing script gets a marker when no file of the run loads the artifact (whatever loads it
+        elsewhere must follow). A warm-up is written only for example inputs that are a tuple
+        literal, a name assigned a tuple literal or a torch tensor in the scope, or a torch call.
     """
 
     def handlers(self):
@@ -275,30 +293,27 @@ class NeuronTrace(_XlaRule):
             ctx.replace(call, _expr(f"{name}._orig_mod.save_pretrained({path_code})"))
             ctx.finding(call, f"the traced artifact of {name} -> {name}._orig_mod.save_pretrained({path_code}): a "
                               "compiled module has no TorchScript form; the Transformers model it wraps is saved")
-            if JIT_LOADS not in ctx.facts:
+            if not _project_has(JIT_LOADS, self.project_probes, ctx):
                 ctx.marker(call, f"{path_code} is now a save_pretrained directory, no TorchScript file: {ARTIFACT_NOTE}")
             return
         torch = _torch(ctx, ctx.imports.binding_of(call.func))
         ctx.replace(call, _expr(f"{torch}.save({name}._orig_mod.state_dict(), {path_code})"))
         ctx.finding(call, f"the traced artifact of {name} -> torch.save({name}._orig_mod.state_dict(), {path_code})")
-        ctx.marker(call, f"{path_code} now holds the state_dict of the module {name} compiles, no TorchScript file "
-                         f"(the module class is needed to load it): {ARTIFACT_NOTE}")
+        ctx.marker(call, f"{path_code} now holds the state_dict of the module that `{name}` compiles, no TorchScript "
+                         f"file (the module class is needed to load it): {ARTIFACT_NOTE}")
 
     def _load(self, call: cst.Call, func: cst.Attribute, own_unit: bool, ctx: PythonContext) -> None:
         """``torch.jit.load(path)`` of the artifact a trace of this project saved: the Transformers model
         the migrated tracing script saves with save_pretrained, loaded and compiled."""
         state = ctx.local_state()
-        if TRACES not in ctx.facts:
-            if own_unit:  # a Neuron artifact traced outside the project
-                ctx.marker(call, (
-                    "torch.jit.load of a traced Neuron model: build the model, load its weights (load_state_dict / "
-                    "from_pretrained), then torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")"
-                ))
+        if not _project_has(TRACES, self.project_probes, ctx):
+            if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
+                ctx.marker(call, f"torch.jit.load of a traced Neuron artifact: {ARTIFACT_NOTE}")
             return  # not an artifact of this project's traces: left alone
         bound = _bind_args(call, JIT_LOAD_PARAMS)
         path = bound["f"].value if bound is not None and "f" in bound else None
         if path is None or not _plain(path) or state.get("other_module_traced"):
-            ctx.marker(call, f"torch.jit.load of the artifact a torch_neuronx trace of this project saved: {ARTIFACT_NOTE}")
+            ctx.marker(call, f"torch.jit.load of a traced Neuron artifact: {ARTIFACT_NOTE}")
             return
         anchor = ctx.imports.binding_of(func)
         try:
@@ -391,6 +406,11 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+def _project_has(fact: str, probes: dict[str, tuple[str, ...]], ctx: PythonContext) -> bool:
+    """A project fact, or the same fact of this unit alone (a unit migrated outside a project run)."""
+    return fact in ctx.facts or any(p in ctx.source for p in probes[fact])
 
 
 def _unchain(expr: cst.BaseExpression) -> cst.BaseExpression:
