@@ -46,6 +46,9 @@ JIT_LOAD_PARAMS = ("f", "map_location")
 TRACES = "neuronx:trace"
 JIT_LOADS = "neuronx:jit-load"
 #: the instruction both sides of a traced artifact get (the tracing script that saved it, the script that loads it)
+#: the start of the marker of a torch.jit.load left to a person (a unit that has it was migrated before: its
+#: trace, gone now, decided so, and a second run must decide the same)
+LOAD_MARKED = "torch.jit.load of a traced Neuron artifact"
 ARTIFACT_NOTE = (
     "TorchNeuron has no traced artifact to save or load: the tracing script saves a Transformers model with "
     "save_pretrained(path) (any other module: its state_dict, torch.save(compiled._orig_mod.state_dict(), path)), "
@@ -59,7 +62,8 @@ TRACE_KEYWORDS = ("input_output_aliases", "compiler_workdir", "compiler_args", "
 
 class NeuronTrace(_XlaRule):
     id = "NM410"
-    title = "torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> markers"
+    title = ("torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> "
+             "save_pretrained / state_dict, their loads compiled")
     fix = "mixed"
     triggers = ("torch_neuronx",)
     #: a serving script that loads the traced artifact without importing torch_neuronx
@@ -308,12 +312,12 @@ class NeuronTrace(_XlaRule):
         state = ctx.local_state()
         if not _project_has(TRACES, self.project_probes, ctx):
             if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
-                ctx.marker(call, f"torch.jit.load of a traced Neuron artifact: {ARTIFACT_NOTE}")
+                ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
             return  # not an artifact of this project's traces: left alone
         bound = _bind_args(call, JIT_LOAD_PARAMS)
         path = bound["f"].value if bound is not None and "f" in bound else None
-        if path is None or not _plain(path) or state.get("other_module_traced"):
-            ctx.marker(call, f"torch.jit.load of a traced Neuron artifact: {ARTIFACT_NOTE}")
+        if path is None or not _plain(path) or state.get("other_module_traced") or LOAD_MARKED in ctx.source:
+            ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
             return
         anchor = ctx.imports.binding_of(func)
         try:
