@@ -326,7 +326,7 @@ class NeuronTrace(_XlaRule):
             transformers = _module_local(ctx, "transformers", near)
             torch = _torch(ctx, anchor)
         except NameClash as exc:
-            ctx.marker(call, f"torch.jit.load of a traced artifact: {ARTIFACT_NOTE} ({exc})")
+            ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE} ({exc})")
             return
         q = _quote(ctx)
         p = _code(path)
@@ -462,13 +462,18 @@ def _record(node: cst.Assign, ctx: PythonContext) -> None:
         state["tensors"].add(key)
 
 
+#: torch.<name> calls that do not return a tensor
+NOT_TENSORS = ("nn", "jit", "compile", "load", "device", "optim", "utils", "cuda", "distributed", "manual_seed",
+               "no_grad", "inference_mode", "autocast", "Generator")
+
+
 def _torch_value(value: cst.BaseExpression, ctx: PythonContext) -> bool:
     """A call of a ``torch.*`` function (``torch.rand(1, 8)``, ``torch.zeros(...)``): a tensor."""
     value = _unchain(value)
     if not isinstance(value, cst.Call):
         return False
     qual = ctx.qualname(value.func) or ""
-    return qual.startswith("torch.") and qual.split(".")[1] not in ("nn", "jit", "compile", "load")
+    return qual.startswith("torch.") and qual.split(".")[1] not in NOT_TENSORS
 
 
 def _plain(expr: cst.BaseExpression) -> bool:
@@ -488,7 +493,7 @@ def _only_saved(code: str, name: str) -> bool:
     """``name`` is only assigned and saved in ``code`` (never called, returned or passed on)."""
     seen = False
     for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", code):
-        after, before = code[m.end():], code[:m.start()]
+        after, before = code[m.end():m.end() + 40], code[max(0, m.start() - 40):m.start()]
         if re.match(r"\s*=(?!=)", after) or re.match(r"\s*\.\s*save\s*\(", after) \
                 or re.search(r"jit\s*\.\s*save\s*\(\s*$", before):
             seen = True
