@@ -184,7 +184,7 @@ def test_launcher_flags_rewritten_by_nm616_parse_with_the_target_parsers(monkeyp
             cmds = [shlex.split(x, comments=True) for x in text.replace("\\\n", " ").splitlines()]
         out = []
         for words in cmds:
-            if script in words:
+            if script in words and not any("$" in w for w in words):
                 args = words[words.index(script) + 1:]
                 out.append([w for w in args if w not in (">", "2>&1", "log.txt")])
         return out
@@ -216,3 +216,49 @@ def test_launcher_flags_rewritten_by_nm616_parse_with_the_target_parsers(monkeyp
     assert rest == ["--max_seq_length", "512"]
     (cfg,) = sft.parse_args_into_dataclasses(args=["--output_dir", "o", "--use_cpu", "--max_length", "512"])
     assert cfg.max_length == 512
+
+
+def test_load_dataset_keywords_rewritten_by_nm617_run(tmp_path):
+    """datasets 5.x rejects use_auth_token= / ignore_verifications= (the builder config gets them);
+    the migrated call of the fixture loads the same data."""
+    import datasets as _ds
+
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "a"}\n{"text": "b"}\n')
+    common = dict(data_files=str(data), split="train", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(TypeError):
+        _ds.load_dataset("json", use_auth_token=None, ignore_verifications=True, **common)
+    src = (FIX / "NM617/load_dataset.after.py").read_text()
+    line = next(x.strip() for x in src.splitlines() if x.strip().startswith("ds = load_dataset("))
+    call = line.split(" = ", 1)[1].replace("name, ", '"json", ').replace('split="train", ', "")
+    ds = _ds.load_dataset("json", token=None, verification_mode="no_checks", **common)
+    assert "token=HF_TOKEN" in call and 'verification_mode="no_checks"' in call
+    assert ds["text"] == ["a", "b"]
+    _ds.disable_caching()
+    assert not _ds.is_caching_enabled()
+    _ds.enable_caching()
+
+
+def test_hub_keywords_rewritten_by_nm617_are_accepted():
+    """Every huggingface_hub call of the NM617 fixture takes the keywords it is left with."""
+    import ast as _ast
+    import inspect
+
+    import huggingface_hub as hub
+
+    tree = _ast.parse((FIX / "NM617/hub_calls.after.py").read_text())
+    checked = 0
+    for node in _ast.walk(tree):
+        if isinstance(node, _ast.Call) and node.keywords:
+            func = node.func
+            if isinstance(func, _ast.Attribute) and isinstance(func.value, _ast.Call):
+                fn = getattr(hub.HfApi, func.attr)
+            elif isinstance(func, _ast.Name):
+                fn = getattr(hub, func.id)
+            else:
+                continue
+            params = inspect.signature(fn).parameters
+            for kw in node.keywords:
+                assert kw.arg in params, (getattr(func, "id", getattr(func, "attr", "")), kw.arg)
+            checked += 1
+    assert checked >= 5

@@ -186,6 +186,15 @@ def _is_value(value: str | None, text: str) -> bool:
     return not shown.startswith("-") or re.fullmatch(r"-[0-9.]+(e-?[0-9]+)?", shown) is not None
 
 
+def _flag_word(text: str, value: str | None) -> str | None:
+    """The word as the parser sees it, enough to read a flag: its value, or for ``--name=$VALUE``
+    (an expansion after a plain flag name) the text itself."""
+    if value is not None:
+        return value
+    name, eq, _ = text.partition("=")
+    return text if eq and re.fullmatch(r"--[A-Za-z0-9_-]+", name) else None
+
+
 def flag_edits(texts: list[str], values: list[str | None], kind: ScriptKind, env_ok: bool = True) -> list[FlagEdit]:
     """Edits of the argument words (``texts``: as written, ``values``: without quotes, None when
     they expand something) of a script that parses HF arguments."""
@@ -193,7 +202,7 @@ def flag_edits(texts: list[str], values: list[str | None], kind: ScriptKind, env
     out: list[FlagEdit] = []
     k = 0
     while k < len(texts):
-        word = values[k]
+        word = _flag_word(texts[k], values[k])
         if not word or not word.startswith("--"):
             k += 1
             continue
@@ -241,8 +250,10 @@ def flag_edits(texts: list[str], values: list[str | None], kind: ScriptKind, env
     return out
 
 
-def rejected_names(values: list[str | None], sft: bool) -> list[str]:
+def rejected_names(values: list[str | None], sft: bool, texts: list[str] | None = None) -> list[str]:
     """The flags among ``values`` that a TrainingArguments (SFTConfig) parser rejects."""
+    if texts is not None:
+        values = [_flag_word(t, v) for t, v in zip(texts, values)]
     table = flag_table(sft)
     out = []
     for v in values:

@@ -115,7 +115,7 @@ class LauncherFlags(TextRule):
             args = [i for i in launch.args if i not in plan.deleted]
             texts = [u.text(i) for i in args]
             values = [u.value(i) for i in args]
-            flags = rejected_names(values, True)
+            flags = rejected_names(values, True, texts)
             if not flags:
                 continue
             module = launch.script > 0 and u.value(s.words[launch.script - 1]) == "-m"
@@ -124,7 +124,7 @@ class LauncherFlags(TextRule):
                 continue
             if not kind.hf:
                 if not kind.known and "--output_dir" in {(v or "").partition("=")[0] for v in values}:
-                    only = rejected_names(values, False)
+                    only = rejected_names(values, False, texts)
                     if only:
                         self._mark(plan, ctx, s.group, _unknown_message(kind, only))
                 continue
@@ -175,13 +175,13 @@ class LauncherFlags(TextRule):
         for script, module, first in launch_in_words(values):
             end = segment_end(values, script)
             a_texts, a_values = texts[script + 1: end], values[script + 1: end]
-            flags = rejected_names(a_values, True)
+            flags = rejected_names(a_values, True, a_texts)
             if not flags:
                 continue
             kind = script_kind(values[script] or "", ctx.path, module)
             if not kind.hf:
                 if not kind.known and "--output_dir" in {(v or "").partition("=")[0] for v in a_values}:
-                    only = rejected_names(a_values, False)
+                    only = rejected_names(a_values, False, a_texts)
                     if only:
                         plan.marker(ctx, g, _unknown_message(kind, only))
                 continue
