@@ -99,7 +99,8 @@ MODULES = (
     "diffusers.models.unet_2d_condition", "diffusers.models.unets.unet_2d_condition", "diffusers.models.vae",
     "diffusers.models.attention", "diffusers.utils",
     "accelerate", "accelerate.utils", "peft", "peft.utils",
-    "huggingface_hub", "datasets",
+    "huggingface_hub", "huggingface_hub.hf_api", "huggingface_hub.file_download", "huggingface_hub.utils",
+    "datasets", "datasets.load", "datasets.utils",
 )
 #: dataclasses whose fields are compared
 DATACLASSES = (
@@ -425,6 +426,10 @@ def _moved_to(module: str, name: str, canonical: str | None, target_names: dict)
         cand = ".".join(parts[:i])
         if _present_in_target(cand, cqual, target_names):
             return f"{cand}.{cqual}"
+    # a private module's object is reached through the library's root (huggingface_hub._commit_api's
+    # CommitOperationAdd, which 0.x's hf_api re-exported, is huggingface_hub.CommitOperationAdd)
+    if any(p.startswith("_") for p in parts[1:]) and _present_in_target(parts[0], cqual, target_names):
+        return f"{parts[0]}.{cqual}"
     return None
 
 

@@ -33,6 +33,8 @@ MOVES = {
     "huggingface_hub.HfFolder.get_token": "huggingface_hub.get_token",
     # ... and HfFolder.path_token was the token file the constants module names (HF_TOKEN_PATH)
     "huggingface_hub.HfFolder.path_token": "huggingface_hub.constants.HF_TOKEN_PATH",
+    "huggingface_hub.hf_api.HfFolder.get_token": "huggingface_hub.get_token",
+    "huggingface_hub.hf_api.HfFolder.path_token": "huggingface_hub.constants.HF_TOKEN_PATH",
 }
 #: removed modules whose names the generator does not probe (torch: see MOVES), with their last release
 REMOVED_MODULES = {"torch._six": "torch 1.13"}

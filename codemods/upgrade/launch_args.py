@@ -222,7 +222,9 @@ def flag_edits(texts: list[str], values: list[str | None], kind: ScriptKind, env
         if entry["new"] and not neg:
             new = entry["new"].replace("_", "-") if dashed else entry["new"]
             out.append(FlagEdit("replace", [k], texts[k].replace(f"--{name}", f"--{new}", 1),
-                                f"--{name} -> --{new} (renamed in {'TRL 0.20' if kind.sft and key == 'max_seq_length' else 'transformers v5'})"))
+                                f"--{name} -> --{new} ("
+                                + ("TRL 0.20 renamed it" if kind.sft and key == "max_seq_length"
+                                   else "the old flag is gone in transformers v5") + ")"))
         elif entry["true_is"] and not neg:
             field, tv = entry["true_is"]
             if value is not None and value.lower() in _FALSE:
