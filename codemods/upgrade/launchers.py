@@ -11,6 +11,7 @@ this rule contributes its word edits to that same plan, so that a launch NM515 a
 from __future__ import annotations
 
 import json
+import re
 
 from codemods.project.dockerfile import DockerPlan, _exec_form, docker_plan
 from codemods.project.launch_flags import find_launch, unit_variables
@@ -21,14 +22,20 @@ from codemods.upgrade.launch_args import (
 from migrator.rules import TextRule
 
 
-def _unknown_message(kind: ScriptKind, flags: list[str]) -> str:
-    table = flag_table(False)
+def _moves(flags: list[str], sft: bool = False) -> list[str]:
+    """What each rejected flag becomes, in words."""
+    table = flag_table(sft)
     moves = []
     for f in dict.fromkeys(flags):
         key = f[2:].replace("-", "_")
         neg = key.startswith("no_") and key not in table
         entry = table.get(key[3:] if neg else key, {})
         moves.append(f"{f} becomes --{entry['new']}" if entry.get("new") and not neg else f"remove {f}")
+    return moves
+
+
+def _unknown_message(kind: ScriptKind, flags: list[str]) -> str:
+    moves = _moves(flags)
     return (f"if {kind.name} parses TrainingArguments (HfArgumentParser, TrlParser), transformers 5.23 rejects "
             f"{', '.join(dict.fromkeys(flags))}: {'; '.join(moves)} (a script with its own argparse options "
             "keeps them; see `neuron-migrate explain NM616`)")
@@ -83,7 +90,8 @@ class LauncherFlags(TextRule):
         not in the project (notebook and Markdown lines, which carry no location; an absent path)
         is edited only when it is one of Transformers' example scripts (`run_clm.py`,
         `run_glue.py`...); otherwise a launch that passes `--output_dir` gets a marker naming the
-        flags. Flags held in variables (`ARGS="--overwrite_output_dir"`) are not edited.
+        flags. Flags held in a variable the launch expands (`ARGS="--overwrite_output_dir"`) are
+        not edited: the launch gets a marker saying what each becomes.
     """
 
     def apply(self, ctx) -> None:
@@ -116,11 +124,22 @@ class LauncherFlags(TextRule):
             texts = [u.text(i) for i in args]
             values = [u.value(i) for i in args]
             flags = rejected_names(values, True, texts)
-            if not flags:
+            held = self._held_flags(texts, env)
+            if not flags and not held:
                 continue
             module = launch.script > 0 and u.value(s.words[launch.script - 1]) == "-m"
             kind = script_kind(u.value(s.words[launch.script]) or "", ctx.path, module)
             if not plan.editable(self.id, s):
+                continue
+            held = [(var, [f for f in fs if f in rejected_names(fs, kind.sft)]) for var, fs in held]
+            held = [(var, fs) for var, fs in held if fs]
+            if held and kind.hf:
+                names = ", ".join(f"${var}" for var, _ in held)
+                moves = _moves([f for _, fs in held for f in fs], kind.sft)
+                self._mark(plan, ctx, s.group, f"{kind.name} parses TrainingArguments, whose transformers 5.23 "
+                           f"parser rejects flags held in {names}: where it is set, {'; '.join(moves)} (see "
+                           "`neuron-migrate explain NM616`)")
+            if not flags:
                 continue
             if not kind.hf:
                 if not kind.known and "--output_dir" in {(v or "").partition("=")[0] for v in values}:
@@ -140,6 +159,21 @@ class LauncherFlags(TextRule):
                     tok = args[e.indices[0]]
                     ctx.finding(plan.offset + u.line_of(u.toks[tok].start), e.message, "applied",
                                 u.col_of(u.toks[tok].start) + 1)
+
+    @staticmethod
+    def _held_flags(texts: list[str], env: dict) -> list[tuple[str, list[str]]]:
+        """Rejected flags in the value of a variable the launch expands (``$ARGS``, ``${ARGS[@]}``),
+        assigned once in the unit: (variable, flags)."""
+        out = []
+        for text in texts:
+            m = re.fullmatch(r'"?\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[@\])?\}?"?', text)
+            value = env.get(m.group(1)) if m else None
+            if value:
+                words = value.strip("()").split()
+                found = rejected_names(list(words), True)
+                if found:
+                    out.append((m.group(1), found))
+        return out
 
     def _mark(self, plan, ctx, group: int, message: str) -> None:
         """A marker above the statement, stacked with the other rules' markers there."""
