@@ -41,8 +41,9 @@ Running it (needs the package registry; about 10 minutes)::
     python tools/gen_upgrade_api.py                  # probe every era + the targets, write the data
     python tools/gen_upgrade_api.py --check-target   # offline: the target side still holds
 
-The eras (versions the optimum-neuron releases pinned or ran with: transformers 4.35-4.51,
-accelerate 0.23-0.29, TRL of the same days) are in ``ERAS``.
+The eras (versions the optimum-neuron releases pinned or ran with: transformers 4.31-4.57,
+accelerate 0.21-1.10, TRL, huggingface_hub 0.16-0.36 and datasets 2.14-4.0 of the same days) are in
+``ERAS``; ``--make-venvs`` installs an era's pins into an existing venv too (a changed pin).
 """
 
 from __future__ import annotations
