@@ -21,8 +21,9 @@ def rules() -> RuleSet:
     return RuleSet.from_selection(RuleSelection())
 
 
-def migrate(text: str, rules: RuleSet):
-    result = process(Candidate(Path("example.py"), "example.py", "python"), rules, text.encode())
+def migrate(text: str, rules: RuleSet, kind: str = "python"):
+    name = "example.py" if kind == "python" else "example.sh"
+    result = process(Candidate(Path(name), name, kind), rules, text.encode())
     assert result.status in ("changed", "unchanged"), result.error
     new = result.new_bytes.decode() if result.status == "changed" else text
     return new, result.findings
@@ -30,12 +31,14 @@ def migrate(text: str, rules: RuleSet):
 
 @pytest.mark.parametrize("rule_id", RULE_IDS)
 def test_explain_example_is_what_the_rule_does(rule_id, rules):
-    doc = next(r for r in upgrade.RULES if r.id == rule_id).doc()
+    rule = next(r for r in upgrade.RULES if r.id == rule_id)
+    doc = rule.doc()
+    kind = "python" if "python" in rule.kinds else rule.kinds[0]
     assert doc.title and doc.why and doc.before and doc.after and doc.caveats
-    new, findings = migrate(doc.before + "\n", rules)
+    new, findings = migrate(doc.before + "\n", rules, kind)
     assert new == doc.after + "\n"
     assert rule_id in {f.rule for f in findings}
-    again, _ = migrate(new, rules)
+    again, _ = migrate(new, rules, kind)
     assert again == new
 
 

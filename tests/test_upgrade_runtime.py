@@ -163,3 +163,102 @@ def test_torchscript_is_rejected_and_indexing_outputs_still_works():
     assert torch.equal(out[0], out.logits) and torch.equal(out.to_tuple()[0], out.logits)
     with pytest.raises(AttributeError):
         AutoModelForCausalLM.from_pretrained(MODEL, return_dict=False)(ids)
+
+
+def test_launcher_flags_rewritten_by_nm616_parse_with_the_target_parsers(monkeypatch):
+    """The 5.23 HfArgumentParser rejects the old flags of the fixture launch lines; the migrated
+    lines parse (shell, Slurm, Dockerfile exec form), and TRL 1.16 takes --max_length where
+    --max_seq_length was (an SFT script's launch)."""
+    import json as _json
+    import shlex
+
+    from transformers import HfArgumentParser, TrainingArguments
+    from trl import SFTConfig
+
+    def script_args(path: Path, script: str) -> list[list[str]]:
+        text = path.read_text()
+        if text.startswith("FROM"):
+            line = next(x for x in text.splitlines() if x.startswith("CMD ["))
+            cmds = [_json.loads(line[4:])]
+        else:
+            cmds = [shlex.split(x, comments=True) for x in text.replace("\\\n", " ").splitlines()]
+        out = []
+        for words in cmds:
+            if script in words and not any("$" in w for w in words):
+                args = words[words.index(script) + 1:]
+                out.append([w for w in args if w not in (">", "2>&1", "log.txt")])
+        return out
+
+    parser = HfArgumentParser(TrainingArguments)
+    own = {"--model_name_or_path", "gpt2", "--max_seq_length", "128", "--task_name", "mrpc"}  # the scripts' own
+
+    def parse(args):
+        args_, rest = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+        return args_, [w for w in rest if w not in own]
+
+    cases = [("NM616/launch", ".sh", "run_clm.py"), ("NM616/launch", ".sh", "run_glue.py"),
+             ("NM616/sbatch", ".slurm", "run_clm.py"), ("NM616/image", ".dockerfile", "run_clm.py")]
+    for stem, ext, script in cases:
+        for before in script_args(FIX / f"{stem}.before{ext}", script):
+            try:
+                _, rest = parse(before)
+            except (SystemExit, ValueError):
+                continue
+            assert rest, (stem, before)  # rejected
+        for after in script_args(FIX / f"{stem}.after{ext}", script):
+            args, rest = parse(after)
+            assert not rest and args.eval_strategy in ("steps", "epoch", "no"), (stem, after, rest)
+    args, _ = parse(script_args(FIX / "NM616/launch.after.sh", "run_clm.py")[0])
+    assert args.per_device_train_batch_size == 4 and args.train_sampling_strategy == "group_by_length"
+    sft = HfArgumentParser(SFTConfig)
+    _, rest = sft.parse_args_into_dataclasses(args=["--output_dir", "o", "--use_cpu", "--max_seq_length", "512"],
+                                              return_remaining_strings=True)
+    assert rest == ["--max_seq_length", "512"]
+    (cfg,) = sft.parse_args_into_dataclasses(args=["--output_dir", "o", "--use_cpu", "--max_length", "512"])
+    assert cfg.max_length == 512
+
+
+def test_load_dataset_keywords_rewritten_by_nm617_run(tmp_path):
+    """datasets 5.x rejects use_auth_token= / ignore_verifications= (the builder config gets them);
+    the migrated call of the fixture loads the same data."""
+    import datasets as _ds
+
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "a"}\n{"text": "b"}\n')
+    common = dict(data_files=str(data), split="train", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(TypeError):
+        _ds.load_dataset("json", use_auth_token=None, ignore_verifications=True, **common)
+    src = (FIX / "NM617/load_dataset.after.py").read_text()
+    line = next(x.strip() for x in src.splitlines() if x.strip().startswith("ds = load_dataset("))
+    call = line.split(" = ", 1)[1].replace("name, ", '"json", ').replace('split="train", ', "")
+    ds = _ds.load_dataset("json", token=None, verification_mode="no_checks", **common)
+    assert "token=HF_TOKEN" in call and 'verification_mode="no_checks"' in call
+    assert ds["text"] == ["a", "b"]
+    _ds.disable_caching()
+    assert not _ds.is_caching_enabled()
+    _ds.enable_caching()
+
+
+def test_hub_keywords_rewritten_by_nm617_are_accepted():
+    """Every huggingface_hub call of the NM617 fixture takes the keywords it is left with."""
+    import ast as _ast
+    import inspect
+
+    import huggingface_hub as hub
+
+    tree = _ast.parse((FIX / "NM617/hub_calls.after.py").read_text())
+    checked = 0
+    for node in _ast.walk(tree):
+        if isinstance(node, _ast.Call) and node.keywords:
+            func = node.func
+            if isinstance(func, _ast.Attribute) and isinstance(func.value, _ast.Call):
+                fn = getattr(hub.HfApi, func.attr)
+            elif isinstance(func, _ast.Name):
+                fn = getattr(hub, func.id)
+            else:
+                continue
+            params = inspect.signature(fn).parameters
+            for kw in node.keywords:
+                assert kw.arg in params, (getattr(func, "id", getattr(func, "attr", "")), kw.arg)
+            checked += 1
+    assert checked >= 5

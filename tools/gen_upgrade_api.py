@@ -25,6 +25,9 @@ targets, and writes the difference:
   old release's own help text / deprecation table), ``defaults`` (``name -> [old, new, last]``
   where the default changed);
 * ``methods``: ``Class.method -> {old: params, new: params, last}`` where the parameters changed;
+* ``functions``: ``function -> {removed: {keyword: last}, new: params}`` for the functions users
+  call (``datasets.load_dataset``, ``huggingface_hub.hf_hub_download``, ...) that lost keywords
+  (``use_auth_token``, ``trust_remote_code``, ``ignore_verifications``);
 * ``deprecations``: the ``deprecate_kwarg`` entries of the old releases (``lib, where, old, new,
   version``);
 * ``target``: the target-side facts the rules rely on (versions, the tracked fields' defaults,
@@ -38,8 +41,9 @@ Running it (needs the package registry; about 10 minutes)::
     python tools/gen_upgrade_api.py                  # probe every era + the targets, write the data
     python tools/gen_upgrade_api.py --check-target   # offline: the target side still holds
 
-The eras (versions the optimum-neuron releases pinned or ran with: transformers 4.35-4.51,
-accelerate 0.23-0.29, TRL of the same days) are in ``ERAS``.
+The eras (versions the optimum-neuron releases pinned or ran with: transformers 4.31-4.57,
+accelerate 0.21-1.10, TRL, huggingface_hub 0.16-0.36 and datasets 2.14-4.0 of the same days) are in
+``ERAS``; ``--make-venvs`` installs an era's pins into an existing venv too (a changed pin).
 """
 
 from __future__ import annotations
@@ -71,12 +75,13 @@ ERAS = {
              "huggingface_hub<0.17", "tokenizers<0.14", "datasets==2.14.7"],
     "old1": ["transformers==4.36.2", "trl==0.8.6", "diffusers==0.27.2", "accelerate==0.29.2", "peft==0.10.0",
              "huggingface_hub<0.25", "tokenizers<0.19", "datasets==2.19.2"],
+    # datasets pinned to a release of the era (unpinned, pip took the newest, a target-era 5.x)
     "old2": ["transformers==4.45.2", "trl==0.11.4", "diffusers==0.32.2", "accelerate==1.0.1", "peft==0.13.2",
-             "huggingface_hub<0.27"],
+             "huggingface_hub<0.27", "datasets==2.21.0"],
     "old3": ["transformers==4.51.3", "trl==0.19.1", "diffusers==0.33.1", "accelerate==1.7.0", "peft==0.15.2",
-             "huggingface_hub<0.34"],
+             "huggingface_hub<0.34", "datasets==3.6.0"],
     "old4": ["transformers==4.57.1", "trl==0.24.0", "diffusers==0.35.2", "accelerate==1.10.1", "peft==0.17.1",
-             "huggingface_hub<1.0"],
+             "huggingface_hub<1.0", "datasets==4.0.0"],
 }
 LIBS = ("transformers", "trl", "diffusers", "accelerate", "peft", "huggingface_hub", "datasets")
 
@@ -95,7 +100,8 @@ MODULES = (
     "diffusers.models.unet_2d_condition", "diffusers.models.unets.unet_2d_condition", "diffusers.models.vae",
     "diffusers.models.attention", "diffusers.utils",
     "accelerate", "accelerate.utils", "peft", "peft.utils",
-    "huggingface_hub", "datasets",
+    "huggingface_hub", "huggingface_hub.hf_api", "huggingface_hub.file_download", "huggingface_hub.utils",
+    "datasets", "datasets.load", "datasets.utils",
 )
 #: dataclasses whose fields are compared
 DATACLASSES = (
@@ -106,7 +112,7 @@ DATACLASSES = (
 CLASSES = (
     "transformers.PreTrainedTokenizerBase", "transformers.PreTrainedModel", "transformers.Trainer",
     "transformers.TrainingArguments", "transformers.GenerationMixin", "accelerate.Accelerator",
-    "huggingface_hub.HfApi",
+    "huggingface_hub.HfApi", "datasets.Dataset", "datasets.DatasetDict",
 )
 #: methods users override: their parameters are compared
 METHODS = (
@@ -115,6 +121,18 @@ METHODS = (
     "transformers.Trainer.evaluate", "transformers.Trainer.save_model", "transformers.Trainer._save",
     "transformers.Trainer.get_train_dataloader", "transformers.Trainer.create_optimizer_and_scheduler",
     "transformers.Trainer.__init__", "trl.SFTTrainer.__init__",
+)
+#: functions users call whose keyword parameters are compared (``functions``: removed keywords)
+FUNCTIONS = (
+    "datasets.load_dataset", "datasets.load_dataset_builder", "datasets.load_from_disk", "datasets.Dataset.map",
+    "datasets.Dataset.filter", "datasets.Dataset.push_to_hub", "datasets.DatasetDict.push_to_hub",
+    "datasets.DatasetDict.map",
+    "huggingface_hub.hf_hub_download", "huggingface_hub.snapshot_download", "huggingface_hub.login",
+    "huggingface_hub.create_repo", "huggingface_hub.upload_file", "huggingface_hub.upload_folder",
+    "huggingface_hub.list_models", "huggingface_hub.model_info", "huggingface_hub.whoami",
+    "huggingface_hub.HfApi.create_repo", "huggingface_hub.HfApi.upload_file", "huggingface_hub.HfApi.upload_folder",
+    "huggingface_hub.HfApi.model_info", "huggingface_hub.HfApi.list_models", "huggingface_hub.HfApi.whoami",
+    "huggingface_hub.HfApi.__init__",
 )
 FROM_PRETRAINED = ("transformers.PreTrainedModel.from_pretrained", "transformers.PreTrainedTokenizerBase.from_pretrained",
                    "diffusers.DiffusionPipeline.from_pretrained")
@@ -347,6 +365,21 @@ def probe(want_names: dict | None = None) -> dict:
         fn = _resolve(m)
         if fn is not None:
             methods[m] = _params(fn)
+    functions = {}
+    for m in FUNCTIONS:
+        fn = _resolve(m)
+        if fn is not None:
+            functions[m] = _params(fn)
+            # huggingface_hub 0.x's @validate_hf_hub_args took use_auth_token= for every token= (the
+            # wrapper's own code names it; the signature, which follows __wrapped__, does not)
+            wrappers, f = [], fn
+            while hasattr(f, "__wrapped__") and len(wrappers) < 8:
+                wrappers.append(getattr(f, "__code__", None))
+                f = f.__wrapped__
+            if (functions[m] is not None and any(c is not None and ("use_auth_token" in c.co_consts or "smoothly_deprecate_use_auth_token" in c.co_names)
+                                                  for c in wrappers)
+                    and "use_auth_token" not in {p[0] for p in functions[m]}):
+                functions[m].append(["use_auth_token", "KEYWORD_ONLY", "<validate_hf_hub_args>"])
     fp = {}
     for m in FROM_PRETRAINED:
         fn = _resolve(m)
@@ -360,7 +393,7 @@ def probe(want_names: dict | None = None) -> dict:
     for lib in ("transformers", "diffusers", "trl", "peft", "accelerate"):
         deps += _deprecations(lib)
     return {"versions": versions, "files": files, "names": names, "fields": fields, "attrs": attrs,
-            "methods": methods, "from_pretrained": fp, "generation_config": gen, "deprecations": deps}
+            "methods": methods, "functions": functions, "from_pretrained": fp, "generation_config": gen, "deprecations": deps}
 
 
 # ----------------------------------------------------------------------------------- diff side
@@ -394,6 +427,10 @@ def _moved_to(module: str, name: str, canonical: str | None, target_names: dict)
         cand = ".".join(parts[:i])
         if _present_in_target(cand, cqual, target_names):
             return f"{cand}.{cqual}"
+    # a private module's object is reached through the library's root (huggingface_hub._commit_api's
+    # CommitOperationAdd, which 0.x's hf_api re-exported, is huggingface_hub.CommitOperationAdd)
+    if any(p.startswith("_") for p in parts[1:]) and _present_in_target(parts[0], cqual, target_names):
+        return f"{parts[0]}.{cqual}"
     return None
 
 
@@ -469,6 +506,19 @@ def diff(olds: dict[str, dict], target: dict) -> dict:
         if last != new or added:
             methods[m] = {"old": first, "old_version": olds[first_era]["versions"][m.split(".")[0]],
                           "last": olds[last_era]["versions"][m.split(".")[0]], "new": new, "added": added}
+    functions: dict = {}
+    for m in FUNCTIONS:
+        new = target.get("functions", {}).get(m)
+        if new is None:
+            continue
+        names = {p[0] for p in new}
+        gone: dict = {}
+        for era in eras:
+            for p in olds[era].get("functions", {}).get(m) or ():
+                if p[0] not in names and p[1] not in ("VAR_POSITIONAL", "VAR_KEYWORD"):
+                    gone[p[0]] = olds[era]["versions"][m.split(".")[0]]
+        if gone:
+            functions[m] = {"removed": gone, "new": new}
     from_pretrained = {}
     for m in FROM_PRETRAINED:
         new = set(target["from_pretrained"].get(m, ()))
@@ -498,6 +548,7 @@ def diff(olds: dict[str, dict], target: dict) -> dict:
         "removed_attrs": removed_attrs,
         "fields": fields,
         "methods": methods,
+        "functions": functions,
         "from_pretrained": from_pretrained,
         "generation_config": {"removed": gen_removed, "defaults": gen_defaults},
         "deprecations": sorted(dep_rows.values()),
@@ -512,6 +563,7 @@ def target_side(target: dict, data: dict) -> dict:
         "versions": {k: v for k, v in target["versions"].items() if v},
         "fields": {c: {f: target["fields"][c][f][0] for f in fs} for c, fs in tracked.items()},
         "methods": {m: target["methods"][m] for m in data["methods"]},
+        "functions": {m: target["functions"][m] for m in data.get("functions", {})},
         "moved_to": sorted({e["moved_to"] for m in data["removed_names"].values() for e in m.values() if "moved_to" in e}),
     }
 
@@ -552,7 +604,7 @@ def main(argv=None) -> int:
         with gzip.open(OUT, "rt", encoding="utf-8") as f:
             data = json.load(f)
         fresh = target_side(probe(), data)
-        problems = [k for k in ("fields", "methods") if fresh[k] != data["target"][k]]
+        problems = [k for k in ("fields", "methods", "functions") if fresh.get(k) != data["target"].get(k)]
         if problems:
             print(f"target side changed: {problems}", file=sys.stderr)
             return 1

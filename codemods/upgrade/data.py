@@ -31,6 +31,10 @@ MOVES = {
     "torch._six.int_classes": "builtins.int",
     # huggingface_hub 1.0 removed HfFolder; get_token() reads the same token (env var, then the file)
     "huggingface_hub.HfFolder.get_token": "huggingface_hub.get_token",
+    # ... and HfFolder.path_token was the token file the constants module names (HF_TOKEN_PATH)
+    "huggingface_hub.HfFolder.path_token": "huggingface_hub.constants.HF_TOKEN_PATH",
+    "huggingface_hub.hf_api.HfFolder.get_token": "huggingface_hub.get_token",
+    "huggingface_hub.hf_api.HfFolder.path_token": "huggingface_hub.constants.HF_TOKEN_PATH",
 }
 #: removed modules whose names the generator does not probe (torch: see MOVES), with their last release
 REMOVED_MODULES = {"torch._six": "torch 1.13"}
@@ -61,6 +65,7 @@ class UpgradeData:
         self._attrs: dict = data["removed_attrs"]
         self._fields: dict = data["fields"]
         self._methods: dict = data["methods"]
+        self._functions: dict = data.get("functions", {})
 
     def removed_name(self, module: str, name: str) -> dict | None:
         """``{"last": version, "moved_to": qualname?}`` when ``module.name`` was public in an old
@@ -98,6 +103,11 @@ class UpgradeData:
         """``{"old": params, "new": params, "last": version}`` for a method whose parameters changed
         (params: ``[name, kind, default]``)."""
         return self._methods.get(qualname)
+
+    def function_change(self, qualname: str) -> dict | None:
+        """``{"removed": {keyword: last version}, "new": params}`` for a function users call
+        (``datasets.load_dataset``, ``huggingface_hub.hf_hub_download``) that lost keywords."""
+        return self._functions.get(qualname)
 
     def methods(self) -> list[str]:
         return sorted(self._methods)

@@ -13,7 +13,7 @@ from migrator.selfcheck.targetapi import api
 
 #: names other NM6xx rules own (NM601: AdamW; NM606: send_example_telemetry)
 OWNED = frozenset({"transformers.AdamW", "transformers.optimization.AdamW", "transformers.send_example_telemetry",
-                   "transformers.utils.send_example_telemetry"})
+                   "transformers.utils.send_example_telemetry", "datasets.set_caching_enabled"})
 #: replacement modules outside the target API data (stdlib; huggingface_hub: tests/test_upgrade_api.py imports them)
 STDLIB_TARGETS = ("math.", "builtins.", "huggingface_hub.")
 
@@ -30,12 +30,31 @@ HINTS = {
     "VisionRotaryEmbedding": "5.23's Qwen2VLVisionRotaryEmbedding takes the config and returns (cos, sin) for position "
                              "ids: no drop-in; keep the old class (dim, theta -> freqs) in the project",
     "CrossAttention": "use diffusers.models.attention_processor.Attention",
-    "HfFolder": "use huggingface_hub.get_token() / login(token=...)",
-    "load_metric": "datasets 3.0 moved metrics to the `evaluate` library: evaluate.load(name)",
+    "HfFolder": "use huggingface_hub.get_token() (reads the token), login(token=...) (checks it online, then saves "
+                "it: save_token), logout() (delete_token)",
+    "load_metric": "datasets 3.0 moved metrics to the `evaluate` library, which the migrated stack does not install "
+                   "(pip install evaluate): evaluate.load(name, config) loads the same metric from the Hub",
+    "list_metrics": "the metrics moved to the `evaluate` library: evaluate.list_evaluation_modules()",
+    "inspect_metric": "the metrics moved to the `evaluate` library (evaluate.load(path) reads a local metric)",
+    "Metric": "the metrics moved to the `evaluate` library: evaluate.Metric",
+    "MetricInfo": "the metrics moved to the `evaluate` library: evaluate.MetricInfo",
+    "list_datasets": "use huggingface_hub.list_datasets(), which yields DatasetInfo objects: [d.id for d in list_datasets()]",
+    "set_caching_enabled": "use datasets.enable_caching() / datasets.disable_caching()",
+    "inspect_dataset": "datasets 4.0 runs no loading script: download the dataset's files with "
+                       "huggingface_hub.snapshot_download(repo_id, repo_type=\"dataset\")",
+    "Repository": "huggingface_hub 1.0 removed the git-based Repository: upload with HfApi().upload_folder(repo_id=..., "
+                  "folder_path=...), download with snapshot_download(repo_id)",
+    "cached_download": "use hf_hub_download(repo_id, filename) (the repository and file of the URL)",
+    "InferenceApi": "use huggingface_hub.InferenceClient",
     "BeamScorer": "transformers v5 removed the beam-scorer classes: generate(num_beams=...) runs beam search itself",
     "BeamSearchScorer": "transformers v5 removed the beam-scorer classes: generate(num_beams=...) runs beam search itself",
     "find_pruneable_heads_and_indices": "transformers v5 removed head pruning helpers: copy the function into the project",
 }
+_TASK_TEMPLATE = ("datasets 3.0 removed the task templates (and prepare_for_task): rename and cast the columns with "
+                  "dataset.rename_column / cast_column")
+HINTS.update({f"datasets.{name}": _TASK_TEMPLATE for name in (
+    "AudioClassification", "AutomaticSpeechRecognition", "ImageClassification", "LanguageModeling",
+    "QuestionAnsweringExtractive", "Summarization", "TaskTemplate", "TextClassification")})
 
 
 def _split(qual: str) -> tuple[str, str]:
@@ -73,7 +92,7 @@ def message(qual: str, entry: dict) -> str:
     module, name = _split(qual)
     last = entry.get("last")
     where = f" (last in {last})" if last else ""
-    hint = HINTS.get(name)
+    hint = HINTS.get(qual) or HINTS.get(name)
     return f"{qual} is gone in {_lib_version(module)}{where}" + (f": {hint}" if hint else "")
 
 
