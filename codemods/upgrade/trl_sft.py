@@ -5,7 +5,7 @@
   args.packing_strategy in {"bfd", "bfd_split"})``): one flattened sequence per batch whose length
   changes from step to step, so every step is a new graph to compile on Neuron. ``"wrapped"``
   packs into fixed ``max_length`` blocks (static shapes, the old ConstantLengthDataset's behaviour).
-* defaults that flipped (``gradient_checkpointing``): pinned to the old value;
+* defaults that flipped (``gradient_checkpointing``, ``bf16``): pinned to the old value, with a comment;
 * keywords old ``SFTTrainer`` took itself (``max_seq_length``, ``dataset_text_field``, ``packing``,
   ...): they belong to ``SFTConfig`` now (marker);
 * a batched ``formatting_func`` (returns a list): TRL 1.16 calls it per example
@@ -29,8 +29,11 @@ PACKING_COMMENT = ("# \"wrapped\" packs into fixed max_length blocks; TRL's defa
                    "a new shape (compile) per step")
 #: defaults whose flip changes what a script does: pinned to the old value, written under the
 #: target's own name for the field (5.23: "`gradient_checkpointing` is deprecated ... Use
-#: `activation_checkpointing` instead"; the deprecated alias mirrors it)
-PINNED = (("gradient_checkpointing", "activation_checkpointing"),)
+#: `activation_checkpointing` instead"; the deprecated alias mirrors it), unless one of the
+#: keywords named third is given (SFTConfig turns bf16 on only when fp16 is not set)
+PINNED = (("gradient_checkpointing", "activation_checkpointing", ()), ("bf16", "bf16", ("fp16",)))
+#: what the target does where its dataclass default is not the value used
+EFFECTIVE = {"bf16": "True unless fp16 is set"}
 
 
 def _comment_above(ctx: PythonContext, text: str) -> None:
@@ -86,9 +89,10 @@ class SftUpgrade(PythonRule):
         TRL 1.16 changed what an old SFT script does without an error: `packing=True` now packs
         padding-free by default (`packing_strategy="bfd"`: batch shapes change every step, which
         recompiles every step on Neuron), so the static-shape strategy `"wrapped"` is pinned with
-        a comment; `gradient_checkpointing` now defaults to True on SFTConfig (the generated
-        upgrade data records the flip), so the old False is pinned (as `activation_checkpointing`,
-        the name 5.23 reads; the old one is its deprecated alias); `formatting_func` is called
+        a comment; `gradient_checkpointing` now defaults to True on SFTConfig and `bf16` to True
+        unless `fp16` is set (the generated upgrade data records both flips), so the old False is
+        pinned with a comment (gradient checkpointing as `activation_checkpointing`, the name 5.23
+        reads; the old one is its deprecated alias); `formatting_func` is called
         per example, so a batched one (returning a list) is wrapped. Keywords the old SFTTrainer
         took itself (`max_seq_length`, `dataset_text_field`, `packing`) get a marker: they are
         SFTConfig fields now.
@@ -102,7 +106,14 @@ class SftUpgrade(PythonRule):
         from trl import SFTConfig
 
         # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
-        config = SFTConfig(output_dir="out", packing=True, packing_strategy="wrapped", activation_checkpointing=False)
+        # activation_checkpointing=False, bf16=False: TRL 0.x defaults kept (TRL 1.16.0 turns them on)
+        config = SFTConfig(
+            output_dir="out",
+            packing=True,
+            packing_strategy="wrapped",
+            activation_checkpointing=False,
+            bf16=False,
+        )
     """
     caveats = """
         Only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
@@ -132,15 +143,21 @@ class SftUpgrade(PythonRule):
             plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{q}{STATIC_STRATEGY}{q}")))
             _comment_above(ctx, PACKING_COMMENT)
             ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (static shapes on Neuron)")
-        for field, write_as in PINNED:
+        pinned = []
+        for field, write_as, unless in PINNED:
             change = data().default_change(SFT_CONFIG, field)
-            if field in kw or write_as in kw or change is None or not isinstance(change[0], bool):
+            if (field in kw or write_as in kw or any(k in kw for k in unless) or change is None
+                    or not isinstance(change[0], bool)):
                 continue
             if api().accepts(SFT_CONFIG, write_as) is not True:
                 write_as = field
             plan.add.append((write_as, lambda v=change[0]: cst.Name(str(v))))
+            pinned.append(f"{write_as}={change[0]}")
             ctx.finding(node, f"{field}={change[0]} pinned (trl {change[2]}'s default; {data().target_versions.get('trl')} "
-                              f"defaults to {change[1]})")
+                              f"defaults to {EFFECTIVE.get(field, change[1])})")
+        if pinned:
+            _comment_above(ctx, f"# {', '.join(pinned)}: TRL 0.x default{'s' if len(pinned) > 1 else ''} kept (TRL "
+                                f"{data().target_versions.get('trl')} turns {'them' if len(pinned) > 1 else 'it'} on)")
         if plan.add:
             adds = list(plan.add)
             indent = statement_indent(ctx) + " " * line_prefix(ctx, node)
