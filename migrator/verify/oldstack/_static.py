@@ -14,7 +14,7 @@ MESSAGE = "neuron runtime (emulated): input shape does not match the shape the m
 
 def _check(x: Tensor, shape: List[int]) -> None:
     if list(x.shape) != shape:
-        raise RuntimeError(MESSAGE)
+        raise RuntimeError("neuron runtime (emulated): input shape does not match the shape the model was traced with")
 
 
 class Guard1(torch.nn.Module):
