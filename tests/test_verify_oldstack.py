@@ -176,3 +176,25 @@ def test_journey_original_and_migration_give_the_same_tokens(tmp_path):
     migrated = _lines(_run([sys.executable, "-m", "migrator.verify.child", str(migrated_script), str(LLAMA)]),
                       "generated")
     assert len(original) == 2 and original == migrated
+
+
+def test_neuron_trainer_original_and_migration_give_the_same_losses(tmp_path):
+    script = FIXTURES / "neuron_trainer_old.py"
+    original = _original(tmp_path, script, str(LLAMA), str(tmp_path / "o1"))
+    migrated_script = _migrate(tmp_path, script)
+    migrated = _run([sys.executable, "-m", "migrator.verify.child", str(migrated_script), str(LLAMA),
+                     str(tmp_path / "o2")])
+    for prefix in ("losses", "lrs"):
+        assert len(_lines(original, prefix)) == 1
+        assert _lines(original, prefix) == _lines(migrated, prefix)
+    # warmup_ratio=0.34 of 3 steps kept its meaning: the first step at lr 0, then the ramp
+    assert _lines(original, "lrs") == ["lrs [0.0, 0.0005, 0.001]"]
+
+
+def test_neuron_sft_pads_every_batch_to_max_seq_length(tmp_path):
+    """TRL 0.x arguments (tokenizer=, max_seq_length, a batched formatting_func) on TRL 1.16; the Neuron
+    collator's static shape: every batch exactly max_seq_length long."""
+    out = _original(tmp_path, FIXTURES / "neuron_sft_old.py", str(LLAMA), str(tmp_path / "out"))
+    assert _lines(out, "batch") == ["batch (2, 32)"] * 3
+    losses = json.loads(_lines(out, "losses")[0].split(" ", 1)[1])
+    assert len(losses) == 3 and all(0 < v < 20 for v in losses)
