@@ -63,7 +63,10 @@ def _migrate(tmp_path: Path, script: Path) -> Path:
     copy = tmp_path / "migrated" / script.name
     copy.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, copy)
-    _run([sys.executable, "-m", "migrator", str(copy), "--write"])
+    proc = subprocess.run([sys.executable, "-m", "migrator", str(copy), "--write"], env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr  # 1: manual actions were left (CONTRACT.md)
+    assert copy.read_text() != script.read_text()
     return copy
 
 
