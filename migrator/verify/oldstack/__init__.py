@@ -32,30 +32,7 @@ import types
 ROOTS = ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx", "neuronx_distributed",
          "libneuronxla")
 
-#: every NotEmulated raised in this process, in order (a script may catch one: the child can still see it)
-RAISED: list[str] = []
-
-
-class NotEmulated(Exception):
-    """The original touched an old-stack API that the emulation does not model."""
-
-    def __init__(self, api: str):
-        self.api = api
-        RAISED.append(api)
-        super().__init__(f"cannot run the original: `{api}` is not emulated")
-
-
-def not_emulated(api: str):
-    """A callable standing for an API that is known but not modelled: calling it raises NotEmulated."""
-
-    def _raise(*args, **kwargs):
-        raise NotEmulated(api)
-
-    _raise.__name__ = api.rsplit(".", 1)[-1]
-    _raise.__qualname__ = _raise.__name__
-    _raise.__neuron_migrate_not_emulated__ = api
-    return _raise
-
+from migrator.verify.oldstack.errors import RAISED, NotEmulated, not_emulated
 
 # --------------------------------------------------------------------------------------------- table
 #: the provider modules (under migrator.verify.oldstack); each has ``MODULES``: {emulated module: names}.
@@ -127,7 +104,7 @@ class _Loader(importlib.abc.Loader):
         if "." not in name or name == "optimum.neuron":
             module.__version__ = "0.0.0+neuron-migrate-emulated"
         if _root_of(name) in ("torch_xla", "libneuronxla"):
-            from migrator.verify.oldstack import xla
+            from migrator.verify.oldstack import xla  # the device handling of torch_xla
 
             xla.install_device()  # "xla" devices -> cpu, init_process_group("xla") -> gloo
 

@@ -79,7 +79,7 @@ GUARDS = {1: Guard1, 2: Guard2, 3: Guard3, 4: Guard4, 5: Guard5, 6: Guard6}
 def guard(traced, shapes: List[List[int]]):
     cls = GUARDS.get(len(shapes))
     if cls is None:
-        from migrator.verify.oldstack import NotEmulated
+        from migrator.verify.oldstack.errors import NotEmulated
 
         raise NotEmulated("torch_neuronx.trace(more than 6 example inputs)")
     return torch.jit.script(cls(traced, shapes))

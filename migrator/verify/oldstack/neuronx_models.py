@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from migrator.verify.oldstack import NotEmulated, not_emulated
+from migrator.verify.oldstack.errors import NotEmulated, not_emulated
 
 _AMP = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16"}
 

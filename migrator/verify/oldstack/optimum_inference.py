@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import warnings
 
-from migrator.verify.oldstack import NotEmulated
+from migrator.verify.oldstack.errors import NotEmulated
 
 logger = logging.getLogger("optimum.neuron")
 
@@ -26,10 +25,9 @@ DTYPES = {"fp32": "float32", "float32": "float32", "tf32": "float32", "bf16": "b
           "fp16": "float16", "float16": "float16"}
 #: compiler / cache knobs: no effect on what is computed
 KNOBS = {"compiler_workdir", "disable_neuron_cache", "inline_weights_to_neff", "optlevel", "instance_type",
-         "disable_fast_relayout", "disable_fallback", "compiler_args", "file_name", "subfolder",
-         "force_download", "cache_dir", "local_files_only", "token", "use_auth_token", "revision",
-         "trust_remote_code", "library_name", "compiler_type", "compiler_version", "load_weights",
-         "continuous_batching", "on_device_sampling", "data_parallel_mode", "device_ids", "low_cpu_mem_usage"}
+         "disable_fast_relayout", "disable_fallback", "compiler_args", "file_name", "subfolder", "library_name",
+         "compiler_type", "compiler_version", "load_weights", "continuous_batching", "on_device_sampling",
+         "data_parallel_mode", "device_ids", "use_auth_token"}
 
 
 def _torch():
@@ -72,20 +70,10 @@ def _config_dtype(model_id, default):
     return dtype if dtype is not None else default
 
 
-def _split_kwargs(kwargs: dict, api: str, allowed=()) -> dict:
-    """Keyword arguments for transformers' from_pretrained: the knobs are dropped, the rest passed on."""
-    passed = {}
-    for key, value in kwargs.items():
-        if key in KNOBS:
-            continue
-        if key in ("torch_dtype", "dtype") or key in allowed:
-            passed[key] = value
-            continue
-        if key in ("trust_remote_code",):
-            passed[key] = value
-            continue
-        passed[key] = value
-    return passed
+def _split_kwargs(kwargs: dict) -> dict:
+    """Keyword arguments for transformers' from_pretrained: the compiler/cache knobs are dropped (they do
+    not change what is computed), the others are passed on."""
+    return {key: value for key, value in kwargs.items() if key not in KNOBS}
 
 
 class _Proxy:
@@ -148,7 +136,7 @@ class NeuronModelForCausalLM(_Proxy):
             dtype = default_dtype if default_dtype is not None else _config_dtype(model_id, _torch().float32)
         else:
             dtype = _dtype(auto_cast_type)
-        passed = _split_kwargs(kwargs, "NeuronModelForCausalLM.from_pretrained")
+        passed = _split_kwargs(kwargs)
         passed.pop("torch_dtype", None)
         passed.pop("dtype", None)
         model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **passed).eval()
@@ -315,7 +303,7 @@ class NeuronTracedModel(_Proxy):
                                "torch_dtype": str(kwargs.get("torch_dtype") or kwargs.get("dtype") or "float32"),
                                "output_attentions": output_attentions, "output_hidden_states": output_hidden_states,
                                "checkpoint_id": str(model_id)}
-        passed = _split_kwargs(kwargs, f"{cls.__name__}.from_pretrained")
+        passed = _split_kwargs(kwargs)
         passed.pop("torch_dtype", None)
         passed.pop("dtype", None)
         dtype = _dtype(export_settings.get("torch_dtype") or "float32")

@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 import os
 
-from migrator.verify.oldstack import NotEmulated, not_emulated
+from migrator.verify.oldstack.errors import NotEmulated, not_emulated
 
 _built: dict = {}
 

@@ -21,7 +21,7 @@ import contextlib
 import os
 import sys
 
-from migrator.verify.oldstack import NotEmulated, not_emulated
+from migrator.verify.oldstack.errors import NotEmulated, not_emulated
 
 REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX = "sum", "mul", "and", "or", "min", "max"
 _state = {"installed": False}
@@ -525,11 +525,6 @@ def _optim(name):
     import torch
 
     return getattr(torch.optim, name)
-
-
-class _LazyOptim:
-    def __init__(self, name):
-        self._name = name
 
 
 def __getattr__(name):
