@@ -68,7 +68,9 @@ class _Sampler:
 
         if amp not in _AMP:
             raise NotEmulated(f"transformers_neuronx.{cls.__name__}.from_pretrained(amp={amp!r})")
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, _AMP[amp])).eval()
+        from migrator.verify.oldstack.optimum_inference import dtype_kwargs
+
+        model = AutoModelForCausalLM.from_pretrained(model_path, **dtype_kwargs(getattr(torch, _AMP[amp]))).eval()
         return cls(model, int(batch_size), int(n_positions), tp_degree)
 
     def to_neuron(self):

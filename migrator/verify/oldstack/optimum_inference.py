@@ -48,6 +48,14 @@ def _dtype(name):
     return getattr(torch, DTYPES[key])
 
 
+def dtype_kwargs(dtype) -> dict:
+    """``dtype=`` for transformers >= 4.56, ``torch_dtype=`` for the older ones (``--original-python``)."""
+    import transformers
+
+    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
 def _dtype_name(dtype) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[str(dtype).replace("torch.", "")]
 
@@ -74,6 +82,20 @@ def _split_kwargs(kwargs: dict) -> dict:
     """Keyword arguments for transformers' from_pretrained: the compiler/cache knobs are dropped (they do
     not change what is computed), the others are passed on."""
     return {key: value for key, value in kwargs.items() if key not in KNOBS}
+
+
+def _sharding(num_cores) -> dict:
+    """The old runtime sharded the decoder over ``num_cores`` NeuronCores (Megatron-style: column-parallel
+    q/k/v and up projections, row-parallel o/down with an all-reduce of the partial sums). When the
+    original runs on that many torchrun ranks, the model is sharded the same way (transformers' TP
+    plan over gloo): in bf16 the all-reduced partial sums round differently from the unsharded model.
+    On one process the unsharded model computes the same values up to that rounding."""
+    cores = int(num_cores or 1)
+    if cores > 1 and int(os.environ.get("WORLD_SIZE", "1")) == cores:
+        from transformers.distributed import DistributedConfig
+
+        return {"distributed_config": DistributedConfig(tp_size=cores)}
+    return {}
 
 
 class _Proxy:
@@ -139,7 +161,8 @@ class NeuronModelForCausalLM(_Proxy):
         passed = _split_kwargs(kwargs)
         passed.pop("torch_dtype", None)
         passed.pop("dtype", None)
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **passed).eval()
+        passed.update(_sharding(num_cores))
+        model = AutoModelForCausalLM.from_pretrained(model_id, **dtype_kwargs(dtype), **passed).eval()
         export = {"task": "text-generation", "batch_size": int(batch_size or 1),
                   "sequence_length": int(sequence_length), "num_cores": num_cores,
                   "auto_cast_type": _dtype_name(dtype), "checkpoint_id": str(model_id)}
@@ -153,7 +176,7 @@ class NeuronModelForCausalLM(_Proxy):
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(
-                model_id, dtype=_dtype(saved["auto_cast_type"])).eval()
+                model_id, **dtype_kwargs(_dtype(saved["auto_cast_type"])), **_sharding(saved.get("num_cores"))).eval()
             return cls(model, saved)
         if args:
             raise NotEmulated("optimum.neuron.NeuronModelForCausalLM.from_pretrained(positional config)")
@@ -309,7 +332,7 @@ class NeuronTracedModel(_Proxy):
         dtype = _dtype(export_settings.get("torch_dtype") or "float32")
         if export_settings.get("auto_cast") == "all":
             dtype = _dtype(export_settings.get("auto_cast_type") or "bf16")
-        model = auto.from_pretrained(model_id, dtype=dtype, **passed).eval()
+        model = auto.from_pretrained(model_id, **dtype_kwargs(dtype), **passed).eval()
         pad = getattr(model.config, "pad_token_id", None)
         return cls(model, export_settings, tokenizer_pad_id=pad if isinstance(pad, int) else 0)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from typing import Optional
 
 from migrator.verify.oldstack.errors import NotEmulated, not_emulated
 
@@ -37,27 +38,27 @@ NEURON_FIELDS = {
     "tensor_parallel_size": (int, 1), "pipeline_parallel_size": (int, 1),
     "pipeline_parallel_num_microbatches": (int, -1), "zero_1": (bool, False),
     "disable_sequence_parallel": (bool, False), "sequence_parallel_enabled": (bool, False),
-    "disable_embedding_parallelization": (bool, False), "kv_size_multiplier": (int | None, None),
+    "disable_embedding_parallelization": (bool, False), "kv_size_multiplier": (Optional[int], None),
     "fuse_qkv": (bool, False), "recompute_causal_mask": (bool, True), "num_local_ranks_per_step": (int, 8),
     "use_xser": (bool, True), "async_save": (bool, False), "skip_cache_push": (bool, False),
-    "neuron_cc_optlevel": (str | None, None), "use_autocast": (bool, False),
+    "neuron_cc_optlevel": (Optional[str], None), "use_autocast": (bool, False),
     "stochastic_rounding_enabled": (bool, True), "optimizer_use_master_weights": (bool, True),
     "optimizer_use_fp32_grad_acc": (bool, True), "optimizer_save_master_weights_in_ckpt": (bool, False),
-    "dataloader_prefetch_size": (int | None, None), "enable_throughput_metrics": (bool, True),
+    "dataloader_prefetch_size": (Optional[int], None), "enable_throughput_metrics": (bool, True),
     "enable_mfu_metrics": (bool, True), "enable_efficiency_metrics": (bool, True), "metrics_window_size": (int, 50),
 }
 #: transformers 4.x fields removed in 5.x (the old scripts pass them)
 REMOVED_FIELDS = {
-    "overwrite_output_dir": (bool, False), "evaluation_strategy": (str | None, None),
-    "per_gpu_train_batch_size": (int | None, None), "per_gpu_eval_batch_size": (int | None, None),
-    "warmup_ratio": (float, 0.0), "logging_dir": (str | None, None), "save_safetensors": (bool, True),
+    "overwrite_output_dir": (bool, False), "evaluation_strategy": (Optional[str], None),
+    "per_gpu_train_batch_size": (Optional[int], None), "per_gpu_eval_batch_size": (Optional[int], None),
+    "warmup_ratio": (float, 0.0), "logging_dir": (Optional[str], None), "save_safetensors": (bool, True),
     "no_cuda": (bool, False), "use_mps_device": (bool, False), "half_precision_backend": (str, "xla"),
-    "fp16_backend": (str, "auto"), "tpu_num_cores": (int | None, None), "group_by_length": (bool, False),
+    "fp16_backend": (str, "auto"), "tpu_num_cores": (Optional[int], None), "group_by_length": (bool, False),
     "include_inputs_for_metrics": (bool, False), "include_tokens_per_second": (bool, False),
-    "use_legacy_prediction_loop": (bool, False), "push_to_hub_model_id": (str | None, None),
-    "push_to_hub_organization": (str | None, None), "push_to_hub_token": (str | None, None),
-    "dispatch_batches": (bool | None, None), "split_batches": (bool | None, None), "adafactor": (bool, False),
-    "ray_scope": (str, "last"), "torchdynamo": (str | None, None), "fp16_opt_level": (str, "O1"),
+    "use_legacy_prediction_loop": (bool, False), "push_to_hub_model_id": (Optional[str], None),
+    "push_to_hub_organization": (Optional[str], None), "push_to_hub_token": (Optional[str], None),
+    "dispatch_batches": (Optional[bool], None), "split_batches": (Optional[bool], None), "adafactor": (bool, False),
+    "ray_scope": (str, "last"), "torchdynamo": (Optional[str], None), "fp16_opt_level": (str, "O1"),
 }
 
 
@@ -195,7 +196,7 @@ def _build_sft():
 
     base = _built["NeuronTrainingArguments"]
     have = {f.name for f in dataclasses.fields(base)} | {f.name for f in dataclasses.fields(SFTConfig)}
-    extra = [("max_seq_length", int | None, dataclasses.field(default=None))]
+    extra = [("max_seq_length", Optional[int], dataclasses.field(default=None))]
     extra += [(n, t, f) for n, t, f in _field_list(SFTConfig) if n not in have]
 
     def __post_init__(self):
