@@ -155,15 +155,17 @@ def test_training_arguments_mapping(checks):
     assert checks["args_fp16"].startswith("ValueError: The fp16 data type is not supported in Neuron")
 
 
-def test_xla_optimizer_step_averages_like_ddp_under_torchrun(tmp_path):
+@pytest.mark.parametrize("xla_backend", [True, False], ids=["init_process_group_xla", "no_process_group"])
+def test_xla_optimizer_step_averages_like_ddp_under_torchrun(tmp_path, xla_backend):
     runner = tmp_path / "_run.py"
     runner.write_text(RUNNER + FINISH)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(runner),
-                str(FIXTURES / "oldstack_xla_train.py"), str(out_dir)])
+                str(FIXTURES / "oldstack_xla_train.py"), str(out_dir), *(["--xla-backend"] if xla_backend else [])])
     reports = sorted(json_reports(out, "rank"), key=lambda r: r["rank"])
     assert [r["world"] for r in reports] == [2, 2]
+    assert all(r["backend"] == "gloo" for r in reports)
     assert all(r["param_diff_vs_ddp"] < 1e-6 for r in reports)
     assert all(r["mesh_sum"] == 3 and r["payloads"] == ["0", "1"] for r in reports)
     assert sorted(p.name for p in out_dir.iterdir()) == ["written_by_rank0.pt"]  # master only

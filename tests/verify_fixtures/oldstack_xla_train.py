@@ -1,5 +1,8 @@
 """A torch-xla training step in our own words, run under the emulation on torchrun ranks (gloo):
-``oldstack_xla_train.py OUT_DIR``. Each rank prints one JSON object (tests/test_verify_oldstack.py)."""
+``oldstack_xla_train.py OUT_DIR [--xla-backend]``. With ``--xla-backend`` the script starts the process
+group as torch-xla scripts did (``init_process_group("xla", init_method="xla://")``); without it, it
+never starts one (the XLA runtime needed none). Each rank prints one JSON object
+(tests/test_verify_oldstack.py)."""
 
 import json
 import os
@@ -10,6 +13,11 @@ import torch_xla.core.xla_model as xm
 import torch_xla.distributed.parallel_loader as pl
 
 out_dir = sys.argv[1]
+if "--xla-backend" in sys.argv:
+    import torch.distributed as dist
+    import torch_xla.distributed.xla_backend  # noqa: F401 - registers the "xla" backend
+
+    dist.init_process_group("xla", init_method="xla://")
 device = xm.xla_device()
 rank, world = xm.get_ordinal(), xm.xrt_world_size()
 
@@ -48,4 +56,5 @@ total = xm.mesh_reduce("ranks", rank + 1, sum)
 payloads = xm.rendezvous("done", payload=str(rank).encode())
 xm.master_print("master says hi")
 print(json.dumps({"rank": rank, "world": world, "param_diff_vs_ddp": diff, "mesh_sum": total,
-                  "payloads": [p.decode() for p in payloads], "device": str(device)}), flush=True)
+                  "payloads": [p.decode() for p in payloads], "device": str(device),
+                  "backend": torch.distributed.get_backend()}), flush=True)
