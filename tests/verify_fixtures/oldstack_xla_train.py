@@ -57,4 +57,4 @@ payloads = xm.rendezvous("done", payload=str(rank).encode())
 xm.master_print("master says hi")
 print(json.dumps({"rank": rank, "world": world, "param_diff_vs_ddp": diff, "mesh_sum": total,
                   "payloads": [p.decode() for p in payloads], "device": str(device),
-                  "backend": torch.distributed.get_backend()}), flush=True)
+                  "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None}), flush=True)
