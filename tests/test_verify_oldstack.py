@@ -95,7 +95,8 @@ def test_install_imports_nothing_heavy_and_not_emulated_message():
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("oldstack")
-    out = _original(tmp, FIXTURES / "oldstack_checks.py", str(LLAMA), str(CLASSIFIER), str(tmp))
+    _run([sys.executable, str(FIXTURES / "make_tiny_sd.py"), str(tmp / "tiny-sd")])
+    out = _original(tmp, FIXTURES / "oldstack_checks.py", str(LLAMA), str(CLASSIFIER), str(tmp), str(tmp / "tiny-sd"))
     return json_reports(out, "oldstack")[0]["oldstack"]
 
 
@@ -142,6 +143,17 @@ def test_traced_classifier_pads_to_the_compiled_shape(checks):
     assert checks["clf_shape"] == [1, 2]
     assert checks["clf_matches_padded"] is True
     assert "exceeds the compiled static shape (16)" in checks["clf_too_long"]
+
+
+def test_pipeline_tokenizes_to_the_compiled_length(checks):
+    assert checks["pipeline_same_as_padded"] is True
+
+
+def test_diffusion_pipeline_shapes_and_precision(checks):
+    assert checks["sd_shape"] == [1, 64, 64, 3]
+    assert checks["sd_same_as_bf16_autocast"] is True  # the export's default auto_cast="matmul", bf16
+    assert checks["sd_other_height"] == "ValueError: the pipeline was compiled for height=64, got height=32"
+    assert checks["sd_two_prompts"].startswith("ValueError: 2 images per call exceed the compiled batch")
 
 
 def test_transformers_neuronx_top_k_1_is_greedy(checks):

@@ -1,5 +1,5 @@
 """Old-stack code in our own words, run under the emulation (tests/test_verify_oldstack.py):
-``oldstack_checks.py TINY_LLAMA TINY_CLASSIFIER OUT_DIR``. Prints one JSON object of results."""
+``oldstack_checks.py TINY_LLAMA TINY_CLASSIFIER OUT_DIR [TINY_SD]``. Prints one JSON object of results."""
 
 import json
 import os
@@ -127,5 +127,37 @@ args = NeuronTrainingArguments(output_dir=out_dir, evaluation_strategy="steps", 
 results["args"] = [str(args.eval_strategy), args.warmup_steps, args.bf16, args._neuron_bf16]
 results["args_fp16"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, fp16=True))
 results["args_tp"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, tensor_parallel_size=8))
+
+# ---- optimum.neuron.pipeline(): the classifier tokenized to the compiled length
+from transformers import AutoTokenizer  # noqa: E402
+from transformers import pipeline as hf_pipeline  # noqa: E402
+
+from optimum.neuron import pipeline  # noqa: E402
+
+tokenizer = AutoTokenizer.from_pretrained(classifier)
+neuron_pipe = pipeline("text-classification", model=classifier, export=True, input_shapes={"batch_size": 1,
+                                                                                           "sequence_length": 16})
+plain_pipe = hf_pipeline("text-classification", model=plain, tokenizer=tokenizer)
+text = "static shapes are padded"
+got = neuron_pipe(text)[0]
+want = plain_pipe(text, padding="max_length", max_length=16, truncation=True)[0]
+results["pipeline_same_as_padded"] = got["label"] == want["label"] and abs(got["score"] - want["score"]) < 1e-6
+
+# ---- diffusion: the export's shapes and its default bf16 matmuls
+if len(sys.argv) > 4:
+    from diffusers import StableDiffusionPipeline  # noqa: E402
+
+    from optimum.neuron import NeuronStableDiffusionPipeline  # noqa: E402
+
+    sd = NeuronStableDiffusionPipeline.from_pretrained(sys.argv[4], export=True, batch_size=1, height=64, width=64)
+    image = sd("a lighthouse", num_inference_steps=1, output_type="np", generator=torch.manual_seed(0)).images
+    reference_pipe = StableDiffusionPipeline.from_pretrained(sys.argv[4])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected_image = reference_pipe("a lighthouse", num_inference_steps=1, output_type="np", height=64,
+                                        width=64, generator=torch.manual_seed(0)).images
+    results["sd_shape"] = list(image.shape)
+    results["sd_same_as_bf16_autocast"] = bool((abs(image - expected_image)).max() == 0)
+    results["sd_other_height"] = error_of(lambda: sd("x", num_inference_steps=1, height=32, output_type="np"))
+    results["sd_two_prompts"] = error_of(lambda: sd(["x", "y"], num_inference_steps=1, output_type="np"))
 
 print(json.dumps({"oldstack": results}))
