@@ -165,6 +165,7 @@ def test_training_arguments_mapping(checks):
     assert strategy.endswith("STEPS") and warmup == 0.1
     assert bf16_autocast is False and bf16_model is True  # whole model in bf16 (XLA downcast), no autocast
     assert checks["args_fp16"].startswith("ValueError: The fp16 data type is not supported in Neuron")
+    assert checks["training_model"] == ["LlamaForCausalLM", "torch.bfloat16", "sdpa"]
 
 
 @pytest.mark.parametrize("xla_backend", [True, False], ids=["init_process_group_xla", "no_process_group"])

@@ -128,6 +128,13 @@ results["args"] = [str(args.eval_strategy), args.warmup_steps, args.bf16, args._
 results["args_fp16"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, fp16=True))
 results["args_tp"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, tensor_parallel_size=8))
 
+# ---- the NxD training model (0.3+) at size 1: the transformers model, NKI flash attention -> sdpa
+from optimum.neuron.models.training import NeuronModelForCausalLM as TrainingCausalLM  # noqa: E402
+
+trained = TrainingCausalLM.from_pretrained(llama, args.trn_config, torch_dtype=torch.bfloat16,
+                                           attn_implementation="flash_attention_2")
+results["training_model"] = [type(trained).__name__, str(trained.dtype), trained.config._attn_implementation]
+
 # ---- optimum.neuron.pipeline(): the classifier tokenized to the compiled length
 from transformers import AutoTokenizer  # noqa: E402
 from transformers import pipeline as hf_pipeline  # noqa: E402

@@ -284,6 +284,60 @@ def _build_orpo():
     return _built
 
 
+# ---------------------------------------------------------------------------------------------- training models
+class TrainingNeuronConfig:
+    """``optimum.neuron.models.training.TrainingNeuronConfig`` at tensor/pipeline parallel size 1."""
+
+    def __init__(self, tensor_parallel_size=1, sequence_parallel_enabled=False, kv_size_multiplier=None,
+                 pipeline_parallel_size=1, virtual_pipeline_parallel_size=1, pipeline_parallel_num_microbatches=1,
+                 pipeline_parallel_use_zero1_optimizer=False, gradient_checkpointing=False, checkpoint_dir=None,
+                 num_local_ranks_per_step=8, use_xser=True, async_save=False, fuse_qkv=False,
+                 recompute_causal_mask=True, transpose_nki_inputs=True):
+        if (tensor_parallel_size or 1) > 1 or (pipeline_parallel_size or 1) > 1:
+            raise NotEmulated("optimum.neuron.models.training.TrainingNeuronConfig(tensor_parallel_size>1)")
+        self.tensor_parallel_size = 1
+        self.pipeline_parallel_size = 1
+        self.sequence_parallel_enabled = False
+        self.gradient_checkpointing = gradient_checkpointing
+        self.data_parallel_size = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _training_kwargs(kwargs: dict) -> dict:
+    """The NKI flash attention computed exact attention: sdpa on CPU."""
+    if kwargs.get("attn_implementation") == "flash_attention_2":
+        kwargs["attn_implementation"] = "sdpa"
+    if "torch_dtype" in kwargs and "dtype" not in kwargs:
+        kwargs["dtype"] = kwargs.pop("torch_dtype")
+    return kwargs
+
+
+class _TrainingModel:
+    """``from_pretrained(model_id, trn_config, ...)`` / ``from_config(config, trn_config)`` of the NxD
+    training models: the transformers model (trn_config at size 1 changes nothing)."""
+
+    auto_class = "AutoModelForCausalLM"
+
+    @classmethod
+    def _auto(cls):
+        import transformers
+
+        return getattr(transformers, cls.auto_class)
+
+    @classmethod
+    def from_pretrained(cls, model_id, trn_config=None, *args, **kwargs):
+        if trn_config is not None and getattr(trn_config, "tensor_parallel_size", 1) > 1:
+            raise NotEmulated(f"optimum.neuron.models.training.{cls.__name__}.from_pretrained(tensor_parallel_size>1)")
+        return cls._auto().from_pretrained(model_id, *args, **_training_kwargs(kwargs))
+
+    @classmethod
+    def from_config(cls, config, trn_config=None, **kwargs):
+        return cls._auto().from_config(config, **_training_kwargs(kwargs))
+
+
+def _training_class(name):
+    return type(name, (_TrainingModel,), {"__doc__": f"optimum.neuron.models.training.{name}, emulated"})
+
+
 # ---------------------------------------------------------------------------------------------- helpers
 @contextlib.contextmanager
 def lazy_load_for_parallelism(tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1):
@@ -346,6 +400,24 @@ _LAZY = {"NeuronTrainingArguments": _build, "NeuronTrainer": _build, "TrainiumTr
          "NeuronSFTConfig": _build_sft, "NeuronSFTTrainer": _build_sft,
          "NeuronORPOConfig": _build_orpo, "NeuronORPOTrainer": _build_orpo}
 
+NeuronModelForCausalLM = _training_class("NeuronModelForCausalLM")
+LlamaForCausalLM = _training_class("LlamaForCausalLM")
+Qwen3ForCausalLM = _training_class("Qwen3ForCausalLM")
+GraniteForCausalLM = _training_class("GraniteForCausalLM")
+
+
+def synchronize_hub_cache(*args, **kwargs):
+    return None
+
+
+def get_hub_cached_entries(*args, **kwargs):
+    return []
+
+
+def get_hub_cached_models(*args, **kwargs):
+    return []
+
+
 NeuronAccelerator = not_emulated("optimum.neuron.NeuronAccelerator")
 NeuronAcceleratorState = not_emulated("optimum.neuron.NeuronAcceleratorState")
 NeuronPartialState = not_emulated("optimum.neuron.NeuronPartialState")
@@ -378,6 +450,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "optimum.neuron.utils.training_utils": ("patch_transformers_for_neuron_sdk", "is_main_worker"),
     "optimum.neuron.utils.trl_utils": ("NeuronSFTConfig", "NeuronORPOConfig"),
     "optimum.neuron.version": ("__version__", "__sdk_version__"),
-    "optimum.neuron.models.training": (),
+    "optimum.neuron.models.training": ("NeuronModelForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM",
+                                       "GraniteForCausalLM", "TrainingNeuronConfig"),
+    "optimum.neuron.models.training.config": ("TrainingNeuronConfig",),
+    "optimum.neuron.cache": ("synchronize_hub_cache", "get_hub_cached_entries", "get_hub_cached_models"),
     "optimum.neuron.peft": ("get_peft_model",),
 }

@@ -384,6 +384,18 @@ def save(data, file_or_path, master_only=True, global_master=False):
     rendezvous("torch_xla.core.xla_model.save")
 
 
+def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, pin_layout=True):
+    """All-reduce (gloo has no reduce-scatter), then this ordinal's shard along scatter_dim."""
+    if groups:
+        raise NotEmulated("torch_xla.core.xla_model.reduce_scatter(groups=...)")
+    reduced = all_reduce(reduce_type, input, scale=scale)
+    shard = reduced.chunk(shard_count, dim=scatter_dim)[get_ordinal() % shard_count].contiguous()
+    if output is not None:
+        output.copy_(shard)
+        return output
+    return shard
+
+
 def add_step_closure(closure, args=(), run_async=False):
     closure(*args)
 
@@ -580,13 +592,42 @@ def load(path, **kwargs):
     return torch.load(path, **kwargs)
 
 
+def checkpoint(function, *args, **kwargs):
+    """torch_xla.utils.checkpoint.checkpoint: activation checkpointing, the same gradients."""
+    import torch.utils.checkpoint
+
+    kwargs.setdefault("use_reentrant", True)
+    return torch.utils.checkpoint.checkpoint(function, *args, **kwargs)
+
+
+def start_server(port, only_on_master=True):
+    return None
+
+
+@contextlib.contextmanager
+def _no_op(*args, **kwargs):
+    yield
+
+
+def trace(*args, **kwargs):
+    return None
+
+
+StepTrace = _no_op
+Trace = _no_op
+
+
+def trace_detached(*args, **kwargs):
+    return None
+
+
 XlaFullyShardedDataParallel = not_emulated("torch_xla.distributed.fsdp.XlaFullyShardedDataParallel")
 
 XM = ("xla_device", "mark_step", "wait_device_ops", "optimizer_step", "reduce_gradients", "save", "get_ordinal",
       "get_local_ordinal", "xrt_world_size", "world_size", "is_master_ordinal", "master_print", "rendezvous",
       "mesh_reduce", "all_reduce", "all_gather", "add_step_closure", "set_rng_state", "get_rng_state",
       "get_xla_supported_devices", "xla_device_hw", "xla_real_devices", "is_xla_tensor", "get_memory_info",
-      "unlazy", "REDUCE_SUM", "REDUCE_MUL", "REDUCE_AND", "REDUCE_OR", "REDUCE_MIN", "REDUCE_MAX")
+      "unlazy", "reduce_scatter", "REDUCE_SUM", "REDUCE_MUL", "REDUCE_AND", "REDUCE_OR", "REDUCE_MIN", "REDUCE_MAX")
 
 MODULES: dict[str, tuple[str, ...]] = {
     "torch_xla": ("device", "sync", "step", "device_count", "launch"),
@@ -606,5 +647,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                                 "metric_data", "counter_value", "clear_all", "clear_counters", "clear_metrics"),
     "torch_xla.utils": (),
     "torch_xla.utils.serialization": ("save", "load"),
+    "torch_xla.utils.checkpoint": ("checkpoint",),
+    "torch_xla.debug.profiler": ("start_server", "trace", "StepTrace", "Trace", "trace_detached"),
     "libneuronxla": (),
 }
