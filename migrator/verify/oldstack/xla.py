@@ -119,6 +119,16 @@ def install_device() -> None:
 
     autocast_init.__wrapped__ = original_init
     cls.__init__ = autocast_init
+
+    original_load = torch.load
+
+    def load(f, map_location=None, *args, **kwargs):
+        if map_location is not None and _is_xla(map_location):
+            map_location = cpu
+        return original_load(f, map_location, *args, **kwargs)
+
+    load.__wrapped__ = original_load
+    torch.load = load
     _patch_process_group(torch)
 
 
@@ -477,17 +487,21 @@ class PerDeviceLoader:
 
 
 def _move(batch, device):
+    import collections.abc
+
     import torch
 
     if isinstance(batch, torch.Tensor):
         return batch.to(device)
-    if isinstance(batch, dict):
-        return type(batch)({k: _move(v, device) for k, v in batch.items()}) if type(batch) is dict else \
-            batch.__class__(**{k: _move(v, device) for k, v in batch.items()}) if hasattr(batch, "to") else \
-            {k: _move(v, device) for k, v in batch.items()}
+    if type(batch) is dict:
+        return {k: _move(v, device) for k, v in batch.items()}
+    if isinstance(batch, collections.abc.Mapping):
+        if callable(getattr(batch, "to", None)):  # transformers' BatchEncoding / BatchFeature
+            return batch.to(device)
+        return {k: _move(v, device) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
         items = [_move(v, device) for v in batch]
-        return type(batch)(items) if not hasattr(batch, "_fields") else type(batch)(*items)
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
     return batch
 
 
