@@ -161,9 +161,10 @@ def test_transformers_neuronx_top_k_1_is_greedy(checks):
 
 
 def test_training_arguments_mapping(checks):
-    strategy, warmup, bf16_autocast, bf16_model = checks["args"]
+    strategy, warmup, bf16, bf16_model, mixed_precision = checks["args"]
     assert strategy.endswith("STEPS") and warmup == 0.1
-    assert bf16_autocast is False and bf16_model is True  # whole model in bf16 (XLA downcast), no autocast
+    # the whole model in bf16 (the XLA downcast), no autocast; the script still reads bf16=True
+    assert bf16 is True and bf16_model is True and mixed_precision == "no"
     assert checks["args_fp16"].startswith("ValueError: The fp16 data type is not supported in Neuron")
     assert checks["training_model"] == ["LlamaForCausalLM", "torch.bfloat16", "sdpa"]
 

@@ -124,7 +124,12 @@ from optimum.neuron import NeuronTrainingArguments  # noqa: E402
 
 args = NeuronTrainingArguments(output_dir=out_dir, evaluation_strategy="steps", eval_steps=5, warmup_ratio=0.1,
                                zero_1=True, logging_dir="logs", overwrite_output_dir=True, bf16=True)
-results["args"] = [str(args.eval_strategy), args.warmup_steps, args.bf16, args._neuron_bf16]
+from optimum.neuron import NeuronTrainer  # noqa: E402
+
+bf16_trainer = NeuronTrainer(model=AutoModelForCausalLM.from_pretrained(llama), args=args,
+                             eval_dataset=[{"input_ids": torch.tensor([1, 2])}])
+results["args"] = [str(args.eval_strategy), args.warmup_steps, args.bf16, str(bf16_trainer.model.dtype) ==
+                   "torch.bfloat16", str(bf16_trainer.accelerator.mixed_precision)]
 results["args_fp16"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, fp16=True))
 results["args_tp"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, tensor_parallel_size=8))
 

@@ -100,7 +100,25 @@ def _post_init(self, parent):
     self._neuron_bf16 = bool(self.bf16)
     if self._neuron_bf16 and not self._neuron_amp:
         self.bf16 = False  # the model itself is bf16 (the trainer casts it): no autocast on top
+    elif self.bf16:
+        self.use_cpu = True  # autocast bf16 on the CPU the emulation runs on (transformers asks for use_cpu)
     parent.__post_init__(self)
+    if self._neuron_bf16:
+        self.bf16 = True  # what the script reads back; the trainers keep autocast off (_no_autocast)
+
+
+@contextlib.contextmanager
+def _no_autocast(args):
+    """While a trainer is built (its accelerator reads the mixed precision), bf16 reads False when the
+    old stack ran the whole model in bf16 instead of autocasting."""
+    flip = args is not None and _full_bf16(args) and getattr(args, "bf16", False)
+    if flip:
+        args.bf16 = False
+    try:
+        yield
+    finally:
+        if flip:
+            args.bf16 = True
 
 
 def _build():
@@ -132,7 +150,8 @@ def _build():
                 import torch
 
                 model = model.to(torch.bfloat16)
-            super().__init__(model, args, *pos, **kwargs)
+            with _no_autocast(args):
+                super().__init__(model, args, *pos, **kwargs)
 
     Seq2SeqNeuronTrainingArguments = dataclasses.make_dataclass(
         "Seq2SeqNeuronTrainingArguments", _field_list(transformers.Seq2SeqTrainingArguments),
@@ -225,8 +244,6 @@ def _build_sft():
                 values = {} if args is None else {f.name: getattr(args, f.name) for f in dataclasses.fields(args)
                                                   if f.init and f.name in {g.name for g in dataclasses.fields(NeuronSFTConfig)}}
                 values.setdefault("output_dir", "tmp_trainer")
-                if args is not None and getattr(args, "_neuron_bf16", False):
-                    values["bf16"] = True
                 args = NeuronSFTConfig(**values, **({"max_seq_length": moved.pop("max_seq_length")}
                                                     if "max_seq_length" in moved else {}))
             for key, value in moved.items():
@@ -252,7 +269,8 @@ def _build_sft():
                 init = dict(args.model_init_kwargs or {})
                 init["dtype"] = torch.bfloat16
                 args.model_init_kwargs = init
-            super().__init__(model, args, *pos, formatting_func=formatting_func, **kwargs)
+            with _no_autocast(args):
+                super().__init__(model, args, *pos, formatting_func=formatting_func, **kwargs)
 
     _built.update(NeuronSFTConfig=NeuronSFTConfig, NeuronSFTTrainer=NeuronSFTTrainer)
     return _built
