@@ -121,7 +121,8 @@ def test_xla_device_and_bf16_environment(checks):
 
 
 def test_trace_fixed_shapes_artifact_and_auto_cast(checks):
-    assert checks["trace_default_matches_bf16_matmul"] is True  # neuronx-cc's default --auto-cast matmult
+    # neuronx-cc's default --auto-cast matmult: bf16 operands, fp32 accumulation (also after save/load)
+    assert checks["trace_default_matches_bf16_matmul"] is True
     assert checks["trace_none_matches_fp32"] is True
     for key in ("trace_other_shape", "trace_reloaded_other_shape"):
         assert "input shape does not match the shape the model was traced with" in checks[key]
@@ -151,7 +152,8 @@ def test_pipeline_tokenizes_to_the_compiled_length(checks):
 
 def test_diffusion_pipeline_shapes_and_precision(checks):
     assert checks["sd_shape"] == [1, 64, 64, 3]
-    assert checks["sd_same_as_bf16_autocast"] is True  # the export's default auto_cast="matmul", bf16
+    # the export's default auto_cast="matmul", bf16: close to the float32 pipeline, not equal to it
+    assert 0 < checks["sd_diff_from_fp32"] < 0.05
     assert checks["sd_other_height"] == "ValueError: the pipeline was compiled for height=64, got height=32"
     assert checks["sd_two_prompts"].startswith("ValueError: 2 images per call exceed the compiled batch")
 

@@ -6,7 +6,8 @@ TorchScript module too, so ``.save()``, ``torch.jit.save`` and ``torch.jit.load`
 scripted guard that rejects an input whose shape differs from the example's (the compiled NEFF ran
 only at its traced shapes; the guard is saved with the module, so a reloaded artifact rejects them
 too). Precision follows neuronx-cc: ``--auto-cast matmult`` with ``--auto-cast-type bf16`` is the
-compiler's default (matmuls in bf16, traced under CPU autocast, outputs back in float32),
+compiler's default (the float32 inputs of matmuls and convolutions rounded to bf16, the products
+accumulated in float32: ``_static.MatmulCast``, recorded into the trace),
 ``--auto-cast none`` keeps float32, ``--auto-cast all`` runs the whole model in the cast type.
 """
 
@@ -57,6 +58,8 @@ def _inputs_tuple(example_inputs):
 def _cast_module(cast: str, cast_type: str):
     import torch
 
+    from migrator.verify.oldstack import _static  # noqa: I001 - imports torch
+
     dtype = getattr(torch, _CAST_TYPES[cast_type])
 
     def to_fp32(out):
@@ -77,9 +80,8 @@ def _cast_module(cast: str, cast_type: str):
             if cast == "all":
                 xs = tuple(x.to(dtype) if x.is_floating_point() else x for x in xs)
                 return to_fp32(self.inner(*xs))
-            with torch.autocast("cpu", dtype=dtype):
-                out = self.inner(*xs)
-            return to_fp32(out)
+            with _static.MatmulCast(dtype):  # recorded by the trace: the saved artifact rounds too
+                return self.inner(*xs)
 
     return AutoCast
 

@@ -288,7 +288,8 @@ NeuronDecoderModel = NeuronModelForCausalLM
 class NeuronTracedModel(_Proxy):
     """A traced encoder: the transformers model, its inputs padded to the compiled static shapes (an
     input larger than them raises), the outputs cut back to the caller's batch (and sequence, for
-    per-token outputs); ``auto_cast`` "matmul" runs under CPU autocast, "all" casts the model."""
+    per-token outputs); ``auto_cast`` "matmul" rounds the inputs of every matmul to ``auto_cast_type``
+    (float32 accumulation, ``_static.MatmulCast``), "all" casts the model."""
 
     auto_model_class = "AutoModel"
     #: output fields cut on the batch dim only; the others are cut on batch and sequence
@@ -389,7 +390,9 @@ class NeuronTracedModel(_Proxy):
                     and _dtype(export.get("auto_cast_type") or "bf16") != torch.float32)
         with torch.no_grad():
             if autocast:
-                with torch.autocast("cpu", dtype=_dtype(export.get("auto_cast_type") or "bf16")):
+                from migrator.verify.oldstack import _static  # noqa: I001 - imports torch
+
+                with _static.MatmulCast(_dtype(export.get("auto_cast_type") or "bf16")):
                     out = self.model(**padded)
             else:
                 out = self.model(**padded)
@@ -401,8 +404,6 @@ class NeuronTracedModel(_Proxy):
                 value = value[:batch, ..., :length, :] if value.dim() >= 3 else value[:batch, :length]
             else:
                 value = value[:batch]
-            if autocast and value.is_floating_point():
-                value = value.float()
             out[key] = value
         return out
 
@@ -454,7 +455,8 @@ class NeuronModelForMultipleChoice(NeuronTracedModel):
 class NeuronDiffusionPipelineBase(_Proxy):
     """The diffusers pipeline on CPU with the export's static shapes (height, width, batch) as the call
     defaults (another size raises) and its precision: ``auto_cast="matmul"`` (the export's default,
-    with ``auto_cast_type="bf16"``) runs every call under CPU autocast in that dtype."""
+    with ``auto_cast_type="bf16"``) rounds the inputs of every matmul/convolution to that dtype
+    (float32 accumulation), as neuronx-cc did."""
 
     _inner_attr = "pipeline"
     diffusers_class = "DiffusionPipeline"
@@ -514,7 +516,9 @@ class NeuronDiffusionPipelineBase(_Proxy):
         cast = settings.get("auto_cast")
         cast_dtype = _dtype(settings.get("auto_cast_type") or "bf16")
         if cast in ("matmul", "all") and cast_dtype != torch.float32:
-            with torch.autocast("cpu", dtype=cast_dtype):
+            from migrator.verify.oldstack import _static  # noqa: I001 - imports torch
+
+            with _static.MatmulCast(cast_dtype):
                 return self.pipeline(*args, **kwargs)
         return self.pipeline(*args, **kwargs)
 
