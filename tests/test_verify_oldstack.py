@@ -39,16 +39,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 
-def _env() -> dict:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(ROOT),
+def _env(pythonpath: str = str(ROOT)) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=pythonpath,
                TOKENIZERS_PARALLELISM="false")
     for var in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16", "NEURON_MIGRATE_VERIFY_SIDE"):
         env.pop(var, None)
     return env
 
 
-def _run(cmd, cwd=None, timeout=600) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+def _run(cmd, cwd=None, timeout=600, env=None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
 
@@ -75,6 +75,19 @@ def _lines(out: str, prefix: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- unit
+def test_an_installed_optimum_is_not_shadowed():
+    """An ``optimum`` package on the path loads as usual; only ``optimum.neuron`` is the emulation."""
+    installed = FIXTURES / "optimum_double"
+    code = (
+        "from migrator.verify import oldstack\n"
+        "oldstack.install()\n"
+        "import optimum, optimum.neuron\n"
+        "print(optimum.__path__[0], optimum.neuron.__neuron_migrate_emulated__)\n"
+    )
+    out = _run([sys.executable, "-c", code], env=_env(f"{ROOT}{os.pathsep}{installed}"))
+    assert out.split() == [str(installed / "optimum"), "True"]
+
+
 def test_install_imports_nothing_heavy_and_not_emulated_message():
     code = (
         "import sys\n"

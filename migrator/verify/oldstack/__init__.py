@@ -142,8 +142,8 @@ def _asked_by_a_library() -> bool:
 class OldStackFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "optimum":
-            if importlib.machinery.PathFinder.find_spec("optimum") is not None:
-                return None  # a real optimum: it loads as usual, optimum.neuron still comes from here
+            if importlib.machinery.PathFinder.find_spec("optimum") is not None or _asked_by_a_library():
+                return None  # a real optimum loads as usual (optimum.neuron still comes from here)
             return importlib.machinery.ModuleSpec("optimum", _NamespaceLoader(), is_package=True)
         root = _root_of(fullname)
         if root is None or _asked_by_a_library():
