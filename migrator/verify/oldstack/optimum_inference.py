@@ -99,9 +99,12 @@ def _sharding(num_cores) -> dict:
 
 
 class _Proxy:
-    """Attribute access falls through to the wrapped transformers/diffusers object."""
+    """Attribute access falls through to the wrapped transformers/diffusers object. Its ``__call__`` /
+    ``generate`` is what the user's code sees (inputs padded inside, outputs cut back): an observer
+    should record these calls, not the wrapped model's (``__neuron_migrate_emulated__``)."""
 
     _inner_attr = "model"
+    __neuron_migrate_emulated__ = True
 
     def __getattr__(self, item):
         if item.startswith("__"):
