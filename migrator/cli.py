@@ -385,7 +385,8 @@ def _build_app():
 
     @app.command(
         "verify",
-        help="Run a migrated script on Neuron (or an emulated Neuron device) and compare its outputs.",
+        help="Run a migrated script (or notebook) and its original (--against PATH|REV, the old stack emulated "
+             "on CPU) and compare their outputs.",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
     )
     def verify_cmd(
@@ -393,6 +394,20 @@ def _build_app():
         script: Path = typer.Argument(..., help="The script to run."),
         device: str = typer.Option("auto", "--device", help="auto, neuron, cpu, emulate or cuda."),
         reference: str = typer.Option("cpu", "--reference", help="cpu or none."),
+        against: Optional[str] = typer.Option(
+            None, "--against", help="The original: a path, or a git revision (HEAD, main~1). Default: HEAD when "
+                                    "the script differs from it in a git work tree."),
+        original_python: Optional[str] = typer.Option(
+            None, "--original-python", help="Interpreter for the original (e.g. its old virtual environment)."),
+        original_nproc: Optional[int] = typer.Option(
+            None, "--original-nproc", min=1,
+            help="Processes of the original (default --nproc): 1 for an optimum-neuron script whose num_cores "
+                 "became tp_size."),
+        original_cache: Optional[Path] = typer.Option(
+            None, "--original-cache", help="Folder caching the original's observations (reused while the "
+                                           "original, its arguments and interpreter are unchanged)."),
+        keep_scratch: bool = typer.Option(False, "--keep-scratch",
+                                          help="Keep the scratch working directories of --against."),
         baseline: Optional[Path] = typer.Option(None, "--baseline", help="Golden file to compare with."),
         record: Optional[Path] = typer.Option(None, "--record", help="Write the observations as a golden file."),
         nproc: int = typer.Option(1, "--nproc", min=1, help="Processes (torchrun) for distributed scripts."),
@@ -412,6 +427,8 @@ def _build_app():
             reference_explicit=source not in (None, "DEFAULT", "DEFAULT_MAP"),
             baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
             max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
+            against=against, original_python=original_python, original_nproc=original_nproc,
+            keep_scratch=keep_scratch, original_cache=original_cache,
         )
         code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
         raise typer.Exit(code)

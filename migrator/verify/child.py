@@ -3,6 +3,9 @@
 Environment:
   NEURON_MIGRATE_VERIFY_OUT     JSON file the observations are written to (rank 0 only)
   NEURON_MIGRATE_VERIFY_DEVICE  neuron | cpu | emulate | cuda | none
+  NEURON_MIGRATE_VERIFY_SIDE    migrated | original (the original side runs with the old stack emulated)
+
+A notebook (``.ipynb``) is executed cell by cell in a kernel instead (``notebook.py``).
 """
 
 from __future__ import annotations
@@ -50,11 +53,18 @@ def main(argv: list[str]) -> int:
         except (AttributeError, ValueError):
             pass
 
-    from migrator.verify import instrument
+    if script.endswith(".ipynb"):
+        from migrator.verify import notebook
+
+        return notebook.run(script, args, device, out)
+
+    from migrator.verify import instrument, side
 
     if os.environ.get(INSTRUMENT_ENV, "1") == "0":
         instrument._state["capturing"] = False
     instrument.install(device)
+    side.track_process_group()
+    side.install_emulation()  # the original side: the old stack emulated on CPU (migrator.verify.oldstack)
 
     sys.argv = [script, *args]
     # as `python SCRIPT` does: the script's folder first (``-m`` put the cwd there instead)
@@ -64,6 +74,7 @@ def main(argv: list[str]) -> int:
     else:
         sys.path.insert(0, script_dir)
     status = {"exit": 0, "error": None}
+    failure: BaseException | None = None
     start = time.perf_counter()
     try:
         runpy.run_path(script, run_name="__main__")
@@ -78,6 +89,7 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         status["exit"] = 1
         status["error"] = f"{type(exc).__name__}: {exc}"
+        failure = exc
     wall = time.perf_counter() - start
     if "migrator.verify.emulate" in sys.modules:
         sys.modules["migrator.verify.emulate"].uninstall()
@@ -92,6 +104,7 @@ def main(argv: list[str]) -> int:
             "exit": status["exit"],
             "error": status["error"],
         }
+        payload.update(side.payload_fields(failure))
         try:
             _write(out, payload)
         except Exception as exc:  # pragma: no cover

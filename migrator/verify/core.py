@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from migrator.verify.compare import Check, audit, compare, compile_lines, hint_for
 from migrator.verify.golden import GoldenError, read_golden, write_golden
-from migrator.verify.runner import run_child
+from migrator.verify.runner import RunResult, run_child
+from migrator.verify import scratch
 
 DEVICES = ("auto", "neuron", "cpu", "emulate", "cuda")
 REFERENCES = ("cpu", "none")
@@ -38,6 +42,22 @@ class Options:
     timeout: float = 1800.0
     fmt: str = "text"
     output: Path | None = None
+    against: str | None = None            # the original: a path, or a git revision
+    original_python: str | None = None    # the interpreter the original runs under
+    original_nproc: int | None = None     # processes of the original (default: --nproc)
+    keep_scratch: bool = False            # keep the sides' scratch working directories
+    original_cache: Path | None = None    # reuse the original's observations (cache.py)
+
+
+SELF_NOTE = ("note: no original given (--against): this compares the migrated script with a second run of "
+             "itself on plain CPU. That catches what the device changes (a crash or another result on "
+             "{device}, recompiles), not what the migration changed (another dtype, generation setting, "
+             "learning rate, a dropped step or checkpoint): pass --against ORIGINAL (a path or a git "
+             "revision such as HEAD)")
+DEFAULT_HEAD_NOTE = ("note: no --against given: {script} differs from its committed version, so it is "
+                     "compared with git HEAD's version (--against HEAD)")
+NOTHING_COMPARED = ("nothing compared: no output of the script was compared with the reference (a compile "
+                    "audit alone proves nothing about the results)")
 
 
 def real_neuron_available() -> bool:
@@ -90,7 +110,8 @@ def run_verify(opts: Options, out=None, err=None) -> tuple[int, dict]:
     out = out or sys.stdout
     err = err or sys.stderr
     report: dict = {"script": str(opts.script), "script_args": list(opts.script_args), "status": "error",
-                    "exit_code": 2, "reason": None, "checks": [], "recompiles": []}
+                    "exit_code": 2, "reason": None, "checks": [], "recompiles": [], "notes": [],
+                    "warnings": []}
     try:
         code = _run(opts, report, out, err)
     except VerifyError as exc:
@@ -102,17 +123,51 @@ def run_verify(opts: Options, out=None, err=None) -> tuple[int, dict]:
     return code, report
 
 
-def _run(opts: Options, report: dict, out, err) -> int:
+def _validate(opts: Options) -> None:
     if opts.reference not in REFERENCES:
         raise VerifyError(f"--reference must be cpu or none, not {opts.reference!r}")
     if opts.fmt not in FORMATS:
         raise VerifyError(f"--format must be text or json, not {opts.fmt!r}")
-    if opts.nproc < 1:
-        raise VerifyError("--nproc must be at least 1")
+    if opts.nproc < 1 or (opts.original_nproc is not None and opts.original_nproc < 1):
+        raise VerifyError("--nproc and --original-nproc must be at least 1")
     if opts.timeout <= 0:
         raise VerifyError("--timeout must be positive")
     if not opts.script.is_file():
         raise VerifyError(f"script not found: {opts.script}")
+    if opts.against is not None and opts.baseline is not None:
+        raise VerifyError("--against and --baseline are two references: give one")
+    if opts.original_python is not None:
+        exe = shutil.which(opts.original_python) if os.sep not in opts.original_python else opts.original_python
+        if not exe or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
+            raise VerifyError(f"--original-python {opts.original_python}: no such interpreter (give the path of "
+                              "the python executable of the original's environment)")
+        opts.original_python = os.path.abspath(exe)
+
+
+def _mode(opts: Options, report: dict) -> str:
+    """against | baseline | record | self | audit; records the notes that say which."""
+    if opts.against is not None:
+        return "against"
+    if opts.baseline is not None:
+        return "baseline"
+    if opts.record is not None and not opts.reference_explicit:
+        return "record"
+    if opts.reference == "none":
+        return "audit"
+    if not opts.reference_explicit and scratch.modified_in_work_tree(opts.script):
+        opts.against = "HEAD"
+        report["notes"].append(DEFAULT_HEAD_NOTE.format(script=opts.script))
+        return "against"
+    return "self"
+
+
+def _is_compared(check: Check) -> bool:
+    # the observation layer marks the checks that compared an output; the compile audit never does
+    return bool(getattr(check, "compared", check.name != "compile audit"))
+
+
+def _run(opts: Options, report: dict, out, err) -> int:
+    _validate(opts)
     golden = None
     if opts.baseline is not None:
         try:
@@ -121,37 +176,32 @@ def _run(opts: Options, report: dict, out, err) -> int:
             raise VerifyError(str(exc)) from None
     device = resolve_device(opts.device)
     report["device"] = device
+    mode = _mode(opts, report)
+    report["mode"] = mode
+    if opts.original_python is not None and mode != "against":
+        raise VerifyError("--original-python runs the original: give it with --against")
+    if opts.original_nproc is not None and mode != "against":
+        raise VerifyError("--original-nproc runs the original: give it with --against")
     # the script's stdout must not corrupt a JSON report printed on stdout
     child_out = err if (opts.fmt == "json" and opts.output is None) else out
 
+    if mode == "against":
+        return _run_against(opts, report, device, child_out, err)
+
     if golden is not None:
         report["reference"] = f"golden file {opts.baseline}"
-    elif opts.record is not None and not opts.reference_explicit:
+    elif mode == "record":
         report["reference"] = "none (recording)"
     else:
         report["reference"] = "cpu run" if opts.reference == "cpu" else "none"
+    if mode == "self":
+        report["notes"].append(SELF_NOTE.format(device=device))
 
     main = run_child(opts.script, opts.script_args, device, nproc=opts.nproc, timeout=opts.timeout,
                      stdout=child_out, stderr=err, label=f"{device} run")
-    report["wall_time_s"] = main.data.get("wall_time_s")
-    report["peak_rss_mb"] = main.data.get("peak_rss_mb")
-    if not main.ok:
-        report["reason"] = main.reason
+    if not _take_main(opts, report, main):
         return 2
     obs = main.data.get("observations") or {}
-    report["observations"] = {k: len(obs.get(k) or []) for k in OBSERVED_KINDS}
-    compile_info = obs.get("compile") or {}
-    report["compile"] = {"graphs": compile_info.get("graphs", 0),
-                         "compilations": compile_info.get("compilations", 0),
-                         "recompiles": len(compile_info.get("recompiles") or [])}
-    report["recompiles"] = [dict(r, hint=hint_for(r.get("reason", ""))) for r in compile_info.get("recompiles") or []]
-    report["warmup"] = compile_info.get("warmup") or []
-    report["_compile_lines"] = compile_lines(compile_info)
-    if not observed_anything(obs):
-        report["reason"] = ("nothing was observed: the script made no generate(), pipeline(), Trainer or "
-                            "diffusion call and compiled no graph")
-        return 2
-
     if opts.record is not None:
         try:
             write_golden(opts.record, str(opts.script), obs,
@@ -164,7 +214,7 @@ def _run(opts: Options, report: dict, out, err) -> int:
     checks: list[Check] = []
     if golden is not None:
         checks += compare(obs, golden["observations"], opts.atol, opts.rtol)
-    elif opts.reference == "cpu" and not (opts.record is not None and not opts.reference_explicit):
+    elif mode == "self":
         ref = run_child(opts.script, opts.script_args, "cpu", nproc=opts.nproc, timeout=opts.timeout,
                         stdout=child_out, stderr=err, label="cpu reference run")
         report["reference_wall_time_s"] = ref.data.get("wall_time_s")
@@ -172,19 +222,128 @@ def _run(opts: Options, report: dict, out, err) -> int:
             report["reason"] = ref.reason
             return 2
         checks += compare(obs, (ref.data.get("observations") or {}), opts.atol, opts.rtol)
-    checks.append(audit(compile_info, opts.max_recompiles))
+    return _verdict(opts, report, checks, obs, comparing=mode in ("baseline", "self"))
+
+
+def _run_against(opts: Options, report: dict, device: str, child_out, err) -> int:
+    """Run the original (on CPU, the old stack emulated) and the migrated script, each in its own scratch
+    working directory (scratch.py), and compare the migrated observations with the original's."""
+    original = Path(opts.against)
+    root = Path(tempfile.mkdtemp(prefix="neuron-migrate-verify-"))
+    user_cwd = Path.cwd()
+    try:
+        try:
+            if original.is_file():
+                report["reference"] = f"original {opts.against}"
+                orig_place = scratch.original_from_path(root, opts.script, original, user_cwd)
+            elif original.exists():
+                raise VerifyError(f"--against {opts.against}: a folder; give the original script's path")
+            else:
+                orig_place = scratch.original_from_revision(root, opts.script, opts.against, user_cwd)
+                report["reference"] = f"original {orig_place.label}"
+            mig_place = scratch.migrated_side(root, opts.script, user_cwd)
+        except scratch.ScratchError as exc:
+            raise VerifyError(str(exc)) from None
+        except OSError as exc:
+            raise VerifyError(f"cannot prepare the scratch working directories in {root}: {exc}") from None
+        if opts.original_python:
+            report["original_python"] = opts.original_python
+        ref = _run_original(opts, report, orig_place, user_cwd, child_out, err)
+        if not ref.ok:
+            report["reason"] = ref.reason
+            return 2
+        main = run_child(mig_place.script, opts.script_args, device, nproc=opts.nproc, timeout=opts.timeout,
+                         stdout=child_out, stderr=err, label=f"migrated run ({device})", side="migrated",
+                         cwd=mig_place.cwd)
+        if not _take_main(opts, report, main):
+            return 2
+        obs = main.data.get("observations") or {}
+        checks = compare(obs, ref.data.get("observations") or {}, opts.atol, opts.rtol)
+        return _verdict(opts, report, checks, obs, comparing=True)
+    finally:
+        if opts.keep_scratch:
+            report["scratch"] = str(root)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cwd: Path, child_out,
+                  err) -> RunResult:
+    from migrator.verify import cache
+
+    nproc = opts.original_nproc or opts.nproc
+    key = None
+    if opts.original_cache is not None:
+        key = cache.key(place.script.parent, place.script.name, opts.script_args, user_cwd,
+                        opts.original_python or sys.executable, nproc)
+        data = cache.load(Path(opts.original_cache), key)
+        if data is not None:
+            report["reference"] += " (observations from the cache)"
+            report["reference_wall_time_s"] = data.get("wall_time_s")
+            return RunResult(True, data=data)
+    ref = run_child(place.script, opts.script_args, "cpu", nproc=nproc, timeout=opts.timeout, stdout=child_out,
+                    stderr=err, label="original run (cpu)", side="original", cwd=place.cwd,
+                    python=opts.original_python)
+    report["reference_wall_time_s"] = ref.data.get("wall_time_s")
+    if ref.ok and key is not None:
+        cache.store(Path(opts.original_cache), key, ref.data)
+    return ref
+
+
+def _take_main(opts: Options, report: dict, main: RunResult) -> bool:
+    """Record the (migrated) run's figures and compile activity; False when it failed or observed nothing."""
+    report["wall_time_s"] = main.data.get("wall_time_s")
+    report["peak_rss_mb"] = main.data.get("peak_rss_mb")
+    if not main.ok:
+        report["reason"] = main.reason
+        return False
+    obs = main.data.get("observations") or {}
+    report["observations"] = {k: len(obs.get(k) or []) for k in OBSERVED_KINDS}
+    compile_info = obs.get("compile") or {}
+    report["compile"] = {"graphs": compile_info.get("graphs", 0),
+                         "compilations": compile_info.get("compilations", 0),
+                         "recompiles": len(compile_info.get("recompiles") or [])}
+    report["recompiles"] = [dict(r, hint=hint_for(r.get("reason", ""))) for r in compile_info.get("recompiles") or []]
+    report["warmup"] = compile_info.get("warmup") or []
+    report["_compile_lines"] = compile_lines(compile_info)
+    if opts.nproc > 1 and main.data.get("process_group") is False:
+        report["warnings"].append(
+            f"--nproc {opts.nproc}: the script never started a process group (torch.distributed."
+            f"init_process_group), so {opts.nproc} copies of it ran side by side, each alone; run it without "
+            "--nproc, or check that it initialises torch.distributed under torchrun")
+    skipped = (main.data.get("notebook") or {}).get("shell_lines_not_run")
+    if skipped:
+        report["warnings"].append(f"{skipped} shell line(s) of the notebook (!, %pip, %conda, %%bash...) were "
+                                  "not run, on either side")
+    if not observed_anything(obs):
+        report["reason"] = ("nothing was observed: the script made no generate(), pipeline(), Trainer or "
+                            "diffusion call and compiled no graph")
+        return False
+    return True
+
+
+def _verdict(opts: Options, report: dict, checks: list[Check], obs: dict, comparing: bool) -> int:
+    """Exit 1 on a failed check; in a comparison mode, exit 2 when no output was compared (OK means that
+    at least one output was compared and matched); in audit/record mode the audit decides."""
+    checks = list(checks)
+    report["compared"] = sum(1 for c in checks if _is_compared(c))
+    checks.append(audit(obs.get("compile") or {}, opts.max_recompiles))
     report["checks"] = [c.to_dict() for c in checks]
     failed = [c for c in checks if not c.ok]
     if failed:
         report["reason"] = "; ".join(f"{c.name}: {c.detail}" for c in failed)
         return 1
+    if comparing and not report["compared"]:
+        report["reason"] = NOTHING_COMPARED
+        return 2
     return 0
 
 
 # ----------------------------------------------------------------------------- output
 
 def render_text(report: dict) -> str:
-    lines = [f"neuron-migrate verify {report['script']}"]
+    lines = list(report.get("notes") or [])
+    lines.append(f"neuron-migrate verify {report['script']}")
     if report.get("device"):
         lines.append(f"device: {report['device']}    reference: {report.get('reference', '-')}")
     checks = report.get("checks") or []
@@ -208,16 +367,23 @@ def render_text(report: dict) -> str:
     if report.get("wall_time_s") is not None:
         t = f"wall time {report['wall_time_s']:.2f} s"
         if report.get("reference_wall_time_s") is not None:
-            t += f" (cpu reference {report['reference_wall_time_s']:.2f} s)"
+            ref = "original" if report.get("mode") == "against" else "cpu reference"
+            t += f" ({ref} {report['reference_wall_time_s']:.2f} s)"
         stats.append(t)
     if report.get("peak_rss_mb") is not None:
         stats.append(f"peak memory {report['peak_rss_mb']:.0f} MB")
     if stats:
         lines.append(", ".join(stats))
+    for warning in report.get("warnings") or []:
+        lines.append(f"warning: {warning}")
+    if report.get("scratch"):
+        lines.append(f"scratch working directories kept in {report['scratch']}")
     if report.get("recorded"):
         lines.append(f"golden file written: {report['recorded']}")
     status = report["status"]
-    if status == "ok":
+    if status == "ok" and report.get("compared") == 0:
+        lines.append("result: OK (compile audit only: no output was compared)")
+    elif status == "ok":
         lines.append("result: OK")
     elif status == "mismatch":
         lines.append(f"result: FAILED ({sum(1 for c in checks if not c['ok'])} check(s) failed)")

@@ -24,12 +24,16 @@ class RunResult:
     elapsed_s: float = 0.0
 
 
-def child_command(script: Path, script_args: list[str], nproc: int) -> list[str]:
+SIDES = ("migrated", "original")
+SIDE_ENV = "NEURON_MIGRATE_VERIFY_SIDE"
+
+
+def child_command(script: Path, script_args: list[str], nproc: int, python: str | None = None) -> list[str]:
+    exe = python or sys.executable
     inner = ["-m", "migrator.verify.child", str(script), *script_args]
     if nproc > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={nproc}", *inner]
-    return [sys.executable, *inner]
+        return [exe, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *inner]
+    return [exe, *inner]
 
 
 def _pump(src, dst) -> None:
@@ -65,8 +69,16 @@ def _kill_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
 
 def run_child(script: Path, script_args: list[str], device: str, *, nproc: int = 1,
               timeout: float = 1800.0, stdout=None, stderr=None, instrument: bool = True,
-              label: str = "run") -> RunResult:
-    """Run SCRIPT in a child process with the observation layer; ``device`` is the child's mode."""
+              label: str = "run", side: str = "migrated", cwd: Path | str | None = None,
+              python: str | None = None, env_extra: dict | None = None) -> RunResult:
+    """Run SCRIPT in a child process with the observation layer; ``device`` is the child's mode.
+
+    ``side``: ``migrated`` or ``original`` (the child installs the old-stack emulation on the original
+    side: NEURON_MIGRATE_VERIFY_SIDE); ``cwd``: the child's working directory (default: ours);
+    ``python``: the interpreter (default: this one; the migrator package goes on its PYTHONPATH);
+    ``env_extra``: more environment variables (e.g. PYTHONPATH entries remapped to a scratch tree)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, not {side!r}")
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     fd, out_path = tempfile.mkstemp(prefix="neuron-migrate-verify-", suffix=".json")
@@ -76,15 +88,19 @@ def run_child(script: Path, script_args: list[str], device: str, *, nproc: int =
     env["NEURON_MIGRATE_VERIFY_OUT"] = out_path
     env["NEURON_MIGRATE_VERIFY_DEVICE"] = device
     env["NEURON_MIGRATE_VERIFY_INSTRUMENT"] = "1" if instrument else "0"
+    env[SIDE_ENV] = side
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    if env_extra:
+        env.update(env_extra)
     # the child must import this very migrator package
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = child_command(script, script_args, nproc)
+    cmd = child_command(script, script_args, nproc, python)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)
+                                stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                cwd=str(cwd) if cwd is not None else None)
     except OSError as exc:
         return RunResult(False, f"{label}: cannot start {cmd[0]}: {exc}")
     pumps = [threading.Thread(target=_pump, args=(proc.stdout, stdout), daemon=True),
@@ -117,6 +133,9 @@ def run_child(script: Path, script_args: list[str], device: str, *, nproc: int =
         except OSError:
             pass
     rc = proc.returncode
+    if data.get("not_emulated"):
+        # never a silent pass: the original touched an old API that the emulation does not model
+        return RunResult(False, f"{label}: {data.get('error') or data['not_emulated']}", rc, False, data, elapsed)
     if timed_out:
         return RunResult(False, f"{label}: timed out after {timeout:g} s (process tree killed)", rc, True,
                          data, elapsed)

@@ -1,0 +1,42 @@
+"""An ORIGINAL optimum-neuron SFT fine-tune in our own words, with the TRL 0.x arguments such scripts
+pass (``tokenizer=``, ``max_seq_length``, a batched ``formatting_func``): ``neuron_sft_old.py MODEL_DIR
+OUT_DIR``. Three steps on the tiny Llama; the losses and every batch's shape are printed."""
+
+import sys
+
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+
+from optimum.neuron import NeuronSFTConfig, NeuronSFTTrainer
+
+model_dir, out_dir = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+tokenizer = AutoTokenizer.from_pretrained(model_dir)
+rows = {"question": ["Hello?", "What pads a batch?", "Why static shapes?", "Count to five.", "Once?", "Cache?"],
+        "answer": ["Hi.", "The collator does.", "Each new shape compiles again.", "1 2 3 4 5", "upon a time",
+                   "It keeps the decode step at one shape."]}
+
+
+def formatting(batch):
+    return [f"Q: {q}\nA: {a}" for q, a in zip(batch["question"], batch["answer"])]
+
+
+config = NeuronSFTConfig(
+    output_dir=out_dir, per_device_train_batch_size=2, max_steps=3, logging_steps=1, learning_rate=1e-3,
+    report_to=[], save_strategy="no", seed=0, dataloader_num_workers=0, disable_tqdm=True, max_seq_length=32,
+)
+trainer = NeuronSFTTrainer(model=model_dir, args=config, train_dataset=Dataset.from_dict(rows),
+                           tokenizer=tokenizer, formatting_func=formatting)
+collate = trainer.data_collator
+
+
+def show(features):
+    batch = collate(features)
+    print("batch", tuple(batch["input_ids"].shape), flush=True)
+    return batch
+
+
+trainer.data_collator = show
+trainer.train()
+print("losses", [round(h["loss"], 4) for h in trainer.state.log_history if "loss" in h])
