@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LLAMA = ROOT / "tests" / "verify_fixtures" / "tiny-llama"
+CLASSIFIER = ROOT / "tests" / "verify_fixtures" / "tiny-classifier"
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Scenario:
     name: str
     args: list[str]
     variants: list[Variant] = field(default_factory=list)
+    build: object = None                # build(tmp): models the scenario needs, made in tmp
 
     @property
     def original(self) -> Path:
@@ -81,7 +83,38 @@ TRAINER = Scenario("trainer", [str(LLAMA)], [
     Variant("more logging", [("    disable_tqdm=True,", "    disable_tqdm=True, logging_first_step=True,")]),
 ])
 
-SCENARIOS = {s.name: s for s in (GENERATION, TRAINER)}
+def build_classifier(tmp: Path) -> None:
+    """``tmp/classifier``: the committed tiny classifier's architecture and tokenizer with larger random
+    weights (initializer_range 0.5): the committed one's scores hardly depend on the text (all about 0.5
+    within 1e-5), so a changed input could not show."""
+    code = (
+        "import shutil, sys, torch\n"
+        "from transformers import AutoConfig, AutoModelForSequenceClassification\n"
+        "src, dst = sys.argv[1], sys.argv[2]\n"
+        "config = AutoConfig.from_pretrained(src)\n"
+        "config.initializer_range = 0.5\n"
+        "torch.manual_seed(0)\n"
+        "AutoModelForSequenceClassification.from_config(config).save_pretrained(dst)\n"
+        "for name in ('tokenizer.json', 'tokenizer_config.json'):\n"
+        "    shutil.copy(f'{src}/{name}', f'{dst}/{name}')\n")
+    subprocess.run([sys.executable, "-c", code, str(CLASSIFIER), str(tmp / "classifier")], check=True,
+                   capture_output=True, env=env(), timeout=300)
+
+
+# the model is given by a path relative to the working directory: it resolves in each side's scratch one
+ENCODER = Scenario("encoder", ["classifier"], build=build_classifier, variants=[
+    Variant("raw scores (no softmax)", [("    truncation=True,\n", "    truncation=True,\n    function_to_apply=\"none\",\n")],
+            "pipeline[0]"),
+    Variant("labels swapped", [("texts = [", "classifier.model.config.id2label = {0: 'POSITIVE', 1: 'NEGATIVE'}\ntexts = [")],
+            "pipeline[0]"),
+    Variant("truncated to 4 tokens", [("max_length=128", "max_length=4")], "pipeline[0]"),
+    Variant("other text", [("it rained", "it snowed")], "pipeline[0]"),
+    Variant("batched calls", [("classifier(texts)", "classifier(texts, batch_size=2)")]),
+    Variant("no padding to max_length", [('    padding="max_length",\n', "")]),
+])
+
+
+SCENARIOS = {s.name: s for s in (GENERATION, TRAINER, ENCODER)}
 
 
 def env() -> dict:
@@ -96,6 +129,8 @@ def prepare(scenario: Scenario, tmp: Path) -> Path:
     for side in ("original", "migrated"):
         (tmp / side).mkdir(parents=True, exist_ok=True)
         shutil.copy(scenario.original, tmp / side / f"{scenario.name}.py")
+    if scenario.build is not None:
+        scenario.build(tmp)
     proc = subprocess.run([sys.executable, "-m", "migrator", "migrated", "--write", "--no-progress"],
                           capture_output=True, text=True, env=env(), cwd=str(tmp), timeout=300)
     if proc.returncode not in (0, 1):
