@@ -9,15 +9,12 @@ As a user would, on a COPY of ``examples/optimum_neuron_project`` (never the com
 2. Migrate the copy with the CLI (``neuron-migrate COPY --write``): exit 1, because one manual-action
    marker is left in ``inference.py``: "launch with ``torchrun --nproc_per_node=2``" (num_cores=2 became
    ``DistributedConfig(tp_size=2)``).
-3. Follow the marker: ``verify COPY/inference.py --against original/inference.py --original-nproc 1
-   --device emulate --nproc 2`` (the README command: the original runs on CPU in one process, as
-   optimum-neuron did with num_cores=2, the migrated copy under torchrun with 2 processes, each in its own
-   scratch working directory), and against the golden file of step 1 (bf16 tolerances). Without
-   ``--nproc 2`` the migrated script cannot start (exit 2).
-
-The original side imports ``optimum.neuron``: until the emulation of the old stack
-(``migrator.verify.oldstack``) exists, the TEST DOUBLE is on PYTHONPATH for the ``--against`` run (it is
-only imported by the original; the migrated copy no longer mentions optimum).
+3. Follow the marker: ``verify COPY/inference.py --against original/inference.py --device emulate
+   --nproc 2`` (the README command: the original runs on CPU with the old stack EMULATED
+   (``migrator.verify.oldstack``, no double: its num_cores=2 model sharded over the 2 ranks as the old
+   runtime sharded it), the migrated copy with tp_size=2 on the emulated neuron device, both under
+   torchrun with 2 processes, each side in its own scratch working directory), and against the golden
+   file of step 1 (bf16 tolerances). Without ``--nproc 2`` the migrated script cannot start (exit 2).
 
 Models: the committed ``verify_fixtures/tiny-llama`` (generation) and ``verify_fixtures/tiny-classifier``
 (a DistilBERT classifier built byte-identically by ``make_tiny_classifier.py``, same tokenizer).
@@ -114,8 +111,8 @@ def example(tmp_path_factory):
 
     script = "my_project/inference.py"
     # bf16 on both sides (auto_cast_type="bf16" became dtype=torch.bfloat16): scores within a bf16 step
-    runs["verify"] = cli(tmp, "verify", script, "--against", "original/inference.py", "--original-nproc", "1",
-                         "--device", "emulate", "--nproc", "2", "--atol", "1e-2", *SCRIPT_ARGS, double=True)
+    runs["verify"] = cli(tmp, "verify", script, "--against", "original/inference.py", "--device", "emulate",
+                         "--nproc", "2", "--atol", "1e-2", *SCRIPT_ARGS)
     # bf16 on both sides: a score may differ by one bf16 step (2**-8 at 0.5) -> tolerance 1e-2
     runs["baseline"] = cli(tmp, "verify", script, "--device", "emulate", "--nproc", "2", "--baseline",
                            str(golden), "--atol", "1e-2", *SCRIPT_ARGS)
@@ -157,8 +154,8 @@ def test_cli_migrates_the_copy_and_leaves_the_torchrun_marker(example):
 
 
 def test_verify_migrated_example_under_nproc_2_against_the_original(example):
-    """The README command: the marker says torchrun with 2 processes, so --nproc 2; the original (one
-    process, as on the old stack) is the reference."""
+    """The README command: the marker says torchrun with 2 processes, so --nproc 2; the original, run with
+    the old stack emulated (no test double on PYTHONPATH), is the reference."""
     proc = example["verify"]
     assert proc.returncode == 0, out(proc)
     assert "neuron-migrate verify my_project/inference.py" in proc.stdout
@@ -169,10 +166,10 @@ def test_verify_migrated_example_under_nproc_2_against_the_original(example):
     assert "observed: 1 generate() call(s)" in proc.stdout
     assert "result: OK" in proc.stdout
     assert "warning:" not in proc.stdout  # the migrated script starts a process group
-    # the original printed once, both ranks of the migrated copy printed the same text and label
+    # both ranks of each side printed the text and label the ORIGINAL printed on the "old stack" (the double)
     texts, labels = printed(proc)
     orig_texts, orig_labels = printed(example["record"])
-    assert texts == orig_texts * 3 and labels == orig_labels * 3
+    assert texts == orig_texts * 4 and labels == orig_labels * 4
 
 
 def test_verify_migrated_example_against_the_golden_of_the_original(example):

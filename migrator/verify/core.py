@@ -136,6 +136,9 @@ def _validate(opts: Options) -> None:
         raise VerifyError(f"script not found: {opts.script}")
     if opts.against is not None and opts.baseline is not None:
         raise VerifyError("--against and --baseline are two references: give one")
+    if opts.against is not None and opts.record is not None:
+        raise VerifyError("--record writes the observations of one run: record the original with "
+                          "`verify ORIGINAL --record FILE` where the old stack is installed, without --against")
     if opts.original_python is not None:
         exe = shutil.which(opts.original_python) if os.sep not in opts.original_python else opts.original_python
         if not exe or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
