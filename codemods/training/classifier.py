@@ -76,7 +76,7 @@ class ClassifierProblemType(PythonRule):
                 or "ForSequenceClassification" not in ctx.source:
             return
         cls = ctx.class_qualname(func.value) or ""
-        if not cls.endswith("ForSequenceClassification") or not cls.startswith(("transformers.", "optimum.")):
+        if not cls.endswith("ForSequenceClassification") or not cls.startswith("transformers."):
             return
         kw = keywords(node)
         if "problem_type" in kw:
