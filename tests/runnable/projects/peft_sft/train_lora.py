@@ -22,7 +22,7 @@ def main():
     config = NeuronSFTConfig(
         output_dir=out_dir,
         per_device_train_batch_size=2,
-        max_steps=4,
+        max_steps=3,
         logging_steps=1,
         learning_rate=1e-3,
         gradient_checkpointing=True,
