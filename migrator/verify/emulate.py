@@ -33,6 +33,7 @@ Everything here is imported lazily: it runs when the user script imports torch.
 from __future__ import annotations
 
 import importlib.machinery
+import os
 import sys
 import types
 
@@ -131,7 +132,9 @@ def install_device_mode(mode: str) -> None:
     pin_memory = torch.Tensor.pin_memory
     is_compiling = torch.compiler.is_compiling
 
-    track = _tracker(torch, remap) if mode == "emulate" else None
+    # NEURON_MIGRATE_VERIFY_TRACK=0: no device tracking (benchmarks/bench_verify.py measures its cost)
+    tracking = os.environ.get("NEURON_MIGRATE_VERIFY_TRACK", "1") != "0"
+    track = _tracker(torch, remap) if mode == "emulate" and tracking else None
 
     class NeuronToDevice(TorchFunctionMode):
         def __torch_function__(self, func, types_, args=(), kwargs=None):
