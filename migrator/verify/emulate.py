@@ -27,6 +27,13 @@ Wrapping the ~30 device-taking entry points instead costs nothing but was tried 
 ``rotary_emb.inv_freq`` buffer uninitialised (garbage values, run-to-run different losses) — do not
 reintroduce it without a test on the buffers.
 
+In ``emulate`` the mode also keeps track of the tensors on ``neuron`` and raises the hardware's
+"Expected all tensors to be on the same device" for an op that mixes them with cpu tensors (see
+"device tracking" below); ``DistributedDataParallel(model, device_ids=[rank])`` of a model on the
+emulated device drops device_ids (torch refuses them for cpu parameters) and moves the inputs as DDP
+does. Tracking cost (``bench_verify.py --workload train``): +2-4% process cpu time over the mode
+without it in a training loop.
+
 Everything here is imported lazily: it runs when the user script imports torch.
 """
 
