@@ -8,9 +8,12 @@ Each project is migrated and run once (module-scoped fixtures); a few training s
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.runnable.util import TINY_CLASSIFIER, TINY_LLAMA, migrate_copy, output, verify
+from tests.runnable.util import FIX, TINY_CLASSIFIER, TINY_LLAMA, env, migrate_copy, output, verify
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -95,3 +98,18 @@ def test_device_mixing_fails_as_on_hardware(work):
     assert proc.returncode != 0
     assert f"RuntimeError: {MISMATCH}" in out
     assert "labels [" not in out  # the forward failed: nothing was printed after it
+
+
+def test_emulated_device_tracking_semantics(tmp_path):
+    """Moves, copies back, gradients, factories, torch.load(map_location="neuron"), Module.to("cpu"):
+    each tensor is where it would be on Trainium, and only a real mix raises."""
+    script = FIX / "device_tracking.py"
+    proc = subprocess.run([sys.executable, "-m", "migrator.verify.child", str(script)], capture_output=True,
+                          text=True, timeout=300, cwd=str(tmp_path), env=env(NEURON_MIGRATE_VERIFY_DEVICE="emulate"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "param neuron input stays cpu output neuron" in lines
+    assert "cpu copy cpu cpu numpy (2, 3)" in lines
+    assert "grad neuron" in lines and "factory neuron neuron" in lines and "load neuron" in lines
+    assert "moved back cpu cpu" in lines
+    assert f"mixed: {MISMATCH}" in lines
