@@ -1,6 +1,7 @@
 """Overhead of the ``neuron-migrate verify`` instrumentation (issue 7: at most +10% wall time).
 
-    python benchmarks/bench_verify.py [--repeats 5] [--new-tokens 32] [--script SCRIPT -- ARGS...]
+    python benchmarks/bench_verify.py [--repeats 5] [--new-tokens 32] [--workload generate|train]
+                                      [--script SCRIPT -- ARGS...]
 
 By default it builds the tiny Llama of tests/verify_fixtures/ in a temporary folder and runs a
 greedy-generation script that uses plain ``cpu`` devices, so it runs unmodified without verify.
@@ -11,6 +12,12 @@ Each repeat runs, in alternating order:
   emulate   verify child, --device emulate (observation + fake neuron device)
 and prints the median wall time of each and its ratio to ``plain``, for the whole process and for the
 generate() loop alone (wall and process cpu time).
+
+``--workload train``: the timed loop is ten training steps (forward, backward, AdamW) of the tiny Llama,
+outside generate(), where the device mode sees every op. The verify variants run it on the ``neuron``
+device (plain on cpu), and ``untracked`` (emulate without the device tracking that fails ops mixing
+neuron and cpu tensors: NEURON_MIGRATE_VERIFY_TRACK=0) is added, so the tracking's own cost is
+``emulate`` / ``untracked``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,25 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+TRAIN_SCRIPT = textwrap.dedent("""
+    import os, sys, time, torch
+    from transformers import AutoModelForCausalLM
+    device = os.environ.get("BENCH_DEVICE", "cpu")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1]).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = [torch.randint(3, 500, (2, 32)) for _ in range(int(sys.argv[2]))]
+    start, cpu = time.perf_counter(), time.process_time()
+    for ids in batches:
+        ids = ids.to(device)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    print(f"LOOP_S {time.perf_counter() - start:.4f} {time.process_time() - cpu:.4f}", flush=True)
+""")
+
+
 def timed(cmd: list[str], env: dict) -> tuple[float, float | None, float | None]:
     """(process wall time, the script's own LOOP_S wall and cpu figures when it prints them)."""
     start = time.perf_counter()
@@ -61,6 +87,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--threads", default="1", help="OMP_NUM_THREADS for every run (1 = least noise)")
+    parser.add_argument("--workload", choices=("generate", "train"), default="generate",
+                        help="the built-in script: greedy generation, or training steps outside generate()")
+    parser.add_argument("--steps", type=int, default=10, help="training steps of --workload train")
     parser.add_argument("--script", default=None, help="a script that runs without verify (cpu devices)")
     parser.add_argument("script_args", nargs="*")
     args = parser.parse_args()
@@ -74,16 +103,20 @@ def main() -> None:
             model = Path(tmp) / "tiny-llama"
             subprocess.run([sys.executable, str(FIX / "make_tiny_llama.py"), str(model)], check=True,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            script = str(Path(tmp) / "bench_generate.py")
-            Path(script).write_text(SCRIPT)
-            script_args = [str(model), str(args.new_tokens)]
+            script = str(Path(tmp) / f"bench_{args.workload}.py")
+            Path(script).write_text(SCRIPT if args.workload == "generate" else TRAIN_SCRIPT)
+            script_args = [str(model), str(args.new_tokens if args.workload == "generate" else args.steps)]
         child = [sys.executable, "-m", "migrator.verify.child", script, *script_args]
+        on = {"BENCH_DEVICE": "neuron"} if args.workload == "train" and not args.script else {}
         variants = {
             "plain": ([sys.executable, script, *script_args], {}),
             "observe": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "neuron"}),
-            "cpu": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "cpu"}),
-            "emulate": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "emulate"}),
+            "cpu": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "cpu", **on}),
+            "emulate": (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "emulate", **on}),
         }
+        if on:
+            variants["untracked"] = (child, {"NEURON_MIGRATE_VERIFY_DEVICE": "emulate",
+                                             "NEURON_MIGRATE_VERIFY_TRACK": "0", **on})
         times: dict[str, list[float]] = {k: [] for k in variants}
         loops: dict[str, list[float]] = {k: [] for k in variants}
         cpus: dict[str, list[float]] = {k: [] for k in variants}
@@ -105,8 +138,9 @@ def main() -> None:
     for name, values in times.items():
         med = statistics.median(values)
         print(f"  {name:8s} median {med:7.3f} s  ratio {med / base:5.3f}  (min {min(values):.3f} s)")
-    for title, figures in (("generate() loop only, wall (timed inside the script):", loops),
-                           ("generate() loop only, process cpu time (less sensitive to a busy machine):", cpus)):
+    what = "generate() loop" if args.workload == "generate" or args.script else "training loop"
+    for title, figures in ((f"{what} only, wall (timed inside the script):", loops),
+                           (f"{what} only, process cpu time (less sensitive to a busy machine):", cpus)):
         if not all(figures.values()):
             continue
         print(title)
@@ -114,6 +148,9 @@ def main() -> None:
         for name, values in figures.items():
             med = statistics.median(values)
             print(f"  {name:8s} median {med:7.3f} s  ratio {med / base:5.3f}  (min {min(values):.3f} s)")
+        if "untracked" in figures:
+            ratio = statistics.median(figures["emulate"]) / statistics.median(figures["untracked"])
+            print(f"  device tracking: emulate / untracked = {ratio:5.3f}")
 
 
 if __name__ == "__main__":

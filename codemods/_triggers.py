@@ -25,6 +25,7 @@ TABLE = (
     ('NM207', 'python', ('python', 'notebook', 'markdown'), ('mp_plugin', 'trn_config', 'NeuronTrainingArguments', 'NeuronSFTConfig', 'NeuronORPOConfig', 'TrainiumTrainingArguments'), (), ()),
     ('NM208', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainer', 'NeuronSFTTrainer', 'NeuronSFTConfig', 'NeuronTrainingArguments', 'TrainiumTrainer', 'NeuronORPOTrainer'), (), ()),
     ('NM209', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainer', 'NeuronSFTTrainer', 'NeuronORPOTrainer', 'TrainiumTrainer'), (), ()),
+    ('NM210', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainer', 'NeuronSFTTrainer', 'NeuronTrainingArguments', 'NeuronSFTConfig', 'TrainiumTrainer', 'TrainiumTrainingArguments', 'Seq2SeqNeuronTrainer', 'NeuronORPOConfig'), (), ()),
     ('NM300', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), ()),
     ('NM301', 'python', ('python', 'notebook', 'markdown'), ('lazy_load_for_parallelism',), (), ()),
     ('NM302', 'python', ('python', 'notebook', 'markdown'), ('TrainingNeuronConfig',), (), ()),

@@ -73,9 +73,10 @@ def test_auto_emulates_neuron_for_the_libraries_and_reference_maps_it_to_cpu(tin
     assert result.exit_code == 0, result.output
     out = result.output
     assert "device: emulate" in out
-    # emulate run: the libraries take their neuron branches; tensors live on cpu
+    # emulate run: the libraries take their neuron branches; tensors live on cpu but one created on
+    # neuron reports it (the emulation tracks it, to fail ops that mix neuron and cpu tensors)
     assert ("facts: neuron_available=True torch_device=neuron training_device=neuron:0 "
-            "tensor_device=cpu") in out
+            "tensor_device=neuron") in out
     # plain-cpu reference run: "neuron" is just mapped to cpu
     assert "facts: neuron_available=False torch_device=cpu training_device=cpu tensor_device=cpu" in out
     assert re.search(r"✓ generate\[0\]\s+9 token ids equal", out)
@@ -294,7 +295,7 @@ def test_device_mode_is_off_inside_generate_and_back_after_it(tiny_llama):
     lines = proc.stdout.splitlines()
     assert "outside 1" in lines and "inside [0]" in lines and "after 1" in lines
     assert "raised probe failure" in lines and "after failure 1" in lines
-    assert "neuron tensor on cpu" in lines
+    assert "neuron tensor on neuron" in lines  # created on the (emulated) device: the mode is back
 
 
 # ----------------------------------------------------------------------------- units (no child)

@@ -55,6 +55,8 @@ from codemods.training.layouts import (
     _track_parsed,
     _tracking_handlers,
 )
+from codemods.training.spread import Spread, register, spread_of
+from codemods.training.spread import dict_add as _dict_add
 from codemods.training.mesh import (
     config_code,
     describe,
@@ -139,11 +141,13 @@ def _class_name(ctx: PythonContext, call: cst.Call) -> str:
     return (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
 
 
-def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool = True,
-                 cls: str | None = None) -> dict[str, cst.BaseExpression]:
+def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, static: bool = True,
+                 cls: str | None = None, kw: dict | None = None, present=()) -> dict[str, cst.BaseExpression]:
     """NM201's field handling (also used by NM203): fill ``plan``, report findings and markers.
-    Returns the parallel sizes other than 1 (DistributedConfig field -> expression)."""
-    kw = keywords(call)
+    Returns the parallel sizes other than 1 (DistributedConfig field -> expression). ``call`` may be
+    the dict literal unpacked into the call (spread.py: ``kw`` its entries, ``present`` the keys the
+    call or later assignments give)."""
+    kw = keywords(call) if kw is None else kw
     sizes: dict[str, cst.BaseExpression] = {}
     cls = cls or _class_name(ctx, call)
     val = {k: literal(a.value) for k, a in kw.items()}
@@ -198,7 +202,7 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool
             continue
         sizes[native] = kw[name].value  # the caller says where they go (it knows more in finish())
     if zero_1:
-        sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code("os.environ", sizes.get("tp_size"), quote_of(call)))
+        sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code("os.environ", sizes.get("tp_size"), _quote(call)))
 
     # mixed precision: use_autocast / half_precision_backend
     amp = val.get("use_autocast") is True or val.get("half_precision_backend") == "amp"
@@ -233,8 +237,8 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool
             ctx.finding(kw[old], f"{cls}: {old} -> {new} (deprecated in transformers v5)")
 
     # static shapes
-    missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw] if static else []
-    if missing and has_star_kwargs(call):
+    missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw and k not in present] if static else []
+    if missing and isinstance(call, cst.Call) and has_star_kwargs(call):
         ctx.marker(call, (
             f"on Neuron, set {' and '.join(f'{k}={v}' for k, v in missing)} (static shapes, compiled model) "
             "unless **kwargs already does"
@@ -243,6 +247,41 @@ def _plan_fields(call: cst.Call, ctx: PythonContext, plan: ArgPlan, static: bool
         for k, v in missing:
             plan.add.append((k, (lambda v=v: cst.Name(v))))
         ctx.finding(call, f"{cls}: added {', '.join(f'{k}={v}' for k, v in missing)} (static shapes on Neuron)")
+    return sizes
+
+
+def _quote(node: cst.Call | cst.Dict) -> str:
+    if isinstance(node, cst.Dict):
+        return "'" if any(isinstance(e.key, cst.SimpleString) and e.key.quote.startswith("'")
+                          for e in node.elements if isinstance(e, cst.DictElement)) else '"'
+    return quote_of(node)
+
+
+#: fields the old classes took and the native ones reject (a later ``settings[key] = ...`` of one is flagged)
+_OLD_FIELDS = frozenset((*PLUMBING, *BEHAVIOUR, *PARALLEL_SIZES, *MIXED_PRECISION, "zero_1", "max_seq_length",
+                         "padding_free", *V5_RENAMES, "warmup_ratio"))
+
+
+def _spread_fields(ctx: PythonContext, call: cst.Call, spread: Spread, cls: str,
+                   extra: tuple = ()) -> dict:
+    """The fields of the dict literal unpacked into ``call`` (``**settings``): edited in the literal.
+    ``extra``: the class's own field handling before and after NM201's (``f(node, kw, plan, present)``)."""
+    if spread.registered:
+        return {}  # the same dict unpacked into another call: edited once
+    present = (set(keywords(call)) | spread.keys()) - set(spread.kw)
+    before, after = extra or (None, None)
+    if before is not None:
+        before(spread.node, spread.kw, spread.plan, present)
+    sizes = _plan_fields(spread.node, ctx, spread.plan, cls=cls, kw=spread.kw, present=present)
+    if after is not None:
+        after(spread.node, spread.kw, spread.plan, present)
+    for key in sorted(k for k in spread.later if k in _OLD_FIELDS):
+        ctx.marker(call, f"{spread.name}[{key!r}] is set after the dict is built: {cls} no longer takes {key} "
+                         f"(see `neuron-migrate explain NM201`), remove it or move it where that rule says")
+    register(spread, ctx)
+    if spread.plan.empty() and not sizes:
+        return sizes
+    ctx.finding(call, f"{cls}: the fields of {spread.name} (unpacked with **) are edited where the dict is built")
     return sizes
 
 
@@ -379,7 +418,11 @@ class TrainingArgumentsFields(PythonRule):
         callers with different layouts, or a model the rule cannot follow keeps the marker (with
         the reason); loads inside lazy_load_for_parallelism are NM301's, and trn_config reads
         NM303's. An absent zero_1 is not flagged (its default was True in 0.4 and False before).
-        Arguments passed through **kwargs are not seen.
+        Arguments unpacked from a dict (`TrainingArguments(**settings)`) are handled in the dict
+        literal when it is visible: a name bound once in the same function, before the call, to
+        `dict(key=...)` or `{"key": ...}`; keys set on it afterwards (`settings["key"] = ...`,
+        `settings.update(key=...)`) count as given, and an old field set that way gets a marker.
+        Other **kwargs are not seen (a marker asks for torch_compile and save_only_model).
     """
 
     def handlers(self):
@@ -396,14 +439,17 @@ class TrainingArgumentsFields(PythonRule):
         if qual not in ARGS_SOURCES:
             return
         plan = ArgPlan()
-        sizes = _plan_fields(node, ctx, plan)
+        spread = spread_of(node, ctx)
+        sizes = _plan_fields(node, ctx, plan, static=spread is None)
+        if spread is not None:
+            sizes = {**_spread_fields(ctx, node, spread, _class_name(ctx, node)), **sizes}
         _rewrite(ctx, node, plan, always=bool(sizes))  # finish() may add save_only_model=True
         if sizes:
             target = None
             parent = ctx.parent
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
                 target = (_scope(ctx), parent.targets[0].target.value)
-            ctx.local_state().setdefault("sizes", []).append((node, sizes, target, ctx.statement(), plan))
+            ctx.local_state().setdefault("sizes", []).append((node, sizes, target, ctx.statement(), plan, spread))
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         if node.attr.value == "trn_config" and isinstance(node.value, cst.Name):
@@ -412,14 +458,14 @@ class TrainingArgumentsFields(PythonRule):
     def finish(self, ctx: PythonContext) -> None:
         state = ctx.local_state()
         pending = []
-        for call, sizes, target, statement, plan in state.get("sizes", ()):
+        for call, sizes, target, statement, plan, spread in state.get("sizes", ()):
             layout = describe(whole_mesh(sizes, "os.environ", quote_of(call)))
             if target is not None and target in state.get("trn_reads", ()):
                 ctx.finding(statement, f"the parallel sizes move to the model load: DistributedConfig({layout}) "
                                        "(NM303, where trn_config is read)")
-                _save_only_model(ctx, _Layout(call, sizes, target, statement, plan, layout))
+                _save_only_model(ctx, _Layout(call, sizes, target, statement, plan, layout, spread=spread))
                 continue
-            pending.append(_Layout(call, sizes, target, statement, plan, layout))
+            pending.append(_Layout(call, sizes, target, statement, plan, layout, spread=spread))
         parsed = _parsed_entries(ctx, state.get("parsed", ()), state.get("trn_reads", ()))
         for entry, reason in _move_layouts(ctx, pending + parsed, "training arguments"):
             if entry.parsed:
@@ -581,8 +627,8 @@ class SFTConfigFields(PythonRule):
         if qual not in SFT_CONFIG_SOURCES:
             return
         _record_config_name(node, ctx)
-        plan, sizes = self._config(node, ctx)
-        ctx.local_state().setdefault("configs", []).append((node, plan, sizes, ctx.statement()))
+        plan, sizes, spread = self._config(node, ctx)
+        ctx.local_state().setdefault("configs", []).append((node, plan, sizes, ctx.statement(), spread))
         parent = ctx.parent
         if sizes and isinstance(parent, cst.Assign) and len(parent.targets) == 1 \
                 and isinstance(parent.targets[0].target, cst.Name):
@@ -591,7 +637,7 @@ class SFTConfigFields(PythonRule):
     def finish(self, ctx: PythonContext) -> None:
         # the trainer call that says whether the model is loaded from a string may come after the config
         state = ctx.local_state()
-        plans = {id(node): (plan, statement) for node, plan, _sizes, statement in state.get("configs", ())}
+        plans = {id(node): (plan, statement) for node, plan, _sizes, statement, _spread in state.get("configs", ())}
         for trainer, moved in state.get("sft", ()):
             config = _movable_config(trainer, moved, state.get("config_names", {}))
             if config is None or id(config) not in plans:
@@ -627,11 +673,11 @@ class SFTConfigFields(PythonRule):
                 "(with \"distributed_config\": DistributedConfig(...) to shard it)"
             ))
         loaded = []
-        for node, plan, sizes, statement in state.get("configs", ()):
+        for node, plan, sizes, statement, spread in state.get("configs", ()):
             layout = describe(whole_mesh(sizes, "os.environ", quote_of(node)))
             if sizes and not state.get("model_id"):
                 target = state.get("config_targets", {}).get(id(node))
-                loaded.append(_Layout(node, sizes, target, statement, plan, layout))
+                loaded.append(_Layout(node, sizes, target, statement, plan, layout, spread=spread))
                 continue
             if state.get("model_id"):
                 self._device_map(node, ctx, keywords(node), plan, quote_of(node), statement, sizes)
@@ -688,19 +734,31 @@ class SFTConfigFields(PythonRule):
     def _config(self, call: cst.Call, ctx: PythonContext):
         kw = keywords(call)
         plan = ArgPlan()
-        quote = quote_of(call)
-        if "max_seq_length" in kw:
-            if "max_length" in kw:
-                plan.drop.add("max_length")  # NeuronSFTConfig copied max_seq_length over max_length
-            plan.rename["max_seq_length"] = "max_length"
-            ctx.finding(kw["max_seq_length"], "SFTConfig: max_seq_length -> max_length")
-        if "padding_free" in kw:
-            plan.drop.add("padding_free")
-            ctx.finding(kw["padding_free"], "SFTConfig: dropped padding_free (NeuronSFTConfig forced it off)")
-        sizes = _plan_fields(call, ctx, plan)
-        if "packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw:
-            plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
-            ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"wrapped\" (fixed-length blocks, static shapes)")
+        spread = spread_of(call, ctx)
+
+        def sft_fields(node, kw, plan, present):
+            if "max_seq_length" in kw:
+                if "max_length" in kw or "max_length" in present:
+                    plan.drop.add("max_length")  # NeuronSFTConfig copied max_seq_length over max_length
+                plan.rename["max_seq_length"] = "max_length"
+                ctx.finding(kw["max_seq_length"], "SFTConfig: max_seq_length -> max_length")
+            if "padding_free" in kw:
+                plan.drop.add("padding_free")
+                ctx.finding(kw["padding_free"], "SFTConfig: dropped padding_free (NeuronSFTConfig forced it off)")
+
+        def packing(node, kw, plan, present):
+            quote = _quote(node)
+            if "packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw \
+                    and "packing_strategy" not in present:
+                plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
+                ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"wrapped\" (fixed-length blocks, static shapes)")
+
+        outer = set(spread.keys()) if spread is not None else set()
+        sft_fields(call, kw, plan, outer)
+        sizes = _plan_fields(call, ctx, plan, static=spread is None)
+        packing(call, kw, plan, outer)
+        if spread is not None:
+            sizes = {**_spread_fields(ctx, call, spread, _class_name(ctx, call), (sft_fields, packing)), **sizes}
         for a in call.args:
             if a.star == "**" and _is_to_dict(a.value):
                 ctx.marker(call, (
@@ -711,7 +769,7 @@ class SFTConfigFields(PythonRule):
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, call), ctx.module.default_indent
         ctx.replace(call, lambda new: new if plan.empty()
                     else apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
-        return plan, sizes
+        return plan, sizes, spread
 
     def _device_map(self, call, ctx, kw, plan: ArgPlan, quote: str, where: cst.CSTNode, sizes,
                     trainer: str = "SFTTrainer") -> None:
@@ -780,24 +838,6 @@ def _spread(d: cst.Dict, width: int, step: str) -> cst.Dict:
     elements = [e.with_changes(comma=cst.Comma(whitespace_after=ws(step if i == len(d.elements) - 1 else step * 2)))
                 for i, e in enumerate(d.elements)]
     return d.with_changes(elements=elements, lbrace=cst.LeftCurlyBrace(whitespace_after=ws(step * 2)))
-
-
-def _dict_add(d: cst.Dict, entries, quote: str) -> cst.Dict:
-    elements = list(d.elements)
-    new = [cst.DictElement(cst.SimpleString(f"{quote}{k}{quote}"), make(),
-                           whitespace_before_colon=cst.SimpleWhitespace(""),
-                           whitespace_after_colon=cst.SimpleWhitespace(" ")) for k, make in entries]
-    closing = elements[-1].comma if elements else cst.MaybeSentinel.DEFAULT
-    middle = next((e.comma for e in elements[:-1] if isinstance(e.comma, cst.Comma)), None)
-    if middle is None:
-        middle = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        if isinstance(closing, cst.Comma) and isinstance(closing.whitespace_after, cst.ParenthesizedWhitespace) \
-                and isinstance(d.whitespace_before_elements, cst.ParenthesizedWhitespace):
-            middle = closing.with_changes(whitespace_after=closing.whitespace_after.with_changes(
-                last_line=d.whitespace_before_elements.last_line))
-    out = elements + new
-    out = [e.with_changes(comma=middle) for e in out[:-1]] + [out[-1].with_changes(comma=closing)]
-    return d.with_changes(elements=out)
 
 
 RULES = (TrainingArgumentsFields, TrainerArguments, SFTConfigFields)

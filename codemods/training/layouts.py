@@ -72,6 +72,8 @@ class _Layout:
     layout: str
     #: arguments parsed from the command line (``call`` is the parse): the sizes are the launch environment's
     parsed: bool = False
+    #: the dict literal unpacked into ``call`` (``**settings``, spread.py), when it is visible
+    spread: object = None
 
 
 #: the layout of parsed arguments (they no longer carry the sizes): TP_SIZE and FSDP_SIZE of the launch environment
@@ -115,6 +117,10 @@ def _track_def(node: cst.FunctionDef, ctx: PythonContext) -> None:
 def _track_assign(node: cst.Assign | cst.AnnAssign, ctx: PythonContext) -> None:
     assigns = _track(ctx)["assigns"]
     scope = _scope(ctx)
+    if node.value is not None:  # where a value is bound (the dict literals of spread.py)
+        _track(ctx).setdefault("assign_statements", {})[id(node.value)] = ctx.statement()
+    if isinstance(node, cst.Assign):
+        _track_mutation(node, ctx)
     if isinstance(node, cst.AnnAssign):
         if isinstance(node.target, cst.Name) and node.value is not None:
             assigns.setdefault((scope, node.target.value), []).append(node.value)
@@ -127,6 +133,43 @@ def _track_assign(node: cst.Assign | cst.AnnAssign, ctx: PythonContext) -> None:
                 assigns.setdefault((scope, name), []).append(None)
 
 
+#: a key set by a mutation that cannot be read (``settings[name] = ...``, ``settings.update(other)``)
+UNKNOWN = None
+
+
+def _track_mutation(node: cst.CSTNode, ctx: PythonContext) -> None:
+    """``name["key"] = value`` (Assign) and ``name.update(key=value)`` (Call): the keys set on a name."""
+    muts = _track(ctx).setdefault("dict_sets", {})
+    scope = _scope(ctx)
+    if isinstance(node, cst.Assign):
+        for t in node.targets:
+            target = t.target
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                key = _subscript_key(target)
+                muts.setdefault((scope, target.value.value), {})[key] = literal(node.value) if key else None
+        return
+    func = node.func
+    if isinstance(node, cst.Call) and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.attr.value in ("update", "setdefault", "pop", "__setitem__"):
+        sets = muts.setdefault((scope, func.value.value), {})
+        if func.attr.value == "update":
+            for a in node.args:
+                if a.keyword is not None:
+                    sets[a.keyword.value] = literal(a.value)
+                else:
+                    sets[UNKNOWN] = None
+        else:
+            key = literal(node.args[0].value) if node.args else None
+            sets[key if isinstance(key, str) else UNKNOWN] = None
+
+
+def _subscript_key(target: cst.Subscript) -> str | None:
+    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+        return None
+    key = literal(target.slice[0].slice.value)
+    return key if isinstance(key, str) else None
+
+
 def _track_return(node: cst.Return, ctx: PythonContext) -> None:
     _track(ctx)["returns"].setdefault(_scope(ctx), []).append(node.value)
 
@@ -134,6 +177,7 @@ def _track_return(node: cst.Return, ctx: PythonContext) -> None:
 def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
     """Calls of module functions (counted), trainer calls, and model loads of transformers classes."""
     func = node.func
+    _track_mutation(node, ctx)
     if isinstance(func, cst.Name):
         calls = _track(ctx)["calls"]
         calls[func.value] = calls.get(func.value, 0) + 1
@@ -334,6 +378,17 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
             ctx.marker(entry.statement, f"set save_only_model=True: {SAVE_ONLY_MODEL}")
         return
     if "save_strategy" in kw and literal(kw["save_strategy"].value) == "no":
+        return
+    spread = entry.spread
+    if spread is not None:  # **settings of a visible dict literal: the key goes there
+        if "save_only_model" in spread.keys():
+            if spread.value_of("save_only_model") is not True:
+                ctx.marker(entry.statement, f"set {spread.name}[\"save_only_model\"] = True: {SAVE_ONLY_MODEL}")
+            return
+        if spread.value_of("save_strategy") == "no":
+            return
+        spread.plan.add.append(("save_only_model", lambda: cst.Name("True")))
+        ctx.finding(entry.statement, f"added save_only_model=True to {spread.name}: {SAVE_ONLY_MODEL}")
         return
     if has_star_kwargs(entry.call):
         ctx.marker(entry.statement, f"set save_only_model=True unless **kwargs does: {SAVE_ONLY_MODEL}")
