@@ -209,10 +209,16 @@ class NeuronTrace(_XlaRule):
                      "move inputs given to it anywhere else (the traced model took CPU tensors)")
         else:
             moved = f"move its inputs there with .to({q}neuron{q}) (the traced model took CPU tensors)"
+        precision = ""
+        if "compiler_args" not in bound:
+            # neuronx-cc's default (its mixed-precision guide): FP32 matrix multiplications cast to BF16
+            precision = ("; the trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast), the compiled "
+                         "model computes them in its own dtype: outputs differ within bf16 rounding (load with "
+                         "dtype=torch.bfloat16 for the old speed)")
         ctx.marker(call, (
             f"the model now runs on the neuron device and compiles at its first call, once per input shape: {moved}, "
             f"pad them to {shapes} to avoid recompiling, and bring outputs back with .cpu() where CPU tensors "
-            "are needed"
+            f"are needed{precision}"
         ))
         dropped = [k for k in TRACE_KEYWORDS if k in bound]
         if "compiler_args" in bound and not _no_auto_cast(bound["compiler_args"].value):
