@@ -8,14 +8,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from migrator.verify.compare import Check, audit, compare, compile_lines, hint_for
+from migrator.verify.compare import (KIND_NAMES, OBSERVED_KINDS, REPORT_ORDER, Check, audit, compare,
+                                     compile_lines, hint_for, observed_count)
 from migrator.verify.golden import GoldenError, read_golden, write_golden
 from migrator.verify.runner import run_child
 
 DEVICES = ("auto", "neuron", "cpu", "emulate", "cuda")
 REFERENCES = ("cpu", "none")
 FORMATS = ("text", "json")
-OBSERVED_KINDS = ("generate", "pipeline", "losses", "images")
 
 
 class VerifyError(Exception):
@@ -38,6 +38,7 @@ class Options:
     timeout: float = 1800.0
     fmt: str = "text"
     output: Path | None = None
+    allow_dtype_change: bool = False
 
 
 def real_neuron_available() -> bool:
@@ -80,7 +81,7 @@ def resolve_device(device: str) -> str:
 
 
 def observed_anything(obs: dict) -> bool:
-    if any(obs.get(k) for k in OBSERVED_KINDS):
+    if any(observed_count(obs, k) for k in OBSERVED_KINDS):
         return True
     return bool((obs.get("compile") or {}).get("graphs"))
 
@@ -139,7 +140,7 @@ def _run(opts: Options, report: dict, out, err) -> int:
         report["reason"] = main.reason
         return 2
     obs = main.data.get("observations") or {}
-    report["observations"] = {k: len(obs.get(k) or []) for k in OBSERVED_KINDS}
+    report["observations"] = {k: observed_count(obs, k) for k in OBSERVED_KINDS}
     compile_info = obs.get("compile") or {}
     report["compile"] = {"graphs": compile_info.get("graphs", 0),
                          "compilations": compile_info.get("compilations", 0),
@@ -148,8 +149,9 @@ def _run(opts: Options, report: dict, out, err) -> int:
     report["warmup"] = compile_info.get("warmup") or []
     report["_compile_lines"] = compile_lines(compile_info)
     if not observed_anything(obs):
-        report["reason"] = ("nothing was observed: the script made no generate(), pipeline(), Trainer or "
-                            "diffusion call and compiled no graph")
+        report["reason"] = ("nothing was observed: the script printed nothing, made no generate(), pipeline(), "
+                            "Trainer, diffusion, model forward, loss.backward() or optimizer call, saved no "
+                            "checkpoint, loaded or built no model and compiled no graph")
         return 2
 
     if opts.record is not None:
@@ -163,7 +165,8 @@ def _run(opts: Options, report: dict, out, err) -> int:
 
     checks: list[Check] = []
     if golden is not None:
-        checks += compare(obs, golden["observations"], opts.atol, opts.rtol)
+        checks += compare(obs, golden["observations"], opts.atol, opts.rtol,
+                          allow_dtype_change=opts.allow_dtype_change)
     elif opts.reference == "cpu" and not (opts.record is not None and not opts.reference_explicit):
         ref = run_child(opts.script, opts.script_args, "cpu", nproc=opts.nproc, timeout=opts.timeout,
                         stdout=child_out, stderr=err, label="cpu reference run")
@@ -171,7 +174,8 @@ def _run(opts: Options, report: dict, out, err) -> int:
         if not ref.ok:
             report["reason"] = ref.reason
             return 2
-        checks += compare(obs, (ref.data.get("observations") or {}), opts.atol, opts.rtol)
+        checks += compare(obs, (ref.data.get("observations") or {}), opts.atol, opts.rtol,
+                          allow_dtype_change=opts.allow_dtype_change)
     checks.append(audit(compile_info, opts.max_recompiles))
     report["checks"] = [c.to_dict() for c in checks]
     failed = [c for c in checks if not c.ok]
@@ -196,11 +200,8 @@ def render_text(report: dict) -> str:
             lines.append(f"  {mark} {c['name'].ljust(width)}  {c.get('detail', '')}{diff}")
     observed = report.get("observations")
     if observed:
-        names = {"generate": "generate() call(s)", "pipeline": "pipeline() call(s)",
-                 "losses": "logged loss(es)", "images": "diffusion call(s)"}
-        parts = [f"{n} {names[k]}" for k, n in observed.items() if n]
-        graphs = (report.get("compile") or {}).get("graphs", 0)
-        parts.append(f"{graphs} compiled graph(s)")
+        counts = dict(observed, compile=(report.get("compile") or {}).get("graphs", 0))
+        parts = [f"{counts.get(k, 0)} {KIND_NAMES[k]}" for k in REPORT_ORDER if counts.get(k) or k == "compile"]
         lines.append("observed: " + ", ".join(parts))
     for line in report.get("_compile_lines") or []:
         lines.append(f"    {line}")
