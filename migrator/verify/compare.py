@@ -518,7 +518,13 @@ def normalise_line(line: str) -> tuple[str, list[float]] | None:
     return _NUMBER.sub("#", text), numbers
 
 
+def _same_line(a, b, atol: float, rtol: float) -> bool:
+    return a[0] == b[0] and len(a[1]) == len(b[1]) and all(_close(x, y, atol, rtol) for x, y in zip(a[1], b[1]))
+
+
 def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check]:
+    """Every line the reference printed must be printed by this run, in order (numbers within the
+    tolerances); lines this run adds (a debug print) are named in the detail, not a difference."""
     ra, rb = run.get("lines") or [], ref.get("lines") or []
     checks = []
     ea, eb = run.get("exit"), ref.get("exit")
@@ -529,17 +535,22 @@ def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check
     na = [(line, n) for line, n in ((line, normalise_line(line)) for line in ra) if n is not None]
     nb = [(line, n) for line, n in ((line, normalise_line(line)) for line in rb) if n is not None]
     ignored = len(ra) - len(na)
-    for i, ((la, a), (lb, b)) in enumerate(zip(na, nb)):
-        same = a[0] == b[0] and len(a[1]) == len(b[1]) and all(_close(x, y, atol, rtol) for x, y in zip(a[1], b[1]))
-        if not same:
-            return checks + [Check("printed output", False, f"printed line {i + 1}: {la!r}, reference {lb!r}")]
-    if len(na) != len(nb):
-        first = (na[len(nb)][0] if len(na) > len(nb) else nb[len(na)][0])
-        side = "this run" if len(na) > len(nb) else "the reference"
-        return checks + [Check("printed output", False, f"{len(na)} printed lines, reference {len(nb)} (first "
-                                                        f"extra line, printed by {side}: {first!r})")]
+    j, extra = 0, []
+    for i, (lb, b) in enumerate(nb):
+        k = next((k for k in range(j, len(na)) if _same_line(na[k][1], b, atol, rtol)), None)
+        if k is None:
+            if j < len(na):
+                what = f"printed line {j + 1}: {na[j][0]!r}, reference {lb!r}"
+            else:
+                what = f"the reference printed {lb!r} (its line {i + 1}), this run printed nothing more"
+            return checks + [Check("printed output", False, what)]
+        extra += [line for line, _ in na[j:k]]
+        j = k + 1
+    extra += [line for line, _ in na[j:]]
     note = f" ({ignored} timing/progress line(s) ignored)" if ignored else ""
-    return checks + [Check("printed output", True, f"{len(na)} printed lines equal{note}")]
+    if extra:
+        note += f"; {len(extra)} more line(s) printed by this run (e.g. {extra[0]!r})"
+    return checks + [Check("printed output", True, f"{len(nb)} printed lines equal{note}")]
 
 
 def compare_outputs(run: dict, ref: dict, atol: float, rtol: float, allow: bool) -> list[Check]:
