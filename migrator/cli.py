@@ -417,6 +417,9 @@ def _build_app():
         timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the run is killed."),
         fmt: str = typer.Option("text", "--format", help="text or json."),
         output: Optional[Path] = typer.Option(None, "--output"),
+        allow_dtype_change: bool = typer.Option(
+            False, "--allow-dtype-change",
+            help="A dtype that differs from the reference's (bf16 vs fp32) is intended: compare the values only."),
     ) -> None:
         from migrator.verify import Options, run_verify
 
@@ -428,7 +431,7 @@ def _build_app():
             baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
             max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
             against=against, original_python=original_python, original_nproc=original_nproc,
-            keep_scratch=keep_scratch, original_cache=original_cache,
+            keep_scratch=keep_scratch, original_cache=original_cache, allow_dtype_change=allow_dtype_change,
         )
         code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
         raise typer.Exit(code)

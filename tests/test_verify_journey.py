@@ -217,7 +217,10 @@ def test_dtype_only_wrong_migration_fails_on_the_scores(runs):
     assert re.search(r"✗ generate\[0\]\s+13 token ids equal, but the scores differ", proc.stdout), proc.stdout
     assert re.search(r"✗ generate\[1\]\s+19 token ids equal, but the scores differ", proc.stdout)
     assert "the model ran in bfloat16, the reference in float32: a dtype change is the likely cause" in proc.stdout
-    assert "✓ compile audit" in proc.stdout and "result: FAILED (2 check(s) failed)" in proc.stdout
+    # and the final weights say it without the scores: dtype bfloat16, reference float32 (issue 15 §3)
+    assert re.search(r"✗ weights\[LlamaForCausalLM\]\s+\d+ of \d+ parameters differ; \S+: dtype bfloat16, "
+                     r"reference float32", proc.stdout), proc.stdout
+    assert "✓ compile audit" in proc.stdout and "result: FAILED (3 check(s) failed)" in proc.stdout
 
 
 # ----------------------------------------------------------------------------- compile audit

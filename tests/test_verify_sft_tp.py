@@ -61,15 +61,15 @@ def test_tensor_parallel_under_nproc_2_matches_the_single_process_golden(tmp_pat
     single = verify(str(FIX / "tp_generate.py"), "--device", "emulate", "--record", str(golden),
                     "--", str(MODEL))
     assert single.returncode == 0, single.stdout + single.stderr
-    assert "rank 0 q_proj Parameter local (64, 64)" in single.stdout  # unsharded
+    assert "rank 0 q_proj Parameter local (64, 64)" in single.stderr  # unsharded (a diagnostic on stderr)
 
     proc = verify(str(FIX / "tp_generate.py"), "--device", "emulate", "--nproc", "2", "--baseline",
                   str(golden), "--", str(MODEL), "--tp", "2")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     # both ranks hold half of each sharded weight (a DTensor) and generate the same tokens
-    assert "rank 0 q_proj DTensor local (32, 64)" in proc.stdout
-    assert "rank 1 q_proj DTensor local (32, 64)" in proc.stdout
+    assert "rank 0 q_proj DTensor local (32, 64)" in proc.stderr
+    assert "rank 1 q_proj DTensor local (32, 64)" in proc.stderr
     expected = re.findall(r"^rank 0 generated (\[.*\])$", single.stdout, re.M)
     assert len(expected) == 2
     for rank in (0, 1):
@@ -78,4 +78,7 @@ def test_tensor_parallel_under_nproc_2_matches_the_single_process_golden(tmp_pat
     # exact tokens, and the logits of the sharded model within the default tolerances (~1e-7 apart)
     assert re.search(r"✓ generate\[0\]\s+13 token ids equal, scores within tolerance", proc.stdout)
     assert re.search(r"✓ generate\[1\]\s+16 token ids equal, scores within tolerance", proc.stdout)
+    # the sharded weights, gathered at exit, are the single process's; rank 0's printed tokens too
+    assert re.search(r"✓ weights\[LlamaForCausalLM\]\s+21 parameters within tolerance", proc.stdout)
+    assert re.search(r"✓ printed output\s+2 printed lines equal", proc.stdout)
     assert "result: OK" in proc.stdout

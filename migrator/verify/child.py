@@ -93,9 +93,9 @@ def main(argv: list[str]) -> int:
     wall = time.perf_counter() - start
     if "migrator.verify.emulate" in sys.modules:
         sys.modules["migrator.verify.emulate"].uninstall()
+    # every rank reads the final weights (tensor-parallel ones are gathered: a collective); rank 0 writes
+    observations = instrument.snapshot(status["exit"])
     if out and rank == "0":
-        observations = dict(instrument.OBS)
-        observations["compile"] = instrument.compile_activity()
         payload = {
             "observations": observations,
             "wall_time_s": round(wall, 3),

@@ -11,7 +11,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from migrator.verify.compare import Check, audit, compare, compile_lines, hint_for
+from migrator.verify.compare import (KIND_NAMES, OBSERVED_KINDS, REPORT_ORDER, Check, audit, compare,
+                                     compile_lines, hint_for, observed_count)
 from migrator.verify.golden import GoldenError, read_golden, write_golden
 from migrator.verify.runner import RunResult, run_child
 from migrator.verify import scratch
@@ -19,7 +20,6 @@ from migrator.verify import scratch
 DEVICES = ("auto", "neuron", "cpu", "emulate", "cuda")
 REFERENCES = ("cpu", "none")
 FORMATS = ("text", "json")
-OBSERVED_KINDS = ("generate", "pipeline", "losses", "images")
 
 
 class VerifyError(Exception):
@@ -47,6 +47,7 @@ class Options:
     original_nproc: int | None = None     # processes of the original (default: --nproc)
     keep_scratch: bool = False            # keep the sides' scratch working directories
     original_cache: Path | None = None    # reuse the original's observations (cache.py)
+    allow_dtype_change: bool = False      # a dtype difference between the sides is intended
 
 
 SELF_NOTE = ("note: no original given (--against): this compares the migrated script with a second run of "
@@ -100,7 +101,7 @@ def resolve_device(device: str) -> str:
 
 
 def observed_anything(obs: dict) -> bool:
-    if any(obs.get(k) for k in OBSERVED_KINDS):
+    if any(observed_count(obs, k) for k in OBSERVED_KINDS):
         return True
     return bool((obs.get("compile") or {}).get("graphs"))
 
@@ -164,9 +165,6 @@ def _mode(opts: Options, report: dict) -> str:
     return "self"
 
 
-def _is_compared(check: Check) -> bool:
-    # the observation layer marks the checks that compared an output; the compile audit never does
-    return bool(getattr(check, "compared", check.name != "compile audit"))
 
 
 def _run(opts: Options, report: dict, out, err) -> int:
@@ -216,7 +214,8 @@ def _run(opts: Options, report: dict, out, err) -> int:
 
     checks: list[Check] = []
     if golden is not None:
-        checks += compare(obs, golden["observations"], opts.atol, opts.rtol)
+        checks += compare(obs, golden["observations"], opts.atol, opts.rtol,
+                          allow_dtype_change=opts.allow_dtype_change)
     elif mode == "self":
         ref = run_child(opts.script, opts.script_args, "cpu", nproc=opts.nproc, timeout=opts.timeout,
                         stdout=child_out, stderr=err, label="cpu reference run")
@@ -224,7 +223,8 @@ def _run(opts: Options, report: dict, out, err) -> int:
         if not ref.ok:
             report["reason"] = ref.reason
             return 2
-        checks += compare(obs, (ref.data.get("observations") or {}), opts.atol, opts.rtol)
+        checks += compare(obs, (ref.data.get("observations") or {}), opts.atol, opts.rtol,
+                          allow_dtype_change=opts.allow_dtype_change)
     return _verdict(opts, report, checks, obs, comparing=mode in ("baseline", "self"))
 
 
@@ -261,7 +261,8 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err) -> in
         if not _take_main(opts, report, main):
             return 2
         obs = main.data.get("observations") or {}
-        checks = compare(obs, ref.data.get("observations") or {}, opts.atol, opts.rtol)
+        checks = compare(obs, ref.data.get("observations") or {}, opts.atol, opts.rtol,
+                         allow_dtype_change=opts.allow_dtype_change)
         return _verdict(opts, report, checks, obs, comparing=True)
     finally:
         if opts.keep_scratch:
@@ -301,7 +302,7 @@ def _take_main(opts: Options, report: dict, main: RunResult) -> bool:
         report["reason"] = main.reason
         return False
     obs = main.data.get("observations") or {}
-    report["observations"] = {k: len(obs.get(k) or []) for k in OBSERVED_KINDS}
+    report["observations"] = {k: observed_count(obs, k) for k in OBSERVED_KINDS}
     compile_info = obs.get("compile") or {}
     report["compile"] = {"graphs": compile_info.get("graphs", 0),
                          "compilations": compile_info.get("compilations", 0),
@@ -319,8 +320,9 @@ def _take_main(opts: Options, report: dict, main: RunResult) -> bool:
         report["warnings"].append(f"{skipped} shell line(s) of the notebook (!, %pip, %conda, %%bash...) were "
                                   "not run, on either side")
     if not observed_anything(obs):
-        report["reason"] = ("nothing was observed: the script made no generate(), pipeline(), Trainer or "
-                            "diffusion call and compiled no graph")
+        report["reason"] = ("nothing was observed: the script printed nothing, made no generate(), pipeline(), "
+                            "Trainer, diffusion, model forward, loss.backward() or optimizer call, saved no "
+                            "checkpoint, loaded or built no model and compiled no graph")
         return False
     return True
 
@@ -329,7 +331,7 @@ def _verdict(opts: Options, report: dict, checks: list[Check], obs: dict, compar
     """Exit 1 on a failed check; in a comparison mode, exit 2 when no output was compared (OK means that
     at least one output was compared and matched); in audit/record mode the audit decides."""
     checks = list(checks)
-    report["compared"] = sum(1 for c in checks if _is_compared(c))
+    report["compared"] = sum(1 for c in checks if c.compared)
     checks.append(audit(obs.get("compile") or {}, opts.max_recompiles))
     report["checks"] = [c.to_dict() for c in checks]
     failed = [c for c in checks if not c.ok]
@@ -358,11 +360,8 @@ def render_text(report: dict) -> str:
             lines.append(f"  {mark} {c['name'].ljust(width)}  {c.get('detail', '')}{diff}")
     observed = report.get("observations")
     if observed:
-        names = {"generate": "generate() call(s)", "pipeline": "pipeline() call(s)",
-                 "losses": "logged loss(es)", "images": "diffusion call(s)"}
-        parts = [f"{n} {names[k]}" for k, n in observed.items() if n]
-        graphs = (report.get("compile") or {}).get("graphs", 0)
-        parts.append(f"{graphs} compiled graph(s)")
+        counts = dict(observed, compile=(report.get("compile") or {}).get("graphs", 0))
+        parts = [f"{counts.get(k, 0)} {KIND_NAMES[k]}" for k in REPORT_ORDER if counts.get(k) or k == "compile"]
         lines.append("observed: " + ", ".join(parts))
     for line in report.get("_compile_lines") or []:
         lines.append(f"    {line}")

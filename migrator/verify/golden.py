@@ -12,6 +12,14 @@ what they have):
                                                                       "call" (optional)}],
                             "warmup": [{"entry", "name", "site", "graphs", "shapes"}] (added later;
                                       optional)}   (informational: the audit uses the run's own)
+  added by issue 15 (optional; see migrator/verify/observe.py; SUMMARY = a tensor summary {"shape",
+  "dtype", "mean", "std", "min", "max", "norm", "sample"[, "top1"]}):
+  observations.backward[]  float (or SUMMARY)      observations.grads / weights  {model: {param: SUMMARY}}
+  observations.optimizers[] {"class", "steps", "lr": [[float] per param group] per step}
+  observations.forward[]   {"model", "call", "output": SUMMARY}
+  observations.trainer_steps[] float               observations.eval[]  {metric: value}
+  observations.checkpoints[] {"api", "path", "tensors": {key: SUMMARY}}
+  observations.stdout      {"lines": [str], "exit": int}
 """
 
 from __future__ import annotations

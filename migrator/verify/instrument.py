@@ -16,7 +16,9 @@ import time
 import weakref
 from typing import Callable
 
-# observations, filled while the script runs
+from migrator.verify import observe
+
+# observations, filled while the script runs (observe.install adds the kinds of issue 15 §2)
 OBS: dict = {"generate": [], "pipeline": [], "losses": [], "images": []}
 _local = threading.local()
 _HOOKS: dict[str, list[Callable[[object], None]]] = {}
@@ -181,10 +183,12 @@ _ENTRY_LABELS = {
 }
 
 
-def _entry_wrapper(fn, label: Callable[[tuple], tuple[object, str]], compiled: bool = False):
+def _entry_wrapper(fn, label: Callable[[tuple], tuple[object, str]], compiled: bool = False,
+                   model: Callable[[tuple], object] | None = None):
     """Wrap ``fn`` so that its outermost call is an entry call; ``label(args)`` -> (owner, label).
     ``compiled``: fn is a torch.compile'd callable, which may itself be reached while dynamo traces
-    (then the wrapper must do nothing dynamo would have to trace)."""
+    (then the wrapper must do nothing dynamo would have to trace). ``model(args)``: the module whose
+    call this is (a compiled module): its output is observed when the call comes from user code."""
     is_compiling = None
     if compiled:
         import torch
@@ -198,6 +202,8 @@ def _entry_wrapper(fn, label: Callable[[tuple], tuple[object, str]], compiled: b
         owner, name = label(args)
         call = _enter(owner, name)
         try:
+            if model is not None and _state["capturing"]:
+                return observe.compiled_call(model(args), fn, args, kwargs)
             return fn(*args, **kwargs)
         finally:
             _leave(call)
@@ -230,7 +236,9 @@ def _patch_torch_compile(torch) -> None:
         if isinstance(result, torch.nn.Module) or not callable(result) or result is model:
             return result
         try:
-            return _entry_wrapper(result, _compiled_label(model, result), compiled=True)
+            target = getattr(model, "__self__", None)  # Module.compile(): the bound _call_impl
+            owner = (lambda args: target) if isinstance(target, torch.nn.Module) else None
+            return _entry_wrapper(result, _compiled_label(model, result), compiled=True, model=owner)
         except Exception:  # pragma: no cover - never break the user's script
             return result
 
@@ -247,7 +255,8 @@ def _patch_optimized_module(module) -> None:
         self = args[0]
         return self, f"{type(getattr(self, '_orig_mod', self)).__name__} (compiled)"
 
-    cls.__call__ = _entry_wrapper(cls.__call__, label, compiled=True)
+    cls.__call__ = _entry_wrapper(cls.__call__, label, compiled=True,
+                                  model=lambda args: getattr(args[0], "_orig_mod", args[0]))
 
 
 def _raise_metrics_limit(module) -> None:
@@ -482,6 +491,15 @@ def install(device_mode: str) -> None:
     on_import("transformers.pipelines.base", _patch_pipeline)
     on_import("transformers.trainer", _patch_trainer)
     on_import("diffusers.pipelines.pipeline_utils", _patch_diffusers)
+    observe.install(OBS, _state, on_import, _on_subclasses)
+
+
+def snapshot(exit_status: int) -> dict:
+    """The observations once the script is done (what the child writes)."""
+    observe.finish(exit_status)
+    observations = dict(OBS)
+    observations["compile"] = compile_activity()
+    return observations
 
 
 # ----------------------------------------------------------------------------- compile audit

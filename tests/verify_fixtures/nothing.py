@@ -1,1 +1,4 @@
-print("this script produces nothing the verifier can observe")
+import sys
+
+# prints only to stderr (not observed): the verifier sees nothing it could compare
+print("this script produces nothing the verifier can observe", file=sys.stderr)

@@ -9,6 +9,7 @@ whether the weights are sharded.
 
 import argparse
 import os
+import sys
 
 import torch
 from transformers import AutoModelForCausalLM, DistributedConfig
@@ -23,7 +24,8 @@ model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, **
 weight = model.model.layers[0].self_attn.q_proj.weight
 local = getattr(weight, "to_local", lambda: weight)()
 rank = os.environ.get("RANK", "0")
-print(f"rank {rank} q_proj {type(weight).__name__} local {tuple(local.shape)}", flush=True)
+# how the weight is held differs between the layouts by design: a diagnostic on stderr, not a result
+print(f"rank {rank} q_proj {type(weight).__name__} local {tuple(local.shape)}", file=sys.stderr, flush=True)
 for prompt in ([1, 17, 33, 250, 7], [1, 400, 9, 12, 99, 101, 45, 3]):
     input_ids = torch.tensor([prompt], device="neuron")
     out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=8,
