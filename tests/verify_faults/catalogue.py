@@ -49,6 +49,7 @@ class Scenario:
     args: list[str]
     variants: list[Variant] = field(default_factory=list)
     build: object = None                # build(tmp): models the scenario needs, made in tmp
+    options: list[str] = field(default_factory=list)   # verify options of every variant (tolerances)
 
     @property
     def original(self) -> Path:
@@ -113,8 +114,41 @@ ENCODER = Scenario("encoder", ["classifier"], build=build_classifier, variants=[
     Variant("no padding to max_length", [('    padding="max_length",\n', "")]),
 ])
 
+SFT = Scenario("sft", [str(LLAMA)], [
+    Variant("learning rate 1e-2", [("learning_rate=1e-3", "learning_rate=1e-2")], "Trainer step losses"),
+    Variant("max_length 16 instead of 32", [("max_length=32", "max_length=16")], "Trainer step losses"),
+    Variant("two steps instead of three", [("max_steps=3", "max_steps=2")], "optimizer[0]"),
+    Variant("other prompt template", [('f"Q: {q}\\nA: {a}"', 'f"Question: {q}\\nAnswer: {a}"')],
+            "Trainer step losses"),
+    Variant("packing", [("max_length=32,", "max_length=32, packing=True,")], "Trainer step losses"),
+    Variant("eager (no torch_compile)", [("    torch_compile=True,\n", "")]),
+    Variant("more logging", [("trainer.train()", "print('training')\ntrainer.train()")]),
+])
 
-SCENARIOS = {s.name: s for s in (GENERATION, TRAINER, ENCODER)}
+
+def build_tiny_sd(tmp: Path) -> None:
+    """``tmp/tiny-sd``: the tiny random Stable Diffusion pipeline of tests/verify_fixtures/make_tiny_sd.py."""
+    subprocess.run([sys.executable, str(ROOT / "tests" / "verify_fixtures" / "make_tiny_sd.py"), str(tmp / "tiny-sd")],
+                   check=True, capture_output=True, env=env(), timeout=300)
+
+
+# the export's default auto_cast="matmul" (bf16 matmul operands, emulated on the original side) against
+# the migration's float32 (the NM104 marker says so): images within 2e-2
+DIFFUSION = Scenario("diffusion", ["tiny-sd"], build=build_tiny_sd, options=["--atol", "2e-2"], variants=[
+    Variant("three denoising steps", [("num_inference_steps=2", "num_inference_steps=3")], "images"),
+    Variant("guidance scale 5", [("guidance_scale=7.5", "guidance_scale=5.0")], "images"),
+    Variant("other seed", [("torch.manual_seed(0)", "torch.manual_seed(1)")], "images"),
+    Variant("other prompt", [("a watercolor of a lighthouse", "an oil painting of a lighthouse")], "images[1]"),
+    Variant("32x32 images", [("height=64,", "height=32,"), ("width=64,", "width=32,")], "images"),
+    Variant("bf16 pipeline", [("from_pretrained(sys.argv[1])", "from_pretrained(sys.argv[1], dtype=torch.bfloat16)")],
+            "weights"),
+    Variant("eager (denoiser not compiled)",
+            [('pipe.unet.compile_repeated_blocks(backend="neuron", fullgraph=True, dynamic=False)\n', "")]),
+    Variant("more logging", [('    print("image", image.shape)', '    print("prompt", prompt)\n    print("image", image.shape)')]),
+])
+
+
+SCENARIOS = {s.name: s for s in (GENERATION, TRAINER, ENCODER, SFT, DIFFUSION)}
 
 
 def env() -> dict:
@@ -156,5 +190,5 @@ def run_variant(scenario: Scenario, variant: Variant, tmp: Path, *, fmt: str = "
     (folder / migrated.name).write_text(apply(migrated.read_text(), variant))
     cmd = [sys.executable, "-m", "migrator", "verify", str((folder / migrated.name).relative_to(tmp)),
            "--against", f"original/{migrated.name}", "--original-cache", "cache", "--format", fmt,
-           "--", *scenario.args]
+           *scenario.options, "--", *scenario.args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=str(tmp), timeout=600)
