@@ -44,9 +44,11 @@ def main(argv: list[str]) -> int:
                 else:
                     good = proc.returncode == 0
                     verdict = "passed" if good else "FALSE ALARM"
-                what = failed[0] if failed else (report.get("reason") or "")
+                # the failing check that names the expected difference (else the first one)
+                named = [f for f in failed if variant.fault and variant.expect in f]
+                what = (named or failed or [report.get("reason") or ""])[0]
                 rows.append((name, variant.name, "fault" if variant.fault else "correct", proc.returncode,
-                             verdict, good, time.perf_counter() - start, str(what)[:90]))
+                             verdict, good, time.perf_counter() - start, str(what)[:120]))
     width = max(len(r[1]) for r in rows)
     print(f"{'scenario':<11} {'variant':<{width}}  {'kind':<7} exit  {'verdict':<11} time   what differed")
     for scen, var, kind, code, verdict, _good, secs, what in rows:

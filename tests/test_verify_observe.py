@@ -249,6 +249,14 @@ def test_printed_output_normalisation():
     assert more.ok and more.detail == "1 printed lines equal; 2 more line(s) printed by this run (e.g. 'x')"
     less = cmp.compare_stdout({"lines": ["a"]}, {"lines": ["a", "b"]}, 1e-5, 1e-4)[0]
     assert not less.ok and less.detail == "the reference printed 'b' (its line 2), this run printed nothing more"
+    # a progress line printed with end="\r" is ignored, the line printed after it on the same terminal
+    # line is the reference's line; a reference line the run only shows inside its progress is missing
+    shown = cmp.compare_stdout({"lines": ["progress 1/6\rstep 0: loss 1.25", "\rprogress 2/6"]},
+                               {"lines": ["step 0: loss 1.25"]}, 1e-5, 1e-4)[0]
+    assert shown.ok and shown.detail == "1 printed lines equal (1 timing/progress line(s) ignored)"
+    hidden = cmp.compare_stdout({"lines": ["step 0: loss 1.25\rprogress 1/6"]}, {"lines": ["step 0: loss 1.25"]},
+                                1e-5, 1e-4)[0]
+    assert not hidden.ok
 
 
 def test_kinds_absent_from_an_old_golden_are_not_compared():

@@ -532,7 +532,10 @@ def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check
         checks.append(Check("exit status", False, f"{ea}, reference {eb}"))
     if not ra and not rb:
         return checks
-    na = [(line, n) for line, n in ((line, normalise_line(line)) for line in ra) if n is not None]
+    # a progress line of this run ("step 3/6" printed with end="\r") is ignored, but the text printed
+    # after its carriage return is what a terminal shows: it may be a line of the reference
+    na = [(line, normalise_line(line.rsplit("\r", 1)[-1]), "\r" in line) for line in ra]
+    na = [(line, n, soft) for line, n, soft in na if n is not None]
     nb = [(line, n) for line, n in ((line, normalise_line(line)) for line in rb) if n is not None]
     ignored = len(ra) - len(na)
     j, extra = 0, []
@@ -544,9 +547,11 @@ def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check
             else:
                 what = f"the reference printed {lb!r} (its line {i + 1}), this run printed nothing more"
             return checks + [Check("printed output", False, what)]
-        extra += [line for line, _ in na[j:k]]
+        extra += [line for line, _, soft in na[j:k] if not soft]
+        ignored += sum(soft for _, _, soft in na[j:k])
         j = k + 1
-    extra += [line for line, _ in na[j:]]
+    extra += [line for line, _, soft in na[j:] if not soft]
+    ignored += sum(soft for _, _, soft in na[j:])
     note = f" ({ignored} timing/progress line(s) ignored)" if ignored else ""
     if extra:
         note += f"; {len(extra)} more line(s) printed by this run (e.g. {extra[0]!r})"

@@ -13,8 +13,8 @@ migrated script. Used by ``tests/verify_faults/test_*.py`` (one module per scena
 once, its observations are reused through ``--original-cache``) and ``benchmarks/verify_faults.py``
 (the catch table).
 
-What the catalogue cannot hold yet: faults only visible in what verify does not observe today (custom
-training loops, plain forward calls, checkpoints, printed output); they come with those observations.
+The custom-loop and data-loading scenarios are caught by what verify observes of a script's own loop:
+the ``loss.backward()`` values, the optimizer steps and learning rates, checkpoints and printed output.
 """
 
 from __future__ import annotations
@@ -147,8 +147,50 @@ DIFFUSION = Scenario("diffusion", ["tiny-sd"], build=build_tiny_sd, options=["--
     Variant("more logging", [('    print("image", image.shape)', '    print("prompt", prompt)\n    print("image", image.shape)')]),
 ])
 
+# the migration of custom_loop_original.py: xm.xla_device() → torch.device("neuron"), the MpDeviceLoader
+# removed (each batch moved at the top of the loop), xm.optimizer_step → optimizer.step(), xm.save →
+# torch.save on local rank 0
+CUSTOM_LOOP = Scenario("custom_loop", [], [
+    Variant("optimizer step skipped", [("    optimizer.step()\n", "")], "optimizer"),
+    Variant("no zero_grad (gradients accumulate)", [("    optimizer.zero_grad()\n", "")], "backward"),
+    Variant("learning rate 0.1 -> 0.05", [("lr=0.1,", "lr=0.05,")], "optimizer"),
+    Variant("gradient accumulation 2",
+            [("    optimizer.zero_grad()\n", ""),
+             ("    optimizer.step()\n", "    if step % 2 == 1:\n        optimizer.step()\n        optimizer.zero_grad()\n")],
+            "optimizer"),
+    Variant("checkpoint not saved", [('os.environ.get("LOCAL_RANK", 0)) == 0', 'os.environ.get("LOCAL_RANK", 0)) == 1')],
+            "ckpt.pt"),
+    Variant("checkpoint saved elsewhere", [('"ckpt.pt"', '"model.pt"')], "ckpt.pt"),
+    Variant("checkpoint of a fresh model", [("model.state_dict()), ", "Net().state_dict()), ")], "ckpt.pt"),
+    Variant("optimizer state saved instead", [("model.state_dict()), ", "optimizer.state_dict()), ")], "ckpt.pt"),
+    Variant("five steps instead of six", [("max_steps = 6", "max_steps = 5")], "backward"),
+    Variant("batch size 4 -> 2", [("batch_size=4", "batch_size=2")], "backward"),
+    Variant("flipped target", [("loss_fn(model(x), y)", "loss_fn(model(x), 2 - y)")], "backward"),
+    Variant("printed loss post-processed (x100)",
+            [('print(f"final loss: {loss.item():.4f}")', 'print(f"final loss: {100 * loss.item():.4f}")')],
+            "printed output"),
+    Variant("compiled (torch.compile, backend neuron)",
+            [("model = Net().to(device)\n", 'model = Net().to(device)\nmodel = torch.compile(model, backend="neuron")\n')]),
+    Variant("more logging (debug print, progress)",
+            [('        print(f"step {step}', '        print("batch shape", tuple(x.shape))\n'
+              '        print(f"progress {step + 1}/{max_steps}", end="\\r")\n        print(f"step {step}')]),
+])
 
-SCENARIOS = {s.name: s for s in (GENERATION, TRAINER, ENCODER, SFT, DIFFUSION)}
+
+# the migration of data_loading_original.py: the ParallelLoader(...).per_device_loader(device) of the
+# loop replaced by the DataLoader, each batch moved at the top of the loop
+DATA_LOADING = Scenario("data_loading", [], [
+    Variant("shuffled", [("shuffle=False", "shuffle=True")], "backward"),
+    Variant("drop_last off (a partial batch more)", [("drop_last=True", "drop_last=False")], "backward"),
+    Variant("first batch of each epoch dropped",
+            [("    for x, y in loader:\n", "    batches = iter(loader)\n    next(batches)\n    for x, y in batches:\n")],
+            "backward"),
+    Variant("non-blocking copies",
+            [("x, y = x.to(device), y.to(device)", "x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)")]),
+])
+
+
+SCENARIOS = {s.name: s for s in (GENERATION, TRAINER, ENCODER, SFT, DIFFUSION, CUSTOM_LOOP, DATA_LOADING)}
 
 
 def env() -> dict:
