@@ -934,8 +934,8 @@ def test_explain() -> None:
 
 
 def test_verify_parses_its_options_and_script_arguments(proj: Path) -> None:
-    # a script that observes nothing: verify runs it (with its own arguments) and exits 2
-    put(proj, {"some_script.py": "import sys\nprint('args', sys.argv[1:])\n"})
+    # a script that observes nothing (stderr is not observed): verify runs it (with its own arguments), exits 2
+    put(proj, {"some_script.py": "import sys\nprint('args', sys.argv[1:], file=sys.stderr)\n"})
     res = cli("verify", "some_script.py", "--device", "cpu", "--reference", "none", "--", "--foo", "1")
     assert res.exit_code == 2
     assert "No such option" not in res.output

@@ -190,9 +190,9 @@ def test_sft_trainer_with_model_object_keeps_model_init_kwargs_alone(rules):
         trainer = NeuronSFTTrainer(model=model, args=config, tokenizer=tok)
         """), rules)
     assert "model_init_kwargs" not in out
-    # (activation_checkpointing=False: NM613 pins the default TRL 1.16 flipped)
+    # (activation_checkpointing=False, bf16=False: NM613 pins the defaults TRL 1.16 flipped)
     assert ('SFTConfig(\n    output_dir="o",\n    max_length=128,\n    torch_compile=True,\n    dataloader_drop_last=True,\n'
-            '    activation_checkpointing=False,\n)') in out
+            '    activation_checkpointing=False,\n    bf16=False,\n)') in out
     assert "SFTTrainer(model=model, args=config, processing_class=tok)" in out
 
 

@@ -60,7 +60,10 @@ def test_removed_names_are_absent_and_replacements_exist():
             assert a.name_exists(module, name) is not True, f"{module}.{name} exists in the target"
             if "moved_to" in entry:
                 mod, _, new = entry["moved_to"].rpartition(".")
-                assert a.name_exists(mod, new) is True, entry["moved_to"]
+                if a.is_target(mod):
+                    assert a.name_exists(mod, new) is True, entry["moved_to"]
+                else:  # a module the target API data does not hold (huggingface_hub.utils): the installed one
+                    assert hasattr(importlib.import_module(mod), new), entry["moved_to"]
             checked += 1
     assert checked > 100
 

@@ -574,6 +574,7 @@ class SFTConfigFields(PythonRule):
         from trl import SFTConfig, SFTTrainer
 
         # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
+        # activation_checkpointing=False, bf16=False: TRL 0.x defaults kept (TRL 1.16.0 turns them on)
         config = SFTConfig(
             output_dir="out",
             max_length=1024,
@@ -583,6 +584,7 @@ class SFTConfigFields(PythonRule):
             packing_strategy="wrapped",
             model_init_kwargs={"device_map": None},
             activation_checkpointing=False,
+            bf16=False,
         )
         trainer = SFTTrainer(model="Qwen/Qwen3-0.6B", args=config, train_dataset=ds)
     """
