@@ -397,6 +397,16 @@ def record_forward(model, output) -> None:
         _error("forward", exc)
 
 
+def emulated_forward(model, output) -> None:
+    """A call of an emulated old-stack model (migrator.verify.oldstack: inputs padded inside, outputs cut
+    back) made from user code: recorded as a call of the model it wraps, with the output the user got
+    (the wrapped model's own call comes from the emulation's code, so it is not a user call)."""
+    if getattr(_local, "forward", False) or _forward_counts.get(id(model), 0) >= FORWARD_CALLS:
+        return
+    if _caller_is_user(3, top_level=True):  # above: oldstack's _observed, then the wrapper's method
+        record_forward(model, output)
+
+
 def _forward_hook(module, args, output):
     import torch
 

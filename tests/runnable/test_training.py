@@ -86,8 +86,8 @@ def test_xla_ddp_loop_runs_with_device_ids_on_two_ranks(work):
     out = output(proc)
     assert "step 4 loss" in out, out[-4000:]
     assert "device_ids and output_device" not in out and "exited with status" not in out
-    # a plain training loop: verify observes no trainer, generation or compiled graph in it
-    assert "nothing was observed" in out
+    # a plain training loop: its loss.backward() calls and printed lines are observed (no reference: no comparison)
+    assert proc.returncode == 0 and "result: OK" in out, out[-4000:]
 
 
 def test_device_mixing_fails_as_on_hardware(work):
