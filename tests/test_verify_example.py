@@ -18,8 +18,9 @@ As a user would, on a COPY of ``examples/optimum_neuron_project`` (never the com
 
 Models: the committed ``verify_fixtures/tiny-llama`` (generation) and ``verify_fixtures/tiny-classifier``
 (a DistilBERT classifier built byte-identically by ``make_tiny_classifier.py``, same tokenizer).
-verify observes the generate() call; the classifier's plain forward call is not an observation kind
-(generate, pipeline, Trainer losses, images), so its printed label is compared here from the output.
+verify observes the generate() call, the classifier's forward call (on the original side, the call of the
+emulated NeuronModelForSequenceClassification), the weights and the printed lines; the printed label is
+also checked here from the output.
 """
 
 from __future__ import annotations
