@@ -9,7 +9,7 @@ Each scenario is an ORIGINAL old-stack script (``<scenario>_original.py`` here),
   exit 0.
 
 A variant is ``(name, [(old, new), ...], expect)``: each ``old`` must occur exactly once in the
-migrated script. Used by ``tests/verify_faults/test_*.py`` (one module per scenario: the original runs
+migrated script. Used by ``tests/verify_faults/test_catalogue.py`` (each scenario's original runs
 once, its observations are reused through ``--original-cache``) and ``benchmarks/verify_faults.py``
 (the catch table).
 
@@ -50,6 +50,7 @@ class Scenario:
     variants: list[Variant] = field(default_factory=list)
     build: object = None                # build(tmp): models the scenario needs, made in tmp
     options: list[str] = field(default_factory=list)   # verify options of every variant (tolerances)
+    libraries: tuple[str, ...] = ("torch", "transformers")  # the test is skipped without them
 
     @property
     def original(self) -> Path:
@@ -150,7 +151,7 @@ DIFFUSION = Scenario("diffusion", ["tiny-sd"], build=build_tiny_sd, options=["--
 # the migration of custom_loop_original.py: xm.xla_device() → torch.device("neuron"), the MpDeviceLoader
 # removed (each batch moved at the top of the loop), xm.optimizer_step → optimizer.step(), xm.save →
 # torch.save on local rank 0
-CUSTOM_LOOP = Scenario("custom_loop", [], [
+CUSTOM_LOOP = Scenario("custom_loop", [], libraries=("torch",), variants=[
     Variant("optimizer step skipped", [("    optimizer.step()\n", "")], "optimizer"),
     Variant("no zero_grad (gradients accumulate)", [("    optimizer.zero_grad()\n", "")], "backward"),
     Variant("learning rate 0.1 -> 0.05", [("lr=0.1,", "lr=0.05,")], "optimizer"),
@@ -179,7 +180,7 @@ CUSTOM_LOOP = Scenario("custom_loop", [], [
 
 # the migration of data_loading_original.py: the ParallelLoader(...).per_device_loader(device) of the
 # loop replaced by the DataLoader, each batch moved at the top of the loop
-DATA_LOADING = Scenario("data_loading", [], [
+DATA_LOADING = Scenario("data_loading", [], libraries=("torch",), variants=[
     Variant("shuffled", [("shuffle=False", "shuffle=True")], "backward"),
     Variant("drop_last off (a partial batch more)", [("drop_last=True", "drop_last=False")], "backward"),
     Variant("first batch of each epoch dropped",
