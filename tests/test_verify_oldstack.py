@@ -34,6 +34,7 @@ import sys
 from migrator.verify import oldstack
 
 oldstack.install()
+sys.stdout.reconfigure(line_buffering=True)  # whole lines, one write each: the ranks share one pipe
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
@@ -118,7 +119,10 @@ def test_unemulated_apis_raise_not_emulated(checks):
                                       "`optimum.neuron.NeuronModelForSpeech` is not emulated")
     assert checks["unknown_module"] == "NotEmulated: cannot run the original: `torch_xla.experimental` is not emulated"
     assert checks["use_spmd"] == "NotEmulated: cannot run the original: `torch_xla.runtime.use_spmd` is not emulated"
-    assert checks["args_tp"].startswith("NotEmulated: ")
+    assert checks["args_tp"] is None  # one process: the unsharded model stands for the tensor-parallel group
+    assert checks["args_tp_world"].startswith("NotEmulated: ") and "--original-nproc 1" in checks["args_tp_world"]
+    assert checks["args_pp"] == ("NotEmulated: cannot run the original: "
+                                 "`optimum.neuron.NeuronTrainingArguments(pipeline_parallel_size>1)` is not emulated")
 
 
 def test_libraries_do_not_see_the_emulation(checks):

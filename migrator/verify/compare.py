@@ -464,6 +464,17 @@ def _same_path(a: str, b: str) -> bool:
     return False
 
 
+#: the files of a Trainer checkpoint that hold the training state, not the model
+TRAINING_STATE = re.compile(r"(^|/)(optimizer\.pt|scheduler\.pt|rng_state(_\d+)?\.pth)$")
+
+
+def _training_state_hint(path: str) -> str:
+    if TRAINING_STATE.search(str(path)):
+        return (" (the training state of a Trainer checkpoint, which save_only_model=True leaves out: the "
+                "migration sets it where the model is sharded at load; such a checkpoint cannot resume training)")
+    return ""
+
+
 def compare_checkpoints(run: list, ref: list, atol: float, rtol: float, allow: bool) -> list[Check]:
     checks = []
     unmatched = list(range(len(run)))
@@ -474,7 +485,7 @@ def compare_checkpoints(run: list, ref: list, atol: float, rtol: float, allow: b
             others = [run[j].get("path") for j in unmatched]
             where = f" (this run saved {', '.join(map(str, others[:3]))} instead)" if others else ""
             checks.append(Check(name, False, f"not saved by this run: the reference saved it with {b.get('api')}"
-                                              f"{where}"))
+                                              f"{where}{_training_state_hint(b.get('path', ''))}"))
             continue
         unmatched.remove(j)
         checks.append(_compare_tensor_dict(name, "tensors", run[j].get("tensors"), b.get("tensors"),

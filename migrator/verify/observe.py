@@ -382,19 +382,62 @@ def _patch_optimizers(torch) -> None:
 # ----------------------------------------------------------------------------- forward calls
 
 
-def record_forward(model, output) -> None:
-    """Record one call of ``model`` from user code (the first ``FORWARD_CALLS`` per model)."""
+def capturing() -> bool:
+    return bool(_STATE["capturing"])
+
+
+def _model_name(model) -> str:
+    """A model's class name; a module traced by the emulated old stack (also once saved and reloaded)
+    carries the class name of the model it traced (``neuron_migrate_model``)."""
+    try:
+        name = getattr(model, "neuron_migrate_model", None)
+    except Exception:
+        name = None
+    return name if isinstance(name, str) and name else type(model).__name__
+
+
+def record_forward(model, output, name: str | None = None) -> dict | None:
+    """Record one call of ``model`` from user code (the first ``FORWARD_CALLS`` per model); returns
+    the entry recorded."""
     key = id(model)
     n = _forward_counts.get(key, 0)
     if n >= FORWARD_CALLS or not _STATE["capturing"]:
-        return
+        return None
     _forward_counts[key] = n + 1
     try:
         tensor, logits = _first_tensor(output)
-        entry = {"model": type(model).__name__, "call": n, "output": summary(tensor, logits=logits)}
+        entry = {"model": name or _model_name(model), "call": n, "output": summary(tensor, logits=logits)}
         OBS["forward"].append(entry)
+        return entry
     except Exception as exc:
         _error("forward", exc)
+        return None
+
+
+#: id(traced module) -> the forward entry of the trace's own run of the model on the example inputs
+_trace_runs: dict[int, dict] = {}
+
+
+def emulated_trace(model, traced, output) -> None:
+    """An emulated ``torch_neuronx.trace(model, example)`` called from user code ran the model on the
+    example inputs: recorded as a call of the model (a script that only traces and saves, and its
+    migration whose warm-up call compiles, both ran the model once), until the script calls the
+    traced module: from then on those calls are the model's calls (the migration calls the compiled
+    model there and adds no warm-up), and this one is taken back."""
+    if not _caller_is_user(3, top_level=True):  # above: oldstack's _traced, then trace()
+        return
+    entry = record_forward(model, output)
+    if entry is not None:
+        _trace_runs[id(traced)] = entry
+
+
+def _script_call(module, output) -> None:
+    """A TorchScript module (``torch.jit.trace``/``script``/``load``) called from user code: its forward
+    hooks cannot be registered, so ``RecursiveScriptModule.__call__`` reports here."""
+    entry = _trace_runs.pop(id(module), None)
+    if entry is not None and entry in OBS["forward"]:
+        OBS["forward"].remove(entry)
+    record_forward(module, output)
 
 
 def emulated_forward(model, output) -> None:
@@ -484,7 +527,58 @@ class _without_hooks:
         return False
 
 
+def _patch_script_modules(jit) -> None:
+    """Calls of TorchScript modules from user code (``_script_call``) and their saves (checkpoints)."""
+    cls = getattr(getattr(jit, "_script", None), "RecursiveScriptModule", None)
+    if cls is None or hasattr(cls.__dict__.get("__call__"), "__neuron_migrate_observed__"):
+        return
+    base = cls.__call__
+
+    @functools.wraps(base)
+    def call(self, *args, **kwargs):
+        import torch
+
+        if torch.compiler.is_compiling() or getattr(_local, "forward", False):
+            return base(self, *args, **kwargs)
+        user = _caller_is_user(1, top_level=True) and _forward_counts.get(id(self), 0) < FORWARD_CALLS
+        if not user:
+            return base(self, *args, **kwargs)
+        _local.forward = True
+        try:
+            result = base(self, *args, **kwargs)
+        finally:
+            _local.forward = False
+        _script_call(self, result)
+        return result
+
+    call.__neuron_migrate_observed__ = base
+    cls.__call__ = call
+    save = cls.__dict__.get("save")
+    if save is not None and not hasattr(save, "__neuron_migrate_observed__"):
+        cls.save = _saver("ScriptModule.save", save, _script_save_target)
+    if not hasattr(jit.save, "__neuron_migrate_observed__"):
+        jit.save = _saver("torch.jit.save", jit.save, _script_save_target)
+
+
+def _script_tensors(module) -> dict:
+    """A TorchScript module's state dict; when the emulated old stack traced it, named and chosen as the
+    traced model's own (without the ``neuron_migrate_prefix`` of its guard, only ``neuron_migrate_keys``:
+    a trace also keeps the model's non-persistent buffers)."""
+    state = module.state_dict()
+    try:
+        prefix = getattr(module, "neuron_migrate_prefix", "") or ""
+        keys = set(getattr(module, "neuron_migrate_keys", []) or [])
+    except Exception:
+        prefix, keys = "", set()
+    if prefix:
+        state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+    if keys:
+        state = {k: v for k, v in state.items() if k in keys}
+    return state
+
+
 def _patch_jit_script(jit) -> None:
+    _patch_script_modules(jit)
     original = getattr(jit, "script", None)
     if original is None:
         return
@@ -573,12 +667,22 @@ def _arg(args, kwargs, i, name):
     return args[i] if len(args) > i else kwargs.get(name)
 
 
-def _torch_save_target(args, kwargs):
-    f = _arg(args, kwargs, 1, "f")
+def _file_of(f):
+    """The path a save writes to: a path, or the name of an open file (None: a buffer)."""
     if isinstance(f, (str, os.PathLike)):
-        return f, _arg(args, kwargs, 0, "obj")
+        return f
     name = getattr(f, "name", None)
-    return (name, _arg(args, kwargs, 0, "obj")) if isinstance(name, str) else (None, None)
+    return name if isinstance(name, str) else None
+
+
+def _torch_save_target(args, kwargs):
+    path = _file_of(_arg(args, kwargs, 1, "f"))
+    return (path, _arg(args, kwargs, 0, "obj")) if path is not None else (None, None)
+
+
+def _script_save_target(args, kwargs):
+    path = _file_of(_arg(args, kwargs, 1, "f"))
+    return (path, _script_tensors(args[0])) if path is not None else (None, None)
 
 
 def _patch_torch_save(torch) -> None:
@@ -683,6 +787,16 @@ def _patch_callback_handler(module) -> None:
 # ----------------------------------------------------------------------------- printed output
 
 
+def print_for_user(*args, **kwargs) -> None:
+    """``print`` on behalf of the user's code (an emulated ``xm.master_print``): the line is observed as
+    the script's own printed output."""
+    _local.printing_for_user = True
+    try:
+        print(*args, **kwargs)
+    finally:
+        _local.printing_for_user = False
+
+
 class _StdoutTee:
     """sys.stdout as it was, plus the lines written from user code (print() or write() called in a
     frame of the script's own files)."""
@@ -695,7 +809,7 @@ class _StdoutTee:
         n = self._stream.write(s)
         if _STATE["capturing"] and isinstance(s, str) and len(OBS["stdout"]["lines"]) < MAX_LINES:
             try:
-                if is_user_file(sys._getframe(1).f_code.co_filename):
+                if getattr(_local, "printing_for_user", False) or is_user_file(sys._getframe(1).f_code.co_filename):
                     text = self._partial + s
                     *lines, self._partial = text.split("\n")
                     OBS["stdout"]["lines"].extend(line.rstrip() for line in lines)

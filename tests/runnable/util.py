@@ -1,13 +1,15 @@
 """What the runnable tests share: migrate a copy of an old-stack project as a user would, then run the
-migrated script under ``neuron-migrate verify --device emulate`` (issue 17: migrated real-shaped scripts
-must run).
+migrated script under ``neuron-migrate verify --device emulate --against ORIGINAL`` (issue 17: migrated
+real-shaped scripts must run, and compute what the originals computed on the emulated old stack).
 
 A test keeps its old-stack project under ``tests/runnable/projects/<name>/`` (scripts written for the
-old stack, in our own words) and calls :func:`migrate_copy` then :func:`verify`.
+old stack, in our own words) and calls :func:`migrate_copy` then :func:`verify_against` (the original is
+the project's committed script: verify runs each side in its own scratch copy, nothing is written there).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -48,6 +50,28 @@ def verify(script: Path, *args: str, options: tuple[str, ...] = ("--device", "em
            timeout: float = 600) -> subprocess.CompletedProcess:
     """``neuron-migrate verify SCRIPT OPTIONS -- ARGS`` run from the script's folder."""
     return cli(script.parent, "verify", str(script), *options, "--", *args, timeout=timeout)
+
+
+def verify_against(project: Path, script: str, *args: str, options: tuple[str, ...] = (),
+                   timeout: float = 600) -> subprocess.CompletedProcess:
+    """``verify project/script --device emulate --against projects/<name>/script OPTIONS -- ARGS``."""
+    original = PROJECTS / project.name / script
+    return verify(project / script, *args, options=("--device", "emulate", "--against", str(original), *options),
+                  timeout=timeout)
+
+
+def exported_llama(dest: Path, batch_size: int) -> Path:
+    """A decoder directory as optimum-neuron (generations A/B) left it after an export: config.json with
+    the export settings under ``"neuron"`` (here beside the tiny Llama's weights, so that the migrated
+    script, which loads it with plain Transformers, finds them too)."""
+    folder = dest / f"tiny-llama-exported-b{batch_size}"
+    shutil.copytree(TINY_LLAMA, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["neuron"] = {"task": "text-generation", "batch_size": batch_size, "sequence_length": 64,
+                        "num_cores": 1, "auto_cast_type": "fp32", "checkpoint_id": "tiny-llama",
+                        "compiler_type": "neuronx-cc", "compiler_version": "2.15.128.0"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
 
 
 def output(proc: subprocess.CompletedProcess) -> str:

@@ -135,7 +135,12 @@ bf16_trainer = NeuronTrainer(model=AutoModelForCausalLM.from_pretrained(llama), 
 results["args"] = [str(args.eval_strategy), args.warmup_steps, args.bf16, str(bf16_trainer.model.dtype) ==
                    "torch.bfloat16", str(bf16_trainer.accelerator.mixed_precision)]
 results["args_fp16"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, fp16=True))
+# tensor parallelism: one process emulates one tensor-parallel group (unsharded); more processes are not
 results["args_tp"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, tensor_parallel_size=8))
+os.environ["WORLD_SIZE"] = "2"
+results["args_tp_world"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, tensor_parallel_size=2))
+del os.environ["WORLD_SIZE"]
+results["args_pp"] = error_of(lambda: NeuronTrainingArguments(output_dir=out_dir, pipeline_parallel_size=2))
 
 # ---- the NxD training model (0.3+) at size 1: the transformers model, NKI flash attention -> sdpa
 from optimum.neuron.models.training import NeuronModelForCausalLM as TrainingCausalLM  # noqa: E402

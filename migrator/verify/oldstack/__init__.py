@@ -12,7 +12,8 @@ is modelled). None of these packages needs to be installed.
   whose ``__path__`` lists every ``optimum`` folder on ``sys.path``.
 * The finder serves the user's code only: a probe from an installed library (transformers'
   ``is_torch_xla_available``, diffusers' ``_is_package_available("torch_neuronx")``...) is answered
-  "not installed", so the libraries keep their CPU code paths. ``USE_TORCH_XLA=0`` is set for the
+  "not installed", so the libraries keep their CPU code paths; once the user's code imported a root
+  (``optimum.neuron``), its submodules are served to libraries too (pickling an emulated class). ``USE_TORCH_XLA=0`` is set for the
   same reason (transformers and accelerate read it).
 * An old API that is not emulated raises :class:`NotEmulated` (module attribute, submodule or a
   call argument the emulation does not model): the run stops, it never passes silently.
@@ -146,7 +147,12 @@ class OldStackFinder(importlib.abc.MetaPathFinder):
                 return None  # a real optimum loads as usual (optimum.neuron still comes from here)
             return importlib.machinery.ModuleSpec("optimum", _NamespaceLoader(), is_package=True)
         root = _root_of(fullname)
-        if root is None or _asked_by_a_library():
+        if root is None:
+            return None
+        # a library probing for the old stack is told it is not installed, unless the user's code
+        # imported it already (then the library sees what the user sees: e.g. torch.save pickling an
+        # emulated NeuronSFTConfig imports the module its class names)
+        if root not in sys.modules and _asked_by_a_library():
             return None
         emulated = fullname in _table()
         return importlib.machinery.ModuleSpec(fullname, _Loader(emulated),
@@ -164,6 +170,9 @@ def install() -> None:
             cached.cache_clear()
     if not any(isinstance(f, OldStackFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, OldStackFinder())
+    from migrator.verify.oldstack import transformers4
+
+    transformers4.install()  # the 4.x behaviours old scripts rely on (torchscript=True)
 
 
 def uninstall() -> None:

@@ -18,10 +18,19 @@ def _check(x: Tensor, shape: List[int]) -> None:
 
 
 class Guard1(torch.nn.Module):
-    def __init__(self, inner, shapes: List[List[int]]):
+    """``neuron_migrate_model``: the class name of the traced model, ``neuron_migrate_prefix``: the state-dict
+    prefix of its weights inside the guard, ``neuron_migrate_keys``: the model's own state-dict keys (a
+    trace also keeps the non-persistent buffers); saved with the module, so verify's observation layer
+    names the calls and the saved tensors of a traced (or reloaded) artifact as those of the model."""
+
+    def __init__(self, inner, shapes: List[List[int]], model: str = "", prefix: str = "",
+                 keys: List[str] = []):  # noqa: B006 - TorchScript needs the annotation; never mutated
         super().__init__()
         self.inner = inner
         self.static_shapes = shapes
+        self.neuron_migrate_model = model
+        self.neuron_migrate_prefix = prefix
+        self.neuron_migrate_keys = list(keys)
 
     def forward(self, x0: Tensor):
         _check(x0, self.static_shapes[0])
@@ -76,13 +85,13 @@ class Guard6(Guard1):
 GUARDS = {1: Guard1, 2: Guard2, 3: Guard3, 4: Guard4, 5: Guard5, 6: Guard6}
 
 
-def guard(traced, shapes: List[List[int]]):
+def guard(traced, shapes: List[List[int]], model: str = "", prefix: str = "inner.", keys: List[str] = []):  # noqa: B006
     cls = GUARDS.get(len(shapes))
     if cls is None:
         from migrator.verify.oldstack.errors import NotEmulated
 
         raise NotEmulated("torch_neuronx.trace(more than 6 example inputs)")
-    return torch.jit.script(cls(traced, shapes))
+    return torch.jit.script(cls(traced, shapes, model, prefix, keys))
 
 
 # ------------------------------------------------------------------------------------------ auto-cast

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import shlex
+import sys
 
 from migrator.verify.oldstack.errors import NotEmulated, not_emulated
 
@@ -104,7 +105,24 @@ def trace(func, example_inputs, *_, input_output_aliases=None, compiler_workdir=
         module = _cast_module(cast, cast_type)(inner)
     with torch.no_grad():
         traced = torch.jit.trace(module, inputs, strict=False, check_trace=False)
-    return _static.guard(traced, [list(t.shape) for t in inputs])
+    name = type(func).__name__ if isinstance(func, torch.nn.Module) else getattr(func, "__name__", "function")
+    keys = list(func.state_dict()) if isinstance(func, torch.nn.Module) else []
+    guarded = _static.guard(traced, [list(t.shape) for t in inputs], name,
+                            "inner.inner." if module is not func else "inner.", keys)
+    _traced(func, guarded, inputs)
+    return guarded
+
+
+def _traced(func, guarded, inputs) -> None:
+    """The trace ran the model on the example inputs: tell verify's observation layer (when loaded), which
+    counts it as a call of the model unless the script calls the traced module itself."""
+    observe = sys.modules.get("migrator.verify.observe")
+    if observe is not None and observe.capturing():
+        import torch
+
+        with torch.no_grad():
+            output = guarded(*inputs)
+        observe.emulated_trace(func, guarded, output)
 
 
 class _DynamicBatch:

@@ -23,7 +23,13 @@ logger = logging.getLogger("optimum.neuron")
 EXPORT_FILE = "neuron_export.json"
 
 DTYPES = {"fp32": "float32", "float32": "float32", "tf32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
-          "fp16": "float16", "float16": "float16"}
+          "fp16": "float16", "float16": "float16", "f32": "float32", "f16": "float16"}
+#: transformers-neuronx's names for the export settings, as older scripts pass them to optimum-neuron's
+#: causal LM (and as the migration reads them: n_positions -> max_cache_len, amp -> dtype, tp_degree ->
+#: tp_size); context_length_estimate (the prompt lengths a context graph was compiled for) changes no
+#: computed value
+NEURONX_NAMES = {"n_positions": "sequence_length", "amp": "auto_cast_type", "tp_degree": "num_cores",
+                 "context_length_estimate": None}
 #: compiler / cache knobs: no effect on what is computed
 KNOBS = {"compiler_workdir", "disable_neuron_cache", "inline_weights_to_neff", "optlevel", "instance_type",
          "disable_fast_relayout", "disable_fallback", "compiler_args", "file_name", "subfolder", "library_name",
@@ -67,6 +73,42 @@ def _read_export(model_id) -> dict | None:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     return None
+
+
+def _read_decoder_export(model_id) -> tuple[dict, str] | None:
+    """The export settings of a pre-exported decoder directory and where its weights are: the
+    emulation's own ``neuron_export.json``; optimum-neuron's layouts: generations A/B keep the settings
+    in ``config.json`` under ``"neuron"``, generation C in ``neuron_config.json`` (``tp_degree``,
+    ``torch_dtype``). Weights: the directory's ``checkpoint/`` folder when it has one (the old layout:
+    the NEFFs beside it are not used), else the directory itself. None: not an exported directory."""
+    saved = _read_export(model_id)
+    folder = str(model_id)
+    if saved is not None:
+        return saved, folder
+    settings = None
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as fh:
+            neuron = json.load(fh).get("neuron")
+        if isinstance(neuron, dict) and "batch_size" in neuron:
+            settings = dict(neuron)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if settings is None:
+        try:
+            with open(os.path.join(folder, "neuron_config.json"), encoding="utf-8") as fh:
+                nc = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        dtype = str(nc.get("torch_dtype") or nc.get("auto_cast_type") or "bfloat16").replace("torch.", "")
+        settings = {"batch_size": nc.get("batch_size", 1), "sequence_length": nc.get("sequence_length", 128),
+                    "num_cores": nc.get("tp_degree") or nc.get("tensor_parallel_size"),
+                    "auto_cast_type": dtype, "checkpoint_id": nc.get("checkpoint_id")}
+    settings.setdefault("task", "text-generation")
+    settings["batch_size"] = int(settings.get("batch_size") or 1)
+    settings["sequence_length"] = int(settings.get("sequence_length") or 2048)
+    settings["auto_cast_type"] = _dtype_name(_dtype(settings.get("auto_cast_type") or "fp32"))
+    checkpoint = os.path.join(folder, "checkpoint")
+    return settings, checkpoint if os.path.isfile(os.path.join(checkpoint, "config.json")) else folder
 
 
 def _config_dtype(model_id, default):
@@ -183,15 +225,23 @@ class NeuronModelForCausalLM(_Proxy):
     @classmethod
     def from_pretrained(cls, model_id, *args, export: bool = False, batch_size=None, sequence_length=None,
                         num_cores=None, auto_cast_type=None, tensor_parallel_size=None, **kwargs):
-        saved = _read_export(model_id)
-        if saved is not None and not export:
+        exported = _read_decoder_export(model_id)
+        if exported is not None and not export:
             from transformers import AutoModelForCausalLM
 
+            saved, weights = exported
             model = AutoModelForCausalLM.from_pretrained(
-                model_id, **dtype_kwargs(_dtype(saved["auto_cast_type"])), **_sharding(saved.get("num_cores"))).eval()
+                weights, **dtype_kwargs(_dtype(saved["auto_cast_type"])), **_sharding(saved.get("num_cores"))).eval()
             return cls(model, saved)
         if args:
             raise NotEmulated("optimum.neuron.NeuronModelForCausalLM.from_pretrained(positional config)")
+        given = {"sequence_length": sequence_length, "auto_cast_type": auto_cast_type, "num_cores": num_cores}
+        for old_name, name in NEURONX_NAMES.items():
+            value = kwargs.pop(old_name, None)
+            if name is not None and value is not None and given[name] is None:
+                given[name] = value
+        sequence_length, auto_cast_type, num_cores = (given["sequence_length"], given["auto_cast_type"],
+                                                      given["num_cores"])
         # export=True (generations A/B); a plain checkpoint without export is compiled with the defaults
         return cls._export(model_id, batch_size=batch_size, sequence_length=sequence_length,
                            num_cores=num_cores if num_cores is not None else tensor_parallel_size,

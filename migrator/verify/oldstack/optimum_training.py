@@ -14,8 +14,12 @@ What the old stack computed and the emulation keeps:
   ``warmup_ratio`` -> ``warmup_steps`` as a ratio, ``per_gpu_*`` -> ``per_device_*``, ``no_cuda`` ->
   ``use_cpu``; ``overwrite_output_dir``, ``logging_dir`` and the other removed fields are accepted.
 * Neuron-only fields that do not change what is computed (``zero_1``, ``use_xser``, ``async_save``,
-  compile-cache and metrics fields...) are accepted; ``tensor_parallel_size`` / ``pipeline_parallel_size``
-  above 1 are not emulated (NotEmulated).
+  compile-cache and metrics fields...) are accepted.
+* ``tensor_parallel_size`` N > 1: on hardware the trainer sharded the model over N NeuronCores, one
+  tensor-parallel group that sees one batch (``torchrun --nproc_per_node N``: data-parallel size 1).
+  One process emulates that group with the unsharded model: the same batches and the same values up to
+  the rounding of the all-reduced partial sums (``verify --against ... --original-nproc 1``). On more
+  than one process, and ``pipeline_parallel_size`` above 1: NotEmulated.
 * NeuronSFT: ``max_seq_length`` -> ``max_length``, batches padded to exactly ``max_length`` (the Neuron
   collator's static shape), ``padding_free`` off; TRL 0.x trainer arguments (``tokenizer``,
   ``dataset_text_field``, ``max_seq_length``, ``packing``, ``dataset_kwargs``, a batched
@@ -81,9 +85,13 @@ def _post_init(self, parent):
     """The mapping of the Neuron and removed fields, then the parent's __post_init__."""
     if self.fp16:
         raise ValueError("The fp16 data type is not supported in Neuron, please use bf16 instead.")
-    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
-        if (getattr(self, name, 1) or 1) > 1:
-            raise NotEmulated(f"optimum.neuron.NeuronTrainingArguments({name}>1)")
+    if (getattr(self, "pipeline_parallel_size", 1) or 1) > 1:
+        raise NotEmulated("optimum.neuron.NeuronTrainingArguments(pipeline_parallel_size>1)")
+    tp, world = getattr(self, "tensor_parallel_size", 1) or 1, int(os.environ.get("WORLD_SIZE", "1"))
+    if tp > 1 and world > 1:  # one process stands for one tensor-parallel group of the hardware
+        raise NotEmulated(f"optimum.neuron.NeuronTrainingArguments(tensor_parallel_size={tp}) on {world} "
+                          "processes (one unsharded process emulates one tensor-parallel group: run the "
+                          "original with --original-nproc 1)")
     if self.evaluation_strategy is not None:
         self.eval_strategy = self.evaluation_strategy
     if self.warmup_ratio and not self.warmup_steps:

@@ -275,9 +275,11 @@ def is_master_ordinal(local=True):
     return (get_local_ordinal() if local else get_ordinal()) == 0
 
 
-def master_print(*args, fd=sys.stdout, local=False, flush=False):
+def master_print(*args, fd=None, local=False, flush=False):
     if is_master_ordinal(local=local):
-        print(*args, file=fd, flush=flush)
+        observe = sys.modules.get("migrator.verify.observe")
+        show = observe.print_for_user if observe is not None else print  # the script's own output
+        show(*args, file=fd if fd is not None else sys.stdout, flush=flush)
 
 
 def rendezvous(tag, payload=b"", replicas=None):

@@ -25,7 +25,7 @@ REVIEWS = [
 class Reviews(torch.utils.data.Dataset):
     def __init__(self, tokenizer):
         texts = [text for text, _ in REVIEWS]
-        self.encodings = tokenizer(texts, truncation=True, max_length=16)
+        self.encodings = tokenizer(texts, truncation=True, max_length=16, padding="max_length")
         self.labels = [label for _, label in REVIEWS]
 
     def __len__(self):

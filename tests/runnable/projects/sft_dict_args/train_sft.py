@@ -1,7 +1,7 @@
 """Supervised fine-tuning of a causal LM sharded over two NeuronCores (optimum-neuron 0.4).
 
-The run settings are gathered in a dict first (a team habit: the same dict is logged), then
-unpacked into the config. Usage: torchrun --nproc_per_node 2 train_sft.py MODEL_DIR OUT_DIR
+The run settings are gathered in a dict first (a team habit: the same dict drives several runs),
+then unpacked into the config. Usage: torchrun --nproc_per_node 2 train_sft.py MODEL_DIR OUT_DIR
 """
 
 import sys
@@ -38,7 +38,7 @@ def main():
         disable_tqdm=True,
     )
     settings["dataloader_num_workers"] = 0
-    print("settings", sorted(settings))
+    print("steps", settings["max_steps"], "lr", settings["learning_rate"])
     config = NeuronSFTConfig(max_seq_length=32, **settings)
     trainer = NeuronSFTTrainer(model=model, args=config, train_dataset=build_dataset(), processing_class=tokenizer)
     trainer.train()

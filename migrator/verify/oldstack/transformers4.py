@@ -1,0 +1,61 @@
+"""Transformers 4.x behaviours that old-stack scripts rely on and Transformers 5 removed, restored on the
+original side when the installed Transformers is 5 or later (an original run with ``--original-python``
+on a 4.x interpreter is left as it is).
+
+* ``from_pretrained(..., torchscript=True)``, the usual preparation for ``torch.jit.trace`` /
+  ``torch_neuronx.trace``: in 4.x it set ``config.torchscript``, which made the model return tuples
+  (``return_dict`` off) and give tied weights their own copies (TorchScript could not share them).
+  Transformers 5 rejects the keyword; here the model is loaded with ``return_dict=False``. The copies
+  of tied weights are not modelled: they hold the same values.
+
+The training-argument fields of 4.x are mapped by ``optimum_training`` (they reach the Trainer through
+the emulated ``NeuronTrainingArguments``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+
+_MARK = "__neuron_migrate_transformers4__"
+
+
+def _major(transformers) -> int:
+    try:
+        return int(str(transformers.__version__).split(".")[0])
+    except (AttributeError, ValueError):
+        return 0
+
+
+def patch(modeling_utils) -> None:
+    """Applied once ``transformers.modeling_utils`` is imported (idempotent)."""
+    import transformers
+
+    cls = getattr(modeling_utils, "PreTrainedModel", None)
+    original = cls.__dict__.get("from_pretrained") if cls is not None else None
+    if original is None or _major(transformers) < 5 or hasattr(original.__func__, _MARK):
+        return
+    func = original.__func__
+
+    @functools.wraps(func)
+    def from_pretrained(klass, *args, **kwargs):
+        if kwargs.pop("torchscript", False):
+            config = kwargs.get("config")
+            if config is None or isinstance(config, (str, os.PathLike)):
+                kwargs.setdefault("return_dict", False)  # read into the config it loads
+            else:  # a config object (the Auto classes pass the one they loaded): not read from kwargs
+                config = copy.deepcopy(config)
+                config.return_dict = False
+                kwargs["config"] = config
+        return func(klass, *args, **kwargs)
+
+    setattr(from_pretrained, _MARK, True)
+    cls.from_pretrained = classmethod(from_pretrained)
+
+
+def install() -> None:
+    """Patch Transformers now if it is imported, else the moment it is (verify's post-import hooks)."""
+    from migrator.verify.instrument import on_import
+
+    on_import("transformers.modeling_utils", patch)
