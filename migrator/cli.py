@@ -406,6 +406,10 @@ def _build_app():
         original_cache: Optional[Path] = typer.Option(
             None, "--original-cache", help="Folder caching the original's observations (reused while the "
                                            "original, its arguments and interpreter are unchanged)."),
+        before: Optional[List[str]] = typer.Option(
+            None, "--before", metavar="\"SCRIPT [ARGS...]\"",
+            help="Run this step of the project first, on each side, in its scratch directory (repeatable, in "
+                 "order): e.g. the script that writes the artifact the verified script loads."),
         keep_scratch: bool = typer.Option(False, "--keep-scratch",
                                           help="Keep the scratch working directories of --against."),
         baseline: Optional[Path] = typer.Option(None, "--baseline", help="Golden file to compare with."),
@@ -432,6 +436,7 @@ def _build_app():
             max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
             against=against, original_python=original_python, original_nproc=original_nproc,
             keep_scratch=keep_scratch, original_cache=original_cache, allow_dtype_change=allow_dtype_change,
+            before=list(before or []),
         )
         code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
         raise typer.Exit(code)

@@ -7,6 +7,8 @@ reused. The key is a SHA-256 of everything the original's run depends on that ve
   time of bigger ones, which are model weights in practice),
 * the arguments, and every file under a path an argument names (relative to the directory verify was
   started from, or absolute), by path, size and modification time,
+* the ``--before`` steps (before.py): each step's script (its path in the project and its content), its
+  arguments in order, and the files its arguments name (as for the script's arguments),
 * the interpreter (path and version), the process count, and the source of ``migrator/verify``
   (the emulation and the observation layer).
 
@@ -73,13 +75,18 @@ def _python_version(python: str) -> str:
         return "?"
 
 
-def key(project_copy: Path, script_name: str, args: list[str], user_cwd: Path, python: str, nproc: int) -> str:
+def key(project_copy: Path, script_name: str, args: list[str], user_cwd: Path, python: str, nproc: int,
+        before: list[list] | None = None) -> str:
+    """``before``: the ``--before`` steps, each [script path in the project, its arguments, content digest]."""
     h = hashlib.sha256()
     h.update(json.dumps({"script": script_name, "args": args, "python": python, "nproc": nproc,
-                         "version": _python_version(python)}).encode())
+                         "version": _python_version(python), "before": before or []}).encode())
     _walk(project_copy, h, "project")
     for i, p in enumerate(_arg_paths(args, user_cwd)):
         _walk(p, h, f"arg{i}")
+    for n, step in enumerate(before or []):
+        for i, p in enumerate(_arg_paths(step[1], user_cwd)):
+            _walk(p, h, f"before{n}arg{i}")
     _walk(Path(__file__).resolve().parent, h, "verify", "*.py")
     return h.hexdigest()
 

@@ -83,6 +83,7 @@ def main(argv: list[str]) -> int:
         status["exit"] = code if isinstance(code, int) else (0 if code is None else 1)
         if isinstance(code, str):
             print(code, file=sys.stderr)
+            status["error"] = f"SystemExit: {code}"  # sys.exit("message"): the message says why
     except BaseException as exc:
         import traceback
 

@@ -15,7 +15,7 @@ from migrator.verify.compare import (KIND_NAMES, OBSERVED_KINDS, REPORT_ORDER, C
                                      compile_lines, hint_for, observed_count)
 from migrator.verify.golden import GoldenError, read_golden, write_golden
 from migrator.verify.runner import RunResult, run_child
-from migrator.verify import scratch
+from migrator.verify import before, scratch
 
 DEVICES = ("auto", "neuron", "cpu", "emulate", "cuda")
 REFERENCES = ("cpu", "none")
@@ -48,6 +48,7 @@ class Options:
     keep_scratch: bool = False            # keep the sides' scratch working directories
     original_cache: Path | None = None    # reuse the original's observations (cache.py)
     allow_dtype_change: bool = False      # a dtype difference between the sides is intended
+    before: list[str] = field(default_factory=list)  # --before "SCRIPT [ARGS...]": steps run first (before.py)
 
 
 SELF_NOTE = ("note: no original given (--against): this compares the migrated script with a second run of "
@@ -183,12 +184,50 @@ def _run(opts: Options, report: dict, out, err) -> int:
         raise VerifyError("--original-python runs the original: give it with --against")
     if opts.original_nproc is not None and mode != "against":
         raise VerifyError("--original-nproc runs the original: give it with --against")
+    try:
+        steps = before.parse(opts.before, opts.script, Path.cwd())
+    except before.BeforeError as exc:
+        raise VerifyError(str(exc)) from None
     # the script's stdout must not corrupt a JSON report printed on stdout
     child_out = err if (opts.fmt == "json" and opts.output is None) else out
 
     if mode == "against":
-        return _run_against(opts, report, device, child_out, err)
+        return _run_against(opts, report, device, child_out, err, steps)
+    if not steps:
+        return _run_one(opts, report, device, mode, golden, child_out, err, [], None)
+    # before-steps write files: each run gets its own scratch working directory, as the sides of --against
+    root = Path(tempfile.mkdtemp(prefix="neuron-migrate-verify-"))
+    try:
+        return _run_one(opts, report, device, mode, golden, child_out, err, steps, root)
+    except before.BeforeError as exc:
+        raise VerifyError(str(exc)) from None
+    finally:
+        _drop_scratch(opts, report, root)
 
+
+def _drop_scratch(opts: Options, report: dict, root: Path) -> None:
+    if opts.keep_scratch:
+        report["scratch"] = str(root)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _own_place(opts: Options, root: Path | None, name: str) -> scratch.SidePlace | None:
+    """A scratch working directory of its own for one run of the migrated script (None: no scratch)."""
+    if root is None:
+        return None
+    project = opts.script.resolve().parent
+    try:
+        return scratch.place_side(root / name, project, lambda d: scratch.copy_project(project, d),
+                                  opts.script.name, Path.cwd())
+    except OSError as exc:
+        raise VerifyError(f"cannot prepare the scratch working directories in {root}: {exc}") from None
+
+
+def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_out, err,
+             steps: list, root: Path | None) -> int:
+    """Every mode but --against: the migrated script on ``device`` (and, in self mode, on plain CPU), each
+    run preceded by the before-steps in its own scratch directory when there are any."""
     if golden is not None:
         report["reference"] = f"golden file {opts.baseline}"
     elif mode == "record":
@@ -198,8 +237,14 @@ def _run(opts: Options, report: dict, out, err) -> int:
     if mode == "self":
         report["notes"].append(SELF_NOTE.format(device=device))
 
-    main = run_child(opts.script, opts.script_args, device, nproc=opts.nproc, timeout=opts.timeout,
-                     stdout=child_out, stderr=err, label=f"{device} run")
+    place = _own_place(opts, root, "migrated")
+    if place is not None:
+        before.run_steps(steps, place.script.parent, side="migrated", side_label="migrated", device=device,
+                         nproc=opts.nproc, timeout=opts.timeout, cwd=place.cwd, python=None, stdout=child_out,
+                         stderr=err, report=report)
+    main = run_child(place.script if place else opts.script, opts.script_args, device, nproc=opts.nproc,
+                     timeout=opts.timeout, stdout=child_out, stderr=err, label=f"{device} run",
+                     cwd=place.cwd if place else None)
     if not _take_main(opts, report, main):
         return 2
     obs = main.data.get("observations") or {}
@@ -217,8 +262,14 @@ def _run(opts: Options, report: dict, out, err) -> int:
         checks += compare(obs, golden["observations"], opts.atol, opts.rtol,
                           allow_dtype_change=opts.allow_dtype_change)
     elif mode == "self":
-        ref = run_child(opts.script, opts.script_args, "cpu", nproc=opts.nproc, timeout=opts.timeout,
-                        stdout=child_out, stderr=err, label="cpu reference run")
+        place = _own_place(opts, root, "reference")
+        if place is not None:
+            before.run_steps(steps, place.script.parent, side="migrated", side_label="cpu reference",
+                             device="cpu", nproc=opts.nproc, timeout=opts.timeout, cwd=place.cwd, python=None,
+                             stdout=child_out, stderr=err, report=report)
+        ref = run_child(place.script if place else opts.script, opts.script_args, "cpu", nproc=opts.nproc,
+                        timeout=opts.timeout, stdout=child_out, stderr=err, label="cpu reference run",
+                        cwd=place.cwd if place else None)
         report["reference_wall_time_s"] = ref.data.get("wall_time_s")
         if not ref.ok:
             report["reason"] = ref.reason
@@ -228,7 +279,7 @@ def _run(opts: Options, report: dict, out, err) -> int:
     return _verdict(opts, report, checks, obs, comparing=mode in ("baseline", "self"))
 
 
-def _run_against(opts: Options, report: dict, device: str, child_out, err) -> int:
+def _run_against(opts: Options, report: dict, device: str, child_out, err, steps: list) -> int:
     """Run the original (on CPU, the old stack emulated) and the migrated script, each in its own scratch
     working directory (scratch.py), and compare the migrated observations with the original's."""
     original = Path(opts.against)
@@ -245,16 +296,27 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err) -> in
                 orig_place = scratch.original_from_revision(root, opts.script, opts.against, user_cwd)
                 report["reference"] = f"original {orig_place.label}"
             mig_place = scratch.migrated_side(root, opts.script, user_cwd)
+            where = (f"looked beside {opts.against}" if original.is_file()
+                     else f"looked in {opts.against}'s version of the folder")
+            before.check_counterparts(steps, orig_place.script.parent, where)
+        except before.BeforeError as exc:
+            raise VerifyError(str(exc)) from None
         except scratch.ScratchError as exc:
             raise VerifyError(str(exc)) from None
         except OSError as exc:
             raise VerifyError(f"cannot prepare the scratch working directories in {root}: {exc}") from None
         if opts.original_python:
             report["original_python"] = opts.original_python
-        ref = _run_original(opts, report, orig_place, user_cwd, child_out, err)
-        if not ref.ok:
-            report["reason"] = ref.reason
-            return 2
+        try:
+            ref = _run_original(opts, report, orig_place, user_cwd, child_out, err, steps)
+            if not ref.ok:
+                report["reason"] = ref.reason
+                return 2
+            before.run_steps(steps, mig_place.script.parent, side="migrated", side_label="migrated",
+                             device=device, nproc=opts.nproc, timeout=opts.timeout, cwd=mig_place.cwd,
+                             python=None, stdout=child_out, stderr=err, report=report)
+        except before.BeforeError as exc:
+            raise VerifyError(str(exc)) from None
         main = run_child(mig_place.script, opts.script_args, device, nproc=opts.nproc, timeout=opts.timeout,
                          stdout=child_out, stderr=err, label=f"migrated run ({device})", side="migrated",
                          cwd=mig_place.cwd)
@@ -265,26 +327,30 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err) -> in
                          allow_dtype_change=opts.allow_dtype_change)
         return _verdict(opts, report, checks, obs, comparing=True)
     finally:
-        if opts.keep_scratch:
-            report["scratch"] = str(root)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        _drop_scratch(opts, report, root)
 
 
 def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cwd: Path, child_out,
-                  err) -> RunResult:
+                  err, steps: list) -> RunResult:
     from migrator.verify import cache
 
     nproc = opts.original_nproc or opts.nproc
     key = None
     if opts.original_cache is not None:
+        # before the before-steps run: what they write into the copy is not part of the key
         key = cache.key(place.script.parent, place.script.name, opts.script_args, user_cwd,
-                        opts.original_python or sys.executable, nproc)
+                        opts.original_python or sys.executable, nproc,
+                        before=before.cache_entries(steps, place.script.parent))
         data = cache.load(Path(opts.original_cache), key)
         if data is not None:
             report["reference"] += " (observations from the cache)"
             report["reference_wall_time_s"] = data.get("wall_time_s")
+            if steps:
+                report["before_steps_cached"] = True
             return RunResult(True, data=data)
+    before.run_steps(steps, place.script.parent, side="original", side_label="original", device="cpu",
+                     nproc=nproc, timeout=opts.timeout, cwd=place.cwd, python=opts.original_python,
+                     stdout=child_out, stderr=err, report=report)
     ref = run_child(place.script, opts.script_args, "cpu", nproc=nproc, timeout=opts.timeout, stdout=child_out,
                     stderr=err, label="original run (cpu)", side="original", cwd=place.cwd,
                     python=opts.original_python)
@@ -363,6 +429,7 @@ def render_text(report: dict) -> str:
         counts = dict(observed, compile=(report.get("compile") or {}).get("graphs", 0))
         parts = [f"{counts.get(k, 0)} {KIND_NAMES[k]}" for k in REPORT_ORDER if counts.get(k) or k == "compile"]
         lines.append("observed: " + ", ".join(parts))
+    lines += before.render(report)
     for line in report.get("_compile_lines") or []:
         lines.append(f"    {line}")
     stats = []
