@@ -247,7 +247,7 @@ def _names(models: list) -> list[tuple[str, object]]:
     seen: dict[str, int] = {}
     out = []
     for m in models:
-        name = type(m).__name__
+        name = _model_name(m)
         seen[name] = seen.get(name, 0) + 1
         out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", m))
     return out
@@ -267,8 +267,11 @@ def _per_parameter(models: list, grad: bool) -> dict:
     out = {}
     for name, model in _names(models):
         params = {}
+        prefix = _script_prefix(model)
         for pname, p in model.named_parameters():
             t = p.grad if grad else p
+            if prefix and pname.startswith(prefix):
+                pname = pname[len(prefix):]
             if t is not None:
                 params[_key(pname)] = summary(t)
         if params:
@@ -558,6 +561,27 @@ def _patch_script_modules(jit) -> None:
         cls.save = _saver("ScriptModule.save", save, _script_save_target)
     if not hasattr(jit.save, "__neuron_migrate_observed__"):
         jit.save = _saver("torch.jit.save", jit.save, _script_save_target)
+    if not hasattr(jit.load, "__neuron_migrate_observed__"):
+        load = jit.load
+
+        @functools.wraps(load)
+        def jit_load(*args, **kwargs):
+            module = load(*args, **kwargs)
+            if _STATE["capturing"] and _caller_is_user(1):  # a model the script loads: its final weights
+                _track(module, keep=True)
+            return module
+
+        jit_load.__neuron_migrate_observed__ = load
+        jit.load = jit_load
+
+
+def _script_prefix(module) -> str:
+    """The prefix of a traced model's own names inside the guard of the emulated old stack ("" otherwise)."""
+    try:
+        prefix = getattr(module, "neuron_migrate_prefix", "")
+    except Exception:
+        return ""
+    return prefix if isinstance(prefix, str) else ""
 
 
 def _script_tensors(module) -> dict:
@@ -565,11 +589,11 @@ def _script_tensors(module) -> dict:
     traced model's own (without the ``neuron_migrate_prefix`` of its guard, only ``neuron_migrate_keys``:
     a trace also keeps the model's non-persistent buffers)."""
     state = module.state_dict()
+    prefix = _script_prefix(module)
     try:
-        prefix = getattr(module, "neuron_migrate_prefix", "") or ""
         keys = set(getattr(module, "neuron_migrate_keys", []) or [])
     except Exception:
-        prefix, keys = "", set()
+        keys = set()
     if prefix:
         state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
     if keys:

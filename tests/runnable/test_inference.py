@@ -8,8 +8,9 @@ save is compared (exit 0 = every check passed).
 One shape per project:
 
 * ``trace_serve``: trace + ``torch.jit.save`` in one script, ``torch.jit.load`` in another that does
-  not import torch_neuronx (the project facts tie them); the serving script is verified with the
-  tracing script as a ``--before`` step on each side;
+  not import torch_neuronx (the project facts tie them). The tracing script is verified here; the
+  serving script, with the tracing script as a ``--before`` step on each side, in
+  tests/test_verify_before.py (the same migration and comparison: one run for both);
 * ``compile_only``: a plain module traced and ``.save()``d, never called: the migrated script must
   still compile (its warm-up call is the trace's run of the example inputs);
 * ``torchscript``: ``from_pretrained(..., torchscript=True)`` before a trace;
@@ -66,10 +67,6 @@ def test_trace_then_serve(migrated):
     # the trace's run of the example vs the warm-up call; the jit.save'd artifact vs save_pretrained
     assert "✓ forward[DistilBertForSequenceClassification]  1 call(s)" in out, out
     assert "✓ checkpoint classifier_neuron.pt               40 tensors" in out, out
-    out = run_ok(project, "serve.py", str(TINY_CLASSIFIER),
-                 options=(*TRACED, "--before", f"trace_classifier.py {TINY_CLASSIFIER}"))
-    assert "✓ forward[DistilBertForSequenceClassification]  2 call(s)" in out, out
-    assert "2 printed lines equal" in out and "1 graph(s) compiled" in out, out
 
 
 def test_compile_only(migrated):

@@ -14,7 +14,7 @@ ARTIFACT = "classifier_neuron.pt"
 
 model_dir = sys.argv[1]
 tokenizer = AutoTokenizer.from_pretrained(model_dir)
-model = AutoModelForSequenceClassification.from_pretrained(model_dir)
+model = AutoModelForSequenceClassification.from_pretrained(model_dir, torchscript=True)
 model.eval()
 
 enc = tokenizer("the room was clean and quiet", padding="max_length", max_length=MAX_LEN, truncation=True,
