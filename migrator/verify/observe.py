@@ -399,7 +399,7 @@ def _model_name(model) -> str:
     return name if isinstance(name, str) and name else type(model).__name__
 
 
-def record_forward(model, output, name: str | None = None) -> dict | None:
+def record_forward(model, output) -> dict | None:
     """Record one call of ``model`` from user code (the first ``FORWARD_CALLS`` per model); returns
     the entry recorded."""
     key = id(model)
@@ -409,7 +409,7 @@ def record_forward(model, output, name: str | None = None) -> dict | None:
     _forward_counts[key] = n + 1
     try:
         tensor, logits = _first_tensor(output)
-        entry = {"model": name or _model_name(model), "call": n, "output": summary(tensor, logits=logits)}
+        entry = {"model": _model_name(model), "call": n, "output": summary(tensor, logits=logits)}
         OBS["forward"].append(entry)
         return entry
     except Exception as exc:
@@ -427,16 +427,16 @@ def emulated_trace(model, traced, output) -> None:
     migration whose warm-up call compiles, both ran the model once), until the script calls the
     traced module: from then on those calls are the model's calls (the migration calls the compiled
     model there and adds no warm-up), and this one is taken back."""
-    if not _caller_is_user(3, top_level=True):  # above: oldstack's _traced, then trace()
+    if not _caller_is_user(3, top_level=True):  # above: oldstack.report.traced, then trace()
         return
     entry = record_forward(model, output)
     if entry is not None:
         _trace_runs[id(traced)] = entry
 
 
-def _script_call(module, output) -> None:
-    """A TorchScript module (``torch.jit.trace``/``script``/``load``) called from user code: its forward
-    hooks cannot be registered, so ``RecursiveScriptModule.__call__`` reports here."""
+def _called(module, output) -> None:
+    """The script called ``module`` (a TorchScript module, or an emulated wrapper of one): record the
+    call, taking back the trace's own run of the model when ``module`` is what the trace returned."""
     entry = _trace_runs.pop(id(module), None)
     if entry is not None and entry in OBS["forward"]:
         OBS["forward"].remove(entry)
@@ -449,8 +449,8 @@ def emulated_forward(model, output) -> None:
     (the wrapped model's own call comes from the emulation's code, so it is not a user call)."""
     if getattr(_local, "forward", False) or _forward_counts.get(id(model), 0) >= FORWARD_CALLS:
         return
-    if _caller_is_user(3, top_level=True):  # above: oldstack's _observed, then the wrapper's method
-        record_forward(model, output)
+    if _caller_is_user(3, top_level=True):  # above: oldstack.report.observed, then the wrapper's method
+        _called(model, output)
 
 
 def _forward_hook(module, args, output):
@@ -531,7 +531,7 @@ class _without_hooks:
 
 
 def _patch_script_modules(jit) -> None:
-    """Calls of TorchScript modules from user code (``_script_call``) and their saves (checkpoints)."""
+    """Calls of TorchScript modules from user code (``_called``) and their saves (checkpoints)."""
     cls = getattr(getattr(jit, "_script", None), "RecursiveScriptModule", None)
     if cls is None or hasattr(cls.__dict__.get("__call__"), "__neuron_migrate_observed__"):
         return
@@ -551,7 +551,7 @@ def _patch_script_modules(jit) -> None:
             result = base(self, *args, **kwargs)
         finally:
             _local.forward = False
-        _script_call(self, result)
+        _called(self, result)  # no forward hooks on a ScriptModule
         return result
 
     call.__neuron_migrate_observed__ = base

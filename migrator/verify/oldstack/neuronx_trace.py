@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import copy
 import shlex
-import sys
 
 from migrator.verify.oldstack.errors import NotEmulated, not_emulated
+from migrator.verify.oldstack.report import observed
+from migrator.verify.oldstack.report import traced as traced_run
 
 _CAST_TYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
 
@@ -109,20 +110,8 @@ def trace(func, example_inputs, *_, input_output_aliases=None, compiler_workdir=
     keys = list(func.state_dict()) if isinstance(func, torch.nn.Module) else []
     guarded = _static.guard(traced, [list(t.shape) for t in inputs], name,
                             "inner.inner." if module is not func else "inner.", keys)
-    _traced(func, guarded, inputs)
+    traced_run(func, guarded, inputs)
     return guarded
-
-
-def _traced(func, guarded, inputs) -> None:
-    """The trace ran the model on the example inputs: tell verify's observation layer (when loaded), which
-    counts it as a call of the model unless the script calls the traced module itself."""
-    observe = sys.modules.get("migrator.verify.observe")
-    if observe is not None and observe.capturing():
-        import torch
-
-        with torch.no_grad():
-            output = guarded(*inputs)
-        observe.emulated_trace(func, guarded, output)
 
 
 class _DynamicBatch:
@@ -137,7 +126,9 @@ class _DynamicBatch:
 
         shapes = getattr(self.model, "static_shapes", None)
         if not shapes:
-            return self.model(*inputs)
+            result = self.model(*inputs)
+            observed(self.model, result)
+            return result
         compiled = shapes[0][0]
         total = inputs[0].shape[0]
         outs = []
@@ -148,7 +139,9 @@ class _DynamicBatch:
                 chunk = [torch.cat([x, x[-1:].expand(compiled - n, *x.shape[1:])]) for x in chunk]
             out = self.model(*chunk)
             outs.append((out, n))
-        return _concat(outs)
+        result = _concat(outs)
+        observed(self.model, result)  # the user's call (its chunks are the emulation's calls)
+        return result
 
     def __getattr__(self, item):
         return getattr(self.model, item)

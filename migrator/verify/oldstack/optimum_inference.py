@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 
 from migrator.verify.oldstack.errors import NotEmulated
+from migrator.verify.oldstack.report import observed
 
 logger = logging.getLogger("optimum.neuron")
 
@@ -139,14 +139,6 @@ def _sharding(num_cores) -> dict:
 
         return {"distributed_config": DistributedConfig(tp_size=cores)}
     return {}
-
-
-def _observed(model, output) -> None:
-    """Tell verify's observation layer (when it is loaded) that the user called the model this wrapper
-    emulates and got ``output``: what the user sees is the wrapper's call, not the inner one."""
-    observe = sys.modules.get("migrator.verify.observe")
-    if observe is not None:
-        observe.emulated_forward(model, output)
 
 
 class _Proxy:
@@ -339,7 +331,7 @@ class NeuronModelForCausalLM(_Proxy):
 
     def __call__(self, *args, **kwargs):
         out = self.model(*args, **kwargs)
-        _observed(self.model, out)
+        observed(self.model, out)
         return out
 
     forward = __call__
@@ -469,7 +461,7 @@ class NeuronTracedModel(_Proxy):
             else:
                 value = value[:batch]
             out[key] = value
-        _observed(self.model, out)
+        observed(self.model, out)
         return out
 
     __call__ = forward
