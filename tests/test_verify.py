@@ -275,24 +275,8 @@ def test_compile_audit_counts_recompiles(tmp_path):
     assert report["recompiles"][0]["reason"].endswith("expected 4, actual 6")
 
 
-def test_static_cache_compiles_once_and_prefill_chunk_size_is_flagged(tiny_llama):
-    """target-apis §3: with max_cache_len, new prompt lengths reuse the one decode graph;
-    prefill_chunk_size sends prefill chunks through the compiled forward and recompiles."""
-    script = str(FIX / "static_generate.py")
-    ok = verify(script, "--device", "emulate", "--reference", "none", "--", str(tiny_llama))
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert re.search(r"✓ compile audit\s+1 graph\(s\) compiled, 0 recompile\(s\)", ok.stdout)
-    assert "observed: 2 generate() call(s), 1 compiled graph(s)" in ok.stdout
-
-    # prompts of 5 and 11 tokens, chunks of 4: the first generate() compiles its chunk, its partial
-    # chunk and its decode step (warm-up); the second prompt's chunks are new shapes: recompiles
-    bad = verify(script, "--device", "emulate", "--reference", "none", "--", str(tiny_llama), "--chunk", "4")
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "✗ compile audit" in bad.stdout
-    assert re.search(r"compile 0/\d+: .*, in call 2 of LlamaForCausalLM\.generate\(\)", bad.stdout), bad.stdout
-    assert "in call 1 of" not in bad.stdout
-    assert "likely cause: the compiled forward is called with different keyword arguments (with " \
-           "prefill_chunk_size" in bad.stdout
+# static-cache generation compiling one decode graph for two prompt lengths, and prefill_chunk_size
+# flagged (target-apis §3): test_verify_journey.py (the "migrated" and "chunked" runs)
 
 
 def test_nproc_runs_under_torchrun_with_neuron_process_group_and_rank0_records(tmp_path):
