@@ -176,6 +176,7 @@ def launched(rules, tmp_path_factory):
     return migrated, {r["rank"]: r["results"] for r in ranks}, want
 
 
+@pytest.mark.xdist_group("training-mesh-launched")
 def test_the_layout_without_data_parallelism_fails_to_load(launched):
     _migrated, results, _want = launched
     for rank, got in results.items():
@@ -184,6 +185,7 @@ def test_the_layout_without_data_parallelism_fails_to_load(launched):
 
 @pytest.mark.parametrize("case, mesh", [("replicas", [1, 2, 1, 2]), ("zero_1", [1, 1, 2, 2]),
                                         ("parsed", [1, 2, 1, 2])])
+@pytest.mark.xdist_group("training-mesh-launched")
 def test_migrated_layout_trains_with_two_replicas_of_tp_2(launched, case, mesh):
     migrated, results, want = launched
     if case == "parsed":

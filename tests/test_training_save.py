@@ -188,6 +188,7 @@ def built(migrated, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.xdist_group("training-save-built")
 def test_trainer_builds_with_the_emitted_arguments_and_not_without(built, case):
     for rank, results in built.items():
         assert results[case] == {"ok": True, "tp": 2}, (rank, results[case])

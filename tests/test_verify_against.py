@@ -101,12 +101,14 @@ def runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.xdist_group("verify-against")
 def test_migration_left_the_work_tree_modified(runs):
     assert runs["migrate"].returncode in (0, 1), runs["migrate"].stderr
     text = (runs["repo"] / "proj" / "gen.py").read_text()
     assert "from optimum" not in text and "AutoModelForCausalLM" in text
 
 
+@pytest.mark.xdist_group("verify-against")
 def test_default_is_against_head_when_the_script_is_modified_in_git(runs):
     proc = runs["default"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -123,6 +125,7 @@ def test_default_is_against_head_when_the_script_is_modified_in_git(runs):
     assert sorted(status.split()) == ["M", "M", "proj/gen.py", "proj/nb.ipynb"]
 
 
+@pytest.mark.xdist_group("verify-against")
 def test_notebook_against_head_runs_both_versions_in_a_kernel(runs):
     proc = runs["notebook"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -133,6 +136,7 @@ def test_notebook_against_head_runs_both_versions_in_a_kernel(runs):
     assert "warning: 3 shell line(s) of the notebook" in proc.stdout
 
 
+@pytest.mark.xdist_group("verify-against")
 def test_faulty_migration_against_a_path_under_another_interpreter_fails(runs):
     proc = runs["fault"]
     assert proc.returncode == 1, proc.stdout + proc.stderr

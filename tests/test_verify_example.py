@@ -123,6 +123,7 @@ def example(tmp_path_factory):
 
 # ----------------------------------------------------------------------------- the example
 
+@pytest.mark.xdist_group("verify-example")
 def test_original_example_recorded_on_the_old_stack(example):
     proc = example["record"]
     assert proc.returncode == 0, out(proc)
@@ -136,6 +137,7 @@ def test_original_example_recorded_on_the_old_stack(example):
     assert len(texts) == 1 and labels == ["NEGATIVE"]
 
 
+@pytest.mark.xdist_group("verify-example")
 def test_cli_migrates_the_copy_and_leaves_the_torchrun_marker(example):
     proc = example["migrate"]
     assert proc.returncode == 1, out(proc)  # contract: --write succeeded, manual markers remain
@@ -154,6 +156,7 @@ def test_cli_migrates_the_copy_and_leaves_the_torchrun_marker(example):
     assert (EXAMPLE / "inference.py").read_text() != text
 
 
+@pytest.mark.xdist_group("verify-example")
 def test_verify_migrated_example_under_nproc_2_against_the_original(example):
     """The README command: the marker says torchrun with 2 processes, so --nproc 2; the original, run with
     the old stack emulated (no test double on PYTHONPATH), is the reference."""
@@ -173,6 +176,7 @@ def test_verify_migrated_example_under_nproc_2_against_the_original(example):
     assert texts == orig_texts * 4 and labels == orig_labels * 4
 
 
+@pytest.mark.xdist_group("verify-example")
 def test_verify_migrated_example_against_the_golden_of_the_original(example):
     """Original (single process, dynamic cache) vs migrated (tp_size=2, static cache), both bf16: the same
     19 token ids; the scores within a bf16 tolerance (at the default 1e-5 they differ by one bf16 step)."""
@@ -186,6 +190,7 @@ def test_verify_migrated_example_against_the_golden_of_the_original(example):
     assert texts == orig_texts * 2 and labels == orig_labels * 2
 
 
+@pytest.mark.xdist_group("verify-example")
 def test_migrated_example_without_nproc_2_cannot_start(example):
     """Ignoring the marker: DistributedConfig(tp_size=2) in one plain process fails at load -> exit 2."""
     proc = example["no_nproc"]
@@ -194,6 +199,7 @@ def test_migrated_example_without_nproc_2_cannot_start(example):
     assert "torch.distributed" in proc.stdout
 
 
+@pytest.mark.xdist_group("verify-example")
 def test_tensor_parallel_example_compiles_its_decode_step_under_emulate(example):
     # a model sharded at load time (DistributedConfig(tp_size=2)) counts as on the neuron device, as its
     # DTensors are on Trainium: generate()'s static-cache auto-compile gives one decode graph

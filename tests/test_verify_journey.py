@@ -142,6 +142,7 @@ def runs(journey) -> dict[str, subprocess.CompletedProcess]:
 
 # ----------------------------------------------------------------------------- the journey
 
+@pytest.mark.xdist_group("verify-journey")
 def test_record_original_script_on_the_old_stack(journey):
     proc = journey["record"]
     assert "reference: none" in proc.stdout and "golden file written" in proc.stdout
@@ -155,6 +156,7 @@ def test_record_original_script_on_the_old_stack(journey):
     assert proc.stdout.count("generated [") == 2
 
 
+@pytest.mark.xdist_group("verify-journey")
 def test_cli_migration_of_the_original(journey):
     text = journey["migrated"].read_text()
     code = text.split('"""', 2)[2]  # the module docstring tells the story of the original
@@ -168,6 +170,7 @@ def test_cli_migration_of_the_original(journey):
     assert "0 manual actions" in journey["migrate"].stdout
 
 
+@pytest.mark.xdist_group("verify-journey")
 def test_migrated_script_matches_golden_and_compiles_one_decode_graph(runs):
     """Without the double: the migrated script needs only transformers. Under emulate the model is
     on "neuron", so generate() auto-compiles the static-cache decode step (backend "neuron",
@@ -184,6 +187,7 @@ def test_migrated_script_matches_golden_and_compiles_one_decode_graph(runs):
     assert "result: OK" in proc.stdout
 
 
+@pytest.mark.xdist_group("verify-journey")
 def test_unmigrated_script_crashes_on_the_new_stack_exit_2(runs):
     """A crash: the ORIGINAL script without the double (the old stack is gone) fails at its import,
     so the record really came from the old stack and a script that crashes exits 2 with the reason."""
@@ -196,6 +200,7 @@ def test_unmigrated_script_crashes_on_the_new_stack_exit_2(runs):
 # ----------------------------------------------------------------------------- wrong migrations
 
 @pytest.mark.parametrize("name", ["dropped_max_new_tokens", "sampling"])
+@pytest.mark.xdist_group("verify-journey")
 def test_wrong_migration_fails_with_first_divergent_token(runs, name):
     proc = runs[name]
     assert proc.returncode == 1, out(proc)
@@ -209,6 +214,7 @@ def test_wrong_migration_fails_with_first_divergent_token(runs, name):
         assert pos >= 5  # the prompt itself is equal; generation diverges
 
 
+@pytest.mark.xdist_group("verify-journey")
 def test_dtype_only_wrong_migration_fails_on_the_scores(runs):
     """The migrated script loads the model in bfloat16 where the original used float32 (fp32 auto_cast):
     every token is the same, the recorded scores differ, and verify says a dtype change is the cause."""
@@ -225,6 +231,7 @@ def test_dtype_only_wrong_migration_fails_on_the_scores(runs):
 
 # ----------------------------------------------------------------------------- compile audit
 
+@pytest.mark.xdist_group("verify-journey")
 def test_unpadded_inputs_through_compiled_forward_recompile(runs):
     """A (wrong) hand-written compiled forward on unpadded prompts: every new length is a compile."""
     proc = runs["unpadded"]
@@ -235,6 +242,7 @@ def test_unpadded_inputs_through_compiled_forward_recompile(runs):
     assert "likely cause: input length changed: pad inputs to a fixed length" in proc.stdout
 
 
+@pytest.mark.xdist_group("verify-journey")
 def test_prefill_chunk_size_added_to_migrated_script_is_flagged(runs):
     proc = runs["chunked"]
     assert proc.returncode == 1, out(proc)
@@ -243,11 +251,14 @@ def test_prefill_chunk_size_added_to_migrated_script_is_flagged(runs):
     # the first generate()'s prefill chunks and decode step are its warm-up; the second prompt length's
     # new chunk shapes are the recompiles, and prefill_chunk_size is named as their cause
     assert re.search(r"compile 0/\d+: .*, in call 2 of LlamaForCausalLM\.generate\(\)", proc.stdout), proc.stdout
-    assert re.search(r"likely cause: .*prefill_chunk_size", proc.stdout)
+    assert "in call 1 of" not in proc.stdout
+    assert "likely cause: the compiled forward is called with different keyword arguments (with " \
+           "prefill_chunk_size" in proc.stdout
 
 
 # ----------------------------------------------------------------------------- broken runs
 
+@pytest.mark.xdist_group("verify-journey")
 def test_migrated_script_that_hangs_exits_2_on_timeout(runs):
     proc = runs["hang"]
     assert proc.returncode == 2

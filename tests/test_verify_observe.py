@@ -69,6 +69,7 @@ def loop(tmp_path_factory):
     })
 
 
+@pytest.mark.xdist_group("verify-observe-loop")
 def test_custom_loop_observations_are_recorded(loop):
     assert loop["record"].returncode == 0, text(loop["record"])
     obs = loop["golden"]["observations"]
@@ -86,6 +87,7 @@ def test_custom_loop_observations_are_recorded(loop):
     assert obs["stdout"]["lines"][0].startswith("final loss ")
 
 
+@pytest.mark.xdist_group("verify-observe-loop")
 def test_custom_loop_correct_variant_passes(loop):
     """Compiled, with a progress line, a timing line, logging on stderr and a backward made by library
     code: the same behaviour."""
@@ -109,6 +111,7 @@ def test_custom_loop_correct_variant_passes(loop):
     ("bf16", {"weights[Net]", "checkpoint"}, r"✗ weights\[Net\]\s+4 of 4 parameters differ; \S+: dtype bfloat16, "
                                              r"reference float32 \(a dtype change is a difference"),
 ])
+@pytest.mark.xdist_group("verify-observe-loop")
 def test_custom_loop_fault_is_named(loop, variant, names, message):
     proc = loop[variant]
     assert proc.returncode == 1, text(proc)
@@ -134,6 +137,7 @@ def forward(tmp_path_factory):
     })
 
 
+@pytest.mark.xdist_group("verify-observe-forward")
 def test_forward_calls_of_a_loaded_model(forward):
     assert forward["record"].returncode == 0, text(forward["record"])
     calls = forward["golden"]["observations"]["forward"]
@@ -149,6 +153,7 @@ def test_forward_calls_of_a_loaded_model(forward):
                      r"\[1, 2\] float32, min cosine 1\.000000, top-1 agreement 2/2\)", proc.stdout), proc.stdout
 
 
+@pytest.mark.xdist_group("verify-observe-forward")
 def test_dtype_change_is_a_difference_unless_allowed(forward):
     proc = forward["bf16"]
     assert proc.returncode == 1, text(proc)
@@ -173,6 +178,7 @@ def trainer(tmp_path_factory):
     })
 
 
+@pytest.mark.xdist_group("verify-observe-trainer")
 def test_trainer_steps_eval_and_save_model_recorded(trainer):
     assert trainer["record"].returncode == 0, text(trainer["record"])
     obs = trainer["golden"]["observations"]
@@ -184,6 +190,7 @@ def test_trainer_steps_eval_and_save_model_recorded(trainer):
     assert obs["optimizers"][0]["class"] == "AdamW" and obs["optimizers"][0]["steps"] == 3
 
 
+@pytest.mark.xdist_group("verify-observe-trainer")
 def test_trainer_other_logging_steps_is_the_same_run(trainer):
     proc = trainer["logging"]
     assert proc.returncode == 0, text(proc)
@@ -192,6 +199,7 @@ def test_trainer_other_logging_steps_is_the_same_run(trainer):
     assert re.search(r"✓ checkpoint out/final\s+21 tensors within tolerance", proc.stdout)
 
 
+@pytest.mark.xdist_group("verify-observe-trainer")
 def test_trainer_learning_rate_fault_is_named(trainer):
     proc = trainer["lr"]
     assert proc.returncode == 1, text(proc)
