@@ -54,6 +54,7 @@ def trace_serve(tmp_path_factory):
         shutil.rmtree(report["scratch"], ignore_errors=True)
 
 
+@pytest.mark.xdist_group("verify-before-trace-serve")
 def test_trace_serve_the_step_runs_on_each_side_before_serve(trace_serve):
     report, proc = trace_serve["report"], trace_serve["proc"]
     assert report["reason"] is None or "before-step" not in report["reason"], proc.stderr[-3000:]
@@ -75,6 +76,7 @@ def test_trace_serve_the_step_runs_on_each_side_before_serve(trace_serve):
     assert len(list((trace_serve["tmp"] / "cache").glob("original-*.json"))) == 1
 
 
+@pytest.mark.xdist_group("verify-before-trace-serve")
 def test_trace_serve_serve_outputs_are_compared(trace_serve):
     report, proc = trace_serve["report"], trace_serve["proc"]
     checks = {c["name"]: c for c in report["checks"]}
