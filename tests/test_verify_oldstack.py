@@ -123,6 +123,8 @@ def test_unemulated_apis_raise_not_emulated(checks):
     assert checks["use_spmd"] == "NotEmulated: cannot run the original: `torch_xla.runtime.use_spmd` is not emulated"
     assert checks["args_tp"] is None  # one process: the unsharded model stands for the tensor-parallel group
     assert checks["args_tp_world"].startswith("NotEmulated: ") and "--original-nproc 1" in checks["args_tp_world"]
+    assert checks["trn_config_tp"] == [2, "NotEmulated: cannot run the original: `optimum.neuron.models.training."
+                                          "NeuronModelForCausalLM.from_pretrained(tensor_parallel_size>1)` is not emulated"]
     assert checks["args_pp"] == ("NotEmulated: cannot run the original: "
                                  "`optimum.neuron.NeuronTrainingArguments(pipeline_parallel_size>1)` is not emulated")
 

@@ -148,6 +148,10 @@ from optimum.neuron.models.training import NeuronModelForCausalLM as TrainingCau
 trained = TrainingCausalLM.from_pretrained(llama, args.trn_config, torch_dtype=torch.bfloat16,
                                            attn_implementation="flash_attention_2")
 results["training_model"] = [type(trained).__name__, str(trained.dtype), trained.config._attn_implementation]
+# args.trn_config tells the arguments' tensor-parallel size; the NxD training models refuse it above 1
+tp_args = NeuronTrainingArguments(output_dir=out_dir, tensor_parallel_size=2)
+results["trn_config_tp"] = [tp_args.trn_config.tensor_parallel_size,
+                            error_of(lambda: TrainingCausalLM.from_pretrained(llama, tp_args.trn_config))]
 
 # ---- optimum.neuron.pipeline(): the classifier tokenized to the compiled length
 from transformers import AutoTokenizer  # noqa: E402

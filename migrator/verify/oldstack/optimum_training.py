@@ -19,7 +19,8 @@ What the old stack computed and the emulation keeps:
   tensor-parallel group that sees one batch (``torchrun --nproc_per_node N``: data-parallel size 1).
   One process emulates that group with the unsharded model: the same batches and the same values up to
   the rounding of the all-reduced partial sums (``verify --against ... --original-nproc 1``). On more
-  than one process, and ``pipeline_parallel_size`` above 1: NotEmulated.
+  than one process, and ``pipeline_parallel_size`` above 1: NotEmulated; ``args.trn_config`` reads N,
+  which the NxD training models (``optimum.neuron.models.training``) refuse (NotEmulated).
 * NeuronSFT: ``max_seq_length`` -> ``max_length``, batches padded to exactly ``max_length`` (the Neuron
   collator's static shape), ``padding_free`` off; TRL 0.x trainer arguments (``tokenizer``,
   ``dataset_text_field``, ``max_seq_length``, ``packing``, ``dataset_kwargs``, a batched
@@ -183,10 +184,12 @@ def _build():
 
 
 class _TrnConfig:
-    """``args.trn_config`` / ``args.mp_plugin`` at the only sizes emulated (1)."""
+    """``args.trn_config`` / ``args.mp_plugin``: the arguments' tensor-parallel size (a process emulates
+    one tensor-parallel group: the NxD training models refuse it above 1), pipeline size 1, one
+    data-parallel replica per process."""
 
     def __init__(self, args):
-        self.tensor_parallel_size = 1
+        self.tensor_parallel_size = int(getattr(args, "tensor_parallel_size", 1) or 1)
         self.pipeline_parallel_size = 1
         self.sequence_parallel_enabled = False
         self.kv_size_multiplier = None
