@@ -67,12 +67,17 @@ def _dtype_name(dtype) -> str:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[str(dtype).replace("torch.", "")]
 
 
-def _read_export(model_id) -> dict | None:
-    path = os.path.join(str(model_id), EXPORT_FILE)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as fh:
+def _json_in(folder, name: str):
+    """The JSON document ``folder/name``, None when it is absent or unreadable."""
+    try:
+        with open(os.path.join(str(folder), name), encoding="utf-8") as fh:
             return json.load(fh)
-    return None
+    except (OSError, ValueError):
+        return None
+
+
+def _read_export(model_id) -> dict | None:
+    return _json_in(model_id, EXPORT_FILE)
 
 
 def _read_decoder_export(model_id) -> tuple[dict, str] | None:
@@ -85,19 +90,12 @@ def _read_decoder_export(model_id) -> tuple[dict, str] | None:
     folder = str(model_id)
     if saved is not None:
         return saved, folder
-    settings = None
-    try:
-        with open(os.path.join(folder, "config.json"), encoding="utf-8") as fh:
-            neuron = json.load(fh).get("neuron")
-        if isinstance(neuron, dict) and "batch_size" in neuron:
-            settings = dict(neuron)
-    except (OSError, ValueError, AttributeError):
-        pass
+    config = _json_in(folder, "config.json")
+    neuron = config.get("neuron") if isinstance(config, dict) else None
+    settings = dict(neuron) if isinstance(neuron, dict) and "batch_size" in neuron else None
     if settings is None:
-        try:
-            with open(os.path.join(folder, "neuron_config.json"), encoding="utf-8") as fh:
-                nc = json.load(fh)
-        except (OSError, ValueError):
+        nc = _json_in(folder, "neuron_config.json")
+        if not isinstance(nc, dict):
             return None
         dtype = str(nc.get("torch_dtype") or nc.get("auto_cast_type") or "bfloat16").replace("torch.", "")
         settings = {"batch_size": nc.get("batch_size", 1), "sequence_length": nc.get("sequence_length", 128),
