@@ -9,6 +9,11 @@ is migrated with every rule enabled (what a user gets) and must:
 * report at least one finding of the rule named by its directory (the rule fired);
 * be idempotent: migrating the ``.after`` text changes nothing;
 * still parse (Python / JSON / TOML / ``bash -n``).
+
+Negative fixtures: a case whose name starts with ``neg_`` is a context where the rule named by its
+directory must NOT rewrite (other hardware's branch, a class used as a type, ...). It is run exactly
+and checked like the others, but the rule must report no applied finding on it (it may leave a
+marker, or nothing at all).
 """
 
 from __future__ import annotations
@@ -112,7 +117,11 @@ def test_fixture_exact(before: Path, after: Path, kind: str, rules: RuleSet):
     rule_id = before.parent.name
     new, findings = migrate(before.read_bytes(), kind, rules)
     assert new == after.read_bytes()
-    assert any(f.rule == rule_id for f in findings), f"{rule_id} reported nothing on {before.name}"
+    if before.name.startswith("neg_"):
+        applied = [f for f in findings if f.rule == rule_id and f.fix == "applied"]
+        assert not applied, f"{rule_id} rewrote a context where it must not: {[f.message for f in applied]}"
+    else:
+        assert any(f.rule == rule_id for f in findings), f"{rule_id} reported nothing on {before.name}"
 
 
 @pytest.mark.parametrize("before,after,kind", CASES)
