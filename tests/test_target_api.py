@@ -162,3 +162,16 @@ def test_no_heavy_imports():
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_tp_plans_agree_with_the_installed_transformers():
+    """The architectures the data says Transformers can shard for tensor parallelism are those whose
+    installed config class carries a base_model_tp_plan (DistributedConfig(tp_size>1) needs one)."""
+    installed = _installed_versions()
+    if installed["transformers"] != api().versions["transformers"]:
+        pytest.skip("installed transformers differs from the data's")
+    from transformers import GPT2Config, LlamaConfig, OPTConfig
+
+    for model_type, config in (("llama", LlamaConfig), ("gpt2", GPT2Config), ("opt", OPTConfig)):
+        assert api().has_tp_plan(model_type) is bool(config.base_model_tp_plan), model_type
+    assert api().has_tp_plan("llama") is True and api().has_tp_plan("gpt2") is False

@@ -895,6 +895,7 @@ def main(argv=None):
         "sigs": [[p, x, o, list(s)] for p, x, o, s in sigs.sigs],
         "callables": dict(sorted(sigs.callables.items())),
         "aliases": dict(sorted((a, c) for a, c in sigs.aliases.items() if a not in sigs.callables)),
+        "tp_plans": tensor_parallel_model_types(tf),
     }
     raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     buf = io.BytesIO()
@@ -929,6 +930,24 @@ def main(argv=None):
     with open(args.out, "wb") as f:
         f.write(blob)
     return 0
+
+
+def tensor_parallel_model_types(tf) -> list[str]:
+    """The Transformers model types whose config carries a ``base_model_tp_plan``: the architectures
+    ``from_pretrained(..., distributed_config=DistributedConfig(tp_size>1))`` can shard (others raise
+    "has no tp_plan")."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    out = []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            config = CONFIG_MAPPING[model_type]
+        except Exception:  # noqa: BLE001 - a config whose module needs an optional dependency
+            continue
+        if getattr(config, "base_model_tp_plan", None):
+            out.append(model_type)
+    del tf
+    return out
 
 
 def run_probes(probe_kw, auto_all):

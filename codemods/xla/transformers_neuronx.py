@@ -52,6 +52,9 @@ MODELS = {
     "bloom": "BloomForSampling",
     "qwen2": "Qwen2ForSampling",
 }
+#: the Transformers model type of each transformers-neuronx model (its config's ``model_type``)
+MODEL_TYPES = {f"{NX}.{cls}": module.replace("gptneox", "gpt_neox") for module, cls in MODELS.items()}
+MODEL_TYPES.update({f"{NX}.{module}.model.{cls}": t for (module, cls), t in zip(MODELS.items(), MODEL_TYPES.values())})
 CLASSES = tuple(
     name for module, cls in MODELS.items() for name in (f"{NX}.{cls}", f"{NX}.{module}.model.{cls}")
 ) + (f"{NX}.NeuronAutoModelForCausalLM",)  # dispatches to the classes above (same arguments)
@@ -62,6 +65,17 @@ DEFAULTS = {"n_positions": 2048, "amp": "f32", "tp_degree": 2}
 SAMPLE_PARAMS = ("input_ids", "sequence_length", "start_ids", "top_k", "top_p", "eos_token_override",
                  "temperature", "streamer", "stopping_criteria_list", "no_repeat_ngram_size")
 SAMPLE_DEFAULTS = (("top_k", "50"), ("top_p", "1.0"), ("temperature", "1.0"))
+
+
+def _shardable(cls: str) -> bool | None:
+    """Whether Transformers can shard the architecture of the transformers-neuronx class ``cls`` for
+    tensor parallelism (the target API data, generated from the installed Transformers); None: unknown."""
+    model_type = MODEL_TYPES.get(cls)
+    if model_type is None:
+        return None
+    from migrator.selfcheck.targetapi import api
+
+    return api().has_tp_plan(model_type)
 
 
 class TransformersNeuronxSampling(PythonRule):
@@ -123,7 +137,11 @@ class TransformersNeuronxSampling(PythonRule):
         not one). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
         are dropped (pad prompts to the batch size you used); `neuron_config=`, an `amp` that is
         not "bf16"/"f16"/"f32", a `tp_degree` held in a variable and `start_ids=` of `.sample`
-        get a marker. `.sample` is rewritten only on a name (or attribute) that a rewritten
+        get a marker. A `tp_degree` > 1 becomes `DistributedConfig(tp_size=...)` only for the
+        architectures Transformers can shard (their config has a `base_model_tp_plan`: Llama,
+        Mistral, Mixtral, GPT-NeoX, Qwen2; read from the installed Transformers by
+        `tools/gen_target_api.py`); GPT-2, GPT-J, OPT and BLOOM have none (the load would raise), so
+        they load with `device_map="neuron"` and a marker. `.sample` is rewritten only on a name (or attribute) that a rewritten
         `from_pretrained` was assigned to in the same module (a `model` parameter counts when
         the module rewrote a load into `model`). The static-cache lines are inserted after the
         assignment; a load that is not assigned gets a marker instead.
@@ -201,7 +219,15 @@ class TransformersNeuronxSampling(PythonRule):
         # placement from tp_degree (default 2)
         tp = _literal(kw["tp_degree"].value) if "tp_degree" in kw else DEFAULTS["tp_degree"]
         placement: tuple[str, cst.BaseExpression]
-        if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+        shardable = _shardable(cls)
+        if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and shardable is False:
+            # Transformers has no tensor-parallel plan for this architecture: DistributedConfig(tp_size>1)
+            # raises "has no tp_plan" at load
+            placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+            origin = "tp_degree" if "tp_degree" in kw else "the default tp_degree"
+            markers.append(f"{origin}={tp} dropped ({MODEL_TYPES[cls]} has no tensor-parallel plan in Transformers): "
+                           "check that the model fits one NeuronCore")
+        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
             dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
             placement = ("distributed_config", cst.Call(func=dc, args=[
                 cst.Arg(keyword=cst.Name("tp_size"), value=cst.Integer(str(tp)), equal=_EQ)]))

@@ -43,6 +43,15 @@ class TargetAPI:
         self._sig_cache: dict[int, Signature] = {}
         self._callables: dict[str, int] = data["callables"]
         self._aliases: dict[str, str] = data["aliases"]
+        self._tp_plans: frozenset[str] | None = frozenset(data["tp_plans"]) if "tp_plans" in data else None
+
+    # ------------------------------------------------------------------ architectures
+    def has_tp_plan(self, model_type: str) -> bool | None:
+        """Whether Transformers can shard ``model_type`` (a config's ``model_type``: "llama", "gpt2")
+        for tensor parallelism (its config has a ``base_model_tp_plan``); None when not known."""
+        if self._tp_plans is None:
+            return None
+        return model_type in self._tp_plans
 
     # ------------------------------------------------------------------ modules
     def is_target(self, module: str) -> bool:
