@@ -74,7 +74,10 @@ class LaunchFlagDefaults(PythonRule):
     caveats = """
         Only files that import the old Neuron stack are edited (vLLM, SGLang and similar tools
         keep their own --tensor-parallel-size, which NM515 leaves on their command lines). A
-        `required=True` flag is no longer required (the launch does not pass it). A dataclass
+        `required=True` flag is no longer required (the launch does not pass it). A flag whose
+        value is read only into a command line the script builds for another program (an element
+        of a list, a piece of a string: `["optimum-cli", "export", ..., str(args.tensor_parallel_size)]`)
+        is not a launch size and is left alone. A dataclass
         field is rewritten when its default is a literal (`tensor_parallel_size: int = 1` or
         `field(default=1, ...)`); a field that is also a NeuronTrainingArguments field (a
         subclass) is NM201's business. argparse converts a string default with the argument's
@@ -82,7 +85,23 @@ class LaunchFlagDefaults(PythonRule):
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.AnnAssign: self._on_field}
+        return {cst.Call: self._on_call, cst.AnnAssign: self._on_field, cst.Attribute: self._on_read}
+
+    def _on_read(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        """``args.tensor_parallel_size``: whether the parsed value feeds this script (a call's
+        argument, an assignment, arithmetic) or only a command line it builds for another tool (an
+        element of a list or tuple, a piece of a string)."""
+        if node.attr.value not in FIELDS:
+            return
+        uses = ctx.local_state().setdefault("uses", {})
+        uses[node.attr.value] = uses.get(node.attr.value, False) or not _in_command(ctx.stack[:-1])
+
+    def finish(self, ctx: PythonContext) -> None:
+        uses = ctx.local_state().get("uses", {})
+        for dest, apply in ctx.local_state().get("pending", ()):
+            if dest in uses and not uses[dest]:
+                continue  # read only into another tool's command line (optimum-cli export ...): not a launch size
+            apply()
 
     def _environ(self, ctx: PythonContext) -> str | None:
         try:
@@ -122,10 +141,15 @@ class LaunchFlagDefaults(PythonRule):
         if "required" in kw and literal(kw["required"].value) is not False:
             plan.drop.add("required")
         flag = next(n for n in names if isinstance(n, str) and n in ENV_FLAGS)
-        ctx.finding(node, f"{flag} defaults to {var} of the launch environment ({shown} when unset): the launch "
-                          f"scripts set {var} instead of passing the flag (NM515)")
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
-        ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+        dest = literal(kw["dest"].value) if "dest" in kw else flag.lstrip("-").replace("-", "_")
+
+        def apply() -> None:
+            ctx.finding(node, f"{flag} defaults to {var} of the launch environment ({shown} when unset): the launch "
+                              f"scripts set {var} instead of passing the flag (NM515)")
+            ctx.replace(node, lambda new: apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
+
+        ctx.local_state().setdefault("pending", []).append((dest, apply))
 
     def _on_field(self, node: cst.AnnAssign, ctx: PythonContext) -> None:
         """``tensor_parallel_size: int = 1`` in a dataclass HfArgumentParser may parse."""
@@ -176,6 +200,26 @@ class LaunchFlagDefaults(PythonRule):
         ctx.finding(node, f"{target.value} defaults to {var} of the launch environment ({code} when unset): the "
                           f"launch scripts set {var} instead of passing --{target.value} (NM515)")
 
+
+
+def _in_command(ancestors) -> bool:
+    """Whether an expression (its ``ancestors``, innermost last) is an element of a list/tuple
+    literal or a piece of a string (f-string, ``str()``, ``%``/``.format``, ``+`` onto a string):
+    the shape of an argument list built for another program."""
+    for node in reversed(ancestors):
+        if isinstance(node, (cst.List, cst.Tuple, cst.FormattedString, cst.FormattedStringExpression)):
+            return True
+        if isinstance(node, cst.Call):
+            func = node.func
+            return (isinstance(func, cst.Name) and func.value == "str") or (
+                isinstance(func, cst.Attribute) and func.attr.value == "format")
+        if isinstance(node, cst.BinaryOperation) and (
+                isinstance(node.operator, cst.Modulo) or isinstance(node.left, (cst.SimpleString, cst.FormattedString))):
+            return True
+        if isinstance(node, (cst.Arg, cst.Element, cst.BinaryOperation, cst.Subscript, cst.Attribute)):
+            continue
+        return False
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
