@@ -55,6 +55,8 @@ MODELS = {
 #: the Transformers model type of each transformers-neuronx model (its config's ``model_type``)
 MODEL_TYPES = {f"{NX}.{cls}": module.replace("gptneox", "gpt_neox") for module, cls in MODELS.items()}
 MODEL_TYPES.update({f"{NX}.{module}.model.{cls}": t for (module, cls), t in zip(MODELS.items(), MODEL_TYPES.values())})
+#: transformers-neuronx's writer of the split checkpoint its from_pretrained read
+SPLIT_SAVES = (f"{NX}.module.save_pretrained_split", f"{NX}.save_pretrained_split")
 CLASSES = tuple(
     name for module, cls in MODELS.items() for name in (f"{NX}.{cls}", f"{NX}.{module}.model.{cls}")
 ) + (f"{NX}.NeuronAutoModelForCausalLM",)  # dispatches to the classes above (same arguments)
@@ -83,7 +85,7 @@ class TransformersNeuronxSampling(PythonRule):
     title = "transformers-neuronx *ForSampling -> AutoModelForCausalLM on 'neuron' with a static cache; sample -> generate"
     fix = "mixed"
     triggers = ("transformers_neuronx",)
-    owns = CLASSES
+    owns = CLASSES + SPLIT_SAVES
     why = """
         transformers-neuronx's `LlamaForSampling` / `MistralForSampling` / `GPT2ForSampling` / ...
         `.from_pretrained(path, batch_size=1, tp_degree=2, amp="f32", n_positions=2048)` +
@@ -134,7 +136,7 @@ class TransformersNeuronxSampling(PythonRule):
     """
     caveats = """
         `path` must be a regular Hugging Face checkpoint (a `save_pretrained_split` directory is
-        not one). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
+        not one: `save_pretrained_split(model, path)` becomes `model.save_pretrained(path)`). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
         are dropped (pad prompts to the batch size you used); `neuron_config=`, an `amp` that is
         not "bf16"/"f16"/"f32", a `tp_degree` held in a variable and `start_ids=` of `.sample`
         get a marker. A `tp_degree` > 1 becomes `DistributedConfig(tp_size=...)` only for the
@@ -168,6 +170,9 @@ class TransformersNeuronxSampling(PythonRule):
     # ---------------------------------------------------------------- calls
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
         func = call.func
+        if ctx.qualname(func) in SPLIT_SAVES:
+            self._split_save(call, ctx)
+            return
         if not isinstance(func, cst.Attribute):
             return
         method = func.attr.value
@@ -190,8 +195,33 @@ class TransformersNeuronxSampling(PythonRule):
             else:
                 ctx.marker(call, f"{receiver}.to_neuron() does not exist on a Transformers model: remove it")
             return
+        if method == "reset" and not call.args and receiver in ctx.local_state().get("models", set()):
+            # transformers-neuronx's reset() cleared the compiled model's KV cache between requests; a
+            # Transformers model has no reset (AttributeError) and generate() starts a new cache each call
+            stmt = _expression_statement(ctx, call)
+            if stmt is None:
+                ctx.marker(call, f"{receiver}.reset() does not exist on a Transformers model: remove it")
+                return
+            expr, container = stmt
+            ctx.remove_statement(container if isinstance(container, cst.SimpleStatementLine)
+                                 and len(container.body) == 1 else expr)
+            ctx.finding(call, f"{receiver}.reset() removed (generate() starts a new KV cache on every call)")
+            return
         if method == "sample" and receiver in ctx.local_state().get("models", set()):
             self._sample(call, receiver, ctx)
+
+    def _split_save(self, call: cst.Call, ctx: PythonContext) -> None:
+        """``save_pretrained_split(model, path)`` wrote a Transformers model's weights as one file per
+        tensor for transformers-neuronx to read; the migrated load reads a regular checkpoint."""
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if len(positional) != 2 or len(call.args) != 2:
+            ctx.marker(call, "save_pretrained_split does not exist on TorchNeuron: call model.save_pretrained(path)")
+            return
+        model, path = positional
+        ctx.replace(call, cst.Call(func=cst.Attribute(value=_atomic(model.value), attr=cst.Name("save_pretrained")),
+                                   args=[path.with_changes(comma=cst.MaybeSentinel.DEFAULT)]))
+        ctx.finding(call, "save_pretrained_split(model, path) -> model.save_pretrained(path) (a regular checkpoint, "
+                          "which the migrated from_pretrained(path) reads)")
 
     def _from_pretrained(self, call: cst.Call, ctx: PythonContext) -> None:
         cls = ctx.qualname(call.func.value)  # type: ignore[attr-defined]

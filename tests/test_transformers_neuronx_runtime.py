@@ -1,0 +1,51 @@
+"""Runtime claims of NM411 (codemods/xla/transformers_neuronx.py), run on CPU: a transformers-neuronx
+serving script of an architecture Transformers cannot shard (GPT-2), with its split-checkpoint save,
+the per-request ``reset()`` and ``sample``, migrated and executed with the device ``"neuron"`` mapped
+to ``"cpu"`` (nothing else of the migrated text changes)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from migrator.engine import RuleSelection, RuleSet  # noqa: E402
+from tests.test_fixtures import migrate  # noqa: E402
+
+SOURCE = '''
+from transformers import AutoModelForCausalLM
+from transformers_neuronx.gpt2.model import GPT2ForSampling
+from transformers_neuronx.module import save_pretrained_split
+
+checkpoint = AutoModelForCausalLM.from_pretrained(CHECKPOINT)
+save_pretrained_split(checkpoint, SPLIT)
+model = GPT2ForSampling.from_pretrained(SPLIT, batch_size=1, tp_degree=2, n_positions=32, amp="f32")
+model.to_neuron()
+
+
+def answer(ids):
+    model.reset()
+    return model.sample(ids, sequence_length=12, top_k=1)
+'''
+
+
+def test_gpt2_sampling_server_runs_on_one_device(tmp_path: Path):
+    out, findings = migrate(textwrap.dedent(SOURCE).encode(), "python", RuleSet.from_selection(RuleSelection()))
+    text = out.decode()
+    assert "DistributedConfig" not in text  # GPT-2 has no tensor-parallel plan: the load would raise
+    assert ".save_pretrained(SPLIT)" in text and ".reset()" not in text
+    assert any(f.rule == "NM411" and f.fix == "manual" and "tensor-parallel plan" in f.message for f in findings)
+
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=64)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "ckpt")
+    scope = {"CHECKPOINT": str(tmp_path / "ckpt"), "SPLIT": str(tmp_path / "split")}
+    exec(compile(text.replace('"neuron"', '"cpu"'), "migrated.py", "exec"), scope)
+    ids = torch.tensor([[1, 2, 3]])
+    first, second = scope["answer"](ids), scope["answer"](ids)  # two requests: no reset needed between them
+    assert first.shape == (1, 12) and torch.equal(first, second)
+    assert torch.equal(first[:, :3], ids)
