@@ -1,0 +1,164 @@
+"""NM517: shell commands that Python code runs (``subprocess``, ``os.system``) get the shell rules'
+verdict.
+
+A script that runs ``subprocess.run(["optimum-cli", "export", "neuron", ...])``,
+``os.system("XLA_USE_BF16=1 torchrun train.py")`` or ``subprocess.check_call("neuron_parallel_compile
+torchrun ...".split())`` launches the old stack as surely as a shell script does. The command is
+rendered as the shell line it runs (literal words as they are, other expressions as ``{code}``) and
+given to the shell rules of this family (NM510 optimum-cli, NM511 neuron_parallel_compile, NM512
+XLA-only variables, NM513 NEURON_CC_FLAGS, NM515 launch flags, NM523 pip install); what they would
+change or mark becomes one marker on the Python statement. Rewriting the Python expression itself
+is left to a person (or to NM306 for the launch-flag lists it edits).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import libcst as cst
+
+from codemods.project.launch_flags import LaunchFlags, ShellPipInstall
+from codemods.project.neuron_cc_flags import NeuronCcFlags
+from codemods.project.shell import NeuronParallelCompile, OptimumCliCommands, XlaOnlyEnvironment
+from migrator.model import MARKER_RE
+from migrator.rules import PythonContext, PythonRule
+from migrator.text_engine import run_text
+
+#: calls that run a command: qualified name -> whether a string argument is a shell line (else one program)
+COMMAND_CALLS = {
+    "subprocess.run": None, "subprocess.Popen": None, "subprocess.call": None, "subprocess.check_call": None,
+    "subprocess.check_output": None, "subprocess.getoutput": True, "subprocess.getstatusoutput": True,
+    "os.system": True, "os.popen": True, "asyncio.create_subprocess_shell": True,
+}
+SHELL_RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, NeuronCcFlags, LaunchFlags,
+               ShellPipInstall)
+#: NM306 edits the launch-flag words of argument lists itself
+LIST_EXCLUDED = ("NM515",)
+#: the longest rewritten command a marker quotes
+QUOTED = 60
+
+
+def _triggers() -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for rule in SHELL_RULES:
+        for t in rule.triggers:
+            seen.setdefault(t, None)
+    return tuple(seen)
+
+
+def _string(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+class PythonShellCommands(PythonRule):
+    id = "NM517"
+    title = "Shell commands run from Python (subprocess, os.system): the shell rules' changes flagged"
+    fix = "manual"
+    triggers = _triggers()
+    why = """
+        Python code launches the old stack too: `subprocess.run(["optimum-cli", "export", "neuron",
+        ...])` compiles a model TorchNeuron does not need compiled, `os.system("XLA_USE_BF16=1 torchrun
+        train.py")` sets a switch TorchNeuron ignores, `neuron_parallel_compile` wraps a launch that
+        now runs as it is. The command (a list or tuple literal, a string, an f-string, a
+        `"...".split()`, or a name assigned one of these in the module) is rendered as the shell line
+        it runs and checked by the shell rules (NM510, NM511, NM512, NM513, NM515, NM523); what they
+        would change becomes a marker above the statement, quoting the migrated command when it is
+        short. `neuron-migrate explain` of the rule the marker names says what changes and why.
+    """
+    before = """
+        import subprocess
+
+        subprocess.run(["optimum-cli", "export", "neuron", "--model", "gpt2", "--batch_size", "1", "out/"], check=True)
+    """
+    after = """
+        import subprocess
+
+        # TODO(neuron-migrate NM517): this runs `optimum-cli export neuron`, which TorchNeuron does not need: remove it (NM510)
+        subprocess.run(["optimum-cli", "export", "neuron", "--model", "gpt2", "--batch_size", "1", "out/"], check=True)
+    """
+    caveats = """
+        Only commands whose words are visible in the module are judged: a list built up with
+        `append` or read from a file is not. Non-literal words are shown as `{code}`. Launch-flag
+        words of argument lists (`--tensor_parallel_size`) are NM306's, which edits the list.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Assign: self._on_assign}
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            names = ctx.local_state().setdefault("assigned", {})
+            name = node.targets[0].target.value
+            names[name] = None if name in names else node.value  # assigned twice: not known
+
+    def _command(self, node: cst.BaseExpression, ctx: PythonContext, depth: int = 0) -> tuple[str, bool] | None:
+        """(the shell line, whether it came from an argument list) of a command expression."""
+        code = ctx.module.code_for_node
+        if isinstance(node, (cst.List, cst.Tuple)):
+            words = []
+            for e in node.elements:
+                if not isinstance(e, cst.Element):
+                    return None
+                text = _string(e.value)
+                words.append(shlex.quote(text) if text is not None else "{" + code(e.value) + "}")
+            return " ".join(words), True
+        text = _string(node)
+        if text is not None:
+            return text, False
+        if isinstance(node, cst.FormattedString):
+            parts = [p.value if isinstance(p, cst.FormattedStringText) else "{" + code(p.expression) + "}"
+                     for p in node.parts]
+            return "".join(parts), False
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "split" \
+                and not node.args:
+            found = self._command(node.func.value, ctx, depth)
+            return (found[0], False) if found is not None and not found[1] else None
+        if isinstance(node, cst.Name) and depth == 0:
+            value = ctx.local_state().get("assigned", {}).get(node.value)
+            return self._command(value, ctx, 1) if value is not None else None
+        return None
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        qual = ctx.qualname(node.func)
+        if qual not in COMMAND_CALLS:
+            return
+        arg = next((a for a in node.args if a.keyword is None and not a.star), None)
+        if arg is None:
+            arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == "args"), None)
+        if arg is None:
+            return
+        found = self._command(arg.value, ctx)
+        if found is None:
+            return
+        line, from_list = found
+        rules = [r() for r in SHELL_RULES if not (from_list and r.id in LIST_EXCLUDED)]
+        new, findings = run_text(line + "\n", "shell", rules)
+        acted = sorted({f.rule for f in findings})
+        if not acted:
+            return
+        ctx.marker(node, _message(line, new, acted, any(f.fix == "manual" for f in findings)))
+
+
+def _message(line: str, new: str, rules: list[str], manual: bool) -> str:
+    """One sentence: what the shell rules would do to ``line`` (``manual``: they leave a marker too)."""
+    ids = "/".join(rules)
+    kept = [ln.strip() for ln in new.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+            and not MARKER_RE.search(ln)]
+    if not kept:
+        words = line.split()
+        head = " ".join(words[:3]) if words and words[0].endswith("optimum-cli") else (words[0] if words else line)
+        return f"this runs `{head}`, which TorchNeuron does not need: remove it ({ids})"
+    command = " ".join(kept)
+    if command == line.strip():
+        return f"this command needs the launch changes of {ids} (see `neuron-migrate explain {rules[0]}`)"
+    if len(command) <= QUOTED:
+        if manual:
+            return f"run `{command}` instead, then see `neuron-migrate explain {rules[0]}`"
+        return f"run `{command}` instead ({ids})"
+    return f"migrate this command as {ids} would in a shell script (see `neuron-migrate explain {rules[0]}`)"
+
+
+RULES = (PythonShellCommands,)
