@@ -85,3 +85,14 @@ def test_the_compiled_module_facts_the_nm410_rewrites_rely_on():
     holder.forward_neuron = wrapped
     with pytest.raises(RecursionError):
         list(holder.state_dict())
+
+
+def test_a_device_with_an_index_never_equals_the_bare_device_but_its_type_does():
+    """The premise of NM401's ``t.device == xm.xla_device()`` -> ``t.device.type == "neuron"``
+    (fixture NM401/device_equality): tensors on an accelerator report their device with its index
+    (``neuron:0``), and such a device differs from the bare ``torch.device("neuron")``."""
+    import torch
+
+    indexed, bare = torch.device("cpu", 0), torch.device("cpu")
+    assert indexed != bare
+    assert indexed.type == bare.type == "cpu"

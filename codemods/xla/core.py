@@ -185,8 +185,16 @@ class XlaDevice(_XlaRule):
                 ctx.finding(value, f"{qual}: XLA backend {_code(value)} -> \"neuron\"")
 
     def _on_comparison(self, node: cst.Comparison, ctx: PythonContext) -> None:
-        """``<x>.device.type == "xla"`` / ``dev.type in ("xla", ...)`` -> ``"neuron"``."""
+        """``<x>.device.type == "xla"`` / ``dev.type in ("xla", ...)`` -> ``"neuron"``;
+        ``t.device == xm.xla_device()`` -> ``t.device.type == "neuron"`` (a tensor's device carries
+        its index, ``neuron:0``, which never equals ``torch.device("neuron")``)."""
         left = node.left
+        if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+            right = node.comparisons[0].comparator
+            for a, b, flip in ((left, right, False), (right, left, True)):
+                if self._is_device_call(b, ctx):
+                    self._device_equality(node, a, flip, ctx)
+                    return
         for target in node.comparisons:
             right = target.comparator
             if isinstance(target.operator, (cst.Equal, cst.NotEqual)):
@@ -199,6 +207,29 @@ class XlaDevice(_XlaRule):
                         if _is_xla_type(el.value):
                             self._rename_type(el.value, ctx)
             left = right
+
+    def _is_device_call(self, node: cst.BaseExpression, ctx: PythonContext) -> bool:
+        return isinstance(node, cst.Call) and not node.args and ctx.qualname(node.func) in self.owns
+
+    def _device_equality(self, node: cst.Comparison, other: cst.BaseExpression, flip: bool,
+                         ctx: PythonContext) -> None:
+        if not (isinstance(other, cst.Attribute) and other.attr.value == "device"):
+            ctx.marker(node, "compare the device's .type with \"neuron\": a device with an index never equals "
+                             "torch.device(\"neuron\")")
+            return
+
+        def edit(new: cst.Comparison) -> cst.Comparison:
+            target = new.comparisons[0]
+            side = new.comparisons[0].comparator if flip else new.left
+            typed = cst.Attribute(value=side, attr=cst.Name("type"))
+            string = cst.SimpleString('"neuron"')
+            if flip:
+                return new.with_changes(left=string, comparisons=[target.with_changes(comparator=typed)])
+            return new.with_changes(left=typed, comparisons=[target.with_changes(comparator=string)])
+
+        ctx.replace(node, edit)
+        ctx.finding(node, f"{_code(other)} == xla_device() -> {_code(other)}.type == \"neuron\" (the device's index "
+                          "would never match)")
 
     def _rename_type(self, string: cst.BaseExpression, ctx: PythonContext) -> None:
         assert isinstance(string, cst.SimpleString)
