@@ -85,6 +85,7 @@ TABLE = (
     ('NM617', 'python', ('python', 'notebook', 'markdown'), ('use_auth_token', 'ignore_verifications', 'trust_remote_code', 'set_caching_enabled', 'task=', 'resume_download', 'local_dir_use_symlinks', 'proxies=', 'force_filename', 'multi_commits', 'legacy_cache_layout', 'new_session', 'write_permission', 'space_storage'), (), ()),
     ('NM900', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla'), (), ()),
     ('NM901', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), ()),
+    ('NM902', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla'), (), ()),
     ('NM990', '', ('notebook', 'markdown'), (), (), ()),
     ('NM991', '', ('python', 'notebook', 'markdown'), (), (), ()),
     ('NM992', '', ('python', 'notebook', 'markdown'), (), (), ()),
