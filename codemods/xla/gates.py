@@ -1,0 +1,117 @@
+"""NM420: availability gates that ask for the old stack.
+
+``importlib.util.find_spec("torch_xla") is not None``, ``is_torch_xla_available()`` and
+``try: import torch_xla ... except ImportError:`` used as a device switch answer "no" on a
+TorchNeuron host (torch-xla, optimum-neuron, transformers-neuronx are not installed there), so the
+migrated script silently takes its other branch (CUDA, CPU, or an early exit). TorchNeuron's own
+test is ``torch.neuron.is_available()``. Which branch is the migrated one cannot be decided from
+the gate alone, so each gate gets a marker; the migrated code inside it is left as it is.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.leftovers import old_stack
+from migrator.rules import PythonContext, PythonRule
+
+#: functions of the target libraries that report whether torch-xla is usable: False on TorchNeuron
+XLA_PROBES = (
+    "transformers.is_torch_xla_available", "transformers.utils.is_torch_xla_available",
+    "transformers.utils.import_utils.is_torch_xla_available", "transformers.is_torch_tpu_available",
+    "transformers.utils.is_torch_tpu_available", "transformers.utils.import_utils.is_torch_tpu_available",
+    "accelerate.utils.is_torch_xla_available", "accelerate.utils.imports.is_torch_xla_available",
+    "accelerate.utils.is_tpu_available",
+)
+FIND_SPEC = ("importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader")
+NATIVE_TEST = "torch.neuron.is_available()"
+
+
+def _catches_import_error(handler: cst.ExceptHandler) -> bool:
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+    return any(isinstance(n, (cst.Name, cst.Attribute)) and (n.value if isinstance(n, cst.Name) else n.attr.value)
+               in ("ImportError", "ModuleNotFoundError", "Exception") for n in names)
+
+
+class OldStackAvailabilityGates(PythonRule):
+    id = "NM420"
+    title = "Availability gates that test for the old stack (find_spec, is_torch_xla_available, try-import)"
+    fix = "manual"
+    triggers = ("find_spec", "find_loader", "is_torch_xla_available", "is_torch_tpu_available", "is_tpu_available",
+                "torch_xla", "optimum.neuron", "transformers_neuronx", "neuronx_distributed", "torch_neuron")
+    why = """
+        A script that chooses its device by asking whether the old stack is installed
+        (`importlib.util.find_spec("torch_xla") is not None`, `is_torch_xla_available()`, or
+        `try: import torch_xla.core.xla_model as xm / except ImportError: xm = None` followed by
+        `if xm is not None:`) gets "no" on a TorchNeuron host, where none of those packages exists,
+        and silently runs its other branch: on CPU or CUDA code, or not at all. TorchNeuron's test
+        is `torch.neuron.is_available()`. The marker goes on the gate; which branch holds the
+        migrated code is for a person to see.
+    """
+    before = """
+        import importlib.util
+
+        if importlib.util.find_spec("torch_xla") is not None:
+            device = "neuron"
+        else:
+            device = "cpu"
+    """
+    after = """
+        import importlib.util
+
+        # TODO(neuron-migrate NM420): this asks for `torch_xla`, which TorchNeuron hosts lack: test torch.neuron.is_available() instead
+        if importlib.util.find_spec("torch_xla") is not None:
+            device = "neuron"
+        else:
+            device = "cpu"
+    """
+    caveats = """
+        A `try:` whose body imports an old-stack module is a gate only when one of its handlers
+        catches ImportError (or ModuleNotFoundError, Exception) and does something other than
+        `pass` or re-raising; an import kept only for its side effects is NM900's business.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call, cst.Try: self._on_try}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        qual = ctx.qualname(node.func)
+        if qual in XLA_PROBES:
+            ctx.marker(node, f"{qual.rsplit('.', 1)[-1]}() is False on TorchNeuron: test {NATIVE_TEST} instead")
+            return
+        if qual not in FIND_SPEC or not node.args or node.args[0].keyword is not None:
+            return
+        value = node.args[0].value
+        name = value.evaluated_value if isinstance(value, (cst.SimpleString, cst.ConcatenatedString)) else None
+        if isinstance(name, str) and (old_stack(name) or name == "optimum"):
+            ctx.marker(node, f"this asks for `{name}`, which TorchNeuron hosts lack: test {NATIVE_TEST} instead")
+
+    def _on_try(self, node: cst.Try, ctx: PythonContext) -> None:
+        modules = []
+        for stmt in node.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    modules += [ctx.module.code_for_node(a.name) for a in small.names]
+                elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                    modules.append(ctx.module.code_for_node(small.module))
+        old = [m for m in modules if old_stack(m)]
+        if not old:
+            return
+        for handler in node.handlers:
+            if not _catches_import_error(handler):
+                continue
+            body = handler.body.body
+            trivial = all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Pass, cst.Raise, cst.Expr))
+                                                                      for x in s.body) for s in body)
+            if not trivial:
+                ctx.marker(node, f"on TorchNeuron `{old[0]}` fails to import and the except branch runs: "
+                                 f"gate on {NATIVE_TEST} instead")
+                return
+
+
+RULES = (OldStackAvailabilityGates,)
