@@ -38,6 +38,20 @@ TORCHNEURON_TORCH = (2, 13)
 _TAG_TORCH_RE = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?-neuronx\b")
 
 
+def xla_era_image(image: str) -> bool:
+    """Whether a container image reference is an XLA-era Neuron Deep Learning Container
+    (`pytorch-training-neuronx` / `pytorch-inference-neuronx`, also the Hugging Face ones, whose tag
+    names a Neuron SDK before TorchNeuron or no SDK and PyTorch release at all)."""
+    if not _XLA_DLC_RE.search(image):
+        return False
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    sdk = _SDK_RE.search(tag)
+    if sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK:
+        return False
+    torch = _TAG_TORCH_RE.match(tag)
+    return not (torch and (int(torch.group(1)), int(torch.group(2))) >= TORCHNEURON_TORCH)
+
+
 @dataclass
 class Word:
     text: str
@@ -331,14 +345,7 @@ class XlaDlcBaseImage(DockerRule):
                 continue
             for w in words:
                 image = w.text.split("=", 1)[1] if ins.keyword == "ARG" and "=" in w.text else w.text
-                if not _XLA_DLC_RE.search(image):
-                    continue
-                tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-                sdk = _SDK_RE.search(tag)
-                if sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK:
-                    continue
-                torch = _TAG_TORCH_RE.match(tag)
-                if torch and (int(torch.group(1)), int(torch.group(2))) >= TORCHNEURON_TORCH:
+                if not xla_era_image(image):
                     continue
                 plan.marker(ctx, g, self.message)
                 break
