@@ -58,6 +58,7 @@ from codemods.project.dependency_policy import (
     _replace_message,
     TORCH_MARKER,
     TORCHNEURON_MARKER,
+    TARGET_PINS,
     USES_PROBES,
     _with_extras,
 )
@@ -825,7 +826,9 @@ class _PyProject:
 
 class _DependencyRule(TextRule):
     kinds = ("requirements", "pyproject")
-    triggers = ("euron", "EURON")
+    # a target library's pin can be too low for the migrated code even where no Neuron package is named
+    # (the decisions then need the run's `uses:old-stack-code` fact): requirements files are few and cheap
+    triggers = ("euron", "EURON") + TARGET_PINS
     project_probes = USES_PROBES
 
     def apply(self, ctx: TextContext) -> None:

@@ -30,7 +30,14 @@ MINIMUMS: dict[str, str] = {
     "peft": "0.21",
     "diffusers": "0.42",
     "sentence-transformers": "5.0",
+    # what the pinned Transformers 5.23 / Diffusers 0.42 require (their installed metadata)
+    "huggingface-hub": "1.32",
+    "tokenizers": "0.23.1",
 }
+#: the target libraries a pin of which can be too low for the migrated code: units naming one are
+#: shown to the dependency rules in a run that migrates old-stack code (``Rule.project_triggers``)
+TARGET_PINS = ("transformers", "accelerate", "trl", "peft", "diffusers", "sentence-transformers",
+               "sentence_transformers", "huggingface-hub", "huggingface_hub", "tokenizers")
 #: Order in which added libraries are written.
 _ADD_ORDER = ("torch-neuronx", "transformers", "accelerate", "trl", "peft", "diffusers", "sentence-transformers")
 
@@ -51,6 +58,8 @@ _OPTIMUM_NEURON_EXTRAS: dict[str, tuple[str, ...]] = {
     "neuronx": ("torch-neuronx",),
     "neuron": ("torch-neuronx",),
 }
+#: the ``uses:`` fact of a run with old-stack code in it (see USES_PROBES)
+OLD_STACK_CODE = "old-stack-code"
 #: libraries the migrated code may import, as project facts (``Rule.project_probes``): found in any
 #: file of the run, they are added to the install line that loses optimum-neuron (the code that
 #: needed them got them through optimum-neuron's dependencies, or the migration makes it import them)
@@ -62,6 +71,11 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
                        "NeuronLatentConsistency"),
     "uses:sentence-transformers": ("import sentence_transformers", "from sentence_transformers",
                                    "NeuronSentenceTransformers", "NeuronModelForSentenceTransformers"),
+    # not a library: some file of the run uses the old stack, so the run migrates code to the target
+    # versions, and a pin of a target library below them (`transformers==4.32.0`) breaks the migrated code
+    # even in a requirements file or install line that names no Neuron package
+    "uses:" + OLD_STACK_CODE: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
+                               "neuronx_distributed", "libneuronxla"),
 }
 _USES: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_uses", default=frozenset())
 
@@ -418,8 +432,8 @@ def _decide_all(entries: list[_Entry], repo_hint: bool, base: str = "",
         d = _decide(e, e.group in neuron or repo_hint, migrating=False)
         if d is not None:
             first[i] = d
-    if not first:
-        return {}
+    if not first and OLD_STACK_CODE not in _USES.get():
+        return {}  # nothing of the old stack here, and no code of the run is migrated to the target versions
     decisions: dict[int, _Decision] = {}
     for i, e in enumerate(entries):
         d = first.get(i) or _decide(e, e.group in neuron or repo_hint, migrating=True)

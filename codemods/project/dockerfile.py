@@ -595,6 +595,7 @@ class DockerPipInstall(DockerRule):
     title = "Dockerfile RUN pip install: old Neuron stack packages replaced"
     fix = "mixed"
     triggers = PIP_TRIGGERS
+    project_triggers = deps.TARGET_PINS
     project_probes = deps.USES_PROBES
     why = """
         The dependency decisions of NM501-NM504 applied to the requirements named on

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from codemods.project.dependency_policy import USES_PROBES
+from codemods.project.dependency_policy import TARGET_PINS, USES_PROBES
 from codemods.project.dockerfile import PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments
 from codemods.project.shell_plans import ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, plan_for, word_value
 from codemods.project.shell_syntax import ASSIGN_RE, Simple
@@ -805,6 +805,7 @@ class ShellPipInstall(ShellRule):
     title = "pip install command lines in scripts, notebooks and docs: old Neuron stack packages replaced"
     fix = "mixed"
     triggers = PIP_TRIGGERS
+    project_triggers = TARGET_PINS
     project_probes = USES_PROBES
     why = """
         NM522's treatment of `RUN pip install` for the `pip install` commands of shell scripts,

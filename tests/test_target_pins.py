@@ -1,0 +1,45 @@
+"""Pins of the target libraries that are too low for the migrated code (NM503/NM523,
+codemods/project/dependency_policy.py): raised in a run that migrates old-stack code, also in a
+requirements file or install line that names no Neuron package; left alone in a run without any."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from migrator.discover import Candidate
+from migrator.engine import RuleSelection, run
+
+REQUIREMENTS = "transformers==4.40.0\nhuggingface_hub==0.33.4\nnumpy\n"
+OLD_STACK = 'from optimum.neuron import NeuronModelForCausalLM\nm = NeuronModelForCausalLM.from_pretrained("x", export=True)\n'
+PLAIN = 'from transformers import AutoModel\nm = AutoModel.from_pretrained("x")\n'
+CELL = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+#: a notebook whose install cell names no Neuron package, before a cell of old-stack code
+NOTEBOOK = {"cells": [{**CELL, "source": ["!pip install transformers==4.32.0 diffusers==0.20.2\n"]},
+                      {**CELL, "source": ["import torch_neuronx\n", "traced = torch_neuronx.trace(model, example)\n"]}],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _run(tmp_path: Path, code: str, notebook: bool = True) -> dict:
+    (tmp_path / "requirements.txt").write_text(REQUIREMENTS)
+    (tmp_path / "infer.py").write_text(code)
+    cands = [Candidate(tmp_path / "requirements.txt", "requirements.txt", "requirements"),
+             Candidate(tmp_path / "infer.py", "infer.py", "python")]
+    if notebook:
+        (tmp_path / "setup.ipynb").write_text(json.dumps(NOTEBOOK))
+        cands.append(Candidate(tmp_path / "setup.ipynb", "setup.ipynb", "notebook"))
+    return {r.path: r for r in run(cands, RuleSelection(), jobs=1)}
+
+
+def test_pins_too_low_for_the_migrated_code_are_raised(tmp_path: Path):
+    results = _run(tmp_path, OLD_STACK)
+    requirements = results["requirements.txt"].new_bytes.decode()
+    assert requirements.splitlines() == ["transformers>=5.23", "huggingface_hub>=1.32", "numpy"]
+    assert {f.rule for f in results["requirements.txt"].findings} == {"NM503"}
+    notebook = json.loads(results["setup.ipynb"].new_bytes)
+    assert notebook["cells"][0]["source"] == ['!pip install "transformers>=5.23" "diffusers>=0.42"\n']
+
+
+def test_a_run_without_old_stack_code_keeps_its_pins(tmp_path: Path):
+    results = _run(tmp_path, PLAIN, notebook=False)
+    assert all(r.status == "unchanged" for r in results.values()), {p: r.status for p, r in results.items()}
