@@ -471,6 +471,7 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
     for b in ctx.imports.all_bindings():
         if b.local in dead and b.alias is not None:
             removal_ids.add(id(b.alias))
+    removal_ids -= _gate_keepers(ctx, removal_ids)
     # an import is added only where the migrated code uses it, or where it stands in for an
     # import that goes away: same local name (an alias kept), or an import that was never used
     used_locals = {name for name, refs in refs_by_name.items() if refs}
@@ -488,6 +489,47 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
         new_module = new_module.visit(fixer)
     unbound = {b.local for b in ctx.imports.all_bindings() if b.alias is not None and id(b.alias) in removal_ids}
     return new_module.code, frozenset(seen_names | unbound)
+
+
+def _gate_keepers(ctx: PythonContext, removal_ids: set[int]) -> set[int]:
+    """The import aliases about to be removed that a ``try: import X ... except ImportError:`` gate
+    needs: the gate's imports decide which branch runs, so removing all of them (their uses were
+    migrated) would make the gate always pass. A gate keeps its imports that are not of the old
+    stack (``import torch_neuronx``: the TorchNeuron plugin, there on a TorchNeuron host); when all
+    its imports are of the old stack and all would go, they all stay (the gate then fails on
+    TorchNeuron as it would on any host without the old stack, which a rule may mark)."""
+    gates: dict[int, list[Binding]] = {}
+    for b in ctx.imports.all_bindings():
+        if b.alias is None:
+            continue
+        gate = _import_gate(b, ctx._known.get(id(b.line), ()))
+        if gate is not None:
+            gates.setdefault(id(gate), []).append(b)
+    keep: set[int] = set()
+    for bindings in gates.values():
+        going = [b for b in bindings if id(b.alias) in removal_ids]
+        if not going or len(going) < len(bindings):
+            continue  # an import of the gate stays: it still tests for that
+        native = [b for b in going if not is_old_stack(b.qualified)]
+        keep.update(id(b.alias) for b in (native or going))
+    return keep
+
+
+def _import_gate(binding: Binding, ancestors: tuple) -> cst.Try | None:
+    """The ``try`` statement whose body holds ``binding``'s import line directly and one of whose
+    handlers catches ImportError, else None."""
+    if len(ancestors) < 2 or not isinstance(ancestors[-1], cst.IndentedBlock):
+        return None
+    gate = ancestors[-2]
+    if not isinstance(gate, cst.Try) or gate.body is not ancestors[-1]:
+        return None
+    for handler in gate.handlers:
+        kinds = handler.type
+        names = [] if kinds is None else [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        if kinds is None or any((n.value if isinstance(n, cst.Name) else n.attr.value if isinstance(n, cst.Attribute)
+                                 else "") in ("ImportError", "ModuleNotFoundError", "Exception") for n in names):
+            return gate
+    return None
 
 
 def _marked_above(module: cst.Module, statement: cst.CSTNode, text: str) -> bool:

@@ -69,7 +69,9 @@ class OldStackAvailabilityGates(PythonRule):
             device = "cpu"
     """
     caveats = """
-        A `try:` whose body imports an old-stack module is a gate only when one of its handlers
+        A gate that also imports a module TorchNeuron has (`import torch_neuronx`, the plugin) is
+        left alone: the migration keeps that import in the gate when it removes the old ones, so
+        the gate then tests for TorchNeuron. A `try:` whose body imports an old-stack module is a gate only when one of its handlers
         catches ImportError (or ModuleNotFoundError, Exception) and does something other than
         `pass` or re-raising; an import kept only for its side effects is NM900's business.
     """
@@ -100,8 +102,8 @@ class OldStackAvailabilityGates(PythonRule):
                 elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
                     modules.append(ctx.module.code_for_node(small.module))
         old = [m for m in modules if old_stack(m)]
-        if not old:
-            return
+        if not old or len(old) < len(modules):
+            return  # the gate also imports something TorchNeuron has (torch_neuronx): the engine keeps that one
         for handler in node.handlers:
             if not _catches_import_error(handler):
                 continue
