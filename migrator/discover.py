@@ -90,6 +90,11 @@ _SHEBANG_BYTES = 128
 # --------------------------------------------------------------------------- kinds
 
 
+#: `requirements.txt`, `requirements-dev.txt`, `inference_requirements.txt`, `dev.requirements.txt`,
+#: `constraints-trn1.txt`: the word as a whole part of the name
+_REQUIREMENTS_NAME = re.compile(r"(?:.*[-_.])?(?:requirements|constraints)(?:[-_.].*)?\.txt")
+
+
 def _kind_by_name(name: str, parent: str) -> str | None:
     """The kind a file name implies, without touching the file system."""
     dot = name.rfind(".")
@@ -99,7 +104,7 @@ def _kind_by_name(name: str, parent: str) -> str | None:
         return kind
     if suffix == ".txt":
         lower = name.lower()
-        if lower.startswith(("requirements", "constraints")) or parent == "requirements":
+        if _REQUIREMENTS_NAME.fullmatch(lower) or parent == "requirements":
             return "requirements"
         return None
     if name == "setup.cfg":

@@ -40,6 +40,8 @@ def run(tmp_path: Path, *paths, exclude=(), cwd=None):
         ("requirements.txt", "requirements"),
         ("requirements-dev.txt", "requirements"),
         ("requirements_neuron.txt", "requirements"),
+        ("inference_requirements.txt", "requirements"),
+        ("dev-requirements.txt", "requirements"),
         ("requirements/base.txt", "requirements"),
         ("constraints.txt", "requirements"),
         ("constraints-trn1.txt", "requirements"),
