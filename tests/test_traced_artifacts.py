@@ -16,11 +16,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from codemods.xla.torch_neuronx import ELSEWHERE, LOAD_MARKED
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, run
+
+FIXTURES = Path(__file__).parent / "fixtures" / "NM410"
+CLASSIFIER = Path(__file__).parent / "verify_fixtures" / "tiny-classifier"
 
 TRACE = '''import torch
 import torch_neuronx
@@ -123,14 +127,28 @@ def test_load_of_an_artifact_the_project_never_traced_is_left_alone(tmp_path):
     assert out["serve.py"][0] == SERVE
 
 
+@pytest.mark.parametrize("fixture", ["state_dict_wrapper", "state_dict_conv2d", "artifacts", "neg_load_of_unseen_save",
+                                     "neg_torchscript_artifact"])
+def test_no_transformers_load_where_no_transformers_model_was_saved(fixture):
+    after = (FIXTURES / f"{fixture}.after.py").read_text()
+    assert "from_pretrained" not in code(after) and "architectures[0]" not in after
+
+
+def test_each_load_of_a_mixed_project_reads_what_its_path_holds():
+    """A text encoder (Transformers), a conv (a torch.nn module built with literals) and a VAE block (a module
+    the file does not build): from_pretrained, load_state_dict, a marker."""
+    lines = code((FIXTURES / "mixed_artifacts.after.py").read_text()).splitlines()
+    load = lines[lines.index("def load_all():"):]
+    assert any("from_pretrained(TEXT)" in line for line in load)
+    assert "    post_quant_conv.load_state_dict(torch.load(POST))" in load
+    assert "    decoder = torch.jit.load(DECODER)" in load
+    assert not any("from_pretrained(POST)" in line or "from_pretrained(DECODER)" in line for line in lines)
+
+
 # ------------------------------------------------------------------------------------------ the pairs run on CPU
 # The migrated same-file pairs (fixtures NM410/pretrained_load_before_save, state_dict_wrapper, state_dict_conv2d)
 # run on the CPU. The only changes made to the migrated text: the device string "neuron" becomes "cpu" and
 # torch.compile's backend "neuron" becomes "eager" (TorchDynamo capture without the Neuron compiler).
-
-FIXTURES = Path(__file__).parent / "fixtures" / "NM410"
-CLASSIFIER = Path(__file__).parent / "verify_fixtures" / "tiny-classifier"
-
 
 def on_cpu(source: str) -> str:
     return re.sub(r'(torch\.compile\([^\n]*backend=)"neuron"', r'\1"eager"', source).replace('"neuron"', '"cpu"')

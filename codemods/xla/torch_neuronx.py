@@ -60,7 +60,8 @@ LOAD_MARKED = "torch.jit.load of a traced Neuron artifact"
 ELSEWHERE = " that another file saves (what it traced is not seen here)"
 ARTIFACT_NOTE = (
     "TorchNeuron has no traced artifact to save or load: the tracing script saves a Transformers model with "
-    "save_pretrained(path) (any other module: the state_dict of the module it compiles, torch.save(module.state_dict(), path)), "
+    "save_pretrained(path) (any other module: the state_dict of the module it compiles, "
+    "torch.save(module.state_dict(), path)), "
     "and the script that loaded the artifact loads that (from_pretrained; any other module: build it, then "
     "load_state_dict(torch.load(path))) and compiles it again with torch.compile(model.to(\"neuron\").eval(), "
     "backend=\"neuron\", fullgraph=True, dynamic=False)"
@@ -346,7 +347,8 @@ class NeuronTrace(_XlaRule):
         known = path is not None and plain(path)
         saved = artifacts(ctx).saved_at(path, scope_of(ctx), ctx) if known else []  # type: ignore[arg-type]
         elsewhere = _saved_elsewhere(self.project_probes, ctx)
-        if not saved and not any(_project_has(f, self.project_probes, ctx) for f in (TRACES, SAVED_PRETRAINED, SAVED_STATE)):
+        facts = (TRACES, SAVED_PRETRAINED, SAVED_STATE)
+        if not saved and not any(_project_has(f, self.project_probes, ctx) for f in facts):
             if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
                 ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
             return  # not an artifact of this project's traces: left alone
