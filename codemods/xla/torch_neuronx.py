@@ -17,6 +17,8 @@ import libcst as cst
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
     _remove_small_statement, _torch)
+from codemods.xla.artifacts import (
+    MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, plain, rebuildable, scope_of, unchain)
 from migrator.rules import NameClash, PythonContext
 
 NX = "torch_neuronx"
@@ -45,13 +47,21 @@ JIT_LOAD_PARAMS = ("f", "map_location")
 #: project facts (Rule.project_probes): some file of the run traces with torch_neuronx / loads a TorchScript file
 TRACES = "neuronx:trace"
 JIT_LOADS = "neuronx:jit-load"
+#: ... some file saves the model a (migrated) trace compiled: as a Transformers model / as a state dict
+SAVED_PRETRAINED = "neuronx:saved-pretrained"
+SAVED_STATE = "neuronx:saved-state-dict"
+#: what the migrated saves of a trace write (NeuronTrace._save): a Transformers model, a module's state dict
+MIGRATED_SAVES = ("._orig_mod.save_pretrained(", "._orig_mod.state_dict(),")
 #: the instruction both sides of a traced artifact get (the tracing script that saved it, the script that loads it)
 #: the start of the marker of a torch.jit.load left to a person (a unit that has it was migrated before: its
 #: trace, gone now, decided so, and a second run must decide the same)
 LOAD_MARKED = "torch.jit.load of a traced Neuron artifact"
+#: ... that another file of the project saves: what it traced (a Transformers model or not) is not seen here
+ELSEWHERE = " that another file saves (what it traced is not seen here)"
 ARTIFACT_NOTE = (
     "TorchNeuron has no traced artifact to save or load: the tracing script saves a Transformers model with "
-    "save_pretrained(path) (any other module: its state_dict, torch.save(compiled._orig_mod.state_dict(), path)), "
+    "save_pretrained(path) (any other module: the state_dict of the module it compiles, "
+    "torch.save(module.state_dict(), path)), "
     "and the script that loaded the artifact loads that (from_pretrained; any other module: build it, then "
     "load_state_dict(torch.load(path))) and compiles it again with torch.compile(model.to(\"neuron\").eval(), "
     "backend=\"neuron\", fullgraph=True, dynamic=False)"
@@ -65,10 +75,12 @@ class NeuronTrace(_XlaRule):
     title = ("torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> "
              "save_pretrained / state_dict, their loads compiled")
     fix = "mixed"
-    triggers = ("torch_neuronx",)
+    #: torch_neuronx, and the saves of a tracing script migrated before (what its serving script then loads)
+    triggers = ("torch_neuronx", *MIGRATED_SAVES)
     #: a serving script that loads the traced artifact without importing torch_neuronx
     project_triggers = ("jit.load",)
-    project_probes = {TRACES: ("torch_neuronx.trace", "from torch_neuronx import trace"), JIT_LOADS: ("jit.load",)}
+    project_probes = {TRACES: ("torch_neuronx.trace", "from torch_neuronx import trace"), JIT_LOADS: ("jit.load",),
+                      SAVED_PRETRAINED: (MIGRATED_SAVES[0],), SAVED_STATE: (MIGRATED_SAVES[1],)}
     owns = (f"{NX}.trace", *MANUAL)
     natives = {
         f"{NX}.trace": 'torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)',
@@ -91,11 +103,19 @@ class NeuronTrace(_XlaRule):
         form: a Transformers model (loaded with `from_pretrained` in the scope) is saved with
         `traced._orig_mod.save_pretrained(path)`, another module's state dict with
         `torch.save(traced._orig_mod.state_dict(), path)` (and a marker: loading it needs the
-        module's class). The loading side, `torch.jit.load(path)` in a project that traces with
-        torch_neuronx (a project fact: the tracing and serving scripts are often two files, and the
-        serving one need not import torch_neuronx), becomes the Transformers model saved there, of
-        the class its config.json names, compiled again; its calls get their inputs moved. Both
-        sides say the same thing in their markers. A `torch.jit.load` in a project that never traces
+        module's class). The loading side, `torch.jit.load(path)`, becomes what the migrated save of
+        that path writes, where the save can be seen: a save of the same path in the same file (the
+        same string, or the same name meaning the same there; in any order in the file) of a
+        Transformers model -> that model, of the class its config.json names; of a module whose
+        construction the file shows (a `torch.nn` class or a class of the file deriving from one,
+        called with literal arguments) -> the module built again, `load_state_dict(torch.load(path))`,
+        compiled again. Where the save is in another file (the tracing and serving scripts are often
+        two, and the serving one need not import torch_neuronx), the project facts say only that some
+        file traces, not what it traced: the load gets a marker (a Transformers load of a state dict
+        would fail), except in a project whose tracing scripts are migrated already and save only
+        Transformers models (`_orig_mod.save_pretrained(...)` and no trace left: migrate the tracing
+        script first). The loaded model's calls get their inputs moved. A load a first run marked
+        keeps its marker. A `torch.jit.load` in a project that never traces
         is left alone (a marker when the module imports torch_neuronx: a Neuron artifact made
         elsewhere). `torch_neuronx.DataParallel`, `dynamic_batch` and `move_trace_to_device` get
         a marker.
@@ -135,11 +155,12 @@ class NeuronTrace(_XlaRule):
         whose result is not assigned still gets the rewrite and the marker. Inputs are moved only
         at calls of the assigned name in the same function (a call with `*args` gets a marker);
         literal arguments (numbers, strings, None) are left alone, and outputs stay on the
-        neuron device. The load rewrite assumes the project's traced model was a Transformers model
-        (what the migrated tracing script then saves with save_pretrained); a unit that traces
-        another module, or a path that is not a plain name/string, keeps a marker instead. The
-        tracing script gets a marker when no file of the run loads the artifact (whatever loads it
-        elsewhere must follow). A warm-up is written only for example inputs that are a tuple
+        neuron device. A load keeps a marker where what was saved at its path is not known: a save
+        in another file of a run that still traces, a path that is not a plain name/string, a module
+        the file does not build with literal arguments (a parameter, `pipe.vae.decoder`), a load
+        that is not `name = torch.jit.load(path)` where a module must be built. The tracing script
+        gets a marker when no file of the run loads the artifact (whatever loads it elsewhere must
+        follow). A warm-up is written only for example inputs that are a tuple
         literal, a name assigned a tuple literal or a torch tensor in the scope, or a torch call.
     """
 
@@ -183,14 +204,10 @@ class NeuronTrace(_XlaRule):
                           "backend=\"neuron\")")
         target = _assigned_name(call, ctx)
         state = ctx.local_state()
-        scope = id(_scope(ctx))
+        scope = id(scope_of(ctx))
         model_arg = _uneval(bound["func"].value)
-        transformers_model = _is_transformers_model(model_arg, ctx)
-        if not transformers_model:
-            state["other_module_traced"] = True  # what a torch.jit.load of this unit reads is not from_pretrained's
         if target is not None:
             state.setdefault("traced", {})[(scope, target)] = _code(model_arg)
-            state.setdefault("transformers", {})[(scope, target)] = transformers_model
             example_arg = bound.get("example_inputs")
             if example_arg is not None and isinstance(example_arg.value, cst.Name):
                 # the tensors the trace took: `traced(*example)` moves each of them
@@ -236,16 +253,16 @@ class NeuronTrace(_XlaRule):
         func = call.func
         if isinstance(func, cst.Name):
             traced = ctx.local_state().get("traced")
-            if traced and (id(_scope(ctx)), func.value) in traced:
+            if traced and (id(scope_of(ctx)), func.value) in traced:
                 self._move_inputs(call, func.value, ctx)
             return
         traced = ctx.local_state().get("traced") or {}
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
-                and (id(_scope(ctx)), func.value.value) in traced:
+                and (id(scope_of(ctx)), func.value.value) in traced:
             self._traced_method(call, func, ctx)
             return
         if isinstance(func, cst.Attribute) and ctx.qualname(func) == "torch.compile" and call.args \
-                and isinstance(call.args[0].value, cst.Name) and (id(_scope(ctx)), call.args[0].value.value) in traced:
+                and isinstance(call.args[0].value, cst.Name) and (id(scope_of(ctx)), call.args[0].value.value) in traced:
             name = call.args[0].value.value
             parent, line = ctx.stack[-2], ctx.stack[-3]
             if (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)
@@ -264,9 +281,12 @@ class NeuronTrace(_XlaRule):
         if qual == "torch.jit.save" and own_unit:
             bound = _bind_args(call, ("m", "f"))
             if bound is not None and set(bound) == {"m", "f"} and isinstance(bound["m"].value, cst.Name) \
-                    and (id(_scope(ctx)), bound["m"].value.value) in traced:
+                    and (id(scope_of(ctx)), bound["m"].value.value) in traced:
                 self._save(call, bound["m"].value.value, bound["f"].value, ctx)
                 return
+            saved = artifacts(ctx).saves.get(id(call))
+            if saved is not None and saved[2].kind == TORCHSCRIPT:
+                return  # a torch.jit.trace / torch.jit.script: not a Neuron artifact
             ctx.marker(call, (
                 "torch.jit.save of a traced Neuron model: TorchNeuron compiles at run time, so save the weights "
                 "instead (model.state_dict() with torch.save, or save_pretrained) and compile again after loading"
@@ -282,7 +302,7 @@ class NeuronTrace(_XlaRule):
         if attr == "save":
             bound = _bind_args(call, ("f",))
             if bound is not None and "f" in bound and ctx.local_state().get("loaded", {}).get(
-                    (id(_scope(ctx)), name)) is None:
+                    (id(scope_of(ctx)), name)) is None:
                 self._save(call, name, bound["f"].value, ctx)
                 return
             ctx.marker(call, (
@@ -296,10 +316,11 @@ class NeuronTrace(_XlaRule):
 
     # ------------------------------------------------------------------ the traced artifact
     def _save(self, call: cst.Call, name: str, path: cst.BaseExpression, ctx: PythonContext) -> None:
-        """``name.save(path)`` / ``torch.jit.save(name, path)`` of a trace: what the native stack loads."""
-        key = (id(_scope(ctx)), name)
+        """``name.save(path)`` / ``torch.jit.save(name, path)`` of a trace: what the native stack loads. What the
+        trace compiled comes from the unit's table (codemods/xla/artifacts.py), which its loads read too."""
         path_code = _code(path)
-        if ctx.local_state().get("transformers", {}).get(key):
+        saved = artifacts(ctx).saves.get(id(call))
+        if saved is not None and saved[2].kind == PRETRAINED:
             ctx.replace(call, _expr(f"{name}._orig_mod.save_pretrained({path_code})"))
             ctx.finding(call, f"the traced artifact of {name} -> {name}._orig_mod.save_pretrained({path_code}): a "
                               "compiled module has no TorchScript form; the Transformers model it wraps is saved")
@@ -313,18 +334,53 @@ class NeuronTrace(_XlaRule):
                          f"file (the module class is needed to load it): {ARTIFACT_NOTE}")
 
     def _load(self, call: cst.Call, func: cst.Attribute, own_unit: bool, ctx: PythonContext) -> None:
-        """``torch.jit.load(path)`` of the artifact a trace of this project saved: the Transformers model
-        the migrated tracing script saves with save_pretrained, loaded and compiled."""
-        state = ctx.local_state()
-        if not _project_has(TRACES, self.project_probes, ctx):
+        """``torch.jit.load(path)`` of a traced artifact -> what the migrated save of that path writes: the
+        Transformers model (save_pretrained) or a module's state dict. Decided where the save is in this unit
+        (its table), or where the project's saves are all migrated save_pretrained calls (the project facts);
+        a marker wherever the save cannot be seen: a Transformers load of a state dict would fail."""
+        previous = _marked_before(ctx)
+        if previous is not None:  # migrated before: the trace that decided is gone now, the marker stays
+            ctx.marker(call, previous)
+            return
+        bound = _bind_args(call, JIT_LOAD_PARAMS)
+        path = bound["f"].value if bound is not None and "f" in bound else None
+        known = path is not None and plain(path)
+        saved = artifacts(ctx).saved_at(path, scope_of(ctx), ctx) if known else []  # type: ignore[arg-type]
+        elsewhere = _saved_elsewhere(self.project_probes, ctx)
+        facts = (TRACES, SAVED_PRETRAINED, SAVED_STATE)
+        if not saved and not any(_project_has(f, self.project_probes, ctx) for f in facts):
             if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
                 ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
             return  # not an artifact of this project's traces: left alone
-        bound = _bind_args(call, JIT_LOAD_PARAMS)
-        path = bound["f"].value if bound is not None and "f" in bound else None
-        if path is None or not _plain(path) or state.get("other_module_traced") or LOAD_MARKED in ctx.source:
-            ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
+        if not known or not (saved or elsewhere == PRETRAINED):
+            # the save is in another file, or not one of this path: a Transformers load of a state dict (or the
+            # reverse) would fail at run time
+            unseen = not saved and not artifacts(ctx).traces
+            ctx.marker(call, f"{LOAD_MARKED}{ELSEWHERE if unseen else ''}: {ARTIFACT_NOTE}")
             return
+        assert path is not None
+        p = _code(path)
+        kinds = {t.kind for t in saved}
+        if kinds == {TORCHSCRIPT}:
+            return  # a torch.jit.trace / torch.jit.script of this unit saved it: still a TorchScript file
+        if not saved or kinds == {PRETRAINED}:
+            self._load_pretrained(call, func, path, ctx)
+            return
+        ctors = {_code(t.ctor) if t.ctor is not None else None for t in saved}
+        if kinds == {MODULE} and len(ctors) == 1 and None not in ctors:
+            self._load_state_dict(call, func, path, saved[0], ctx)
+            return
+        models = ", ".join(f"`{m}`" for m in sorted({t.model for t in saved}))
+        if kinds == {MODULE}:
+            ctx.marker(call, f"{LOAD_MARKED}: {p} now holds the state_dict of {models} (traced here): build that "
+                             f"module, then load_state_dict(torch.load({p})) and compile it")
+        else:
+            ctx.marker(call, f"{LOAD_MARKED}: {p} is saved here as a Transformers model and as a state_dict: load "
+                             "what the save that ran wrote")
+
+    def _load_pretrained(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression,
+                         ctx: PythonContext) -> None:
+        """The Transformers model its migrated save writes with save_pretrained, of the class config.json names."""
         anchor = ctx.imports.binding_of(func)
         try:
             near = next((b for b in ctx.imports.all_bindings()
@@ -343,17 +399,53 @@ class NeuronTrace(_XlaRule):
         ctx.finding(call, f"torch.jit.load({p}) -> the Transformers model the tracing script saves there with "
                           "save_pretrained (its class from config.json), compiled with torch.compile")
         ctx.marker(call, f"this loads what the migrated tracing script of this project saves at {p}: {ARTIFACT_NOTE}")
+        self._loaded(call, ctx)
+
+    def _load_state_dict(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression, saved: Traced,
+                         ctx: PythonContext) -> None:
+        """``name = torch.jit.load(path)`` of a module traced and saved in this unit: the module built again as
+        the unit built it, its state dict loaded from what the migrated save writes there, compiled."""
+        ctor = saved.ctor
+        assert ctor is not None
+        p, built = _code(path), _code(ctor)
+        target = _assigned_name(call, ctx)
+        line = ctx.stack[-3] if len(ctx.stack) > 2 else None
+        if target is None or not isinstance(ctx.parent, cst.Assign) or not isinstance(line, cst.SimpleStatementLine) \
+                or len(line.body) != 1 or not rebuildable(ctor, ctx):
+            ctx.marker(call, f"{LOAD_MARKED}: {p} now holds the state_dict of {built}: build it, then "
+                             f"load_state_dict(torch.load({p})) and compile it")
+            return
+        try:
+            torch = _torch(ctx, ctx.imports.binding_of(func))
+        except NameClash as exc:
+            ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE} ({exc})")
+            return
+        q = _quote(ctx)
+        ctx.replace(call, ctor.deep_clone())
+        ctx.insert_after(line, [
+            cst.parse_statement(f"{target}.load_state_dict({torch}.load({p}))\n"),
+            cst.parse_statement(f"{target} = {torch}.compile({target}.to({q}neuron{q}).eval(), backend={q}neuron{q}, "
+                                "fullgraph=True, dynamic=False)\n"),
+        ])
+        ctx.finding(call, f"torch.jit.load({p}) -> {built} with the state dict the migrated save writes at {p} "
+                          "(load_state_dict(torch.load(...))), compiled with torch.compile")
+        self._loaded(call, ctx)
+
+    @staticmethod
+    def _loaded(call: cst.Call, ctx: PythonContext) -> None:
+        """A name assigned the loaded, compiled model: its calls get their inputs moved, like a trace's."""
         target = _assigned_name(call, ctx)
         if target is not None:
-            key = (id(_scope(ctx)), target)
-            state.setdefault("traced", {})[key] = "\0"  # calls get their inputs moved, like a trace's
+            state = ctx.local_state()
+            key = (id(scope_of(ctx)), target)
+            state.setdefault("traced", {})[key] = "\0"
             state.setdefault("loaded", {})[key] = True
 
     def _warm_up(self, call: cst.Call, name: str, example: cst.Arg | None, ctx: PythonContext) -> None:
         """A trace compiled where it stood; torch.compile compiles at the first call. A traced model this
         scope only saves (never calls) gets one call with the example inputs, so that the compile (and the
         compile cache) happens as before."""
-        scope = _scope(ctx)
+        scope = scope_of(ctx)
         if not _only_saved(_code(scope), name):
             return
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
@@ -380,7 +472,7 @@ class NeuronTrace(_XlaRule):
         traced = ctx.local_state().get("traced")
         if not traced or not isinstance(node.value, cst.Name):
             return
-        wrapped = traced.get((id(_scope(ctx)), node.value.value))
+        wrapped = traced.get((id(scope_of(ctx)), node.value.value))
         if wrapped is None:
             return
         for t in node.targets:
@@ -393,7 +485,7 @@ class NeuronTrace(_XlaRule):
                     f"uses instead, or assign to a copy of the module (copy.deepcopy) before compiling"))
 
     def _move_inputs(self, call: cst.Call, name: str, ctx: PythonContext) -> None:
-        example = (ctx.local_state().get("examples") or {}).get((id(_scope(ctx)), name))
+        example = (ctx.local_state().get("examples") or {}).get((id(scope_of(ctx)), name))
         if any(arg.star for arg in call.args):
             if example is not None and len(call.args) == 1 and call.args[0].star == "*" \
                     and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == example:
@@ -423,45 +515,42 @@ def _project_has(fact: str, probes: dict[str, tuple[str, ...]], ctx: PythonConte
     return fact in ctx.facts or any(p in ctx.source for p in probes[fact])
 
 
-def _unchain(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """``X.from_pretrained(...)`` of ``X.from_pretrained(...).eval().to(...)``."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
-            and expr.func.attr.value in ("eval", "to", "cpu", "float", "half", "requires_grad_"):
-        expr = expr.func.value
-    return expr
+def _marked_before(ctx: PythonContext) -> str | None:
+    """The load marker a first run left above the statement being handled (a second run repeats it)."""
+    statement = ctx.statement()
+    for line in getattr(statement, "leading_lines", ()):
+        comment = line.comment.value if line.comment is not None else ""
+        if "neuron-migrate NM410" in comment and LOAD_MARKED in comment:
+            return comment[comment.index(LOAD_MARKED):].rstrip()
+    return None
 
 
-def _from_transformers(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
-    """``<transformers class>.from_pretrained(...)`` (possibly followed by .eval() / .to(...))."""
-    expr = _unchain(expr)
-    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
-            and expr.func.attr.value == "from_pretrained"):
-        return False
-    qual = ctx.class_qualname(expr.func.value) or ""
-    return qual.startswith("transformers.")
+def _saved_elsewhere(probes: dict[str, tuple[str, ...]], ctx: PythonContext) -> str | None:
+    """PRETRAINED when what the project saves of its traces is known to be Transformers models only: its
+    tracing scripts are migrated already (no trace left) and every migrated save is a save_pretrained. The
+    facts are run-wide substrings: they cannot tell which path holds what, so any other mix is None."""
+    if _project_has(SAVED_PRETRAINED, probes, ctx) and not _project_has(SAVED_STATE, probes, ctx) \
+            and not _project_has(TRACES, probes, ctx):
+        return PRETRAINED
+    return None
 
 
-def _is_transformers_model(model: cst.BaseExpression, ctx: PythonContext) -> bool:
-    """The traced module is a Transformers model: loaded in the expression, or a name of this scope
-    assigned from such a load."""
-    if _from_transformers(model, ctx):
-        return True
-    return isinstance(model, cst.Name) and \
-        (id(_scope(ctx)), model.value) in ctx.local_state().get("transformers_models", set())
+
+
+
+
 
 
 def _record(node: cst.Assign, ctx: PythonContext) -> None:
-    """Names of this scope assigned a Transformers model, a tuple/list literal or a torch tensor."""
+    """Names of this scope assigned a tuple/list literal or a torch tensor."""
     if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
         return
     state = ctx.local_state()
-    key = (id(_scope(ctx)), node.targets[0].target.value)
+    key = (id(scope_of(ctx)), node.targets[0].target.value)
     value = node.value
-    for kind in ("transformers_models", "tuples", "tensors"):
+    for kind in ("tuples", "tensors"):
         state.setdefault(kind, set()).discard(key)  # the latest assignment wins
-    if _from_transformers(value, ctx):
-        state["transformers_models"].add(key)
-    elif isinstance(value, (cst.Tuple, cst.List)) and value.elements \
+    if isinstance(value, (cst.Tuple, cst.List)) and value.elements \
             and not any(isinstance(e, cst.StarredElement) for e in value.elements):
         state["tuples"].add(key)
     elif _torch_value(value, ctx):
@@ -475,24 +564,13 @@ NOT_TENSORS = ("nn", "jit", "compile", "load", "device", "optim", "utils", "cuda
 
 def _torch_value(value: cst.BaseExpression, ctx: PythonContext) -> bool:
     """A call of a ``torch.*`` function (``torch.rand(1, 8)``, ``torch.zeros(...)``): a tensor."""
-    value = _unchain(value)
+    value = unchain(value)
     if not isinstance(value, cst.Call):
         return False
     qual = ctx.qualname(value.func) or ""
     return qual.startswith("torch.") and qual.split(".")[1] not in NOT_TENSORS
 
 
-def _plain(expr: cst.BaseExpression) -> bool:
-    """An expression that can be written twice (a name, an attribute or subscript of names, a string)."""
-    if isinstance(expr, (cst.Name, cst.SimpleString)):
-        return True
-    if isinstance(expr, cst.Attribute):
-        return _plain(expr.value)
-    if isinstance(expr, cst.Subscript):
-        return _plain(expr.value) and all(
-            isinstance(s.slice, cst.Index) and (_plain(s.slice.value) or isinstance(s.slice.value, cst.Integer))
-            for s in expr.slice)
-    return False
 
 
 def _only_saved(code: str, name: str) -> bool:
@@ -518,7 +596,7 @@ def _example_call_args(example: cst.BaseExpression, scope: int, ctx: PythonConte
         if isinstance(expr, cst.Name):
             return (scope, expr.value) not in state.get("tuples", set())
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
-            return _plain(expr)
+            return plain(expr)
         return _torch_value(expr, ctx)
 
     if isinstance(example, (cst.Tuple, cst.List)):
@@ -546,12 +624,6 @@ def _uneval(model: cst.BaseExpression) -> cst.BaseExpression:
     return model
 
 
-def _scope(ctx: PythonContext) -> cst.CSTNode:
-    """The innermost function (or the module) around the node being handled."""
-    for node in reversed(ctx.stack):
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            return node
-    return ctx.module
 
 
 def _assigned_name(call: cst.Call, ctx: PythonContext) -> str | None:

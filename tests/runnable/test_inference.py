@@ -8,7 +8,10 @@ save is compared (exit 0 = every check passed).
 One shape per project:
 
 * ``trace_serve``: trace + ``torch.jit.save`` in one script, ``torch.jit.load`` in another that does
-  not import torch_neuronx (the project facts tie them). The tracing script is verified here; the
+  not import torch_neuronx. The tracing script is migrated first (a run of its own): the serving script
+  then sees what it saves (the project facts: save_pretrained, and no trace left), where a run of both at
+  once leaves it a marker (what another file traced is not seen; tests/test_traced_artifacts.py). The
+  tracing script is verified here; the
   serving script, with the tracing script as a ``--before`` step on each side, in
   tests/test_verify_before.py (the same migration and comparison: one run for both);
 * ``compile_only``: a plain module traced and ``.save()``d, never called: the migrated script must
@@ -38,6 +41,8 @@ pytest.importorskip("transformers")
 
 NAMES = ("trace_serve", "compile_only", "torchscript", "tuple_inputs", "old_generation_args", "pre_exported")
 TRACED = ("--atol", "1e-4")
+#: files migrated in a run of their own before the project (the tracing script before the serving one)
+FIRST = {"trace_serve": ("trace_classifier.py",)}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,7 @@ def migrated(tmp_path_factory):
     dest = tmp_path_factory.mktemp("runnable_inference")
     assert sorted(NAMES) == sorted(p.name for p in PROJECTS.iterdir() if p.is_dir() and p.name in NAMES)
     with ThreadPoolExecutor(3) as pool:
-        done = dict(zip(NAMES, pool.map(lambda n: migrate_copy(n, dest), NAMES)))
+        done = dict(zip(NAMES, pool.map(lambda n: migrate_copy(n, dest, FIRST.get(n, ())), NAMES)))
     return done
 
 

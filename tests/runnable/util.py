@@ -36,11 +36,15 @@ def cli(cwd: Path, *args: str, timeout: float = 600, **extra_env: str) -> subpro
                           timeout=timeout, env=env(**extra_env), cwd=str(cwd))
 
 
-def migrate_copy(name: str, dest: Path) -> tuple[Path, subprocess.CompletedProcess]:
-    """Copy ``projects/<name>`` to ``dest/<name>`` and migrate it in place (``neuron-migrate DIR --write``).
+def migrate_copy(name: str, dest: Path, first: tuple[str, ...] = ()) -> tuple[Path, subprocess.CompletedProcess]:
+    """Copy ``projects/<name>`` to ``dest/<name>`` and migrate it in place (``neuron-migrate DIR --write``),
+    the files ``first`` (relative to the project) in a run of their own before.
     Returns the migrated folder and the migration's process (exit 0 or 1: 1 = markers left)."""
     project = dest / name
     shutil.copytree(PROJECTS / name, project)
+    if first:
+        proc = cli(dest, *(str(project / f) for f in first), "--write")
+        assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     proc = cli(dest, str(project), "--write")
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return project, proc
