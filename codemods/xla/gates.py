@@ -102,8 +102,8 @@ class OldStackAvailabilityGates(PythonRule):
                 elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
                     modules.append(ctx.module.code_for_node(small.module))
         old = [m for m in modules if old_stack(m)]
-        if not old or len(old) < len(modules):
-            return  # the gate also imports something TorchNeuron has (torch_neuronx): the engine keeps that one
+        if not old or "torch_neuronx" in modules:
+            return  # the gate also imports the TorchNeuron plugin: the engine keeps that import, which decides it
         for handler in node.handlers:
             if not _catches_import_error(handler):
                 continue
