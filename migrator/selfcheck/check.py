@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import ast
 import builtins
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Collection, Iterable, Sequence
 
-from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, ignored_rules
+from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, UNPARSABLE, ignored_rules
 
 UNDEFINED = "undefined-name"
 UNRESOLVED = "unresolved-import"
 KEYWORD = "unaccepted-keyword"
 OLD_STACK = "old-stack-import"
+#: a part that does not parse: nothing else can be checked in it, and nothing that does not parse is handed back
+SYNTAX = "syntax-error"
 
 #: Packages of the old stack: none of them exists in a TorchNeuron environment. ``torch_neuronx``
 #: is not among them: it is the TorchNeuron plugin itself (only its XLA-era APIs are old).
@@ -62,6 +65,8 @@ class Violation:
             return f"{what} does not resolve in the pinned target versions"
         if self.kind == KEYWORD:
             return f"`{self.name}` is not accepted by the target library"
+        if self.kind == SYNTAX:
+            return f"it {UNPARSABLE}"
         return f"`import {self.name}` (old stack) would stay without a marker"
 
 
@@ -91,18 +96,21 @@ def check_source(source: str, names: Collection[str] | None = None) -> list[Viol
 def check_program(parts: Sequence[str], notebook: bool = False,
                   names: Collection[str] | None = None) -> list[Violation]:
     """The violations of a program made of ``parts`` run in order in one namespace (a notebook's
-    code cells; a plain module is one part). A part that does not parse is left out.
+    code cells; a plain module is one part). A part that does not parse is one SYNTAX violation
+    and is otherwise left out.
 
     ``names``: when the caller knows that only these names can have become undefined (those an edit
     used or unbound), the undefined-name analysis runs only if one of them is not plainly bound."""
     trees: list[tuple[int, ast.Module, list[str]]] = []
+    broken: list[Violation] = []
     for i, part in enumerate(parts):
-        try:
-            trees.append((i, ast.parse(part), part.splitlines()))
-        except (SyntaxError, ValueError, RecursionError):
-            continue
+        tree = parse(part)
+        if isinstance(tree, ast.Module):
+            trees.append((i, tree, part.splitlines()))
+        else:
+            broken.append(Violation(SYNTAX, "", tree, i))
     if not trees:
-        return []
+        return broken
     scans = [_Scan(tree) for _, tree, _ in trees]
     merged = _Scan.program(scans) if len(scans) > 1 else scans[0]
     out: list[Violation] = []
@@ -117,7 +125,30 @@ def check_program(parts: Sequence[str], notebook: bool = False,
     if api is not None:
         for (index, _, _), scan in zip(trees, scans):
             out += _keywords(index, scan, merged, api)
-    return out
+    return broken + out
+
+
+_AWAIT_FLAGS = ast.PyCF_ONLY_AST | getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+
+
+def parse(source: str) -> ast.Module | int:
+    """The tree of ``source``, or the line of its syntax error (a notebook cell's top-level
+    ``await`` parses)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        first = exc
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(source, "<unit>", "exec", flags=_AWAIT_FLAGS, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return max(getattr(first, "lineno", None) or 1, 1)
+
+
+def parses(source: str) -> bool:
+    """Whether ``source`` parses as Python (see :func:`parse`)."""
+    return isinstance(parse(source), ast.Module)
 
 
 def _safely_bound(names: Collection[str], scan: _Scan) -> bool:
