@@ -15,7 +15,15 @@ import libcst as cst
 
 from migrator.filekinds import UnitSyntaxError
 from migrator.imports import Binding, ImportFixer, ImportRequest, dotted
-from migrator.model import SELF_CHECKS, UNPARSABLE, Finding, find_markers, ignored_rules, is_silenced, marker_text
+from migrator.model import (
+    SELF_CHECKS,
+    Finding,
+    find_markers,
+    ignored_rules,
+    is_silenced,
+    marker_text,
+    unparsable_message,
+)
 from migrator.positions import Positions
 from migrator.rules import (  # the contexts live with the rule contracts; re-exported for callers
     STATEMENT_TYPES,
@@ -430,12 +438,6 @@ def run_python(
                 if not _marked_above(module, stmt, marker_text(rule, message)):  # else found by the marker scan
                     findings.append(Finding(line, col, rule, message, "manual"))
     return new_source, findings
-
-
-def unparsable_message(rules: Iterable[str]) -> str:
-    """The NM991 finding of a unit left as it was because its migration produced code that does not parse."""
-    names = ", ".join(dict.fromkeys(rules))
-    return f"{names} {UNPARSABLE}: nothing in this unit was migrated; migrate it by hand"
 
 
 def _inside(note: _Note, nodes: set[int]) -> bool:

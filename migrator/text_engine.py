@@ -12,11 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from migrator.model import UNPARSABLE, Finding, find_markers, ignored_rules, is_silenced, marker_text
+from migrator.model import (
+    DROPPED_RULE,
+    UNPARSABLE,
+    Finding,
+    find_markers,
+    ignored_rules,
+    is_silenced,
+    marker_text,
+    unparsable_message,
+)
 from migrator.rules import LineEdit, TextContext, TextRule
-
-#: the self-check's finding of edits dropped because they would break the unit (migrator.selfcheck.policy)
-DROPPED_RULE = "NM991"
 
 
 def indentation(line: str) -> str:
@@ -120,8 +126,7 @@ def _guard(text: str, raw: list[str], edits: list[LineEdit], markers: dict[int, 
     kept = without(dropped)
     out = _render(raw, kept, noted)
     if not parses(out):
-        kept, out, notes = [], text, [Finding(1, 1, DROPPED_RULE, f"{', '.join(rules)} {UNPARSABLE}: nothing in "
-                                               "this unit was migrated; migrate it by hand", "manual")]
+        kept, out, notes = [], text, [Finding(1, 1, DROPPED_RULE, unparsable_message(rules), "manual")]
     # the applied findings of the dropped rules go (their markers stay: they are about the original)
     gone = {e.rule for e in edits} - {e.rule for e in kept}
     return out, findings + [f for f in kept_findings if f.fix != "applied" or f.rule not in gone] + notes

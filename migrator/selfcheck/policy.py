@@ -7,8 +7,9 @@ After the rules of a unit ran, :func:`enforce` checks the output (:mod:`.check`)
 * any other violation an edit introduced (code that does not parse, an undefined name, a target
   import that does not exist, a keyword the target does not accept) drops the edits that caused it,
   each replaced by an NM991 marker that says why (code that does not parse is dropped even when
-  NM991 is not selected: it is never handed back). Edits are dropped rule by rule first, then given back one by one where
-  that keeps the output clean, so that one bad rewrite does not cost the unit its other edits;
+  NM991 is not selected: it is never handed back). Edits are dropped rule by rule first, then
+  given back one by one where that keeps the output clean, so that one bad rewrite does not cost
+  the unit its other edits;
 * last, an old-stack import left in the output without a marker is removed when nothing uses it any
   more, and marked (NM992) when something still does (dropped edits may still need it).
 
@@ -21,9 +22,9 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from migrator.model import DROPPED_RULE
 from migrator.selfcheck.check import OLD_STACK, SYNTAX, UNDEFINED, Violation, check_source, introduced, parses
 
-DROPPED_RULE = "NM991"
 OLD_IMPORT_RULE = "NM992"
 #: at most this many edits of a dropped rule are given back one by one (each costs a render)
 MAX_REFINE = 40
@@ -91,8 +92,7 @@ def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo
         # only the parse is checked: the other violations are NM991's, which is not selected
         if parses(new.text) or not parses(source):
             return new.text, plan
-        before: list[Violation] = []
-        new = _drop(before, [Violation(SYNTAX, "", 1)], edits, render, plan, syntax_only=True)
+        new = _drop([], [Violation(SYNTAX, "", 1)], edits, render, plan, syntax_only=True)
         plan.broken = not parses(new.text)
         return new.text, plan
     after = _check(new)
@@ -112,11 +112,11 @@ def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo
         if intro:
             new = _drop(before, intro, edits, render, plan, syntax_only=not drop)
             after = _check(new) or []
-            plan.broken = _score(_introduced(before, after))[0] > 0
+            plan.broken = _broken(_introduced(before, after))
     # last, so that it sees the imports that dropped edits still need
     if old_imports and _old_imports(after, imports, new.text, plan):
         new = render(plan)
-        plan.broken = plan.broken or (parses(source) and not parses(new.text))
+        plan.broken = plan.broken or (not parses(new.text) and parses(source))
     return new.text, plan
 
 
