@@ -165,3 +165,23 @@ def test_check_fails_and_the_reports_show_it(tmp_path: Path, monkeypatch: pytest
     res = cli("--write", "--allow-dirty", "--no-progress", "train.py")
     ast.parse((tmp_path / "train.py").read_text())  # what is written parses
     assert "BROKEN_TARGET = 1" in (tmp_path / "train.py").read_text()
+
+
+def test_a_cut_cell_that_does_not_parse_alone_is_not_handed_back():
+    # the joined program parses (the boundary sits inside a string) but its cells apart do not: the
+    # notebook engine migrates each cell on its own instead (each guarded by run_python)
+    from migrator.filekinds.notebook import transform_notebook
+
+    seen: list[str] = []
+
+    def run_python(source: str):
+        seen.append(source)
+        if "__nm_cell__" in source:
+            return 'x = """\n__nm_cell__(1)\n"""\n', []
+        return source.replace("1", "10"), []
+
+    nb = _notebook("x = 1\n", "y = 2\n")
+    new, _ = transform_notebook(nb, run_python, lambda s: (s, []))
+    cells = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert cells == ["x = 10\n", "y = 2\n"]
+    assert seen == ["x = 1\n__nm_cell__(1)\ny = 2\n", "x = 1\n", "y = 2\n"]
