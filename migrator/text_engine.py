@@ -120,8 +120,10 @@ def _guard(text: str, raw: list[str], edits: list[LineEdit], markers: dict[int, 
     for e in edits:
         if e.rule in dropped:
             message = f"{e.rule}'s rewrite here was not applied because it {UNPARSABLE}: migrate this command by hand"
-            line = _command_start(raw, e.start)
-            noted.setdefault(line, []).append(marker_text(DROPPED_RULE, message))
+            line, marker = _command_start(raw, e.start), marker_text(DROPPED_RULE, message)
+            if marker in noted.get(line, ()) or _marked_above(raw, line, marker):
+                continue  # (one already there is reported by the marker scan)
+            noted.setdefault(line, []).append(marker)
             notes.append(Finding(line + 1, 1, DROPPED_RULE, message, "manual"))
     kept = without(dropped)
     out = _render(raw, kept, noted)
@@ -130,6 +132,16 @@ def _guard(text: str, raw: list[str], edits: list[LineEdit], markers: dict[int, 
     # the applied findings of the dropped rules go (their markers stay: they are about the original)
     gone = {e.rule for e in edits} - {e.rule for e in kept}
     return out, findings + [f for f in kept_findings if f.fix != "applied" or f.rule not in gone] + notes
+
+
+def _marked_above(raw: list[str], line: int, marker: str) -> bool:
+    """Whether ``marker`` stands among the comment lines right above 0-based ``line``."""
+    i = line - 1
+    while i >= 0 and raw[i].lstrip().startswith("#"):
+        if raw[i].strip() == marker:
+            return True
+        i -= 1
+    return False
 
 
 def _command_start(raw: list[str], line: int) -> int:

@@ -138,6 +138,8 @@ def test_shell_units_are_guarded():
                    "it produced code that does not parse: migrate this command by hand\n"
                    "BROKEN_SHELL --x \\\n  --y\necho done\n")
     assert [(f.rule, f.fix, f.line) for f in findings] == [("NM991", "manual", 3)]
+    again, findings = migrate_text(new, "shell", _rules())
+    assert again == new and [(f.rule, f.line) for f in findings] == [("NM991", 3)]
     # a notebook's `!` line is a shell unit too
     nb = _notebook("!BROKEN_SHELL now\n")
     new, findings = migrate_text(nb, "notebook", _rules())
