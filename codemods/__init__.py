@@ -49,6 +49,15 @@ def all_rules_triggers() -> tuple:
     return TABLE
 
 
+def all_rules_parsers() -> dict:
+    """The parse checks of the file kinds whose parser lives with the rules: kind -> ``parses(text)``.
+    The engine hands back no unit of those kinds that its rules left unparsable when it parsed
+    before (Python is the engine's own business)."""
+    from codemods.project.shell_syntax import parses
+
+    return {"shell": parses}
+
+
 def trigger_table_source() -> str:
     """The text of ``_triggers.py`` for the rules as they are now (imports every rule)."""
     from migrator.engine import RuleRow

@@ -89,6 +89,6 @@ TABLE = (
     ('NM901', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), ()),
     ('NM902', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla'), (), ()),
     ('NM990', '', ('notebook', 'markdown'), (), (), ()),
-    ('NM991', '', ('python', 'notebook', 'markdown'), (), (), ()),
+    ('NM991', '', ('python', 'notebook', 'markdown', 'shell'), (), (), ()),
     ('NM992', '', ('python', 'notebook', 'markdown'), (), (), ()),
 )

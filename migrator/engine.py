@@ -79,6 +79,13 @@ class RuleSelection:
         """Every rule's row: from the loader's trigger table when it has one, else from the rules."""
         return _index(self.loader)
 
+    def parsers(self) -> dict[str, Callable[[str], bool]]:
+        """The loader's parse checks per file kind (``module:function_parsers``, e.g. the shell parser of
+        the shell rules): the text engine's output guard. Empty when the loader has none."""
+        module, _, attr = self.loader.partition(":")
+        table = getattr(importlib.import_module(module), f"{attr}_parsers", None)
+        return dict(table()) if table is not None else {}
+
     def chosen_ids(self) -> frozenset[str]:
         """The ids this selection keeps; SelectionError on an unknown id or prefix."""
         ids = [r.id for r in self.index()]
@@ -158,6 +165,11 @@ class RuleSet:
         # ownership is global: ignoring the rule that owns a name does not hand it to another
         return ([r for r in chosen if isinstance(r, PythonRule)], [r for r in chosen if isinstance(r, TextRule)],
                 Owners(everything))
+
+    @cached_property
+    def parsers(self) -> dict[str, Callable[[str], bool]]:
+        """kind -> parse check of the text kinds whose parser comes with the rules (see RuleSelection)."""
+        return self.selection.parsers()
 
     @property
     def python(self) -> list[PythonRule]:
@@ -284,7 +296,8 @@ def migrate_text(
         return run_python(source, rules.python, rules.owners, project, rules.checks)
 
     def sh(source: str) -> tuple[str, list[Finding]]:
-        return transform_shell(source, py, lambda text: run_text(text, "shell", rules.text, project=project),
+        return transform_shell(source, py, lambda text: run_text(text, "shell", rules.text, project=project,
+                                                                 parses=rules.parsers.get("shell")),
                                SKIPPED_RULE)
 
     def written(source: str, kind: str, name: str) -> tuple[str, list[Finding]]:
@@ -299,9 +312,10 @@ def migrate_text(
     if kind == "markdown":
         return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
     if kind == "shell":  # the Python its heredocs feed the interpreter is Python
-        return transform_shell(text, py, lambda source: run_text(source, kind, rules.text, path, project),
+        return transform_shell(text, py, lambda source: run_text(source, kind, rules.text, path, project,
+                                                                 rules.parsers.get(kind)),
                                SKIPPED_RULE)
-    return run_text(text, kind, rules.text, path, project)
+    return run_text(text, kind, rules.text, path, project, rules.parsers.get(kind))
 
 
 def process(

@@ -57,10 +57,21 @@ class Binding:
     #: ``if``, the body of a loop, a handler, a function or class body around the import (``with``
     #: bodies, ``try`` bodies and ``finally`` always run). Empty for a module-level import.
     required: tuple[int, ...] = ()
+    #: the index of the top-level statement that holds the import among the module's statements, and
+    #: the index of every top-level statement (by id()): a module runs top to bottom (a notebook's
+    #: cells too), so an import below the top-level statement of a use has not run there
+    top: int | None = None
+    order: dict[int, int] | None = None
 
     def reaches(self, enclosing: set[int]) -> bool:
-        """Whether the import has run wherever a use inside the nodes ``enclosing`` (their id()s) runs."""
-        return all(r in enclosing for r in self.required)
+        """Whether the import has run wherever a use inside the nodes ``enclosing`` (their id()s) runs:
+        the use is inside every node around the import, and not in a top-level statement above it."""
+        if not all(r in enclosing for r in self.required):
+            return False
+        if self.top is None or not self.order:
+            return True
+        use = next((self.order[i] for i in enclosing if i in self.order), None)
+        return use is None or use >= self.top
 
     @property
     def module(self) -> str:
@@ -83,6 +94,9 @@ class ImportIndex:
     #: the first name of the first top-level import line after ``__future__`` ones: an anchor that puts
     #: a new (stdlib) import above the module's imports
     first_import: Binding | None = None
+    #: id() of each top-level statement -> its index (see ``Binding.top``); the index of the one being indexed
+    order: dict[int, int] = field(default_factory=dict)
+    current: int | None = None
 
     def resolve_name(self, name: str) -> str | None:
         found = self.bindings.get(name)
@@ -165,7 +179,7 @@ def _header_neutral(stmt: cst.CSTNode) -> bool:
 
 
 def index_imports(module: cst.Module) -> ImportIndex:
-    index = ImportIndex()
+    index = ImportIndex(order={id(stmt): pos for pos, stmt in enumerate(module.body)})
     leading = True
     neutral: cst.CSTNode | None = None  # the last header-neutral statement of the leading ones
     for pos, stmt in enumerate(module.body):
@@ -190,6 +204,7 @@ def index_imports(module: cst.Module) -> ImportIndex:
                     # no import before the first real statement: new imports go right above it
                     # (in a notebook: not above the `%pip install` line of its first cell)
                     index.header_end = neutral
+        index.current = pos
         _index_statement(index, stmt, toplevel=True)
     return index
 
@@ -272,6 +287,7 @@ def _blocks(stmt: cst.CSTNode):
 
 
 def _bind(index: ImportIndex, b: Binding) -> None:
+    b.top, b.order = index.current, index.order
     index.bindings.setdefault(b.local, []).append(b)
     if index.first_import is None and b.toplevel and b.alias is not None and not (
             b.is_from and b.module == "__future__"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Iterable, Literal
 
 Fix = Literal["applied", "manual"]
 Status = Literal["changed", "unchanged", "error", "skipped"]
@@ -21,6 +21,21 @@ MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*?)\s*$")
 #: the self-check's findings (migrator.selfcheck.policy): NM991, an edit dropped because it would break
 #: the code; NM992, an old-stack import left behind. On unless --select/--ignore leave them out.
 SELF_CHECKS = frozenset({"NM991", "NM992"})
+#: the self-check's finding of edits dropped because they would break the code
+DROPPED_RULE = "NM991"
+#: what an NM991 finding says when the edits it is about produced code that does not parse (the
+#: reports count those findings as errors: nothing of them was written)
+UNPARSABLE = "produced code that does not parse"
+
+
+def is_unparsable(finding: Finding) -> bool:
+    """Whether ``finding`` reports edits dropped because they produced code that does not parse."""
+    return finding.rule == DROPPED_RULE and UNPARSABLE in finding.message
+
+
+def unparsable_message(rules: Iterable[str]) -> str:
+    """The NM991 finding of a unit left as it was because its rules produced code that does not parse."""
+    return f"{', '.join(dict.fromkeys(rules))} {UNPARSABLE}: nothing in this unit was migrated; migrate it by hand"
 #: the statements a notebook's program puts between two cells (``__nm_cell__(3)``) and in place of
 #: a cell that does not parse (``__nm_skipped__(names...)``), see migrator.filekinds.notebook
 CELL_BOUNDARY = "__nm_cell__"

@@ -15,7 +15,15 @@ import libcst as cst
 
 from migrator.filekinds import UnitSyntaxError
 from migrator.imports import Binding, ImportFixer, ImportRequest, dotted
-from migrator.model import SELF_CHECKS, Finding, find_markers, ignored_rules, is_silenced, marker_text
+from migrator.model import (
+    SELF_CHECKS,
+    Finding,
+    find_markers,
+    ignored_rules,
+    is_silenced,
+    marker_text,
+    unparsable_message,
+)
 from migrator.positions import Positions
 from migrator.rules import (  # the contexts live with the rule contracts; re-exported for callers
     STATEMENT_TYPES,
@@ -404,6 +412,16 @@ def run_python(
 
     new_source, plan = policy.enforce(source, edit_infos, import_infos, render,
                                       policy.DROPPED_RULE in checks, policy.OLD_IMPORT_RULE in checks)
+    if plan.broken:
+        # the last resort: dropping edits rule by rule did not give code that parses: nothing of
+        # this unit is handed back (whatever --select says: code that does not parse is never written)
+        kept = [e for i, e in enumerate(edits) if i not in plan.dropped] or edits
+        if positions is None:
+            positions = Positions(module, source, statements)
+        pos = positions.get(kept[0].node, kept[0].ancestors)
+        line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
+        return source, existing + [Finding(line, col, policy.DROPPED_RULE, unparsable_message(e.rule for e in kept),
+                                           "manual")]
     if plan.dropped or plan.markers:
         dropped_nodes = {id(edits[i].node) for i in plan.dropped}
         findings = [

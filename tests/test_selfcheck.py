@@ -379,3 +379,37 @@ def test_imports_that_run_before_the_read_bind_it():
     # a name the edits used that is imported only inside a branch is not "plainly bound": checked
     source = "import sys\nif sys.argv:\n    import json\nelse:\n    json.dumps(1)\n"
     assert [v.name for v in check_source(source, names={"json"})] == ["json"]
+
+
+def test_a_notebook_runs_top_to_bottom():
+    """A name read in a cell (in a function the cell calls too) whose only import is in a later cell is
+    undefined there; the check sees it with or without the names the edits used."""
+    cells = ["def load(m):\n    return AutoModelForCausalLM.from_pretrained(m)\n\n\nmodel = load('x')\n",
+             "from transformers import AutoModelForCausalLM, AutoTokenizer\ntok = AutoTokenizer.from_pretrained('x')\n"]
+    joined = "__nm_cell__(1)\n".join(cells)  # the notebook's program, as the engine migrates it
+    for names in (None, {"AutoModelForCausalLM"}):
+        found = check_source(joined, names=names)
+        assert [(v.kind, v.name, v.line) for v in found] == [(UNDEFINED, "AutoModelForCausalLM", 2)]
+    assert [(v.kind, v.name) for v in check_program(["AutoModelForCausalLM.from_pretrained('x')\n",
+                                                     "from transformers import AutoModelForCausalLM\n"],
+                                                    notebook=True)] == [(UNDEFINED, "AutoModelForCausalLM")]
+    # one module (no cells): a function may use an import below it (it runs when called)
+    assert check_source(joined.replace("__nm_cell__(1)\n", "").replace("model = load('x')\n", "")) == []
+    # an import in an earlier cell binds the name
+    assert check_source("__nm_cell__(1)\n".join(reversed(cells)).replace("model = load('x')\n", "")) == []
+
+
+def test_the_import_a_notebook_cell_needs_is_bound_before_it():
+    """The migration does not reuse an import of a later cell for a use in an earlier one."""
+    import json
+
+    rules = RuleSet.from_selection(RuleSelection())
+    cells = ["from optimum.neuron import NeuronModelForCausalLM\n\n\ndef load(m):\n"
+             "    return NeuronModelForCausalLM.from_pretrained(m, export=True)\n\n\nmodel = load('x')\n",
+             "from transformers import AutoModelForCausalLM\nref = AutoModelForCausalLM.from_pretrained('x')\n"]
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": c}
+                    for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    new, _ = migrate_text(json.dumps(nb), "notebook", rules)
+    first = json.loads(new)["cells"][0]["source"]
+    assert first.startswith("from transformers import AutoModelForCausalLM\n"), first
+    assert "AutoModelForCausalLM.from_pretrained(m" in first

@@ -32,14 +32,19 @@ class DroppedEdit(Rule):
     id = "NM991"
     title = "Rewrite not applied: it would have broken the code (self-check)"
     fix = "manual"
-    kinds = ("python", "notebook", "markdown")
+    kinds = ("python", "notebook", "markdown", "shell")
     why = """
-        Every unit a rule changed is checked before anything is written: a name that resolved
-        before and would not after, an import of the target libraries that does not exist in the
+        Every unit a rule changed is checked before anything is written: code that does not parse
+        (Python, and shell text with the shell rules' parser), a name that resolved before and
+        would not after (a notebook runs top to bottom: a name imported only in a later cell is
+        undefined in an earlier one), an import of the target libraries that does not exist in the
         pinned versions, or a keyword argument the target callable does not accept. The engine first
         tries to complete the edit (a name imported elsewhere in the module is imported where it is
         used); when that is not enough, the edits that caused the problem are not applied and this
         marker says which rule's rewrite was left out and why. The code stays as it was there.
+        Code that does not parse is never written, whatever --select says: when dropping rewrites
+        rule by rule does not repair it, the whole unit is left as it was and a finding says which
+        rules "produced code that does not parse"; the summary counts such a file as an error.
     """
     before = """
         from optimum.neuron import NeuronSFTTrainer

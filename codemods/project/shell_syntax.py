@@ -632,3 +632,13 @@ class Parser:
             raise ShellSyntaxError("empty command")
         self.simples.append(s)
         return s
+
+
+def parses(text: str) -> bool:
+    """Whether ``text`` is shell text this module understands (lexed and parsed whole): the engine's
+    output guard for shell units (``codemods.all_rules_parsers``)."""
+    try:
+        Parser(Lexer(text).tokens()).program()
+    except (ShellSyntaxError, RecursionError, IndexError):
+        return False
+    return True

@@ -45,6 +45,85 @@ def _bf16_read(node: cst.CSTNode, ctx: PythonContext) -> str | None:
     return None
 
 
+#: calls that write (or unset) an environment variable named by their first argument
+_WRITE_CALLS = ("os.environ.setdefault", "os.environ.pop", "os.putenv", "os.unsetenv")
+_TARGET_HOLDERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement)
+
+
+def _targets(stmt: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The expressions ``stmt`` assigns, augments or deletes (``a[k] = v``, ``a[k] += v``, ``del a[k]``)."""
+    if isinstance(stmt, cst.Assign):
+        return [t.target for t in stmt.targets]
+    if isinstance(stmt, (cst.AugAssign, cst.AnnAssign, cst.Del)):
+        return [stmt.target]
+    return []
+
+
+def _written_by(stmt: cst.CSTNode, ctx: PythonContext) -> set[str]:
+    """The bf16 variables a small statement writes: an assignment (plain, augmented, annotated) to
+    ``os.environ[VAR]``, ``del os.environ[VAR]``, ``os.environ.setdefault/pop(VAR)``, ``os.putenv``,
+    ``os.unsetenv``, ``os.environ.update(VAR=...)`` / ``update({VAR: ...})``."""
+    out: set[str] = set()
+    todo = _targets(stmt)
+    while todo:
+        target = todo.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            todo.extend(el.value for el in target.elements)
+        elif isinstance(target, cst.Subscript):
+            var = _bf16_read(target, ctx)
+            if var is not None:
+                out.add(var)
+    call = stmt.value if isinstance(stmt, cst.Expr) else None
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+        qual = ctx.qualname(call.func)
+        if qual in _WRITE_CALLS and call.args and isinstance(call.args[0].value, cst.SimpleString):
+            out.add(call.args[0].value.evaluated_value)
+        elif qual == "os.environ.update":
+            for arg in call.args:
+                if arg.keyword is not None:
+                    out.add(arg.keyword.value)
+                elif isinstance(arg.value, cst.Dict):
+                    out.update(el.key.evaluated_value for el in arg.value.elements
+                               if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString))
+    return out & set(BF16_VARS)
+
+
+def written_vars(ctx: PythonContext) -> frozenset[str]:
+    """The bf16 variables the unit itself writes anywhere (computed once per unit): their reads hold
+    what the program set, not what the launchers set."""
+    state = ctx.local_state()
+    if "written" not in state:
+        found: set[str] = set()
+
+        class Writes(cst.CSTVisitor):
+            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+                for small in node.body:
+                    found.update(_written_by(small, ctx))
+                return False
+
+        ctx.module.visit(Writes())
+        state["written"] = frozenset(found)
+    return state["written"]
+
+
+def _in_write(ctx: PythonContext) -> bool:
+    """Whether the node being handled is written (an assignment or ``del`` target) or sits in a
+    statement that writes a bf16 variable: writes are NM409's and NM416's, never NM415's."""
+    stack = ctx.stack
+    for i in range(len(stack) - 1, 0, -1):
+        parent, node = stack[i - 1], stack[i]
+        if isinstance(parent, cst.AssignTarget) or (
+                isinstance(parent, (cst.AugAssign, cst.AnnAssign, cst.Del, cst.For, cst.CompFor))
+                and parent.target is node) or (isinstance(parent, cst.AsName) and parent.name is node):
+            return True
+        if isinstance(parent, cst.BaseSmallStatement):
+            return bool(_written_by(parent, ctx))
+        if not isinstance(parent, _TARGET_HOLDERS + (cst.BaseExpression, cst.Arg, cst.BaseSlice, cst.SubscriptElement,
+                                                       cst.ComparisonTarget, cst.DictElement)):
+            return False
+    return False
+
+
 def _literal(node: cst.BaseExpression):
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value
@@ -104,6 +183,8 @@ def _test_value(test: cst.BaseExpression, ctx: PythonContext, atoms: list):
     """The value of an ``if`` test made only of bf16 atoms, ``and``/``or``/``not``; else _UNKNOWN."""
     found = atom(test, ctx)
     if found is not None:
+        if found[0] in written_vars(ctx):
+            return _UNKNOWN  # the program sets it itself: not the launchers' value
         atoms.append(test)
         return bool(found[1])
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -145,8 +226,8 @@ def launcher_sets_bf16(ctx: PythonContext) -> bool:
 
 def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
     """NM409 where the launchers of the run are not known to set the variable: a marker."""
-    if not _top_atom(node, ctx):
-        return
+    if not _top_atom(node, ctx) or _in_write(ctx):
+        return  # a write (`os.environ["XLA_USE_BF16"] = "1"`) has NM409's own marker
     ctx.marker(node, (
         "XLA_USE_BF16/XLA_DOWNCAST_BF16 is read here: the old launchers set it for torch-xla, TorchNeuron ignores it and the migrated "
         "launchers no longer set it, so this reads as unset and the run silently falls back to float32: "
@@ -191,7 +272,10 @@ class XlaPrecisionReads(PythonRule):
         The launchers are those of the same run: a launcher outside the migrated paths is not
         seen, and a project where some launchers set the variable and others do not gets bf16
         everywhere (check the finding). Reads held in a variable are replaced where they are
-        read; the tests on that variable are left as they are.
+        read; the tests on that variable are left as they are. Writes (`os.environ[...] = ...`,
+        `+=`, `del`, `setdefault`, a read inside a write) are NM409's and NM416's, never read
+        here; where the unit itself writes the variable (`if args.bf16: os.environ[...] = "1"`),
+        its reads hold the program's choice, not the launchers': they get a marker instead.
     """
 
     def handlers(self):
@@ -234,7 +318,15 @@ class XlaPrecisionReads(PythonRule):
     def _on_atom(self, node: cst.CSTNode, ctx: PythonContext) -> None:
         if not launcher_sets_bf16(ctx) or id(node) in ctx.local_state().get("done", ()) or not _top_atom(node, ctx):
             return
+        if _in_write(ctx):
+            return  # `os.environ["XLA_USE_BF16"] = "1"`, `del os.environ[...]`: a write, not a read
         var, value = atom(node, ctx)  # type: ignore[misc]
+        if var in written_vars(ctx):
+            # the unit sets it itself (`if args.bf16: os.environ["XLA_DOWNCAST_BF16"] = "1"`): what is read
+            # here is the program's choice, not the launchers'
+            ctx.marker(node, f"{var} is set by this program and read here, but TorchNeuron ignores it: "
+                             "choose the precision explicitly instead")
+            return
         new = cst.parse_expression(repr(value) if not isinstance(value, str) else f'"{value}"')
         ctx.replace(node, new)
         ctx.finding(node, f"{_code(node)} -> {_code(new)}: the launchers of this run set {var}=1, which the "

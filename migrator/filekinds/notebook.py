@@ -590,6 +590,8 @@ def _migrate_program(
     texts = _split(new_program, program)
     if texts is None or any(t != c.protected for c, t in zip(program, texts) if c.skipped):
         return None
+    if any(t != c.protected and not _parses(t) for c, t in zip(program, texts)):
+        return None  # a cut cell that does not parse on its own (each cell then migrates alone, guarded)
     if any(
         _restore(text, cell.magics, [None] * len(cell.magics), cell.base) is None
         for cell, text in zip(program, texts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from migrator.model import FileResult, Finding, RunResult
+from migrator.model import UNPARSABLE, FileResult, Finding, RunResult, is_unparsable
 
 
 def display_path(path: str) -> str:
@@ -43,7 +43,10 @@ def summary_sentence(run: RunResult, mode: str, *, seconds: bool = True) -> str:
     parts = [f"{plural(changed, 'file')} {verb}"]
     parts.append(plural(s["fixes_applied"], "fix", "fixes"))
     parts.append(plural(s["manual_actions"], "manual action"))
-    parts.append(plural(s["files_error"], "error"))
+    # a file whose edits were dropped because they produced code that does not parse is an error of
+    # the tool's (its findings say what was left out), never a clean run
+    unparsable = sum(1 for f in run.files if f.status != "error" and any(map(is_unparsable, f.findings)))
+    parts.append(plural(s["files_error"] + unparsable, "error"))
     skipped = sum(1 for f in run.files if f.status == "skipped")
     if skipped:
         parts.append(f"{skipped} skipped")
@@ -59,11 +62,17 @@ def selfcheck_sentence(run: RunResult) -> str | None:
     from migrator.selfcheck.policy import DROPPED_RULE, OLD_IMPORT_RULE
 
     counts = {DROPPED_RULE: 0, OLD_IMPORT_RULE: 0}
+    unparsable = 0
     for f in run.files:
         for finding in f.findings:
-            if finding.rule in counts:
+            if is_unparsable(finding):
+                unparsable += 1
+            elif finding.rule in counts:
                 counts[finding.rule] += 1
     parts = []
+    if unparsable:
+        parts.append(f"{plural(unparsable, 'rewrite')} not applied because {'it' if unparsable == 1 else 'they'} "
+                     f"{UNPARSABLE} ({DROPPED_RULE})")
     if counts[DROPPED_RULE]:
         parts.append(f"{plural(counts[DROPPED_RULE], 'rewrite')} not applied because "
                      f"{'it' if counts[DROPPED_RULE] == 1 else 'they'} would have broken the code ({DROPPED_RULE})")

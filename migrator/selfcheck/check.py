@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import ast
 import builtins
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Collection, Iterable, Sequence
 
-from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, ignored_rules
+from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, UNPARSABLE, ignored_rules
 
 UNDEFINED = "undefined-name"
 UNRESOLVED = "unresolved-import"
 KEYWORD = "unaccepted-keyword"
 OLD_STACK = "old-stack-import"
+#: a part that does not parse: nothing else can be checked in it, and nothing that does not parse is handed back
+SYNTAX = "syntax-error"
 
 #: Packages of the old stack: none of them exists in a TorchNeuron environment. ``torch_neuronx``
 #: is not among them: it is the TorchNeuron plugin itself (only its XLA-era APIs are old).
@@ -62,6 +65,8 @@ class Violation:
             return f"{what} does not resolve in the pinned target versions"
         if self.kind == KEYWORD:
             return f"`{self.name}` is not accepted by the target library"
+        if self.kind == SYNTAX:
+            return f"it {UNPARSABLE}"
         return f"`import {self.name}` (old stack) would stay without a marker"
 
 
@@ -91,19 +96,22 @@ def check_source(source: str, names: Collection[str] | None = None) -> list[Viol
 def check_program(parts: Sequence[str], notebook: bool = False,
                   names: Collection[str] | None = None) -> list[Violation]:
     """The violations of a program made of ``parts`` run in order in one namespace (a notebook's
-    code cells; a plain module is one part). A part that does not parse is left out.
+    code cells; a plain module is one part). A part that does not parse is one SYNTAX violation
+    and is otherwise left out.
 
     ``names``: when the caller knows that only these names can have become undefined (those an edit
     used or unbound), the undefined-name analysis runs only if one of them is not plainly bound."""
     trees: list[tuple[int, ast.Module, list[str]]] = []
+    broken: list[Violation] = []
     for i, part in enumerate(parts):
-        try:
-            trees.append((i, ast.parse(part), part.splitlines()))
-        except (SyntaxError, ValueError, RecursionError):
-            continue
+        tree = parse(part)
+        if isinstance(tree, ast.Module):
+            trees.append((i, tree, part.splitlines()))
+        else:
+            broken.append(Violation(SYNTAX, "", tree, i))
     if not trees:
-        return []
-    scans = [_Scan(tree) for _, tree, _ in trees]
+        return broken
+    scans = [_Scan(tree, index) for index, tree, _ in trees]
     merged = _Scan.program(scans) if len(scans) > 1 else scans[0]
     out: list[Violation] = []
     if names is None or not _safely_bound(names, merged):
@@ -117,16 +125,42 @@ def check_program(parts: Sequence[str], notebook: bool = False,
     if api is not None:
         for (index, _, _), scan in zip(trees, scans):
             out += _keywords(index, scan, merged, api)
-    return out
+    return broken + out
+
+
+_AWAIT_FLAGS = ast.PyCF_ONLY_AST | getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+
+
+def parse(source: str) -> ast.Module | int:
+    """The tree of ``source``, or the line of its syntax error (a notebook cell's top-level
+    ``await`` parses)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        first = exc
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(source, "<unit>", "exec", flags=_AWAIT_FLAGS, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return max(getattr(first, "lineno", None) or 1, 1)
+
+
+def parses(source: str) -> bool:
+    """Whether ``source`` parses as Python (see :func:`parse`)."""
+    return isinstance(parse(source), ast.Module)
 
 
 def _safely_bound(names: Collection[str], scan: _Scan) -> bool:
     """Whether none of ``names`` can be undefined: each is read nowhere, a builtin, or bound at module
-    level and in no nested scope (where a use before a local binding would be an error). Then pyflakes
-    need not run: the edits that could have left a name undefined only use or unbind these ``names``."""
+    level and in no nested scope (where a use before a local binding would be an error), by a
+    top-level statement above its first read (a notebook runs its cells top to bottom: a name
+    imported only in a later cell is undefined where an earlier one reads it). Then pyflakes need
+    not run: the edits that could have left a name undefined only use or unbind these ``names``."""
     return all(
         n not in scan.loaded or n in _BUILTINS
-        or (n in scan.module_bound and n not in scan.nested_bound and n in scan.top_bound)
+        or (n in scan.module_bound and n not in scan.nested_bound and n in scan.top_bound
+            and scan.top_bound[n] < scan.loaded[n])
         for n in names
     )
 
@@ -164,16 +198,22 @@ def _undefined(trees: list[tuple[int, ast.Module, list[str]]], notebook: bool) -
     return out
 
 
-def _top_level_names(body: list[ast.stmt]) -> set[str]:
-    out: set[str] = set()
+def _top_level_names(body: list[ast.stmt], part: int = 0) -> dict[str, tuple[int, int]]:
+    """The names bound by a statement of the module's top level, each with (``part``, the line of
+    the first such statement)."""
+    out: dict[str, tuple[int, int]] = {}
     for stmt in body:
+        where = (part, stmt.lineno)
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            out.update((a.asname or a.name.split(".")[0]) for a in stmt.names)
+            for a in stmt.names:
+                out.setdefault(a.asname or a.name.split(".")[0], where)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(stmt.name)
+            out.setdefault(stmt.name, where)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
-                out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        out.setdefault(n.id, where)
     return out
 
 
@@ -188,9 +228,14 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
     branch (``if a: from m import X`` / ``else: X(...)``), another function, a loop body or a handler
     that does not enclose the read. pyflakes counts a binding anywhere in the scope; this is the case it
     cannot see. Only names bound by imports alone are judged (assignments are left to pyflakes); an
-    ``if`` whose every branch imports the name binds it."""
-    imports: dict[str, list[tuple[tuple, int | None]]] = {}  # name -> (chain, function id) per import
-    reads: list[tuple[str, tuple, tuple[int, ...], int, int]] = []
+    ``if`` whose every branch imports the name binds it.
+
+    A notebook runs its cells top to bottom (its program has ``__nm_cell__(k)`` statements between
+    them): a name read anywhere in a cell, in a function body too (the cell may call it), whose every
+    import is in a later cell is undefined there."""
+    imports: dict[str, list[tuple[tuple, int | None, int]]] = {}  # name -> (chain, function id, cell) per import
+    reads: list[tuple[str, tuple, tuple[int, ...], int, int, int]] = []
+    cell = 0  # the notebook cell being walked (counted by the boundary statements)
     other: set[str] = set()
     nodes: dict[int, ast.AST] = {}  # the compound statements of the chains, by id()
 
@@ -198,7 +243,7 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
         t = type(node)
         if t is ast.Name:
             if isinstance(node.ctx, ast.Load):
-                reads.append((node.id, chain, scopes, node.lineno, part))
+                reads.append((node.id, chain, scopes, node.lineno, part, cell))
             else:
                 other.add(node.id)
             return
@@ -206,7 +251,7 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
             for a in node.names:
                 if a.name != "*":
                     local = a.asname or a.name.split(".")[0]
-                    imports.setdefault(local, []).append((chain, scopes[-1] if scopes else None))
+                    imports.setdefault(local, []).append((chain, scopes[-1] if scopes else None, cell))
             return
         if t in (ast.Global, ast.Nonlocal):
             other.update(node.names)
@@ -255,25 +300,34 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
 
     for index, tree, _ in trees:
         for stmt in tree.body:
+            if _is_boundary(stmt):
+                cell += 1
             walk(stmt, (), (), index)
     judged = {n for n in imports if n not in other}
     if not judged:
         return []
     out = []
     seen: set[tuple[str, int, int]] = set()
-    for name, chain, scopes, line, part in reads:
+    for name, chain, scopes, line, part, at in reads:
         if name not in judged:
             continue
         found = imports[name]
-        # the innermost function around the read that imports the name itself; else the module
-        scope = next((s for s in reversed(scopes) if any(f[1] == s for f in found)), None)
-        candidates = [c for c, s in found if s == scope]
-        if not candidates or any(_reaches(c, chain, name, nodes) for c in candidates):
-            continue
+        if any(f[2] <= at for f in found):  # else every import is in a later cell
+            # the innermost function around the read that imports the name itself; else the module
+            scope = next((s for s in reversed(scopes) if any(f[1] == s for f in found)), None)
+            candidates = [c for c, s, _ in found if s == scope]
+            if not candidates or any(_reaches(c, chain, name, nodes) for c in candidates):
+                continue
         if (name, line, part) not in seen:
             seen.add((name, line, part))
             out.append(Violation(UNDEFINED, name, line, part))
     return out
+
+
+def _is_boundary(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` is the statement a notebook's program has between two cells (``__nm_cell__(k)``)."""
+    return (type(stmt) is ast.Expr and type(stmt.value) is ast.Call and type(stmt.value.func) is ast.Name
+            and stmt.value.func.id == CELL_BOUNDARY)
 
 
 def _reaches(binding: tuple, use: tuple, name: str, nodes: dict[int, ast.AST]) -> bool:
@@ -333,7 +387,8 @@ class _Scan:
     """One walk over a module: its imports (and the qualified names they bind), the calls (with the
     scope each is in), and where names are bound (module level, or in a nested scope)."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, part: int = 0) -> None:
+        self.part = part
         #: (statement, module, name or None, guarded by an ImportError handler)
         self.items: list[tuple[ast.stmt, str, str | None, bool]] = []
         self.local: dict[str, str] = {}
@@ -343,11 +398,12 @@ class _Scan:
         #: names bound at module level / inside functions, classes, lambdas and comprehensions
         self.module_bound: set[str] = set()
         self.nested_bound: set[str] = set()
-        #: names read somewhere
-        self.loaded: set[str] = set()
+        #: names read somewhere, each with (part, line) of its first read
+        self.loaded: dict[str, tuple[int, int]] = {}
         self.calls: list[tuple[ast.Call, ast.AST]] = []
-        #: names bound by a statement of the module's top level (not inside an ``if``, loop, ...)
-        self.top_bound: set[str] = _top_level_names(tree.body)
+        #: names bound by a statement of the module's top level (not inside an ``if``, loop, ...), each
+        #: with (part, line) of the first such statement
+        self.top_bound: dict[str, tuple[int, int]] = _top_level_names(tree.body, part)
         self._visit(tree, tree, False)
 
     @classmethod
@@ -358,8 +414,10 @@ class _Scan:
             merged.rebound |= part.rebound
             merged.module_bound |= part.module_bound
             merged.nested_bound |= part.nested_bound
-            merged.loaded |= part.loaded
-            merged.top_bound |= part.top_bound
+            for name, where in part.loaded.items():
+                merged.loaded.setdefault(name, where)  # the parts come in order
+            for name, where in part.top_bound.items():
+                merged.top_bound.setdefault(name, where)
             for k, v in part.local.items():
                 merged.local.setdefault(k, v)
         return merged
@@ -374,7 +432,9 @@ class _Scan:
         t = type(node)
         if t is ast.Name:
             if isinstance(node.ctx, ast.Load):
-                self.loaded.add(node.id)
+                where, first = (self.part, node.lineno), self.loaded.get(node.id)
+                if first is None or where < first:
+                    self.loaded[node.id] = where
             else:
                 self._bind(node.id, scope, comp=comp)
             return

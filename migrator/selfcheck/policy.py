@@ -4,10 +4,12 @@ After the rules of a unit ran, :func:`enforce` checks the output (:mod:`.check`)
 
 * a name an edit left undefined is completed when an import elsewhere in the output binds it (the
   same import is added at the top of the module) and that really resolves it;
-* any other violation an edit introduced (an undefined name, a target import that does not exist,
-  a keyword the target does not accept) drops the edits that caused it, each replaced by an NM991
-  marker that says why. Edits are dropped rule by rule first, then given back one by one where
-  that keeps the output clean, so that one bad rewrite does not cost the unit its other edits;
+* any other violation an edit introduced (code that does not parse, an undefined name, a target
+  import that does not exist, a keyword the target does not accept) drops the edits that caused it,
+  each replaced by an NM991 marker that says why (code that does not parse is dropped even when
+  NM991 is not selected: it is never handed back). Edits are dropped rule by rule first, then
+  given back one by one where that keeps the output clean, so that one bad rewrite does not cost
+  the unit its other edits;
 * last, an old-stack import left in the output without a marker is removed when nothing uses it any
   more, and marked (NM992) when something still does (dropped edits may still need it).
 
@@ -20,9 +22,9 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.selfcheck.check import OLD_STACK, UNDEFINED, Violation, check_source, introduced
+from migrator.model import DROPPED_RULE
+from migrator.selfcheck.check import OLD_STACK, SYNTAX, UNDEFINED, Violation, check_source, introduced, parses
 
-DROPPED_RULE = "NM991"
 OLD_IMPORT_RULE = "NM992"
 #: at most this many edits of a dropped rule are given back one by one (each costs a render)
 MAX_REFINE = 40
@@ -45,6 +47,9 @@ class Plan:
     markers: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # statement index -> (rule, message)
     removals: set[int] = field(default_factory=set)  # binding indices
     requests: list[Request] = field(default_factory=list)
+    #: set by :func:`enforce`: the output still does not parse although the input did (the caller
+    #: must not hand it back)
+    broken: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,34 +80,54 @@ class ImportInfo:
 
 def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo], render: Render,
             drop: bool = True, old_imports: bool = True) -> tuple[str, Plan]:
-    """Render the unit, check it, and repair or drop what an edit broke (``drop``), remove or mark the
-    old-stack imports left behind (``old_imports``). Returns the output and the plan that produced it
-    (its markers are to be reported as manual findings)."""
+    """Render the unit, check it, and repair or drop what an edit broke (``drop``; edits whose output
+    does not parse are dropped whatever ``drop`` says), remove or mark the old-stack imports left
+    behind (``old_imports``). Returns the output and the plan that produced it (its markers are to be
+    reported as manual findings; ``plan.broken``: the output still does not parse)."""
     plan = Plan()
     new = render(plan)
-    if not (drop or old_imports) or (new.text == source and not old_imports):
+    if new.text == source and not old_imports:
+        return new.text, plan
+    if not (drop or old_imports):
+        # only the parse is checked: the other violations are NM991's, which is not selected
+        if parses(new.text) or not parses(source):
+            return new.text, plan
+        new = _drop([], [Violation(SYNTAX, "", 1)], edits, render, plan, syntax_only=True)
+        plan.broken = not parses(new.text)
         return new.text, plan
     after = _check(new)
     if after is None:
         return new.text, plan
-    if drop and new.text != source and any(v.kind != OLD_STACK for v in after):
+    if new.text != source and any(v.kind != OLD_STACK for v in after) and (drop or _broken(after)):
         before = _check(Rendered(source)) or []
-        intro = _introduced(before, after)
+        intro = _introduced(before, after, syntax_only=not drop)
         if intro and _complete(intro, new.text, plan):
             candidate = render(plan)
             found = _check(candidate) or []
-            if len(_introduced(before, found)) < len(intro):
+            if _score(_introduced(before, found)) < _score(intro):
                 new, after = candidate, found
-                intro = _introduced(before, after)
+                intro = _introduced(before, after, syntax_only=not drop)
             else:
                 plan.requests.clear()
         if intro:
-            new = _drop(before, intro, edits, render, plan)
+            new = _drop(before, intro, edits, render, plan, syntax_only=not drop)
             after = _check(new) or []
+            plan.broken = _broken(_introduced(before, after))
     # last, so that it sees the imports that dropped edits still need
     if old_imports and _old_imports(after, imports, new.text, plan):
         new = render(plan)
+        plan.broken = plan.broken or (not parses(new.text) and parses(source))
     return new.text, plan
+
+
+def _broken(violations: list[Violation]) -> bool:
+    return any(v.kind == SYNTAX for v in violations)
+
+
+def _score(violations: list[Violation]) -> tuple[int, int]:
+    """How bad a candidate output is: code that does not parse first (nothing else can be checked in
+    a part that does not parse, so fewer other violations there mean nothing), then the count."""
+    return sum(1 for v in violations if v.kind == SYNTAX), len(violations)
 
 
 def _check(rendered: Rendered) -> list[Violation] | None:
@@ -112,8 +137,9 @@ def _check(rendered: Rendered) -> list[Violation] | None:
         return None
 
 
-def _introduced(before: list[Violation], after: list[Violation]) -> list[Violation]:
-    return [v for v in introduced(before, after) if v.kind != OLD_STACK]
+def _introduced(before: list[Violation], after: list[Violation], syntax_only: bool = False) -> list[Violation]:
+    return [v for v in introduced(before, after)
+            if v.kind != OLD_STACK and (not syntax_only or v.kind == SYNTAX)]
 
 
 # ------------------------------------------------------------------ old-stack imports
@@ -239,38 +265,55 @@ def _complete(intro: list[Violation], new: str, plan: Plan) -> bool:
 
 
 def _drop(before: list[Violation], intro: list[Violation], edits: Sequence[EditInfo], render: Render,
-          plan: Plan) -> Rendered:
+          plan: Plan, syntax_only: bool = False) -> Rendered:
+    def left_after(trial: Plan) -> list[Violation]:
+        return _introduced(before, _check(render(trial)) or [], syntax_only)
+
     by_rule: dict[str, list[int]] = {}
     for i, e in enumerate(edits):
         by_rule.setdefault(e.rule, []).append(i)
-    count = len(intro)
+    score = _score(intro)
     reasons: dict[str, list[Violation]] = {}
-    # 1. whole rules, greedily, while the count goes down
-    while count:
+    # 1. whole rules, greedily, while the output gets better (code that parses first)
+    while intro:
         best = None
         for rule, idx in by_rule.items():
             if rule in reasons:
                 continue
-            trial = Plan(plan.dropped | set(idx), plan.markers, plan.removals, plan.requests)
-            out = render(trial)
-            left = _introduced(before, _check(out) or [])
-            if len(left) < count and (best is None or len(left) < best[1]):
-                best = (rule, len(left), left)
+            left = left_after(Plan(plan.dropped | set(idx), plan.markers, plan.removals, plan.requests))
+            if _score(left) < score and (best is None or _score(left) < best[1]):
+                best = (rule, _score(left), left)
         if best is None:
             break
-        rule, count, left = best
+        rule, score, left = best
         reasons[rule] = [v for v in intro if v.key not in {x.key for x in left}] or intro
         plan.dropped |= set(by_rule[rule])
         intro = left
+    if _broken(intro):
+        # several rules each produced code that does not parse (dropping one alone did not help):
+        # drop them all, then give them back one by one while the output stays as clean
+        rest = [rule for rule in by_rule if rule not in reasons]
+        left = left_after(Plan(plan.dropped | {i for r in rest for i in by_rule[r]}, plan.markers, plan.removals,
+                               plan.requests))
+        if _score(left) < score:
+            why = [v for v in intro if v.kind == SYNTAX]
+            plan.dropped |= {i for r in rest for i in by_rule[r]}
+            score, intro = _score(left), left
+            for rule in rest:
+                back = Plan(plan.dropped - set(by_rule[rule]), plan.markers, plan.removals, plan.requests)
+                trial = left_after(back)
+                if _score(trial) <= score:
+                    plan.dropped -= set(by_rule[rule])
+                    score, intro = _score(trial), trial
+                else:
+                    reasons[rule] = why
     # 2. give back the edits of a dropped rule one by one where the output stays as clean
     for rule in reasons:
         idx = by_rule[rule]
         if len(idx) > MAX_REFINE:
             continue
         for i in idx:
-            trial = Plan(plan.dropped - {i}, plan.markers, plan.removals, plan.requests)
-            out = render(trial)
-            if len(_introduced(before, _check(out) or [])) <= count:
+            if _score(left_after(Plan(plan.dropped - {i}, plan.markers, plan.removals, plan.requests))) <= score:
                 plan.dropped.discard(i)
     # 3. a statement is migrated whole or not at all: the other rules' edits of a statement whose
     # rewrite was dropped go too (a half-migrated statement is worse than the original)
