@@ -345,7 +345,7 @@ class XlaOnlyEnvironment(ShellRule):
         u = plan.unit
         removed: dict[str, list[Simple]] = {}
         for s in u.simples:
-            for a in assignments(u, s):
+            for a in plan.assignments(s):
                 reason = xla_only_reason(a.name)
                 if reason is None or not plan.editable(self.id, s):
                     continue
