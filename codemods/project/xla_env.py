@@ -46,8 +46,6 @@ XLA_ONLY_VARS: dict[str, str] = {
 }
 #: the XLA-era precision switches: removing them from a launcher changes the precision of the run
 BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
-#: how a launcher (shell, Slurm, Dockerfile ENV, notebook %env) spells "bf16 on"
-LAUNCHER_BF16 = tuple(f"{v}={on}" for v in BF16_VARS for on in ("1", '"1"', "'1'", "true", "True"))
 
 
 def bf16_switched_on(value: str | None) -> bool:
