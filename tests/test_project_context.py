@@ -281,6 +281,11 @@ def test_a_notebook_shell_line_launches_its_script(tmp_path):
     ("XLA_USE_BF16=1 python train.py\nXLA_USE_BF16=0 python train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
     # unset before the launch
     ("export XLA_USE_BF16=1\nunset XLA_USE_BF16\npython train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
+    # set in a branch: the launch may run either way
+    ('if [ "$1" = BF16 ]; then\n  export XLA_USE_BF16=1\nfi\npython train.py\n', {"src/train.py": "marker", "train.py": "marker"}),
+    # after a `cd` to a directory that cannot be told, the script cannot be found
+    ("export XLA_USE_BF16=1\ncd $WORK\npython train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
+    ('cd "$(dirname "$0")"\nXLA_USE_BF16=1 python ../train.py\n', {"src/train.py": "marker", "train.py": "bf16"}),
     # a heredoc body writes a file, it launches nothing
     ("cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nEOF\npython train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
 ])

@@ -5,7 +5,9 @@ environment variable (NM415: the XLA-era bf16 switches).
 A shell unit (a shell or Slurm script, a notebook's ``!`` line or ``%%bash`` cell) is read command by
 command: ``export X=1`` (and ``export X`` of a variable assigned before) holds for every later
 command until ``unset X``; ``X=1 cmd`` and ``env X=1 cmd`` for that command only; a literal ``cd dir``
-moves the directory the later launches name their scripts from. A launch is what
+moves the directory the later launches name their scripts from (after a ``cd`` to a directory that
+cannot be told, no launch states anything). An ``export``/``unset`` in a branch, a loop or a
+subshell leaves the value unknown (:data:`UNKNOWN`) to every later launch. A launch is what
 :func:`codemods.project.launch_flags.find_launch` recognises (``torchrun``, ``python``, ``python -m``,
 ``accelerate launch``, behind ``srun``/``nohup``/... wrappers); a ``python -``/``python -c`` command
 and, in a script of its own (not a notebook's child process), the exports left at its end, are the
@@ -30,6 +32,10 @@ from codemods.project.shell_plans import ShellUnit, assignments, command_name, w
 from codemods.project.shell_syntax import ShellSyntaxError
 
 _PYTHON_RE = re.compile(r"python[0-9.]*\Z")
+#: the bodies whose commands always run when the unit runs (a function's body runs where it is called)
+_CERTAIN = frozenset({"top", "brace"})
+#: the value of a variable that a branch, loop or subshell may have set or unset
+UNKNOWN = "?"
 #: prefix of the facts: ``env:XLA_USE_BF16``
 ENV_FACT = "env:"
 
@@ -63,9 +69,12 @@ def _shell(text: str, wanted: frozenset[str], own: bool, inherited: dict[str, st
     for s in u.simples:
         name = command_name(u, s)
         local: dict[str, str] = {}
+        certain = s.pipeline.andor.body.kind in _CERTAIN
         for a in assignments(u, s):
             value = _unquoted(a.value)
-            if a.form == "export":
+            if not certain and a.form in ("export", "unset"):  # `if ...; then export X=1; fi`: maybe
+                exported[a.name] = UNKNOWN
+            elif a.form == "export":
                 if value is None:
                     if a.name in assigned:
                         exported[a.name] = assigned[a.name]
@@ -79,7 +88,7 @@ def _shell(text: str, wanted: frozenset[str], own: bool, inherited: dict[str, st
             elif value is not None:  # `X=1 cmd`, `env X=1 cmd`
                 local[a.name] = value
         if name == "cd":
-            cwd = _cd(u, s, cwd)
+            cwd = _cd(u, s, cwd) if certain else None
             continue
         env = {**exported, **local}
         if not wanted & env.keys():
@@ -87,10 +96,10 @@ def _shell(text: str, wanted: frozenset[str], own: bool, inherited: dict[str, st
         launch = find_launch(u, s, variables)
         if launch is not None:
             script = u.value(s.words[launch.script])
-            if script is None:
+            if script is None or cwd is None:  # where it is cannot be told
                 continue
             module = launch.script > 0 and u.value(s.words[launch.script - 1]) == "-m"
-            target = script if module or cwd is None else posixpath.normpath(posixpath.join(cwd, script))
+            target = script if module else posixpath.normpath(posixpath.join(cwd, script))
             out.extend(LaunchFact(ENV_FACT + n, env[n], target, module) for n in sorted(wanted & env.keys()))
         elif _runs_own_python(u, s):
             out.extend(LaunchFact(ENV_FACT + n, env[n]) for n in sorted(wanted & env.keys()))
