@@ -318,3 +318,17 @@ def test_launch_facts_keep_the_project_wide_facts(tmp_path):
     results = by_name(run(cands, RuleSelection(), jobs=1))
     assert "trl>=1.16" in results["requirements.txt"].new_text
     assert _bf16([results["train.py"]]) == {"train.py": "bf16"}
+
+
+@pytest.mark.parametrize("name, kind, text", [
+    ("job.slurm", "shell", "#!/bin/bash\n#SBATCH --nodes=2\nexport XLA_USE_BF16=1\nsrun torchrun --nproc_per_node=32 train.py\n"),
+    ("run.sh", "shell", "XLA_DOWNCAST_BF16=1 accelerate launch --num_processes 2 train.py --bf16\n"),
+    ("run.sh", "shell", "env XLA_USE_BF16=true python3 -m torch.distributed.run --nproc_per_node=2 train.py\n"),
+    ("Dockerfile", "dockerfile", 'FROM python:3.11 AS base\nENV XLA_USE_BF16=1\nFROM base\n'
+                                 'ENTRYPOINT ["torchrun", "--nproc_per_node=2"]\nCMD ["train.py"]\n'),
+    ("run.ipynb", "notebook", _notebook("%env XLA_USE_BF16=1\n", "!python train.py --epochs 1\n")),
+])
+def test_launcher_forms(tmp_path, name, kind, text):
+    cands = _project(tmp_path, {name: (kind, text), "train.py": ("python", BF16_SCRIPT),
+                                "eval.py": ("python", BF16_SCRIPT)})
+    assert _bf16(run(cands, RuleSelection(), jobs=1)) == {"train.py": "bf16", "eval.py": "marker"}
