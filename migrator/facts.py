@@ -82,7 +82,10 @@ def extract(rules: Sequence[Rule], kind: str, text: str) -> list[LaunchFact]:
     for rule in rules:
         for unit_kind, unit_text in units:
             if any(p in unit_text for p in rule.launch_probes):
-                out.extend(rule.launch_facts(unit_kind, unit_text))
+                try:
+                    out.extend(rule.launch_facts(unit_kind, unit_text))
+                except Exception:  # a bug in a rule must not stop the run: that launcher states nothing
+                    continue
     return out
 
 

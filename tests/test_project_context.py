@@ -332,3 +332,29 @@ def test_launcher_forms(tmp_path, name, kind, text):
     cands = _project(tmp_path, {name: (kind, text), "train.py": ("python", BF16_SCRIPT),
                                 "eval.py": ("python", BF16_SCRIPT)})
     assert _bf16(run(cands, RuleSelection(), jobs=1)) == {"train.py": "bf16", "eval.py": "marker"}
+
+
+class _BrokenFacts(TextRule):
+    id = "NM996"
+    title = "test: a launch fact extractor that crashes"
+    kinds = ("shell",)
+    triggers = ("NEVER_SEEN",)
+    launch_probes = ("XLA_USE_BF16",)
+
+    @classmethod
+    def launch_facts(cls, kind, text):
+        raise RuntimeError("bug")
+
+    def apply(self, ctx) -> None:
+        pass
+
+
+def broken_facts_rules():
+    return [_BrokenFacts()]
+
+
+def test_a_crashing_fact_extractor_does_not_stop_the_run(tmp_path):
+    cands = _project(tmp_path, {"run.sh": ("shell", "XLA_USE_BF16=1 python train.py\n"),
+                                "train.py": ("python", BF16_SCRIPT)})
+    results = run(cands, RuleSelection("tests.test_project_context:broken_facts_rules"), jobs=1)
+    assert [r.status for r in results] == ["unchanged", "unchanged"]
