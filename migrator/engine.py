@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
-from migrator.model import FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding
+from migrator.facts import LAUNCHER_KINDS
+from migrator.model import FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding, LaunchFact
 
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.rules import Owners, PythonRule, Rule, TextRule
@@ -48,6 +49,8 @@ class RuleRow:
     project_triggers: tuple[str, ...]
     #: ``Rule.project_probes`` as ((fact, substrings), ...)
     project_probes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: ``Rule.launch_probes``
+    launch_probes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, rule: Rule) -> RuleRow:
@@ -55,7 +58,8 @@ class RuleRow:
 
         engine = "python" if isinstance(rule, PythonRule) else "text" if isinstance(rule, TextRule) else ""
         probes = tuple((fact, tuple(subs)) for fact, subs in sorted(rule.project_probes.items()))
-        return cls(rule.id, engine, tuple(rule.kinds), tuple(rule.triggers), tuple(rule.project_triggers), probes)
+        return cls(rule.id, engine, tuple(rule.kinds), tuple(rule.triggers), tuple(rule.project_triggers), probes,
+                   tuple(rule.launch_probes))
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class RuleSet:
             for fact, subs in r.project_probes:
                 probes.setdefault(fact, set()).update(subs)
         self.probes = {FACT_PREFIX + fact: _encoded(subs) for fact, subs in probes.items()}
+        #: the substrings that make a launcher worth reading for launch facts (``Rule.launch_probes``)
+        self.launch_probes = _encoded({p for r in chosen for p in r.launch_probes})
 
     @cached_property
     def _loaded(self) -> tuple[list[PythonRule], list[TextRule], Owners]:
@@ -210,6 +216,16 @@ class RuleSet:
         for fact, subs in self.probes.items():
             if fact not in found and any(t in data for t in subs):
                 found.add(fact)
+
+    def launch_facts(self, kind: str, data: bytes, text: str | None = None) -> list[LaunchFact]:
+        """The launch facts a file states (``Rule.launch_facts``): only launchers (shell scripts,
+        Dockerfiles, notebooks) whose bytes contain a ``launch_probes`` substring are read."""
+        if not self.launch_probes or kind not in LAUNCHER_KINDS or not any(p in data for p in self.launch_probes):
+            return []
+        from migrator.facts import extract
+
+        rules = [r for r in (*self.python, *self.text) if r.launch_probes]
+        return extract(rules, kind, data.decode("utf-8", "replace") if text is None else text)
 
     @classmethod
     def from_selection(cls, selection: RuleSelection) -> RuleSet:
@@ -350,6 +366,10 @@ def process(
         text, encoding, bom = _decode(data, candidate.kind)
     except (UnicodeError, LookupError) as exc:
         return _error(result, f"cannot decode: {exc}")
+    if rules.launch_probes and candidate.kind in LAUNCHER_KINDS:  # what the file states about its own code
+        from migrator.facts import self_facts
+
+        project = project | self_facts(rules.launch_facts(candidate.kind, data, text))
     try:
         new_text, findings = migrate_text(text, candidate.kind, rules, candidate.path, project)
     except UnitSyntaxError as exc:
@@ -434,6 +454,7 @@ def run(
     work: list[tuple[int, Candidate, bytes]] = []
     maybe: list[tuple[int, Candidate, bytes]] = []  # interesting only to rules with project context
     found: set[str] = set()
+    launches: list[tuple[int, LaunchFact]] = []  # (launcher index, what it states)
     total = len(candidates)
     done = 0
     for i, cand in enumerate(candidates):
@@ -445,6 +466,8 @@ def run(
             continue
         if rules.probes:
             rules.project_facts(data, found)
+        if rules.launch_probes and cand.kind in LAUNCHER_KINDS:
+            launches.extend((i, fact) for fact in rules.launch_facts(cand.kind, data))
         if rules.wanted(cand.kind, data):
             rules.project_context(cand.kind, data, found)
             work.append((i, cand, data))
@@ -454,8 +477,15 @@ def run(
             results[i] = FileResult(cand.display, cand.kind, "unchanged")
             done += 1
     project = frozenset(found)
+    # the facts each launcher states hold for the files they launch only
+    if launches:
+        from migrator.facts import assign
+
+        targeted = assign(candidates, launches)
+    else:
+        targeted = {}
     for i, cand, data in maybe:
-        if rules.wanted(cand.kind, data, project):
+        if rules.wanted(cand.kind, data, project | targeted.get(i, frozenset())):
             work.append((i, cand, data))
         else:
             results[i] = FileResult(cand.display, cand.kind, "unchanged")
@@ -465,7 +495,7 @@ def run(
     jobs = max(1, min(jobs or default_jobs(), 32, len(work) // MIN_FILES_PER_WORKER))
     if jobs == 1:
         for i, cand, data in work:
-            results[i] = safe_process(cand, rules, data, project)
+            results[i] = safe_process(cand, rules, data, project | targeted.get(i, frozenset()))
             done += 1
             if progress:
                 progress(done, total)
@@ -477,7 +507,8 @@ def run(
         ctx = multiprocessing.get_context("spawn")
         pool_class = sys.modules[__name__].ProcessPoolExecutor  # see __getattr__ (tests replace it)
         with pool_class(jobs, mp_context=ctx, initializer=_worker_init, initargs=(selection,)) as pool:
-            futures = {pool.submit(_worker_process, cand, data, project): i for i, cand, data in work}
+            futures = {pool.submit(_worker_process, cand, data, project | targeted.get(i, frozenset())): i
+                       for i, cand, data in work}
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:

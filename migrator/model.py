@@ -185,4 +185,34 @@ FACT_PREFIX = "fact:"
 
 
 def facts_of(project: frozenset[str]) -> frozenset[str]:
-    return frozenset(p[len(FACT_PREFIX):] for p in project if p.startswith(FACT_PREFIX))
+    """The names of the project facts in ``project`` (a fact with a value counts by its name)."""
+    return frozenset(p[len(FACT_PREFIX):].split("=", 1)[0] for p in project if p.startswith(FACT_PREFIX))
+
+
+def fact_entry(fact: str, value: str | None = None) -> str:
+    """How a fact travels among the run's project context strings: ``fact:NAME`` or ``fact:NAME=VALUE``."""
+    return FACT_PREFIX + fact if value is None else f"{FACT_PREFIX}{fact}={value}"
+
+
+def fact_values(project: frozenset[str], fact: str) -> frozenset[str]:
+    """The values that the facts named ``fact`` carry in ``project`` (several launchers of one script
+    may set different ones)."""
+    head = f"{FACT_PREFIX}{fact}="
+    return frozenset(p[len(head):] for p in project if p.startswith(head))
+
+
+@dataclass(frozen=True)
+class LaunchFact:
+    """A fact a launcher states about what it launches (``Rule.launch_facts``): ``XLA_USE_BF16=1
+    torchrun train.py`` is ``LaunchFact("env:XLA_USE_BF16", "1", "train.py")``.
+
+    ``target``: the launched script as the launcher names it, relative to the launcher's directory
+    (the extractor joins a literal ``cd``); "" is the launcher's own code (a shell script's Python
+    heredocs, the Python cells of a notebook whose kernel environment is set); ``module``: the target
+    is a module name (``python -m pkg.train``). The engine resolves the target among the files of the
+    run (:mod:`migrator.facts`) and gives the fact to that file alone."""
+
+    fact: str
+    value: str
+    target: str = ""
+    module: bool = False

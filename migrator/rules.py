@@ -17,12 +17,13 @@ import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar, Sequence, Union
+from typing import Callable, ClassVar, Iterable, Sequence, Union
 
 import libcst as cst
 
 from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
-from migrator.model import MARKER_PREFIX, MARKER_RE, Finding, facts_of, ignored_rules, is_silenced, marker_text
+from migrator.model import (
+    MARKER_PREFIX, MARKER_RE, Finding, LaunchFact, fact_values, facts_of, ignored_rules, is_silenced, marker_text)
 from migrator.scopes import FUNCTIONS, local_names
 
 RULE_ID_RE = re.compile(r"^NM\d{3}$")
@@ -49,6 +50,11 @@ class Rule:
     #: contains one of the substrings, ``fact`` is in ``ctx.facts`` for every unit of the run -- e.g.
     #: the dependency rules add ``trl`` to an install line when the project's code uses TRL.
     project_probes: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: launch facts: a launcher of the run (a shell or Slurm script, a Dockerfile, a notebook's shell
+    #: lines and ``%env``) whose text contains one of these substrings is read by :meth:`launch_facts`;
+    #: each fact it yields holds for the script it names only (``ctx.fact_values`` in that file's
+    #: units), not for the whole run: ``XLA_USE_BF16=1 torchrun train.py`` says nothing of eval.py.
+    launch_probes: ClassVar[tuple[str, ...]] = ()
     #: qualified names (``optimum.neuron.NeuronTrainer``) whose calls and arguments this rule
     #: alone rewrites. The rename table still renames the name itself (import and uses)
     #: unless ``renames_owned`` is True (then the rule renames it too).
@@ -67,6 +73,14 @@ class Rule:
         if not cls.triggers or any(t in text for t in cls.triggers):
             return True
         return cls.id in project and any(t in text for t in cls.project_triggers)
+
+    @classmethod
+    def launch_facts(cls, kind: str, text: str) -> Iterable[LaunchFact]:
+        """The facts one launcher unit states about the scripts it launches (see ``launch_probes``).
+        ``kind``: "shell" (a shell or Slurm script; a notebook's ``%env`` settings, as ``export``
+        lines), "notebook-shell" (a notebook's ``!`` line or ``%%bash`` cell: a child process of the
+        kernel, preceded by the kernel's ``%env`` settings as ``export`` lines) or "dockerfile"."""
+        return ()
 
     @classmethod
     def doc(cls) -> RuleDoc:
@@ -312,8 +326,14 @@ class PythonContext:
 
     @property
     def facts(self) -> frozenset[str]:
-        """The project facts found in this run (``Rule.project_probes``)."""
+        """The names of the project facts this unit has: those found anywhere in the run
+        (``Rule.project_probes``) and those the run's launchers state about this file
+        (``Rule.launch_facts``)."""
         return facts_of(self.project)
+
+    def fact_values(self, fact: str) -> frozenset[str]:
+        """The values of the launch fact ``fact`` for this file (empty: no launcher of the run states it)."""
+        return fact_values(self.project, fact)
 
     @property
     def parent(self) -> cst.CSTNode | None:
@@ -503,8 +523,14 @@ class TextContext:
 
     @property
     def facts(self) -> frozenset[str]:
-        """The project facts found in this run (``Rule.project_probes``)."""
+        """The names of the project facts this unit has: those found anywhere in the run
+        (``Rule.project_probes``) and those the run's launchers state about this file
+        (``Rule.launch_facts``)."""
         return facts_of(self.project)
+
+    def fact_values(self, fact: str) -> frozenset[str]:
+        """The values of the launch fact ``fact`` for this file (empty: no launcher of the run states it)."""
+        return fact_values(self.project, fact)
 
     def replace_lines(self, start: int, end: int, new: Sequence[str], message: str | None = None) -> LineEdit:
         """Replace original lines [start, end) (0-based) with ``new`` (without endings)."""

@@ -167,6 +167,7 @@ def _project(tmp_path: Path, named: dict[str, tuple[str, str]]) -> list[Candidat
     out = []
     for name, (kind, text) in named.items():
         path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
         out.append(Candidate(path, name, kind))
     return out
@@ -196,3 +197,164 @@ def test_facts_are_gathered_from_files_no_rule_migrates(tmp_path):
     found: set[str] = set()
     rules.project_facts(b"import numpy\nfrom diffusers import DiffusionPipeline\n", found)
     assert found == {"fact:uses:diffusers"}
+
+
+# ------------------------------------------------------------------ launch facts (Rule.launch_facts)
+
+BF16_SCRIPT = """\
+import os
+
+import torch
+
+model = torch.nn.Linear(2, 2)
+if os.environ.get("XLA_USE_BF16"):
+    model = model.to(torch.bfloat16)
+"""
+
+
+def _bf16(results) -> dict[str, str]:
+    """Per Python file: "bf16" (the read became the launcher's value), "marker" (NM409) or "as is"."""
+    out = {}
+    for r in results:
+        if r.kind != "python":
+            continue
+        text = r.new_text if r.new_text is not None else ""
+        out[r.path] = ("bf16" if text and "XLA_USE_BF16" not in text and "model = model.to(torch.bfloat16)" in text
+                       else "marker" if "NM409" in text else "as is")
+    return out
+
+
+def _notebook(*cells: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{k}", "metadata": {},
+                                  "outputs": [], "source": src} for k, src in enumerate(cells)],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_string_that_holds_the_setting_launches_nothing(tmp_path):
+    """`export XLA_USE_BF16=1` inside a Python string written to a user-data file is no launcher:
+    the training script of the run is not treated as launched in bf16."""
+    cands = _project(tmp_path, {
+        "train.py": ("python", BF16_SCRIPT),
+        "bootstrap.py": ("python", 'with open("user-data.sh", "w") as f:\n    f.write("export XLA_USE_BF16=1\\n")\n'),
+    })
+    assert _bf16(run(cands, RuleSelection(), jobs=1))["train.py"] == "marker"
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_launcher_sets_bf16_for_the_script_it_launches_only(tmp_path, jobs):
+    cands = _project(tmp_path, {
+        "run.sh": ("shell", "#!/bin/bash\nXLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py\npython eval.py\n"),
+        "train.py": ("python", BF16_SCRIPT),
+        "eval.py": ("python", BF16_SCRIPT),
+        **{f"pad{k}.py": ("python", "import torch_xla\n") for k in range(16 if jobs == 2 else 0)},  # a pool
+    })
+    assert {k: v for k, v in _bf16(run(cands, RuleSelection(), jobs=jobs)).items() if not k.startswith("pad")} \
+        == {"train.py": "bf16", "eval.py": "marker"}
+
+
+def test_a_dockerfile_env_holds_for_its_cmd(tmp_path):
+    cands = _project(tmp_path, {
+        "Dockerfile": ("dockerfile", 'FROM python:3.11\nENV XLA_USE_BF16=1\nCMD ["python", "serve.py"]\n'),
+        "serve.py": ("python", BF16_SCRIPT),
+        "train.py": ("python", BF16_SCRIPT),
+    })
+    assert _bf16(run(cands, RuleSelection(), jobs=1)) == {"serve.py": "bf16", "train.py": "marker"}
+
+
+def test_a_notebook_shell_line_launches_its_script(tmp_path):
+    cands = _project(tmp_path, {
+        "run.ipynb": ("notebook", _notebook("!XLA_USE_BF16=1 python train.py\n", "print('done')")),
+        "train.py": ("python", BF16_SCRIPT),
+        "eval.py": ("python", BF16_SCRIPT),
+    })
+    assert _bf16(run(cands, RuleSelection(), jobs=1)) == {"train.py": "bf16", "eval.py": "marker"}
+
+
+@pytest.mark.parametrize("launcher, expected", [
+    # an export holds for every later launch; `cd` moves where the script is found
+    ("export XLA_USE_BF16=1\ncd src\npython train.py\n", {"src/train.py": "bf16", "train.py": "marker"}),
+    # the directories above the launcher: scripts/run.sh run from the repository root
+    ("export XLA_USE_BF16=1\npython src/train.py\n", {"src/train.py": "bf16", "train.py": "marker"}),
+    # `python -m`: the module's file
+    ("XLA_USE_BF16=1 python -m src.train\n", {"src/train.py": "bf16", "train.py": "marker"}),
+    # launched once with bf16 and once without: not known to run in bf16
+    ("XLA_USE_BF16=1 python train.py\nXLA_USE_BF16=0 python train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
+    # unset before the launch
+    ("export XLA_USE_BF16=1\nunset XLA_USE_BF16\npython train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
+    # set in a branch: the launch may run either way
+    ('if [ "$1" = BF16 ]; then\n  export XLA_USE_BF16=1\nfi\npython train.py\n', {"src/train.py": "marker", "train.py": "marker"}),
+    # after a `cd` to a directory that cannot be told, the script cannot be found
+    ("export XLA_USE_BF16=1\ncd $WORK\npython train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
+    ('cd "$(dirname "$0")"\nXLA_USE_BF16=1 python ../train.py\n', {"src/train.py": "marker", "train.py": "bf16"}),
+    # a heredoc body writes a file, it launches nothing
+    ("cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nEOF\npython train.py\n", {"src/train.py": "marker", "train.py": "marker"}),
+])
+def test_what_a_shell_launcher_states(tmp_path, launcher, expected):
+    cands = _project(tmp_path, {
+        "scripts/run.sh": ("shell", launcher),
+        "src/train.py": ("python", BF16_SCRIPT),
+        "train.py": ("python", BF16_SCRIPT),
+    })
+    assert _bf16(run(cands, RuleSelection(), jobs=1)) == expected
+
+
+def test_a_target_that_names_several_files_gets_no_fact(tmp_path):
+    """`/app/train.py` in a Dockerfile: one file of the run ends with that path, or nobody gets it."""
+    files = {"docker/Dockerfile": ("dockerfile", 'FROM python:3.11\nENV XLA_USE_BF16=1\nCMD ["python", "/app/train.py"]\n'),
+             "a/train.py": ("python", BF16_SCRIPT)}
+    assert _bf16(run(_project(tmp_path / "one", files), RuleSelection(), jobs=1)) == {"a/train.py": "bf16"}
+    files["b/train.py"] = ("python", BF16_SCRIPT)
+    assert _bf16(run(_project(tmp_path / "two", files), RuleSelection(), jobs=1)) == {
+        "a/train.py": "marker", "b/train.py": "marker"}
+
+
+def test_launch_facts_keep_the_project_wide_facts(tmp_path):
+    """`uses:*` facts still hold for every file, next to the launch facts."""
+    cands = _project(tmp_path, {
+        "requirements.txt": ("requirements", "optimum-neuron==0.3.0\n"),
+        "run.sh": ("shell", "XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py\n"),
+        "train.py": ("python", "import trl\n" + BF16_SCRIPT),
+    })
+    results = by_name(run(cands, RuleSelection(), jobs=1))
+    assert "trl>=1.16" in results["requirements.txt"].new_text
+    assert _bf16([results["train.py"]]) == {"train.py": "bf16"}
+
+
+@pytest.mark.parametrize("name, kind, text", [
+    ("job.slurm", "shell", "#!/bin/bash\n#SBATCH --nodes=2\nexport XLA_USE_BF16=1\nsrun torchrun --nproc_per_node=32 train.py\n"),
+    ("run.sh", "shell", "XLA_DOWNCAST_BF16=1 accelerate launch --num_processes 2 train.py --bf16\n"),
+    ("run.sh", "shell", "env XLA_USE_BF16=true python3 -m torch.distributed.run --nproc_per_node=2 train.py\n"),
+    ("Dockerfile", "dockerfile", 'FROM python:3.11 AS base\nENV XLA_USE_BF16=1\nFROM base\n'
+                                 'ENTRYPOINT ["torchrun", "--nproc_per_node=2"]\nCMD ["train.py"]\n'),
+    ("run.ipynb", "notebook", _notebook("%env XLA_USE_BF16=1\n", "!python train.py --epochs 1\n")),
+])
+def test_launcher_forms(tmp_path, name, kind, text):
+    cands = _project(tmp_path, {name: (kind, text), "train.py": ("python", BF16_SCRIPT),
+                                "eval.py": ("python", BF16_SCRIPT)})
+    assert _bf16(run(cands, RuleSelection(), jobs=1)) == {"train.py": "bf16", "eval.py": "marker"}
+
+
+class _BrokenFacts(TextRule):
+    id = "NM996"
+    title = "test: a launch fact extractor that crashes"
+    kinds = ("shell",)
+    triggers = ("NEVER_SEEN",)
+    launch_probes = ("XLA_USE_BF16",)
+
+    @classmethod
+    def launch_facts(cls, kind, text):
+        raise RuntimeError("bug")
+
+    def apply(self, ctx) -> None:
+        pass
+
+
+def broken_facts_rules():
+    return [_BrokenFacts()]
+
+
+def test_a_crashing_fact_extractor_does_not_stop_the_run(tmp_path):
+    cands = _project(tmp_path, {"run.sh": ("shell", "XLA_USE_BF16=1 python train.py\n"),
+                                "train.py": ("python", BF16_SCRIPT)})
+    results = run(cands, RuleSelection("tests.test_project_context:broken_facts_rules"), jobs=1)
+    assert [r.status for r in results] == ["unchanged", "unchanged"]

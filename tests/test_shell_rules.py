@@ -344,6 +344,22 @@ def test_prefix_removed():
     assert check("neuron_parallel_compile ./finetune.sh\n") == "./finetune.sh\n"
 
 
+@pytest.mark.parametrize("src, expected", [
+    # the assignments a removed wrapper leaves at the start of the command go in the same run
+    ("neuron_parallel_compile XLA_DOWNCAST_BF16=1 torchrun --nproc_per_node=32 \\\n    train.py \\\n    --bf16\n",
+     "torchrun --nproc_per_node=32 \\\n    train.py \\\n    --bf16\n"),
+    ("FOO=1 neuron_parallel_compile XLA_USE_BF16=1 PJRT_DEVICE=NEURON BAR=2 python t.py\n", "FOO=1 BAR=2 python t.py\n"),
+    ("neuron_parallel_compile NEURON_CC_FLAGS='--model-type transformer' torchrun t.py\n", "torchrun t.py\n"),
+    # an operand of srun is not an assignment, before or after the wrapper goes
+    ("srun neuron_parallel_compile XLA_USE_BF16=1 torchrun t.py\n", "srun XLA_USE_BF16=1 torchrun t.py\n"),
+])
+def test_assignments_behind_a_removed_wrapper_in_one_run(src: str, expected: str):
+    out, _ = migrate(src)
+    assert without_bf16_marker(out) == expected
+    again, findings = migrate(out)
+    assert again == out and not [f for f in findings if f.fix == "applied"]
+
+
 def test_prerun_of_the_same_command_removed():
     out = check("neuron_parallel_compile torchrun t.py \\\n  --bf16\ntorchrun t.py \\\n  --bf16\n")
     assert out.splitlines()[1:] == ["torchrun t.py \\", "  --bf16"]

@@ -638,7 +638,7 @@ class DockerPipInstall(DockerRule):
             if ins.keyword != "RUN" or ins.inner_comments:
                 continue
             text = u.src[ins.args_start: ins.end]
-            array = _exec_form(u.src, ins)
+            array = exec_form(u.src, ins)
             if array is not None:
                 spans, values = array
                 exec_items[("exec", g)] = spans
@@ -719,7 +719,7 @@ class DockerPipInstall(DockerRule):
         )
 
 
-def _exec_form(src: str, ins: Instruction) -> tuple[list[tuple[int, int]], list[str]] | None:
+def exec_form(src: str, ins: Instruction) -> tuple[list[tuple[int, int]], list[str]] | None:
     """(element spans, values) of an exec-form `RUN ["pip", "install", ...]` (JSON array of strings)."""
     i, end = ins.args_start, ins.end
     flags = _RUN_FLAGS_RE.match(src, i)

@@ -134,7 +134,7 @@ class NeuronCcFlags(ShellRule):
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         for s in u.simples:
-            for a in assignments(u, s):
+            for a in plan.assignments(s):
                 if a.name != "NEURON_CC_FLAGS" or a.value is None:
                     continue
                 start = u.toks[a.tok].start

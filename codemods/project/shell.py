@@ -323,7 +323,7 @@ class XlaOnlyEnvironment(ShellRule):
         (`NEURON_RT_*` other than the one above, `FI_*`, `CCOM_*`) are kept. Removing
         `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` changes the precision of the launch (torch-xla ran
         the float32 model in bf16): a marker in the launcher says that the script must now choose
-        bf16 itself (NM415 rewrites the reads of these variables in the run's Python).
+        bf16 itself (NM415 rewrites the reads of these variables in the scripts it launches).
     """
     before = """
         export NEURON_FUSE_SOFTMAX=1 NEURON_RT_NUM_CORES=2
@@ -345,7 +345,7 @@ class XlaOnlyEnvironment(ShellRule):
         u = plan.unit
         removed: dict[str, list[Simple]] = {}
         for s in u.simples:
-            for a in assignments(u, s):
+            for a in plan.assignments(s):
                 reason = xla_only_reason(a.name)
                 if reason is None or not plan.editable(self.id, s):
                     continue

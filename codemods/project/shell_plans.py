@@ -483,6 +483,28 @@ class ShellPlan(Plan):
             items.append((rule, text, list(after)))
             self.dirty.add(s.group)
 
+    def assignments(self, s: Simple) -> list[Assignment]:
+        """:func:`assignments` of ``s`` as the command will run once the deletions contributed so far
+        are rendered: the words a removed leading wrapper leaves at the start of the command are its
+        prefix assignments then (``neuron_parallel_compile XLA_DOWNCAST_BF16=1 torchrun ...`` loses
+        ``neuron_parallel_compile`` to NM511 and becomes ``XLA_DOWNCAST_BF16=1 torchrun ...``). A
+        rule that reads assignments through the plan edits them in the same pass, so that the next
+        run finds nothing left to do. The rules of the family run in id order: those that delete
+        leading words (NM510, NM511) come before those that read assignments (NM512 and up)."""
+        u = self.unit
+        out = assignments(u, s)
+        k = 0
+        while k < len(s.words) and s.words[k] in self.deleted:
+            k += 1
+        if k == 0:
+            return out
+        for i in s.words[k:]:
+            m = ASSIGN_RE.match(u.text(i))
+            if not m or m.group(2) or m.group(3):
+                break
+            out.append(Assignment(i, m.group(1), u.text(i)[m.end():], "prefix"))
+        return out
+
     def touched_groups(self) -> Iterable[int]:
         """Groups to render again: those contributed to since the last flush, and those where a
         designated `:` appeared or went."""

@@ -46,8 +46,6 @@ XLA_ONLY_VARS: dict[str, str] = {
 }
 #: the XLA-era precision switches: removing them from a launcher changes the precision of the run
 BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
-#: how a launcher (shell, Slurm, Dockerfile ENV, notebook %env) spells "bf16 on"
-LAUNCHER_BF16 = tuple(f"{v}={on}" for v in BF16_VARS for on in ("1", '"1"', "'1'", "true", "True"))
 
 
 def bf16_switched_on(value: str | None) -> bool:
@@ -63,8 +61,8 @@ def bf16_launcher_message(name: str) -> str:
     del name  # one text for both variables: a launch that set both gets one marker
     return ("XLA_USE_BF16/XLA_DOWNCAST_BF16=1 (removed) ran this launch in bfloat16 under torch-xla and TorchNeuron "
             "ignores them: the launched script must choose bf16 itself (dtype=torch.bfloat16, bf16=True or "
-            "torch.autocast(\"neuron\", dtype=torch.bfloat16)); reads of them in the run's Python were set to that "
-            "value")
+            "torch.autocast(\"neuron\", dtype=torch.bfloat16)); reads of them in the launched script, where this "
+            "run migrated it, were set to that value")
 #: every variable with this prefix belongs to optimum-neuron
 XLA_ONLY_PREFIXES = ("OPTIMUM_NEURON_",)
 

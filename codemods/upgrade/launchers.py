@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from codemods.project.dockerfile import DockerPlan, _exec_form, docker_plan
+from codemods.project.dockerfile import DockerPlan, exec_form, docker_plan
 from codemods.project.launch_flags import find_launch, unit_variables
 from codemods.project.shell_plans import ShellPlan, _shell_plan, plan_for, word_value
 from codemods.project.shell_syntax import ShellSyntaxError
@@ -189,7 +189,7 @@ class LauncherFlags(TextRule):
         for g, ins in enumerate(u.instructions):
             if ins.keyword not in ("RUN", "CMD", "ENTRYPOINT") or ins.inner_comments or plan.silenced(self.id, g):
                 continue
-            array = _exec_form(u.src, ins)
+            array = exec_form(u.src, ins)
             if array is not None:
                 spans, values = array
                 texts = [u.src[a:b] for a, b in spans]

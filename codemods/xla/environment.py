@@ -4,9 +4,10 @@
   launchers of the old stack set these variables (``export XLA_USE_BF16=1``) and the migrated
   launchers no longer do (NM512/NM521 remove them), so a branch like ``if
   os.environ.get("XLA_USE_BF16"): model = model.to(torch.bfloat16)`` silently turns a bf16 run
-  into float32. When the run's launchers set the variable (project context: some launcher, Slurm
-  script, Dockerfile or notebook of the run holds ``XLA_USE_BF16=1``), the read becomes the value
-  they set and a branch on it keeps only the branch the launcher chose; elsewhere NM409 leaves a
+  into float32. When a launcher of the run launches this very script with the variable set (a launch
+  fact, ``Rule.launch_facts``: ``XLA_USE_BF16=1 torchrun train.py``, ``export`` before the launch, a
+  Dockerfile ``ENV`` before ``CMD``, a notebook's ``!`` line or ``%env``), the read becomes the value
+  it set and a branch on it keeps only the branch the launcher chose; elsewhere NM409 leaves a
   marker (see :func:`mark_reads`).
 * NM416: Python writes of XLA-only variables (``os.environ["NEURON_FUSE_SOFTMAX"] = "1"``,
   ``NEURON_PARALLEL_COMPILE_MAX_RETRIES``...) are removed like NM512 removes them from launchers,
@@ -20,7 +21,8 @@ import libcst as cst
 
 from codemods.common.statements import with_blank_line
 from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_check_message, split_cc_flags
-from codemods.project.xla_env import BF16_VARS, LAUNCHER_BF16, xla_only_reason
+from codemods.project.launch_env import ENV_FACT, launch_env
+from codemods.project.xla_env import BF16_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
 from migrator.rules import PythonContext, PythonRule
 
@@ -217,11 +219,18 @@ _INTENT = ("load the model with dtype=torch.bfloat16, train with bf16=True, or w
            "torch.autocast(\"neuron\", dtype=torch.bfloat16)")
 
 
+#: the values of XLA_USE_BF16/XLA_DOWNCAST_BF16 that certainly turned bf16 on
+_ON = frozenset({"1", "true", "True"})
+
+
 def launcher_sets_bf16(ctx: PythonContext) -> bool:
-    """Whether the run's launchers set bf16: a launcher, Slurm script, Dockerfile or notebook of the
-    run (project context of NM415), or this unit itself (a notebook's `%env XLA_USE_BF16=1`, the
-    launch command in a docstring), holds `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1`."""
-    return "NM415" in ctx.project or any(t in ctx.source for t in LAUNCHER_BF16)
+    """Whether the launchers of this file set bf16: a launcher of the run (shell or Slurm script,
+    Dockerfile, a notebook's `!` line) launches this very script with `XLA_USE_BF16=1` /
+    `XLA_DOWNCAST_BF16=1` in its environment, or this code is the launcher's own (a notebook with
+    `%env XLA_USE_BF16=1`, a shell script's Python heredoc). Every value stated must turn bf16 on:
+    a script launched once with 1 and once with 0 (or `$BF16`) is not known to run in bf16."""
+    values = [v for var in BF16_VARS for v in ctx.fact_values(ENV_FACT + var)]
+    return bool(values) and all(v in _ON for v in values)
 
 
 def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
@@ -238,18 +247,23 @@ class XlaPrecisionReads(PythonRule):
     id = "NM415"
     title = "XLA_USE_BF16 / XLA_DOWNCAST_BF16 read in Python -> the precision the launchers set"
     fix = "auto"
-    # the launcher forms that set bf16 (shell, Slurm, Dockerfile ENV, notebook `%env`): the project signal
-    kinds = ("python", "notebook", "markdown", "shell", "dockerfile")
-    triggers = LAUNCHER_BF16
-    project_triggers = BF16_VARS
+    kinds = ("python", "notebook", "markdown", "shell")
+    triggers = BF16_VARS
+    # the launchers that set them (shell, Slurm, Dockerfile ENV, notebook `!` lines and `%env`): the
+    # value they set holds for the scripts they launch (Rule.launch_facts)
+    launch_probes = BF16_VARS
     why = """
         The old launchers set `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` for torch-xla, and scripts
         read them to pick their own precision (`if os.environ.get("XLA_USE_BF16"): model =
         model.to(torch.bfloat16)`). TorchNeuron ignores the variables and the migrated launchers
         no longer set them, so every such test would silently turn the run into float32. When a
-        launcher of the same run (shell or Slurm script, Dockerfile `ENV`, notebook `%env`) sets the
-        variable to 1, the read becomes the value the launcher set: an `if` on it keeps the branch
-        the launcher chose, any other read becomes the constant. Elsewhere NM409 leaves a marker.
+        launcher of the same run launches this script with the variable set to 1 (`XLA_USE_BF16=1
+        torchrun train.py`, `export` before the launch line of a shell or Slurm script, Dockerfile
+        `ENV` before the `CMD` that runs it, a notebook's `!` line; a notebook's `%env` or a shell
+        script's Python heredoc for their own code), the read becomes the value the launcher set: an
+        `if` on it keeps the branch the launcher chose, any other read becomes the constant.
+        Elsewhere (a script no launcher of the run names, text that only mentions the setting in a
+        string or a docstring) NM409 leaves a marker.
     """
     before = """
         # run.sh of the same project: XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py
@@ -270,13 +284,20 @@ class XlaPrecisionReads(PythonRule):
     """
     caveats = """
         The launchers are those of the same run: a launcher outside the migrated paths is not
-        seen, and a project where some launchers set the variable and others do not gets bf16
-        everywhere (check the finding). Reads held in a variable are replaced where they are
-        read; the tests on that variable are left as they are. Writes (`os.environ[...] = ...`,
-        `+=`, `del`, `setdefault`, a read inside a write) are NM409's and NM416's, never read
-        here; where the unit itself writes the variable (`if args.bf16: os.environ[...] = "1"`),
-        its reads hold the program's choice, not the launchers': they get a marker instead.
+        seen. A script launched with different values (1 here, 0 or `$BF16` there) gets the
+        marker. The launched script is found relative to the launcher's directory (after a literal
+        `cd`), then the directories above it, then as the one file of the run with that name; a
+        launcher that runs another launcher (`bash inner.sh`) does not pass its settings on. Reads
+        held in a variable are replaced where they are read; the tests on that variable are left
+        as they are. Writes (`os.environ[...] = ...`, `+=`, `del`, `setdefault`, a read inside a
+        write) are NM409's and NM416's, never read here; where the unit itself writes the variable
+        (`if args.bf16: os.environ[...] = "1"`), its reads hold the program's choice, not the
+        launchers': they get a marker instead.
     """
+
+    @classmethod
+    def launch_facts(cls, kind: str, text: str):
+        return launch_env(kind, text, BF16_VARS)
 
     def handlers(self):
         return {cst.If: self._on_if, cst.Call: self._on_atom, cst.Subscript: self._on_atom,
