@@ -1,0 +1,136 @@
+"""The rewrites keep what the old code trained (CPU, the tiny Llama of tests/verify_fixtures, offline):
+the migrated fixture code is run and compared with what the old stack computed."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).parent / "fixtures"
+MODEL = str(Path(__file__).parent / "verify_fixtures" / "tiny-llama")
+TEXTS = ["Hello, world!", "The quick brown fox jumps over the lazy dog.", "Once upon a time",
+         "A static cache keeps the decode step at one shape.", "Numbers: 1 2 3 4 5 6 7 8 9 10 11 12",
+         "Packing puts several short examples into one block.", "a b c d e f g h", "The end."] * 2
+
+
+@contextlib.contextmanager
+def _blocked(*names: str):
+    """Imports of ``names`` (and their submodules) fail, as on a machine without them."""
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name.split(".")[0] in names:
+            raise ImportError(f"blocked: {name}")
+        return real(name, *args, **kwargs)
+
+    builtins.__import__ = fake
+    try:
+        yield
+    finally:
+        builtins.__import__ = real
+
+
+def test_function_local_import_stays_local_when_a_parameter_has_the_old_name():
+    """`def run(NeuronSFTConfig, ...)` is a parameter: it is not renamed to the import of build(), and
+    that import is not hoisted to the top of the module, which still imports without trl/torch."""
+    src = (FIX / "NM200/local_import_parameter.after.py").read_text()
+    assert src.count("from trl import SFTConfig") == 1 and "    from trl import SFTConfig" in src
+    with _blocked("trl", "torch", "transformers", "optimum"):
+        ns: dict = {}
+        exec(compile(src, "local_import_parameter.py", "exec"), ns)  # the module's top level runs
+
+        class Passed:
+            def __init__(self, output_dir):
+                self.output_dir = output_dir
+
+        assert ns["run"](Passed, "out").output_dir == "out"  # the parameter is the class the caller passed
+        with pytest.raises(ImportError):
+            ns["build"]("out")  # the import is still made where it was, when build() runs
+
+
+# ------------------------------------------------------------------ compute_loss and gradient accumulation
+torch = pytest.importorskip("torch")
+pytest.importorskip("datasets")
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(MODEL)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _class_source(path: str, name: str) -> str:
+    """The source of class ``name`` of a fixture (up to the next top-level class)."""
+    text = (FIX / path).read_text()
+    start = text.index(f"class {name}(")
+    end = text.find("\nclass ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _accumulated_grads(tmp_path, cls_source: str, name: str, accumulation: int):
+    """The gradient the Trainer hands its first optimizer step, with ``accumulation`` micro-batches."""
+    from datasets import Dataset
+    from transformers import (AutoModelForCausalLM, DataCollatorForLanguageModeling, Trainer, TrainerCallback,
+                              TrainingArguments)
+
+    ns = {"Trainer": Trainer}
+    exec(cls_source, ns)
+    tok = _tokenizer()
+    ds = Dataset.from_dict(tok(TEXTS[:accumulation], truncation=True, max_length=16))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(MODEL)
+    grads = {}
+
+    class Grab(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            if not grads:
+                grads.update({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no",
+                             per_device_train_batch_size=1, gradient_accumulation_steps=accumulation,
+                             max_grad_norm=0, disable_tqdm=True, dataloader_num_workers=0, learning_rate=1e-9)
+    trainer = ns[name](model=model, args=args, train_dataset=ds, callbacks=[Grab()],
+                       data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+    trainer.train()
+    return grads, trainer, ds, tok
+
+
+def _old_trainer_grads(trainer, ds, tok, accumulation: int):
+    """What the transformers 4.x Trainer did with a compute_loss of its own: each micro-batch's loss divided by
+    the accumulation steps, the gradients summed (same batches, same order as the run above)."""
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    for batch in trainer.get_train_dataloader():
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        loss = trainer.compute_loss(model, batch)
+        (loss / accumulation).backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["WeightedTrainer", "MeanOfAll"])
+def test_compute_loss_override_keeps_the_old_accumulation_scaling(tmp_path, name):
+    """An override given num_items_in_batch (NM612) returns a per-batch mean; without the class flag the 5.23
+    Trainer takes it as already scaled (the tiny Llama accepts loss kwargs) and the gradient comes out
+    accumulation x larger; with `loss_is_scaled_for_ga = False` it is what the old Trainer computed."""
+    source = _class_source("NM612/overrides.after.py", name)
+    assert "loss_is_scaled_for_ga = False" in source
+    accumulation = 4
+    grads, trainer, ds, tok = _accumulated_grads(tmp_path / "new", source, name, accumulation)
+    old = _old_trainer_grads(trainer, ds, tok, accumulation)
+    assert trainer.model_accepts_loss_kwargs  # the case where the flag decides
+    for n, g in old.items():
+        torch.testing.assert_close(grads[n], g, rtol=1e-3, atol=1e-6)
+    if name == "WeightedTrainer":
+        return  # its training_step drops num_items_in_batch: the Trainer divides either way
+    unflagged = source.replace("loss_is_scaled_for_ga = False", "loss_is_scaled_for_ga = None")
+    big, *_ = _accumulated_grads(tmp_path / "unflagged", unflagged, name, accumulation)
+    key = "lm_head.weight"
+    ratio = (big[key].norm() / grads[key].norm()).item()
+    assert ratio == pytest.approx(accumulation, rel=1e-3)
