@@ -134,3 +134,19 @@ def test_compute_loss_override_keeps_the_old_accumulation_scaling(tmp_path, name
     key = "lm_head.weight"
     ratio = (big[key].norm() / grads[key].norm()).item()
     assert ratio == pytest.approx(accumulation, rel=1e-3)
+
+
+# ------------------------------------------------------------------ transformers.AdamW passed as a value
+def test_adamw_partial_gets_the_old_transformers_defaults():
+    """functools.partial(AdamW, ...) (NM601): the optimizer it builds has transformers 4.x AdamW's eps=1e-6 and
+    weight_decay=0.0 (torch's are 1e-8 and 0.01); a keyword given to the partial or to its call still wins."""
+    src = (FIX / "NM601/as_value.after.py").read_text()
+    ns: dict = {}
+    exec(src.split("\noptimizer_cls")[0].split("\n# TODO")[0], ns)
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    group = ns["make_optimizer"](params).param_groups[0]
+    assert (group["eps"], group["weight_decay"], group["lr"]) == (1e-6, 0.0, 2e-5)
+    assert ns["decayed"](params).param_groups[0]["weight_decay"] == 0.1
+    assert ns["make_optimizer"](params, eps=1e-8).param_groups[0]["eps"] == 1e-8
+    plain = torch.optim.AdamW(params).param_groups[0]
+    assert (plain["eps"], plain["weight_decay"]) == (1e-8, 0.01)  # what the partial would have had unpinned
