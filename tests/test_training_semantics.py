@@ -150,3 +150,39 @@ def test_adamw_partial_gets_the_old_transformers_defaults():
     assert ns["make_optimizer"](params, eps=1e-8).param_groups[0]["eps"] == 1e-8
     plain = torch.optim.AdamW(params).param_groups[0]
     assert (plain["eps"], plain["weight_decay"]) == (1e-8, 0.01)  # what the partial would have had unpinned
+
+
+# ------------------------------------------------------------------ which examples packing builds
+def _packed(tmp_path, **strategy):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(output_dir=str(tmp_path), packing=True, max_length=16, report_to=[], use_cpu=True,
+                     save_strategy="no", pad_to_multiple_of=None, activation_checkpointing=False, bf16=False,
+                     disable_tqdm=True, **strategy)
+    trainer = SFTTrainer(model=MODEL, args=args, train_dataset=Dataset.from_dict({"text": TEXTS}),
+                         processing_class=_tokenizer())
+    return [tuple(x) for x in trainer.train_dataset["input_ids"]]
+
+
+def _trl_011_blocks(tok, seq_length: int):
+    """TRL 0.11's ConstantLengthDataset (optimum-neuron <= 0.4.1): every example tokenized with its special
+    tokens and an EOS after it, all concatenated, cut into seq_length blocks; a last partial block dropped
+    (its shuffling left out: the Trainer shuffles the blocks anyway)."""
+    stream: list[int] = []
+    for text in TEXTS:
+        stream += tok(text)["input_ids"] + [tok.eos_token_id]
+    return [tuple(stream[i:i + seq_length]) for i in range(0, len(stream) - seq_length + 1, seq_length)]
+
+
+def test_packing_keeps_the_examples_of_the_trl_the_config_was_written_for(tmp_path):
+    """max_seq_length (TRL 0.11): NM203 pins "wrapped", whose blocks are TRL 0.11's; max_length (TRL 0.24,
+    which packed "bfd" as TRL 1.16 does by default): nothing is pinned, since "wrapped" would train on other
+    examples."""
+    assert 'packing_strategy="wrapped"' in (FIX / "NM203/sft_config.after.py").read_text()
+    assert "packing_strategy" not in (FIX / "NM203/neg_packing_default.after.py").read_text().split("def undecided")[0]
+    wrapped = _packed(tmp_path / "wrapped", packing_strategy="wrapped")
+    assert sorted(b for b in wrapped if len(b) == 16) == sorted(_trl_011_blocks(_tokenizer(), 16))
+    default = _packed(tmp_path / "default")
+    assert sorted(default) != sorted(wrapped)  # another set of training examples: another step-0 loss
+    assert all(len(b) <= 16 for b in default) and len(default) < len(wrapped)  # bfd: whole examples per bin

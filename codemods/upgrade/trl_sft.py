@@ -1,10 +1,10 @@
 """TRL 0.x -> 1.16 SFT (NM613): what SFTTrainer/SFTConfig do differently or reject:
 
-* ``SFTConfig(packing=True)``: TRL 1.16's default ``packing_strategy="bfd"`` turns on padding-free
-  batches (``SFTTrainer.__init__``: ``padding_free = args.padding_free or (args.packing and
-  args.packing_strategy in {"bfd", "bfd_split"})``): one flattened sequence per batch whose length
-  changes from step to step, so every step is a new graph to compile on Neuron. ``"wrapped"``
-  packs into fixed ``max_length`` blocks (static shapes, the old ConstantLengthDataset's behaviour).
+* ``SFTConfig(packing=True)``: which examples the model trains on depends on the TRL the script
+  was written for: up to 0.18 fixed ``max_length`` blocks cut from the concatenated examples
+  (ConstantLengthDataset, then ``pack_dataset``: TRL 1.16's ``packing_strategy="wrapped"``), 0.19
+  "ffd", from 0.20 "bfd" (TRL 1.16's default; padding-free batches, padded to a multiple of 128 on
+  neuron). ``max_seq_length`` (the field's name before 0.20) pins "wrapped"; otherwise a marker.
 * defaults that flipped (``gradient_checkpointing``, ``bf16``): pinned to the old value, with a comment;
 * keywords old ``SFTTrainer`` took itself (``max_seq_length``, ``dataset_text_field``, ``packing``,
   ...): they belong to ``SFTConfig`` now (marker);
@@ -25,8 +25,10 @@ from migrator.selfcheck.targetapi import api
 SFT_CONFIG = "trl.SFTConfig"
 SFT_TRAINER = "trl.SFTTrainer"
 STATIC_STRATEGY = "wrapped"
-PACKING_COMMENT = ("# \"wrapped\" packs into fixed max_length blocks; TRL's default \"bfd\" is padding-free: "
-                   "a new shape (compile) per step")
+PACKING_COMMENT = ("# \"wrapped\": fixed max_length blocks cut from the concatenated examples, as TRL 0.x packed "
+                   "(TRL 1.16's default \"bfd\" packs other examples)")
+PACKING_UNDECIDED = ("packing: TRL <= 0.18 packed fixed blocks (add packing_strategy=\"wrapped\"), 0.19 \"ffd\", "
+                     ">= 0.20 \"bfd\" (TRL 1.16's default)")
 #: defaults whose flip changes what a script does: pinned to the old value, written under the
 #: target's own name for the field (5.23: "`gradient_checkpointing` is deprecated ... Use
 #: `activation_checkpointing` instead"; the deprecated alias mirrors it), unless one of the
@@ -86,10 +88,11 @@ class SftUpgrade(PythonRule):
     fix = "mixed"
     triggers = ("SFTConfig(", "SFTTrainer(")
     why = """
-        TRL 1.16 changed what an old SFT script does without an error: `packing=True` now packs
-        padding-free by default (`packing_strategy="bfd"`: batch shapes change every step, which
-        recompiles every step on Neuron), so the static-shape strategy `"wrapped"` is pinned with
-        a comment; `gradient_checkpointing` now defaults to True on SFTConfig and `bf16` to True
+        TRL 1.16 changed what an old SFT script does without an error: `packing=True` packs
+        "bfd" by default, other examples than TRL <= 0.18's fixed blocks cut from the concatenated
+        examples, so `"wrapped"` (those blocks) is pinned with a comment where the config says
+        it was written for such a TRL (`max_seq_length`), and a marker says which TRL packed how
+        otherwise; `gradient_checkpointing` now defaults to True on SFTConfig and `bf16` to True
         unless `fp16` is set (the generated upgrade data records both flips), so the old False is
         pinned with a comment (gradient checkpointing as `activation_checkpointing`, the name 5.23
         reads; the old one is its deprecated alias); `formatting_func` is called
@@ -100,15 +103,16 @@ class SftUpgrade(PythonRule):
     before = """
         from trl import SFTConfig
 
-        config = SFTConfig(output_dir="out", packing=True)
+        config = SFTConfig(output_dir="out", max_seq_length=512, packing=True)
     """
     after = """
         from trl import SFTConfig
 
-        # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
+        # "wrapped": fixed max_length blocks cut from the concatenated examples, as TRL 0.x packed (TRL 1.16's default "bfd" packs other examples)
         # activation_checkpointing=False, bf16=False: TRL 0.x defaults kept (TRL 1.16.0 turns them on)
         config = SFTConfig(
             output_dir="out",
+            max_length=512,
             packing=True,
             packing_strategy="wrapped",
             activation_checkpointing=False,
@@ -139,10 +143,15 @@ class SftUpgrade(PythonRule):
         plan = ArgPlan()
         q = quote_of(node)
         if ("packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw
-                and "padding_free" not in kw and api().accepts(SFT_CONFIG, "packing_strategy") is True):
-            plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{q}{STATIC_STRATEGY}{q}")))
-            _comment_above(ctx, PACKING_COMMENT)
-            ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (static shapes on Neuron)")
+                and "padding_free" not in kw and api().accepts(SFT_CONFIG, "packing_strategy") is True
+                and not owned_elsewhere(ctx, node.func, self.id)):  # NeuronSFTConfig: NM203 knows its TRL
+            if "max_seq_length" in kw:  # TRL <= 0.19's name: fixed-length blocks (wrapped) until 0.18
+                plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{q}{STATIC_STRATEGY}{q}")))
+                _comment_above(ctx, PACKING_COMMENT)
+                ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (TRL 0.x before max_length packed "
+                                           "fixed-length blocks)")
+            else:
+                ctx.marker(kw["packing"], PACKING_UNDECIDED)
         pinned = []
         for field, write_as, unless in PINNED:
             change = data().default_change(SFT_CONFIG, field)
