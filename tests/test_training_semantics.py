@@ -186,3 +186,51 @@ def test_packing_keeps_the_examples_of_the_trl_the_config_was_written_for(tmp_pa
     default = _packed(tmp_path / "default")
     assert sorted(default) != sorted(wrapped)  # another set of training examples: another step-0 loss
     assert all(len(b) <= 16 for b in default) and len(default) < len(wrapped)  # bfd: whole examples per bin
+
+
+# ------------------------------------------------------------------ TRL 0.x defaults of a parsed SFTConfig
+def _parser_pinned(kind: str):
+    """The parser the migrated fixture builds (NM613: set_defaults right after it)."""
+    src = (FIX / "NM613/parsed_config.after.py").read_text()
+    assert "parser.set_defaults(gradient_checkpointing=False, bf16=False)" in src
+    from transformers import HfArgumentParser
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+    if kind == "trl":
+        parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    else:
+        parser = HfArgumentParser((ScriptArguments, SFTConfig))
+    parser.set_defaults(gradient_checkpointing=False, bf16=False)
+    return parser
+
+
+def _sft_of(parsed):
+    from trl import SFTConfig
+
+    return next(p for p in parsed if isinstance(p, SFTConfig))
+
+
+@pytest.mark.parametrize("kind", ["trl", "hf"])
+def test_parsed_sft_config_keeps_the_trl_0x_defaults_unless_the_command_line_sets_them(tmp_path, kind):
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+    base = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--dataset_name", "d"]
+
+    def parse(parser, extra):
+        if isinstance(parser, TrlParser):
+            return _sft_of(parser.parse_args_and_config(args=base + extra))
+        return _sft_of(parser.parse_args_into_dataclasses(args=base + extra))
+
+    unpinned = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    flipped = parse(unpinned, [])
+    assert flipped.activation_checkpointing is True and flipped.bf16 is True  # what TRL 1.16 does unpinned
+    old = parse(_parser_pinned(kind), [])
+    assert old.activation_checkpointing is False and old.gradient_checkpointing is False and old.bf16 is False
+    given = parse(_parser_pinned(kind), ["--gradient_checkpointing", "true", "--bf16", "true"])
+    assert given.activation_checkpointing is True and given.bf16 is True
+    assert parse(_parser_pinned(kind), ["--activation_checkpointing", "true"]).activation_checkpointing is True
+    if kind == "trl":  # a --config file sets defaults over the pinned ones, as it did over TRL 0.x's
+        config = tmp_path / "config.yaml"
+        config.write_text("gradient_checkpointing: true\nbf16: true\n")
+        from_file = parse(_parser_pinned(kind), ["--config", str(config)])
+        assert from_file.activation_checkpointing is True and from_file.bf16 is True

@@ -34,6 +34,14 @@ PACKING_UNDECIDED = ("packing: TRL <= 0.18 packed fixed blocks (add packing_stra
 #: `activation_checkpointing` instead"; the deprecated alias mirrors it), unless one of the
 #: keywords named third is given (SFTConfig turns bf16 on only when fp16 is not set)
 PINNED = (("gradient_checkpointing", "activation_checkpointing", ()), ("bf16", "bf16", ("fp16",)))
+PARSERS = ("transformers.HfArgumentParser", "trl.TrlParser")
+FILE_PARSES = ("parse_json_file", "parse_yaml_file", "parse_dict")
+PARSED_COMMENT = ("# TRL 0.x defaults for what the command line (or a --config file) does not set "
+                  "(TRL 1.16 turns them on)")
+PARSED_MARKER = ("TRL 1.16 defaults gradient_checkpointing and bf16 to True: call set_defaults(gradient_checkpointing="
+                 "False, bf16=False) on the parser first")
+FILE_MARKER = ("TRL 1.16 defaults gradient_checkpointing and bf16 to True: set them to false in this config unless "
+               "it sets them")
 #: what the target does where its dataclass default is not the value used
 EFFECTIVE = {"bf16": "True unless fp16 is set"}
 
@@ -86,7 +94,7 @@ class SftUpgrade(PythonRule):
     id = "NM613"
     title = "TRL SFT: static-shape packing pinned, flipped defaults pinned, old trainer keywords, batched formatting_func"
     fix = "mixed"
-    triggers = ("SFTConfig(", "SFTTrainer(")
+    triggers = ("SFTConfig(", "SFTTrainer(", "SFTConfig,", "SFTConfig)")
     why = """
         TRL 1.16 changed what an old SFT script does without an error: `packing=True` packs
         "bfd" by default, other examples than TRL <= 0.18's fixed blocks cut from the concatenated
@@ -120,16 +128,72 @@ class SftUpgrade(PythonRule):
         )
     """
     caveats = """
-        Only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
+        A parser of SFTConfig (`parser = TrlParser((..., SFTConfig))`, HfArgumentParser alike)
+        gets `parser.set_defaults(gradient_checkpointing=False, bf16=False)` right after it is
+        built: argparse defaults, so a flag on the command line or a TrlParser `--config` file
+        still sets them, as it did with TRL 0.x; a parse of a JSON/YAML file or a dict
+        (`parse_json_file`...) does not read those defaults: a marker. Otherwise only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
         itself, like NM202's `packing_strategy`, is not added twice), and `formatting_func=` of
         `SFTTrainer(...)` naming a function of the module. A `**kwargs` call is left alone. The old SFTTrainer keywords are not moved
         into the config: the marker names them.
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call}
+        return {cst.Call: self._on_call, cst.Assign: self._on_assign}
+
+    # ------------------------------------------------------------------ configs parsed from the command line
+    def _parses_sft(self, ctx: PythonContext, call: cst.BaseExpression) -> bool:
+        """``HfArgumentParser((..., SFTConfig, ...))`` / ``TrlParser(SFTConfig)``: a parser of SFT configs."""
+        if not isinstance(call, cst.Call) or target_of(ctx, call.func) not in PARSERS or not call.args:
+            return False
+        first = call.args[0].value
+        items = [e.value for e in first.elements] if isinstance(first, (cst.Tuple, cst.List)) else [first]
+        return any(target_of(ctx, item) == SFT_CONFIG for item in items if isinstance(item, (cst.Name, cst.Attribute)))
+
+    def _pins(self) -> list[tuple[str, bool]]:
+        pins = []
+        for field, _write_as, _unless in PINNED:
+            change = data().default_change(SFT_CONFIG, field)
+            if change is not None and isinstance(change[0], bool):
+                pins.append((field, change[0]))
+        return pins
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        value = node.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and self._parses_sft(ctx, value.func.value):
+            ctx.marker(node, PARSED_MARKER)  # TrlParser(...).parse_args_and_config(): no statement in between
+            return
+        if not self._parses_sft(ctx, value) or len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        statement = ctx.statement()
+        pins = self._pins()
+        if not pins or not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return
+        name = node.targets[0].target.value
+        ctx.local_state().setdefault("sft parsers", set()).add(name)
+        state = ctx.local_state()
+        if "code" not in state:
+            state["code"] = ctx.module.code
+        if f"{name}.set_defaults(" in state["code"]:
+            return  # the script sets the parser's defaults itself (or a migration did)
+        args = ", ".join(f"{field}={value}" for field, value in pins)
+        text = f"{PARSED_COMMENT}\n{name}.set_defaults({args})\n"
+        ctx.insert_after(statement, [cst.parse_statement(text)])
+        ctx.finding(node, f"{name}.set_defaults({args}): TRL 0.x defaults kept for configs parsed from the command "
+                          f"line (a flag or a --config file still sets them)")
+
+    def _parsed_file(self, node: cst.Call, ctx: PythonContext) -> None:
+        """``parser.parse_json_file(...)`` / ``parse_yaml_file`` / ``parse_dict``: the values come from the file
+        (set_defaults does not apply there): which keys it has is not in sight."""
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in FILE_PARSES):
+            return
+        if (isinstance(func.value, cst.Name) and func.value.value in ctx.local_state().get("sft parsers", ())) \
+                or self._parses_sft(ctx, func.value):
+            ctx.marker(node, FILE_MARKER)
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        self._parsed_file(node, ctx)
         target = target_of(ctx, node.func)
         if target == SFT_CONFIG:
             self._config(node, ctx)
