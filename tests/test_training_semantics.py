@@ -180,7 +180,7 @@ def test_packing_keeps_the_examples_of_the_trl_the_config_was_written_for(tmp_pa
     which packed "bfd" as TRL 1.16 does by default): nothing is pinned, since "wrapped" would train on other
     examples."""
     assert 'packing_strategy="wrapped"' in (FIX / "NM203/sft_config.after.py").read_text()
-    assert "packing_strategy" not in (FIX / "NM203/neg_packing_default.after.py").read_text().split("def undecided")[0]
+    assert 'packing_strategy="bfd"' in (FIX / "NM203/packing_trl_024.after.py").read_text()
     wrapped = _packed(tmp_path / "wrapped", packing_strategy="wrapped")
     assert sorted(b for b in wrapped if len(b) == 16) == sorted(_trl_011_blocks(_tokenizer(), 16))
     default = _packed(tmp_path / "default")

@@ -573,8 +573,8 @@ class SFTConfigFields(PythonRule):
         cut fixed-length blocks from the concatenated examples (TRL 1.16's
         `packing_strategy="wrapped"`, added where the config says TRL 0.11: `max_seq_length`, or
         packing moved from the trainer call), >= 0.4.2 ran TRL 0.24, which packed "bfd" as TRL
-        1.16 does by default (`max_length`: nothing to add; padding-free batches, padded to a
-        multiple of 128 on neuron); a config that says neither gets a marker; and when SFTTrainer loads the model from a
+        1.16 does by default (`max_length`: `packing_strategy="bfd"` written out; padding-free
+        batches, padded to a multiple of 128 on neuron); a config that says neither gets a marker; and when SFTTrainer loads the model from a
         string it sets `device_map="auto"` on every non-CPU device, neuron included, which loads
         the model off the NeuronCores and conflicts with `distributed_config`: `model_init_kwargs`
         gets `"device_map": None`. `pad_to_multiple_of` stays at its default "auto" (128 on neuron).
@@ -772,7 +772,11 @@ class SFTConfigFields(PythonRule):
                 plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
                 ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"wrapped\" (TRL 0.11, which max_seq_length "
                                            "says this config was written for, packed fixed-length blocks)")
-            elif not given & TRL_024_FIELDS:  # which TRL the config was written for is not in sight
+            elif given & TRL_024_FIELDS:  # optimum-neuron >= 0.4.2 (TRL 0.24): "bfd", written out (TRL 1.16's default)
+                plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}bfd{quote}")))
+                ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"bfd\" (TRL 0.24, which max_length says this "
+                                           "config was written for, packed bfd: TRL 1.16's default, written out)")
+            else:  # which TRL the config was written for is not in sight
                 ctx.marker(kw["packing"], PACKING_UNDECIDED)
 
         outer = set(spread.keys()) if spread is not None else set()

@@ -59,6 +59,13 @@ def _comment_above(ctx: PythonContext, text: str) -> None:
     ctx.replace(statement, add)
 
 
+def _packing_marked(ctx: PythonContext) -> bool:
+    """Whether a marker about packing is above the statement already (NM203's, for a NeuronSFTConfig it renamed)."""
+    statement = ctx.statement()
+    return any(line.comment is not None and "neuron-migrate" in line.comment.value and "packing:" in line.comment.value
+               for line in getattr(statement, "leading_lines", ()))
+
+
 def _returns_list(fn: cst.FunctionDef) -> bool:
     """True when ``fn`` returns a list it builds (a list literal / comprehension, or a name bound to one)."""
     list_names: set[str] = set()
@@ -214,7 +221,7 @@ class SftUpgrade(PythonRule):
                 _comment_above(ctx, PACKING_COMMENT)
                 ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (TRL 0.x before max_length packed "
                                            "fixed-length blocks)")
-            else:
+            elif not _packing_marked(ctx):
                 ctx.marker(kw["packing"], PACKING_UNDECIDED)
         pinned = []
         for field, write_as, unless in PINNED:
