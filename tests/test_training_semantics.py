@@ -234,3 +234,35 @@ def test_parsed_sft_config_keeps_the_trl_0x_defaults_unless_the_command_line_set
         config.write_text("gradient_checkpointing: true\nbf16: true\n")
         from_file = parse(_parser_pinned(kind), ["--config", str(config)])
         assert from_file.activation_checkpointing is True and from_file.bf16 is True
+
+
+# ------------------------------------------------------------------ save_only_model only where the model is sharded
+def test_save_only_model_follows_the_layout_so_unsharded_runs_still_resume(tmp_path, monkeypatch):
+    """`tensor_parallel_size=tp` (NM201): save_only_model=tp > 1. With tp=1 from_pretrained builds no mesh, the
+    model is not sharded, and the checkpoint keeps the optimizer state: training resumes from it as it did
+    before the migration (save_only_model=True, written unconditionally, would have lost that)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+    from transformers.distributed import DistributedConfig
+
+    src = (FIX / "NM201/save_only_model_sizes.after.py").read_text()
+    assert "save_only_model=tp > 1," in src
+    body = src.split("def train_zero_1")[0].replace("torch_compile=True", "torch_compile=False")  # CPU: no compile
+    ns = {"os": __import__("os"), "AutoModelForCausalLM": AutoModelForCausalLM, "Trainer": Trainer,
+          "TrainingArguments": TrainingArguments, "DistributedConfig": DistributedConfig}
+    exec(body.split("from transformers.distributed import DistributedConfig\n")[1], ns)
+    monkeypatch.chdir(tmp_path)
+    tok = _tokenizer()
+    ds = Dataset.from_dict(tok(TEXTS[:8], truncation=True, max_length=16))  # one batch of 8 (drop_last)
+    trainer = ns["train"](MODEL, ds, 1)
+    assert trainer.args.save_only_model is False and not trainer.model.is_distributed_loading_by_transformers
+    trainer.data_collator = DataCollatorForLanguageModeling(tok, mlm=False)
+    trainer.args.report_to = []
+    trainer.train()
+    checkpoint = tmp_path / "out" / "checkpoint-1"
+    assert (checkpoint / "optimizer.pt").exists()  # resumable
+    again = ns["train"](MODEL, ds, 1)
+    again.data_collator = trainer.data_collator
+    again.args.report_to = []
+    again.train(resume_from_checkpoint=str(checkpoint))
+    assert again.state.global_step == trainer.state.global_step  # it went on from step 1 to the end

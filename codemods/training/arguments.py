@@ -385,7 +385,9 @@ class TrainingArgumentsFields(PythonRule):
         tensor/pipeline parallel sizes move to the load of the model the trainer gets
         (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...)), in the
         same function or in a module function that returns the load), and the arguments get
-        save_only_model=True (the Trainer refuses a model sharded at load time without it). In
+        save_only_model=True (the Trainer refuses a model sharded at load time without it), or
+        `save_only_model=<tp * pp * fsdp> > 1` when a size is not a literal (with every size 1
+        the model is not sharded and its checkpoints still resume). In
         transformers 5.23 the sizes must multiply to the world size: the processes optimum-neuron
         made data-parallel ranks become `dp_replicate_size=WORLD_SIZE // tp_size` (replicas, as
         before) unless zero_1 made them `fsdp_size`; pipeline stages combine with neither, so
