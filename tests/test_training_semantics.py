@@ -152,6 +152,22 @@ def test_adamw_partial_gets_the_old_transformers_defaults():
     assert (plain["eps"], plain["weight_decay"]) == (1e-8, 0.01)  # what the partial would have had unpinned
 
 
+def test_adamw_class_and_kwargs_of_a_trainer_get_the_old_defaults(tmp_path):
+    """optimizer_cls_and_kwargs=(AdamW, {...}) (NM601): the Trainer builds AdamW(params, **kwargs) from the dict,
+    which now carries transformers 4.x AdamW's eps and weight_decay (the Trainer's parameter groups set their
+    weight_decay from the arguments either way)."""
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    src = (FIX / "NM601/as_value.after.py").read_text()
+    ns: dict = {}
+    exec(src[src.index("def trainer_with_class"):], {"Trainer": Trainer, "AdamW": torch.optim.AdamW}, ns)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    trainer = ns["trainer_with_class"](AutoModelForCausalLM.from_pretrained(MODEL), args, None)
+    group = trainer.create_optimizer().param_groups[0]
+    assert isinstance(trainer.optimizer, torch.optim.AdamW)
+    assert (group["eps"], group["lr"]) == (1e-6, 1e-5)  # torch's default eps is 1e-8
+
+
 # ------------------------------------------------------------------ which examples packing builds
 def _packed(tmp_path, **strategy):
     from datasets import Dataset

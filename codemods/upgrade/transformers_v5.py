@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, has_star_kwargs, keywords, literal, tokenizer_to_processing_class
+from codemods.common.arg_plan import (
+    NOT_LITERAL,
+    ArgPlan,
+    has_star_kwargs,
+    keywords,
+    literal,
+    tokenizer_to_processing_class,
+)
 from codemods.common.statements import expression_statement, remove_small_statement
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, rewrite_call, target_of
 from codemods.upgrade.overrides import trainer_base
@@ -58,7 +65,8 @@ class AdamWToTorch(PythonRule):
         The local name is kept (`from torch.optim import AdamW`). `correct_bias=True` is dropped
         (torch always corrects the bias); `correct_bias=False` has no torch equivalent: it is
         dropped with a marker. Defaults are pinned on direct calls and in
-        `functools.partial(AdamW, ...)`; a call with `**kwargs`, or AdamW passed around as a value
+        `functools.partial(AdamW, ...)` and in the dict literal of a trainer's
+        `optimizer_cls_and_kwargs=(AdamW, {...})`; a call with `**kwargs`, or AdamW passed around as a value
         (`optimizer_cls=AdamW`, `opt = AdamW`, a base class) gets a marker naming the defaults that
         changed (the call that builds the optimizer is not in sight). Type checks
         (`isinstance(opt, AdamW)`) are left alone.
@@ -92,7 +100,44 @@ class AdamWToTorch(PythonRule):
             if callee == "functools.partial" and call.args and call.args[0] is parent:
                 self._partial(call, ctx)
                 return
+        if self._class_and_kwargs(node, ctx):
+            return
         ctx.marker(node, ADAMW_VALUE_MARKER)
+
+    def _class_and_kwargs(self, node: cst.BaseExpression, ctx: PythonContext) -> bool:
+        """``optimizer_cls_and_kwargs=(AdamW, {...})`` of a trainer: the Trainer calls ``AdamW(params, **kwargs)``,
+        so the old defaults go into the dict literal (keys it has already are kept)."""
+        stack = ctx.stack
+        if len(stack) < 4 or not isinstance(stack[-2], cst.Element) or not isinstance(stack[-3], cst.Tuple):
+            return False
+        pair, arg = stack[-3], stack[-4]
+        if not (isinstance(arg, cst.Arg) and arg.keyword is not None and arg.keyword.value == "optimizer_cls_and_kwargs"
+                and len(pair.elements) == 2 and pair.elements[0].value is node
+                and isinstance(pair.elements[1].value, cst.Dict)):
+            return False
+        kwargs = pair.elements[1].value
+        if not all(isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) for e in kwargs.elements):
+            return False
+        have = {literal(e.key) for e in kwargs.elements}
+        add = [(name, value) for name, _index, value in ADAMW_PINNED if name not in have]
+        if not add:
+            return True
+        keys = [e.key for e in kwargs.elements if isinstance(e.key, cst.SimpleString)]
+        quote = "'" if keys and keys[0].quote.startswith("'") else '"'
+
+        def edit(updated: cst.Dict) -> cst.Dict:
+            elements = list(updated.elements)
+            if elements and elements[-1].comma is cst.MaybeSentinel.DEFAULT:
+                elements[-1] = elements[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            new = [cst.DictElement(cst.SimpleString(f"{quote}{name}{quote}"), cst.parse_expression(value),
+                                   comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(add) - 1
+                                   else cst.MaybeSentinel.DEFAULT) for i, (name, value) in enumerate(add)]
+            return updated.with_changes(elements=[*elements, *new])
+
+        ctx.replace(kwargs, edit)
+        ctx.finding(kwargs, f"optimizer_cls_and_kwargs: transformers' AdamW defaults pinned "
+                            f"({', '.join(f'{n}={v}' for n, v in add)})")
+        return True
 
     def _partial(self, call: cst.Call, ctx: PythonContext) -> None:
         """``functools.partial(AdamW, params?, lr=...)``: the old defaults go into the partial (a later call can
