@@ -207,7 +207,10 @@ def test_only_the_breaking_edits_are_dropped():
     assert "x = kept" in new and "y = old_api()" in new and "NM991" in new
 
 
-def test_a_name_imported_elsewhere_is_imported_where_it_is_needed():
+def test_a_function_local_import_is_not_hoisted_for_a_name_left_undefined():
+    """An import another function makes stays local to it: hoisting it to the top of the module would make the
+    module import what only that function needed (a module that imports without torch would not any more);
+    the edit that needs the name is left out with an NM991 marker instead."""
     new, findings = _run("""
         def other():
             import torch
@@ -217,15 +220,15 @@ def test_a_name_imported_elsewhere_is_imported_where_it_is_needed():
             return old_api()
     """, _UsesTorch())
     assert new == _src("""
-        import torch
         def other():
             import torch
             return torch
 
         def main():
-            return torch.ones(1)
+            # TODO(neuron-migrate NM991): NM997's rewrite here was not applied because `torch` would be undefined: migrate this statement by hand
+            return old_api()
     """)
-    assert not check_source(new)
+    assert [f.rule for f in findings] == ["NM991"]
 
 
 def test_unused_old_stack_import_is_removed_and_used_one_marked():

@@ -40,8 +40,9 @@ def _sft(tmp_path, **config):
 
 
 def test_default_packing_is_padding_free_and_wrapped_is_static(tmp_path):
-    """Why NM613 pins packing_strategy="wrapped": TRL 1.16's default packs padding-free (batch
-    length varies), "wrapped" gives every batch the same shape."""
+    """What packing_strategy="wrapped" (pinned where the old TRL packed fixed blocks) changes besides the
+    examples: TRL 1.16's default packs padding-free (batch length varies), "wrapped" gives every batch the
+    same shape."""
     assert _sft(tmp_path / "bfd", packing=True, max_length=32).padding_free is True
     trainer = _sft(tmp_path / "wrapped", packing=True, max_length=32, packing_strategy="wrapped",
                    activation_checkpointing=False)

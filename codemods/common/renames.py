@@ -120,6 +120,8 @@ class _RenameRule(PythonRule):
         binding, rename, mode = _reaching(plan[node.value], ctx)
         if mode != "refs" or not _is_reference(node, ctx.parent):
             return
+        if ctx.bound_locally(node.value, ctx.stack):
+            return  # a parameter or local variable spelled like the import (`def run(NeuronSFTConfig)`): not a use of it
         try:
             expr = ctx.name_for(rename.target, anchor=binding)
         except NameClash as exc:

@@ -330,6 +330,16 @@ def _args_name(trainer: cst.Call) -> str | None:
     return args.value.value if args is not None and isinstance(args.value, cst.Name) else None
 
 
+#: NeuronSFTConfig fields only TRL 0.11.4 (optimum-neuron <= 0.4.1) had: its packing cut fixed-length blocks
+#: from the concatenated examples (ConstantLengthDataset), TRL 1.16's packing_strategy="wrapped"
+TRL_011_FIELDS = frozenset({"max_seq_length", "dataset_batch_size", "num_of_sequences", "chars_per_token"})
+#: fields only TRL 0.24 (optimum-neuron >= 0.4.2) had: it packed with "bfd", TRL 1.16's default
+TRL_024_FIELDS = frozenset({"max_length", "completion_only_loss", "assistant_only_loss", "padding_free",
+                            "activation_offloading"})
+PACKING_UNDECIDED = ("packing: optimum-neuron <= 0.4.1 packed fixed blocks (add packing_strategy=\"wrapped\"); "
+                     ">= 0.4.2 packed \"bfd\", TRL 1.16's default")
+
+
 def _parsed_marker(entry: _Layout, reason: str) -> str:
     return (f"{entry.target[1]} no longer carries tensor_parallel_size / pipeline_parallel_size: if the script is "
             f"launched with them, load the trained model with from_pretrained(..., distributed_config="
@@ -375,7 +385,9 @@ class TrainingArgumentsFields(PythonRule):
         tensor/pipeline parallel sizes move to the load of the model the trainer gets
         (from_pretrained(distributed_config=DistributedConfig(tp_size=..., pp_size=...)), in the
         same function or in a module function that returns the load), and the arguments get
-        save_only_model=True (the Trainer refuses a model sharded at load time without it). In
+        save_only_model=True (the Trainer refuses a model sharded at load time without it), or
+        `save_only_model=<tp * pp * fsdp> > 1` when a size is not a literal (with every size 1
+        the model is not sharded and its checkpoints still resume). In
         transformers 5.23 the sizes must multiply to the world size: the processes optimum-neuron
         made data-parallel ranks become `dp_replicate_size=WORLD_SIZE // tp_size` (replicas, as
         before) unless zero_1 made them `fsdp_size`; pipeline stages combine with neither, so
@@ -507,7 +519,8 @@ class TrainerArguments(PythonRule):
     """
     caveats = """
         SFT dataset options passed to the trainer are moved into the config (with NM203:
-        max_seq_length becomes max_length, packing gets packing_strategy="wrapped") only when
+        max_seq_length becomes max_length, packing gets packing_strategy="wrapped": TRL 0.11's
+        fixed-length blocks, the only TRL whose SFTTrainer took them) only when
         `args=` is a name assigned once in the file from a NeuronSFTConfig(...) call that has no
         **kwargs and none of those options; otherwise a marker asks to move them. `model_init`
         is not accepted by SFTTrainer (a marker).
@@ -557,9 +570,13 @@ class SFTConfigFields(PythonRule):
     owns = SFT_CONFIG_SOURCES
     why = """
         NeuronSFTConfig = NeuronTrainingArguments + trl.SFTConfig. Besides the Neuron-only fields
-        (handled as NM201 does), TRL 1.16 renamed `max_seq_length` to `max_length`; its default
-        packing strategy `bfd` is padding-free (flattened batches, dynamic shapes), so packing uses
-        `packing_strategy="wrapped"` (fixed blocks); and when SFTTrainer loads the model from a
+        (handled as NM201 does), TRL 1.16 renamed `max_seq_length` to `max_length`; packing keeps
+        the examples the old trainer built: optimum-neuron <= 0.4.1 ran TRL 0.11, whose packing
+        cut fixed-length blocks from the concatenated examples (TRL 1.16's
+        `packing_strategy="wrapped"`, added where the config says TRL 0.11: `max_seq_length`, or
+        packing moved from the trainer call), >= 0.4.2 ran TRL 0.24, which packed "bfd" as TRL
+        1.16 does by default (`max_length`: `packing_strategy="bfd"` written out; padding-free
+        batches, padded to a multiple of 128 on neuron); a config that says neither gets a marker; and when SFTTrainer loads the model from a
         string it sets `device_map="auto"` on every non-CPU device, neuron included, which loads
         the model off the NeuronCores and conflicts with `distributed_config`: `model_init_kwargs`
         gets `"device_map": None`. `pad_to_multiple_of` stays at its default "auto" (128 on neuron).
@@ -573,7 +590,6 @@ class SFTConfigFields(PythonRule):
     after = """
         from trl import SFTConfig, SFTTrainer
 
-        # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
         # activation_checkpointing=False, bf16=False: TRL 0.x defaults kept (TRL 1.16.0 turns them on)
         config = SFTConfig(
             output_dir="out",
@@ -750,10 +766,20 @@ class SFTConfigFields(PythonRule):
 
         def packing(node, kw, plan, present):
             quote = _quote(node)
-            if "packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw \
-                    and "packing_strategy" not in present:
+            if "packing" not in kw or literal(kw["packing"].value) is False or "packing_strategy" in kw \
+                    or "packing_strategy" in present:
+                return
+            given = set(kw) | set(present)
+            if given & TRL_011_FIELDS:  # optimum-neuron <= 0.4.1 (TRL 0.11.4): ConstantLengthDataset blocks
                 plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}wrapped{quote}")))
-                ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"wrapped\" (fixed-length blocks, static shapes)")
+                ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"wrapped\" (TRL 0.11, which max_seq_length "
+                                           "says this config was written for, packed fixed-length blocks)")
+            elif given & TRL_024_FIELDS:  # optimum-neuron >= 0.4.2 (TRL 0.24): "bfd", written out (TRL 1.16's default)
+                plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{quote}bfd{quote}")))
+                ctx.finding(kw["packing"], "SFTConfig: packing_strategy=\"bfd\" (TRL 0.24, which max_length says this "
+                                           "config was written for, packed bfd: TRL 1.16's default, written out)")
+            else:  # which TRL the config was written for is not in sight
+                ctx.marker(kw["packing"], PACKING_UNDECIDED)
 
         outer = set(spread.keys()) if spread is not None else set()
         sft_fields(call, kw, plan, outer)

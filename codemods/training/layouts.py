@@ -24,7 +24,16 @@ from codemods.common.arg_plan import (
     save_only_model_code,
     statement_indent,
 )
-from codemods.training.mesh import config_code, describe, env_size, launch_advice, layout_text, model_factors, whole_mesh
+from codemods.training.mesh import (
+    config_code,
+    describe,
+    env_size,
+    launch_advice,
+    layout_text,
+    model_factors,
+    product,
+    whole_mesh,
+)
 from codemods.training.sources import (
     DISTRIBUTED_CONFIG,
     LAZY_LOAD,
@@ -377,6 +386,11 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
         if literal(kw["save_only_model"].value) is not True:
             ctx.marker(entry.statement, f"set save_only_model=True: {SAVE_ONLY_MODEL}")
         return
+    try:
+        value = _sharded_condition(ctx, entry)
+    except NameClash as exc:
+        ctx.marker(entry.statement, f"set save_only_model=True when the model is sharded ({exc}): {SAVE_ONLY_MODEL}")
+        return
     if "save_strategy" in kw and literal(kw["save_strategy"].value) == "no":
         return
     spread = entry.spread
@@ -387,14 +401,28 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
             return
         if spread.value_of("save_strategy") == "no":
             return
-        spread.plan.add.append(("save_only_model", lambda: cst.Name("True")))
-        ctx.finding(entry.statement, f"added save_only_model=True to {spread.name}: {SAVE_ONLY_MODEL}")
+        spread.plan.add.append(("save_only_model", lambda: cst.parse_expression(value)))
+        ctx.finding(entry.statement, f"added save_only_model={value} to {spread.name}: {SAVE_ONLY_MODEL}")
         return
     if has_star_kwargs(entry.call):
         ctx.marker(entry.statement, f"set save_only_model=True unless **kwargs does: {SAVE_ONLY_MODEL}")
         return
-    entry.plan.add.append(("save_only_model", lambda: cst.Name("True")))
-    ctx.finding(entry.statement, f"added save_only_model=True: {SAVE_ONLY_MODEL}")
+    entry.plan.add.append(("save_only_model", lambda: cst.parse_expression(value)))
+    ctx.finding(entry.statement, f"added save_only_model={value}: {SAVE_ONLY_MODEL}")
+
+
+def _sharded_condition(ctx: PythonContext, entry: _Layout) -> str:
+    """``save_only_model``'s value for arguments whose model is loaded with ``entry``'s layout: ``True`` when a
+    size is a literal above 1 (the model is always sharded), else ``<tp * pp * fsdp> > 1``: with every size 1
+    ``from_pretrained`` builds no mesh, the model is not sharded and its checkpoints can be resumed, as before."""
+    sizes = dict(entry.sizes)
+    if "fsdp_size" in sizes:  # zero_1: WORLD_SIZE // tp_size, read where the arguments are built
+        environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+        sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote_of(entry.call)))
+    factors = model_factors(sizes)
+    if not factors or any(isinstance(f, cst.Integer) and f.evaluated_value > 1 for f in factors):
+        return "True"
+    return f"{product(factors)} > 1"
 
 
 PARSE_METHODS = ("parse_args_and_config", "parse_args_into_dataclasses", "parse_dict", "parse_json_file",

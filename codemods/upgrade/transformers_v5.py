@@ -16,7 +16,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, has_star_kwargs, keywords, literal, tokenizer_to_processing_class
+from codemods.common.arg_plan import (
+    NOT_LITERAL,
+    ArgPlan,
+    has_star_kwargs,
+    keywords,
+    literal,
+    tokenizer_to_processing_class,
+)
 from codemods.common.statements import expression_statement, remove_small_statement
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, rewrite_call, target_of
 from codemods.upgrade.overrides import trainer_base
@@ -27,6 +34,8 @@ ADAMW_SOURCES = ("transformers.AdamW", "transformers.optimization.AdamW")
 ADAMW_TARGET = "torch.optim.AdamW"
 #: transformers.AdamW's defaults where torch.optim.AdamW's differ: (keyword, positional index, value)
 ADAMW_PINNED = (("eps", 3, "1e-6"), ("weight_decay", 4, "0.0"))
+ADAMW_VALUE_MARKER = ("torch.optim.AdamW defaults to eps=1e-8, weight_decay=0.01 (transformers': 1e-6, 0.0): pass "
+                      "them where this AdamW is called")
 
 
 class AdamWToTorch(PythonRule):
@@ -55,12 +64,99 @@ class AdamWToTorch(PythonRule):
     caveats = """
         The local name is kept (`from torch.optim import AdamW`). `correct_bias=True` is dropped
         (torch always corrects the bias); `correct_bias=False` has no torch equivalent: it is
-        dropped with a marker. Defaults are pinned only on direct calls: a call with `**kwargs` or
-        AdamW passed around as a class (`optimizer_cls=AdamW`) keeps torch's defaults.
+        dropped with a marker. Defaults are pinned on direct calls and in
+        `functools.partial(AdamW, ...)` and in the dict literal of a trainer's
+        `optimizer_cls_and_kwargs=(AdamW, {...})`; a call with `**kwargs`, or AdamW passed around as a value
+        (`optimizer_cls=AdamW`, `opt = AdamW`, a base class) gets a marker naming the defaults that
+        changed (the call that builds the optimizer is not in sight). Type checks
+        (`isinstance(opt, AdamW)`) are left alone.
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute}
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute, cst.Name: self._on_name}
+
+    def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
+        if isinstance(ctx.parent, cst.Attribute) or ctx.qualname(node) not in ADAMW_SOURCES:
+            return
+        self._as_value(node, ctx)
+
+    def _as_value(self, node: cst.BaseExpression, ctx: PythonContext) -> None:
+        """``AdamW`` used as a value, not called here: ``functools.partial(AdamW, ...)`` gets the old defaults in
+        the partial; elsewhere (``optimizer_cls=AdamW``, ``opt = AdamW``) the call that builds the optimizer is
+        not in sight: a marker says which defaults changed."""
+        parent = ctx.parent
+        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom, cst.Import, cst.AsName, cst.AssignTarget, cst.Param,
+                               cst.FunctionDef, cst.ClassDef)) or (isinstance(parent, cst.Arg) and parent.keyword is node):
+            return
+        if isinstance(parent, cst.Call) and parent.func is node:
+            return  # a call: _on_call
+        stack = ctx.stack
+        call = stack[-3] if len(stack) >= 3 and isinstance(parent, cst.Arg) else None
+        if isinstance(call, cst.Call):
+            callee = ctx.qualname(call.func)
+            if callee in ("builtins.isinstance", "builtins.issubclass") or (
+                    isinstance(call.func, cst.Name) and call.func.value in ("isinstance", "issubclass")):
+                return  # a type check: torch's AdamW is the class now, nothing to pin
+            if callee == "functools.partial" and call.args and call.args[0] is parent:
+                self._partial(call, ctx)
+                return
+        if self._class_and_kwargs(node, ctx):
+            return
+        ctx.marker(node, ADAMW_VALUE_MARKER)
+
+    def _class_and_kwargs(self, node: cst.BaseExpression, ctx: PythonContext) -> bool:
+        """``optimizer_cls_and_kwargs=(AdamW, {...})`` of a trainer: the Trainer calls ``AdamW(params, **kwargs)``,
+        so the old defaults go into the dict literal (keys it has already are kept)."""
+        stack = ctx.stack
+        if len(stack) < 4 or not isinstance(stack[-2], cst.Element) or not isinstance(stack[-3], cst.Tuple):
+            return False
+        pair, arg = stack[-3], stack[-4]
+        if not (isinstance(arg, cst.Arg) and arg.keyword is not None and arg.keyword.value == "optimizer_cls_and_kwargs"
+                and len(pair.elements) == 2 and pair.elements[0].value is node
+                and isinstance(pair.elements[1].value, cst.Dict)):
+            return False
+        kwargs = pair.elements[1].value
+        if not all(isinstance(e, cst.DictElement) and isinstance(literal(e.key), str) for e in kwargs.elements):
+            return False
+        have = {literal(e.key) for e in kwargs.elements}
+        add = [(name, value) for name, _index, value in ADAMW_PINNED if name not in have]
+        if not add:
+            return True
+        keys = [e.key for e in kwargs.elements if isinstance(e.key, cst.SimpleString)]
+        quote = "'" if keys and keys[0].quote.startswith("'") else '"'
+
+        def edit(updated: cst.Dict) -> cst.Dict:
+            elements = list(updated.elements)
+            if elements and elements[-1].comma is cst.MaybeSentinel.DEFAULT:
+                elements[-1] = elements[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            new = [cst.DictElement(cst.SimpleString(f"{quote}{name}{quote}"), cst.parse_expression(value),
+                                   comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(add) - 1
+                                   else cst.MaybeSentinel.DEFAULT) for i, (name, value) in enumerate(add)]
+            return updated.with_changes(elements=[*elements, *new])
+
+        ctx.replace(kwargs, edit)
+        ctx.finding(kwargs, f"optimizer_cls_and_kwargs: transformers' AdamW defaults pinned "
+                            f"({', '.join(f'{n}={v}' for n, v in add)})")
+        return True
+
+    def _partial(self, call: cst.Call, ctx: PythonContext) -> None:
+        """``functools.partial(AdamW, params?, lr=...)``: the old defaults go into the partial (a later call can
+        still override them, as it could the old defaults)."""
+        if has_star_kwargs(call) or any(a.star == "*" for a in call.args):
+            ctx.marker(call, ADAMW_VALUE_MARKER)
+            return
+        kw = keywords(call)
+        positional = sum(1 for a in call.args if a.keyword is None and not a.star) - 1  # AdamW itself
+        plan = ArgPlan()
+        pinned = []
+        for name, index, value in ADAMW_PINNED:
+            if name not in kw and positional <= index:
+                plan.add.append((name, lambda value=value: cst.parse_expression(value)))
+                pinned.append(f"{name}={value}")
+        if pinned:
+            rewrite_call(ctx, call, plan)
+            ctx.finding(call, f"functools.partial(torch.optim.AdamW, ...): transformers' defaults pinned "
+                              f"({', '.join(pinned)})")
 
     def finish(self, ctx: PythonContext) -> None:
         for b in ctx.imports.all_bindings():
@@ -72,6 +168,7 @@ class AdamWToTorch(PythonRule):
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         if isinstance(ctx.parent, (cst.ImportFrom, cst.Import)) or ctx.qualname(node) not in ADAMW_SOURCES:
             return
+        self._as_value(node, ctx)
         anchor = ctx.imports.binding_of(node)
         try:
             ctx.replace(node, ctx.name_for(ADAMW_TARGET, anchor=anchor, style="module"))

@@ -1,10 +1,10 @@
 """TRL 0.x -> 1.16 SFT (NM613): what SFTTrainer/SFTConfig do differently or reject:
 
-* ``SFTConfig(packing=True)``: TRL 1.16's default ``packing_strategy="bfd"`` turns on padding-free
-  batches (``SFTTrainer.__init__``: ``padding_free = args.padding_free or (args.packing and
-  args.packing_strategy in {"bfd", "bfd_split"})``): one flattened sequence per batch whose length
-  changes from step to step, so every step is a new graph to compile on Neuron. ``"wrapped"``
-  packs into fixed ``max_length`` blocks (static shapes, the old ConstantLengthDataset's behaviour).
+* ``SFTConfig(packing=True)``: which examples the model trains on depends on the TRL the script
+  was written for: up to 0.18 fixed ``max_length`` blocks cut from the concatenated examples
+  (ConstantLengthDataset, then ``pack_dataset``: TRL 1.16's ``packing_strategy="wrapped"``), 0.19
+  "ffd", from 0.20 "bfd" (TRL 1.16's default; padding-free batches, padded to a multiple of 128 on
+  neuron). ``max_seq_length`` (the field's name before 0.20) pins "wrapped"; otherwise a marker.
 * defaults that flipped (``gradient_checkpointing``, ``bf16``): pinned to the old value, with a comment;
 * keywords old ``SFTTrainer`` took itself (``max_seq_length``, ``dataset_text_field``, ``packing``,
   ...): they belong to ``SFTConfig`` now (marker);
@@ -25,13 +25,23 @@ from migrator.selfcheck.targetapi import api
 SFT_CONFIG = "trl.SFTConfig"
 SFT_TRAINER = "trl.SFTTrainer"
 STATIC_STRATEGY = "wrapped"
-PACKING_COMMENT = ("# \"wrapped\" packs into fixed max_length blocks; TRL's default \"bfd\" is padding-free: "
-                   "a new shape (compile) per step")
+PACKING_COMMENT = ("# \"wrapped\": fixed max_length blocks cut from the concatenated examples, as TRL 0.x packed "
+                   "(TRL 1.16's default \"bfd\" packs other examples)")
+PACKING_UNDECIDED = ("packing: TRL <= 0.18 packed fixed blocks (add packing_strategy=\"wrapped\"), 0.19 \"ffd\", "
+                     ">= 0.20 \"bfd\" (TRL 1.16's default)")
 #: defaults whose flip changes what a script does: pinned to the old value, written under the
 #: target's own name for the field (5.23: "`gradient_checkpointing` is deprecated ... Use
 #: `activation_checkpointing` instead"; the deprecated alias mirrors it), unless one of the
 #: keywords named third is given (SFTConfig turns bf16 on only when fp16 is not set)
 PINNED = (("gradient_checkpointing", "activation_checkpointing", ()), ("bf16", "bf16", ("fp16",)))
+PARSERS = ("transformers.HfArgumentParser", "trl.TrlParser")
+FILE_PARSES = ("parse_json_file", "parse_yaml_file", "parse_dict")
+PARSED_COMMENT = ("# TRL 0.x defaults for what the command line (or a --config file) does not set "
+                  "(TRL 1.16 turns them on)")
+PARSED_MARKER = ("TRL 1.16 defaults gradient_checkpointing and bf16 to True: call set_defaults(gradient_checkpointing="
+                 "False, bf16=False) on the parser first")
+FILE_MARKER = ("TRL 1.16 defaults gradient_checkpointing and bf16 to True: set them to false in this config unless "
+               "it sets them")
 #: what the target does where its dataclass default is not the value used
 EFFECTIVE = {"bf16": "True unless fp16 is set"}
 
@@ -47,6 +57,13 @@ def _comment_above(ctx: PythonContext, text: str) -> None:
         return updated.with_changes(leading_lines=[*updated.leading_lines, cst.EmptyLine(comment=cst.Comment(text))])
 
     ctx.replace(statement, add)
+
+
+def _packing_marked(ctx: PythonContext) -> bool:
+    """Whether a marker about packing is above the statement already (NM203's, for a NeuronSFTConfig it renamed)."""
+    statement = ctx.statement()
+    return any(line.comment is not None and "neuron-migrate" in line.comment.value and "packing:" in line.comment.value
+               for line in getattr(statement, "leading_lines", ()))
 
 
 def _returns_list(fn: cst.FunctionDef) -> bool:
@@ -84,12 +101,13 @@ class SftUpgrade(PythonRule):
     id = "NM613"
     title = "TRL SFT: static-shape packing pinned, flipped defaults pinned, old trainer keywords, batched formatting_func"
     fix = "mixed"
-    triggers = ("SFTConfig(", "SFTTrainer(")
+    triggers = ("SFTConfig(", "SFTTrainer(", "SFTConfig,", "SFTConfig)")
     why = """
-        TRL 1.16 changed what an old SFT script does without an error: `packing=True` now packs
-        padding-free by default (`packing_strategy="bfd"`: batch shapes change every step, which
-        recompiles every step on Neuron), so the static-shape strategy `"wrapped"` is pinned with
-        a comment; `gradient_checkpointing` now defaults to True on SFTConfig and `bf16` to True
+        TRL 1.16 changed what an old SFT script does without an error: `packing=True` packs
+        "bfd" by default, other examples than TRL <= 0.18's fixed blocks cut from the concatenated
+        examples, so `"wrapped"` (those blocks) is pinned with a comment where the config says
+        it was written for such a TRL (`max_seq_length`), and a marker says which TRL packed how
+        otherwise; `gradient_checkpointing` now defaults to True on SFTConfig and `bf16` to True
         unless `fp16` is set (the generated upgrade data records both flips), so the old False is
         pinned with a comment (gradient checkpointing as `activation_checkpointing`, the name 5.23
         reads; the old one is its deprecated alias); `formatting_func` is called
@@ -100,15 +118,16 @@ class SftUpgrade(PythonRule):
     before = """
         from trl import SFTConfig
 
-        config = SFTConfig(output_dir="out", packing=True)
+        config = SFTConfig(output_dir="out", max_seq_length=512, packing=True)
     """
     after = """
         from trl import SFTConfig
 
-        # "wrapped" packs into fixed max_length blocks; TRL's default "bfd" is padding-free: a new shape (compile) per step
+        # "wrapped": fixed max_length blocks cut from the concatenated examples, as TRL 0.x packed (TRL 1.16's default "bfd" packs other examples)
         # activation_checkpointing=False, bf16=False: TRL 0.x defaults kept (TRL 1.16.0 turns them on)
         config = SFTConfig(
             output_dir="out",
+            max_length=512,
             packing=True,
             packing_strategy="wrapped",
             activation_checkpointing=False,
@@ -116,16 +135,72 @@ class SftUpgrade(PythonRule):
         )
     """
     caveats = """
-        Only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
+        A parser of SFTConfig (`parser = TrlParser((..., SFTConfig))`, HfArgumentParser alike)
+        gets `parser.set_defaults(gradient_checkpointing=False, bf16=False)` right after it is
+        built: argparse defaults, so a flag on the command line or a TrlParser `--config` file
+        still sets them, as it did with TRL 0.x; a parse of a JSON/YAML file or a dict
+        (`parse_json_file`...) does not read those defaults: a marker. Otherwise only `SFTConfig(...)` calls (also those the Neuron rules emit: a keyword their rule adds
         itself, like NM202's `packing_strategy`, is not added twice), and `formatting_func=` of
         `SFTTrainer(...)` naming a function of the module. A `**kwargs` call is left alone. The old SFTTrainer keywords are not moved
         into the config: the marker names them.
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call}
+        return {cst.Call: self._on_call, cst.Assign: self._on_assign}
+
+    # ------------------------------------------------------------------ configs parsed from the command line
+    def _parses_sft(self, ctx: PythonContext, call: cst.BaseExpression) -> bool:
+        """``HfArgumentParser((..., SFTConfig, ...))`` / ``TrlParser(SFTConfig)``: a parser of SFT configs."""
+        if not isinstance(call, cst.Call) or target_of(ctx, call.func) not in PARSERS or not call.args:
+            return False
+        first = call.args[0].value
+        items = [e.value for e in first.elements] if isinstance(first, (cst.Tuple, cst.List)) else [first]
+        return any(target_of(ctx, item) == SFT_CONFIG for item in items if isinstance(item, (cst.Name, cst.Attribute)))
+
+    def _pins(self) -> list[tuple[str, bool]]:
+        pins = []
+        for field, _write_as, _unless in PINNED:
+            change = data().default_change(SFT_CONFIG, field)
+            if change is not None and isinstance(change[0], bool):
+                pins.append((field, change[0]))
+        return pins
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        value = node.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and self._parses_sft(ctx, value.func.value):
+            ctx.marker(node, PARSED_MARKER)  # TrlParser(...).parse_args_and_config(): no statement in between
+            return
+        if not self._parses_sft(ctx, value) or len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        statement = ctx.statement()
+        pins = self._pins()
+        if not pins or not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return
+        name = node.targets[0].target.value
+        ctx.local_state().setdefault("sft parsers", set()).add(name)
+        state = ctx.local_state()
+        if "code" not in state:
+            state["code"] = ctx.module.code
+        if f"{name}.set_defaults(" in state["code"]:
+            return  # the script sets the parser's defaults itself (or a migration did)
+        args = ", ".join(f"{field}={value}" for field, value in pins)
+        text = f"{PARSED_COMMENT}\n{name}.set_defaults({args})\n"
+        ctx.insert_after(statement, [cst.parse_statement(text)])
+        ctx.finding(node, f"{name}.set_defaults({args}): TRL 0.x defaults kept for configs parsed from the command "
+                          f"line (a flag or a --config file still sets them)")
+
+    def _parsed_file(self, node: cst.Call, ctx: PythonContext) -> None:
+        """``parser.parse_json_file(...)`` / ``parse_yaml_file`` / ``parse_dict``: the values come from the file
+        (set_defaults does not apply there): which keys it has is not in sight."""
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in FILE_PARSES):
+            return
+        if (isinstance(func.value, cst.Name) and func.value.value in ctx.local_state().get("sft parsers", ())) \
+                or self._parses_sft(ctx, func.value):
+            ctx.marker(node, FILE_MARKER)
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        self._parsed_file(node, ctx)
         target = target_of(ctx, node.func)
         if target == SFT_CONFIG:
             self._config(node, ctx)
@@ -139,10 +214,15 @@ class SftUpgrade(PythonRule):
         plan = ArgPlan()
         q = quote_of(node)
         if ("packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw
-                and "padding_free" not in kw and api().accepts(SFT_CONFIG, "packing_strategy") is True):
-            plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{q}{STATIC_STRATEGY}{q}")))
-            _comment_above(ctx, PACKING_COMMENT)
-            ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (static shapes on Neuron)")
+                and "padding_free" not in kw and api().accepts(SFT_CONFIG, "packing_strategy") is True
+                and not owned_elsewhere(ctx, node.func, self.id)):  # NeuronSFTConfig: NM203 knows its TRL
+            if "max_seq_length" in kw:  # TRL <= 0.19's name: fixed-length blocks (wrapped) until 0.18
+                plan.add.append(("packing_strategy", lambda: cst.SimpleString(f"{q}{STATIC_STRATEGY}{q}")))
+                _comment_above(ctx, PACKING_COMMENT)
+                ctx.finding(kw["packing"], "packing_strategy=\"wrapped\" pinned (TRL 0.x before max_length packed "
+                                           "fixed-length blocks)")
+            elif not _packing_marked(ctx):
+                ctx.marker(kw["packing"], PACKING_UNDECIDED)
         pinned = []
         for field, write_as, unless in PINNED:
             change = data().default_change(SFT_CONFIG, field)

@@ -246,7 +246,7 @@ def _complete(intro: list[Violation], new: str, plan: Plan) -> bool:
     except (SyntaxError, ValueError, RecursionError):
         return False
     found: dict[str, Request] = {}
-    for node in ast.walk(tree):
+    for node in _outside_functions(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 local = a.asname or a.name.split(".")[0]
@@ -259,6 +259,17 @@ def _complete(intro: list[Violation], new: str, plan: Plan) -> bool:
                     found.setdefault(local, Request(node.module, a.name, a.asname))
     plan.requests.extend(found.values())
     return bool(found)
+
+
+def _outside_functions(tree: ast.AST):
+    """The nodes of ``tree`` outside function bodies: an import a function makes stays local to it (hoisting
+    it to the top of the module would make the module import what only the function needed)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(n for n in ast.iter_child_nodes(node)
+                    if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
 
 # ------------------------------------------------------------------ dropping edits
