@@ -37,6 +37,14 @@ _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 #: calls whose arguments are only shown to a person: a device variable printed there is harmless
 _SHOWN = ("print", "info", "debug", "warning", "warn", "error", "write", "log", "master_print", "format")
 _INIT_PG = ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
+#: torch-xla calls whose positional argument at this index is a device: the rules rewrite such a call
+#: away (NM407: the plain loader) or mark it (NM900), so the variable is used as a device there; an
+#: "other" use would make this run mark the variable and the next one, no longer seeing the call,
+#: rewrite it
+_XLA_DEVICE_ARGS = {
+    "torch_xla.distributed.parallel_loader.MpDeviceLoader": 1,
+    "torch_xla.core.xla_model.send_cpu_data_to_device": 1,
+}
 
 
 @dataclass
@@ -191,6 +199,9 @@ def _arg_kind(ctx: PythonContext, call: cst.Call, arg: cst.Arg):
     if qual == "torch.device" and (first or keyword == "type"):
         return ("device", None)
     if isinstance(func, cst.Attribute) and name == "to" and first and qual != "torch.device":
+        return ("device", None)
+    index = _XLA_DEVICE_ARGS.get(qual or "")
+    if index is not None and index < len(positional) and positional[index] is arg:
         return ("device", None)
     if qual in _INIT_PG and (first or keyword == "backend"):
         return ("backend", None)
