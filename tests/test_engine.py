@@ -455,3 +455,33 @@ def test_code_blanks_comment_lines_only():
     ctx = PythonContext(cst.parse_module(src), src, Owners(()))
     assert len(ctx.code) == len(src) and ctx.code.count("\n") == src.count("\n")
     assert ctx.code.splitlines()[1].strip() == "" and "LOCAL_RANK" in ctx.code.splitlines()[2]
+
+
+class _Bump(PythonRule):
+    """Not idempotent on purpose: every run turns ``"v-N"`` into ``"v-N+1"``."""
+
+    id = "NM297"
+    title = "test rule: bump"
+    triggers = ('"v-',)
+
+    def handlers(self):
+        return {cst.SimpleString: self.on_string}
+
+    def on_string(self, node: cst.SimpleString, ctx: PythonContext) -> None:
+        value = node.evaluated_value
+        if isinstance(value, str) and value.startswith("v-"):
+            ctx.replace(node, cst.SimpleString(f'"v-{int(value[2:]) + 1}"'))
+            ctx.finding(node, "bumped")
+
+
+@pytest.mark.parametrize("second_pass, expected", [(False, 'x = "v-2"\n'), (True, 'x = "v-3"\n')])
+def test_second_pass_is_bounded_and_off_by_default(second_pass, expected):
+    import migrator.python_engine as python_engine
+
+    assert python_engine.SECOND_PASS is False  # measured: 2x the engine's time for nothing found on the corpus
+    rule = _Bump()
+    out, findings = run_python('x = "v-1"\n', [rule], Owners([rule]), checks=frozenset(), second_pass=second_pass)
+    assert out == expected  # one extra pass at most, never a fixed point hunt
+    assert [f.message for f in findings] == ["bumped"] * (2 if second_pass else 1)
+    # a unit the first pass leaves alone is not run again
+    assert run_python("y = 1\n", [rule], Owners([rule]), checks=frozenset(), second_pass=True)[0] == "y = 1\n"
