@@ -11,7 +11,8 @@ Corpus B: K medium-size transformers files with old-stack (optimum.neuron) usage
 injected, written to a temp dir. Times (a) plain libcst parse+codegen, (b) the engine's
 ``migrate_text`` on the same texts (both in-process, single core, no I/O; timed file by
 file in alternation, each file's best over the repeats, summed), (b0) the same with the
-self-check deselected (what checking every changed unit costs) and (c) the full ``run``
+self-check deselected (what checking every changed unit costs), (b2) the same with the engine's
+bounded second pass on (``python_engine.SECOND_PASS``: what that safety net would cost) and (c) the full ``run``
 with jobs=1 and jobs=N (I/O and process pool included).
 
 Every timing is the best (min) of R repeats (default 3), measured with time.perf_counter;
@@ -346,6 +347,16 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, siz
         unchecked = RuleSet.from_selection(RuleSelection(ignore=("NM991", "NM992")))
         engine_texts(texts[:5], unchecked)
         m_a0, m_b0 = paired(texts, unchecked, repeat, 2 * budget)
+        # (b2) with the engine's bounded second pass on (python_engine.SECOND_PASS, off by default):
+        # what the safety net for idempotence would cost
+        import migrator.python_engine as python_engine
+
+        saved = python_engine.SECOND_PASS
+        python_engine.SECOND_PASS = True
+        try:
+            m_a2, m_b2 = paired(texts, rules, repeat, 2 * budget)
+        finally:
+            python_engine.SECOND_PASS = saved
         m_c1 = Measure("c1", lambda: run(cands, selection, jobs=1))
         m_cn = Measure("cn", lambda: run(cands, selection, jobs=jobs))
         measure([m_c1, m_cn], repeat, budget)
@@ -368,6 +379,10 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, siz
         print(f"ratio (b)/(a)          : {m_b.best / t_a:6.2f}")
         print(f"ratio (b0)/(a)         : {m_b0.best / m_a0.best:6.2f}   (self-check cost: (b)/(b0) = "
               f"{(m_b.best / t_a) / (m_b0.best / m_a0.best):.2f})")
+        again = sum(1 for one, two in zip(outs, m_b2.result) if one != two)  # type: ignore[arg-type]
+        line("(b2) engine with the bounded second pass", m_b2, f"  changed again by it {again}/{n}")
+        print(f"ratio (b2)/(a)         : {m_b2.best / m_a2.best:6.2f}   (second-pass cost: (b2)/(b) = "
+              f"{(m_b2.best / m_a2.best) / (m_b.best / t_a):.2f})")
         print(f"ratio (c, jobs=1)/(a)  : {m_c1.best / t_a:6.2f}")
         print(f"ratio (c, jobs={jobs})/(a)  : {m_cn.best / t_a:6.2f}")
         print(f"TARGET B: (b)/(a) <= {TARGET_B_RATIO}: {m_b.best / t_a:.2f} -> "

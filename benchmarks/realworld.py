@@ -5,15 +5,18 @@
 The corpus folder (default ``../corpus`` next to the repository, laid out as
 ``<owner>__<repo>/<path>``) is copied to a temporary directory -- the original is never touched --,
 its files are found with the tool's own discovery (:func:`migrator.discover.discover`) and migrated
-in memory with every rule (:func:`migrator.engine.run`, the process pool of the CLI). The migrated
-files are then written over a second copy and migrated again, as a second ``neuron-migrate --write``
-run would do: a file that changes again is *not idempotent*. The harness measures; it never fails
-on a figure (exit status 0 unless the harness itself breaks).
+in memory with every rule (:func:`migrator.engine.run`, the process pool of the CLI): one run over the
+whole copy, with project context, as ``neuron-migrate DIR --write`` does. The migrated files are then
+written over a second copy, which is discovered afresh and migrated again as a whole, as a second
+``neuron-migrate DIR --write`` would do: a file that this project second run changes again is *not
+idempotent*. The harness measures; it never fails on a figure (exit status 0 unless the harness
+itself breaks).
 
 Per file kind and in total it prints:
 
 * ``files``, ``files changed``; ``errors`` (status "error") and ``crashes`` (errors whose text says
-  "internal error": an exception inside a rule); ``non-idempotent files``;
+  "internal error": an exception inside a rule); ``non-idempotent (project second run)``: files the
+  second whole-project run changes again (or fails on);
 * ``syntax broken``: how many more Python parts (a file, a notebook cell, a code block) fail to
   parse after the migration than before it (a block the migration emptied is no failure);
 * the self-check of :mod:`migrator.selfcheck` on every Python program of the original and of the
@@ -68,7 +71,7 @@ its header up to the reference; for a text line: the line and the backslash-cont
 command) or in the contiguous comment lines right above them; otherwise it is *silent*.
 
 ``--list`` prints, per file, what each figure counted: crashes, errors, non-idempotent files (with
-the first lines of the second run's diff), broken syntax, introduced violations and old-stack
+the first lines of the project second run's diff), broken syntax, introduced violations and old-stack
 imports left without a marker; ``--list silent`` also the silent references left; ``--list KIND``
 (``python``, ``notebook``, ...) only the files of that kind. The pre-existing unresolvable imports
 and unaccepted keywords are listed at the end, grouped by name, with counts.
@@ -137,7 +140,7 @@ ROWS = (
     ("changed", "files changed"),
     ("errors", "errors"),
     ("crashes", "  crashes (internal error)"),
-    ("non_idempotent", "non-idempotent files"),
+    ("non_idempotent", "non-idempotent (project second run)"),
     ("syntax_broken", "syntax broken (parts)"),
     ("undefined_introduced", "undefined names: introduced"),
     ("unresolved_introduced", "unresolvable target imports: introduced"),
@@ -433,28 +436,34 @@ def _first_diff(a: str, b: str, n: int = 6) -> list[str]:
     return [ln for ln in lines[2:] if not ln.startswith("@@")][:n]
 
 
-def harness(corpus: Path, only: str | None = None, jobs: int | None = None) -> dict:
-    """Migrate a copy of ``corpus`` twice and measure every file. Returns
+def _discover(root: Path, only: str | None) -> list:
+    """The files of ``root`` as ``neuron-migrate DIR`` finds them (those whose path contains ``only``)."""
+    cands, _errs = discover(["."], cwd=root)
+    return [c for c in cands if not only or only in c.display]
+
+
+def harness(corpus: Path, only: str | None = None, jobs: int | None = None,
+            selection: RuleSelection | None = None) -> dict:
+    """Migrate a copy of ``corpus`` twice, each time as one project run, and measure every file
+    (``selection``: the rules, default every rule). Returns
     ``{"files": [per-file dict], "not_discovered": [paths], "timings": {...}, "target_api": bool,
     "corpus": str, "jobs": int}``; each file's
     dict holds ``path``, ``kind``, ``status``, ``error``, ``changed``, ``errors``, ``crashes``,
     ``non_idempotent`` (+ ``second_diff``), ``applied``, ``manual`` and :func:`measure_file`'s keys."""
     jobs = jobs or default_jobs()
-    selection = RuleSelection()
+    selection = selection or RuleSelection()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="nm-realworld-") as tmp_s:
         tmp = Path(tmp_s).resolve()
         first_dir, second_dir = tmp / "first", tmp / "second"
         shutil.copytree(corpus, first_dir, symlinks=True)
-        cands, _errs = discover(["."], cwd=first_dir)
+        cands = _discover(first_dir, only)
         taken = {c.display for c in cands}
         skipped = sorted(
             p.relative_to(first_dir).as_posix() for p in first_dir.rglob("*")
             if p.is_file() and p.relative_to(first_dir).as_posix() not in taken
+            and (not only or only in p.relative_to(first_dir).as_posix())
         )
-        if only:
-            cands = [c for c in cands if only in c.display]
-            skipped = [p for p in skipped if only in p]
         t1 = time.perf_counter()
         results = run(cands, selection, jobs=jobs)
         t2 = time.perf_counter()
@@ -469,10 +478,13 @@ def harness(corpus: Path, only: str | None = None, jobs: int | None = None) -> d
             migrated.append(res.new_text if res.status == "changed" and res.new_text is not None else text)
             if res.status == "changed" and res.new_bytes is not None:
                 (second_dir / cand.display).write_bytes(res.new_bytes)
-        cands2 = [c.__class__(second_dir / c.display, c.display, c.kind) for c in cands]
+        # the project second run: the written copy discovered and migrated again as a whole (a file
+        # of one project may change another's migration: project_triggers, project facts)
         t3 = time.perf_counter()
-        results2 = run(cands2, selection, jobs=jobs)
+        cands2 = _discover(second_dir, only)
+        by_path = dict(zip((c.display for c in cands2), run(cands2, selection, jobs=jobs)))
         t4 = time.perf_counter()
+        results2 = [by_path.get(c.display) for c in cands]
 
     work = [(c.kind, o, m) for c, o, m in zip(cands, originals, migrated)]
     if jobs > 1 and len(work) >= 16:
@@ -497,14 +509,17 @@ def harness(corpus: Path, only: str | None = None, jobs: int | None = None) -> d
             "changed": int(res.status == "changed"),
             "errors": int(res.status == "error"),
             "crashes": int(bool(error) and "internal error" in error),
-            "non_idempotent": int(res2.status == "changed" or (res2.status == "error" and res.status != "error")),
+            "non_idempotent": int(res2 is None or res2.status == "changed"
+                                  or (res2.status == "error" and res.status != "error")),
             "applied": res.applied,
             "manual": res.manual,
             **m,
         }
         if entry["non_idempotent"]:
             entry["second_diff"] = (
-                _first_diff(mig, res2.new_text) if res2.new_text is not None else [f"second run: {res2.error}"]
+                ["second run: not discovered"] if res2 is None
+                else _first_diff(mig, res2.new_text) if res2.new_text is not None
+                else [f"second run: {res2.error}"]
             )
         files.append(entry)
     return {
@@ -583,7 +598,7 @@ def format_list(files: list[dict], what: set[str]) -> str:
         elif "error" in cats and f["errors"]:
             items.append(f"error: {f['error']}")
         if "idempotence" in cats and f["non_idempotent"]:
-            items.append("non-idempotent; the second run changes:")
+            items.append("non-idempotent; the project second run changes:")
             items += ["    " + d for d in f.get("second_diff", [])]
         if "syntax" in cats and f["syntax_broken"]:
             items.append(f"syntax broken in {f['syntax_broken']} part(s)")
@@ -641,6 +656,7 @@ def report(result: dict, listing: set[str] | None) -> str:
         "",
         format_table(files, api),
         "",
+        f"non-idempotent (project second run): {sum(f['non_idempotent'] for f in files)}",
         f"run time: {t['total']:.1f} s ({n / t['total']:.1f} files/s): copy+discover {t['copy_discover']:.1f} s, "
         f"migrate {t['migrate']:.1f} s ({n / max(t['migrate'], 1e-9):.1f} files/s), "
         f"second run {t['second_run']:.1f} s, checks {t['checks']:.1f} s",

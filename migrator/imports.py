@@ -34,6 +34,28 @@ def dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def catches_import_error(handler: cst.ExceptHandler) -> bool:
+    """Whether an ``except`` clause catches ImportError (bare, ImportError, ModuleNotFoundError, Exception)."""
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+    return any((n.value if isinstance(n, cst.Name) else n.attr.value if isinstance(n, cst.Attribute) else "")
+               in ("ImportError", "ModuleNotFoundError", "Exception") for n in names)
+
+
+def import_gate(ancestors) -> cst.Try | None:
+    """The ``try`` statement whose body holds a statement directly (``ancestors``: the statement's,
+    root first) and one of whose handlers catches ImportError: an availability gate, whose imports
+    decide which branch runs. None otherwise."""
+    if len(ancestors) < 2 or not isinstance(ancestors[-1], cst.IndentedBlock):
+        return None
+    gate = ancestors[-2]
+    if not isinstance(gate, cst.Try) or gate.body is not ancestors[-1]:
+        return None
+    return gate if any(catches_import_error(h) for h in gate.handlers) else None
+
+
 def build_dotted(path: str) -> cst.BaseExpression:
     parts = path.split(".")
     expr: cst.BaseExpression = cst.Name(parts[0])

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 import libcst as cst
 
 from migrator.filekinds import UnitSyntaxError
-from migrator.imports import Binding, ImportFixer, ImportRequest, dotted
+from migrator.imports import Binding, ImportFixer, ImportRequest, dotted, import_gate
 from migrator.model import (
     SELF_CHECKS,
     Finding,
@@ -265,17 +265,52 @@ def _settle_ancestors(ctx: PythonContext) -> None:
                 note.statement = next((a for a in reversed(note.ancestors) if isinstance(a, STATEMENT_TYPES)), None)
 
 
+#: run the rules once more on a unit they changed (see :func:`run_python`); off: one pass only
+SECOND_PASS = False
+
+
 def run_python(
     source: str, rules: Sequence[PythonRule], owners: Owners, project: frozenset[str] = frozenset(),
-    checks: frozenset[str] = SELF_CHECKS,
+    checks: frozenset[str] = SELF_CHECKS, second_pass: bool | None = None,
 ) -> tuple[str, list[Finding]]:
     """Run ``rules`` over ``source``; returns (new source, findings). ``project``: ids of the rules
     whose project-wide context is on (``Rule.project_triggers``); ``checks``: the self-check's findings
     that are selected (``NM991``: edits that would break the code are dropped; ``NM992``: old-stack
     imports left behind are removed or marked; see :mod:`migrator.selfcheck.policy`).
 
+    One run is meant to be enough: a rule decides from the original unit, and what the other rules'
+    edits unmask (a use they rewrote away, a name only the migrated form reveals) would otherwise be
+    seen by the next run only. So a unit the rules changed, whose output still holds a trigger of some
+    rule, is run once more (``second_pass``, default :data:`SECOND_PASS`; never a third time); that
+    output is kept only when it parses (the second pass's own self-check has checked it against the
+    first output). Its new findings join the first pass's (their lines are those of the first
+    output, which differs from the final one only where the second pass edited).
+
     Raises :class:`UnitSyntaxError` when the source does not parse.
     """
+    new, findings = _run_once(source, rules, owners, project, checks)
+    if new == source or not (SECOND_PASS if second_pass is None else second_pass):
+        return new, findings
+    if not any(r.applies_to(new, project) for r in rules):
+        return new, findings
+    try:
+        again, more = _run_once(new, rules, owners, project, checks)
+    except UnitSyntaxError:  # pragma: no cover - the first pass's output always parses
+        return new, findings
+    if again == new:
+        return new, findings
+    try:
+        compile(again, "<second pass>", "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
+    except (SyntaxError, ValueError, RecursionError):
+        return new, findings
+    known = set(find_markers(new))
+    return again, findings + [f for f in more if f not in known]
+
+
+def _run_once(
+    source: str, rules: Sequence[PythonRule], owners: Owners, project: frozenset[str], checks: frozenset[str],
+) -> tuple[str, list[Finding]]:
+    """One pass of the rules over ``source`` (see :func:`run_python`)."""
     active = [r for r in rules if r.applies_to(source, project)]
     existing = find_markers(source)
     if not active:
@@ -349,7 +384,8 @@ def run_python(
             if key in seen_markers:
                 continue
             seen_markers.add(key)
-            if _marked_above(module, n.statement, text):
+            if _marked_above(module, n.statement, text,
+                             ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))):
                 continue  # already there: reported by the existing-marker scan
             markers.setdefault(id(n.statement), []).append(text)
             marker_anc[id(n.statement)] = ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))
@@ -400,7 +436,8 @@ def run_python(
             stmt = statements_of[index]
             for rule, message in notes_:
                 text = marker_text(rule, message)
-                if text not in all_markers.get(id(stmt), ()) and not _marked_above(module, stmt, text):
+                if text not in all_markers.get(id(stmt), ()) and not _marked_above(module, stmt, text,
+                                                                                    ctx._known.get(id(stmt), ())):
                     all_markers.setdefault(id(stmt), []).append(text)
                     all_anc[id(stmt)] = ctx._known.get(id(stmt), ())
         dropped_asks = {e.rule for i, e in enumerate(edits) if i in plan.dropped} - {e.rule for e in kept}
@@ -435,7 +472,8 @@ def run_python(
             pos = positions.get(stmt, ctx._known.get(id(stmt), ()))
             line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
             for rule, message in notes_:
-                if not _marked_above(module, stmt, marker_text(rule, message)):  # else found by the marker scan
+                if not _marked_above(module, stmt, marker_text(rule, message), ctx._known.get(id(stmt), ())):
+                    # else found by the marker scan
                     findings.append(Finding(line, col, rule, message, "manual"))
     return new_source, findings
 
@@ -520,7 +558,7 @@ def _gate_keepers(ctx: PythonContext, removal_ids: set[int]) -> set[int]:
     for b in ctx.imports.all_bindings():
         if b.alias is None:
             continue
-        gate = _import_gate(b, ctx._known.get(id(b.line), ()))
+        gate = import_gate(ctx._known.get(id(b.line), ()))
         if gate is not None:
             gates.setdefault(id(gate), []).append(b)
     keep: set[int] = set()
@@ -533,25 +571,31 @@ def _gate_keepers(ctx: PythonContext, removal_ids: set[int]) -> set[int]:
     return keep
 
 
-def _import_gate(binding: Binding, ancestors: tuple) -> cst.Try | None:
-    """The ``try`` statement whose body holds ``binding``'s import line directly and one of whose
-    handlers catches ImportError, else None."""
-    if len(ancestors) < 2 or not isinstance(ancestors[-1], cst.IndentedBlock):
-        return None
-    gate = ancestors[-2]
-    if not isinstance(gate, cst.Try) or gate.body is not ancestors[-1]:
-        return None
-    for handler in gate.handlers:
-        kinds = handler.type
-        names = [] if kinds is None else [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-        if kinds is None or any((n.value if isinstance(n, cst.Name) else n.attr.value if isinstance(n, cst.Attribute)
-                                 else "") in ("ImportError", "ModuleNotFoundError", "Exception") for n in names):
-            return gate
-    return None
+#: compound statements whose header a marker above may stand for their body's first statement
+_WRAPPERS = (cst.If, cst.With, cst.For, cst.While, cst.Try, cst.TryStar)
 
 
-def _marked_above(module: cst.Module, statement: cst.CSTNode, text: str) -> bool:
-    """Whether the comment ``text`` already stands right above ``statement``."""
+def _marked_above(module: cst.Module, statement: cst.CSTNode, text: str, ancestors: Sequence[cst.CSTNode] = ()
+                  ) -> bool:
+    """Whether the comment ``text`` already stands right above ``statement`` -- or above the ``if`` /
+    ``with`` / ``for`` / ``while`` / ``try`` whose body ``statement`` begins (``ancestors``: the
+    statement's, root first). An edit that wraps a marked statement (``if rank == 0: torch.save(...)``)
+    leaves the marker above the new header; the next run, finding the node in the body, must see it."""
+    if _comment_above(module, statement, text):
+        return True
+    inner = statement
+    for i in range(len(ancestors) - 1, 0, -1):
+        block, outer = ancestors[i], ancestors[i - 1]
+        if not (isinstance(block, cst.IndentedBlock) and block.body and block.body[0] is inner
+                and isinstance(outer, _WRAPPERS) and outer.body is block):
+            return False
+        if _comment_above(module, outer, text):
+            return True
+        inner = outer
+    return False
+
+
+def _comment_above(module: cst.Module, statement: cst.CSTNode, text: str) -> bool:
     above = list(getattr(statement, "leading_lines", ()))
     if module.body and statement is module.body[0]:
         above = list(module.header) + above  # comments at the top of a module live in its header

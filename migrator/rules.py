@@ -212,6 +212,10 @@ class _ImportAsk:
         return r.name if r.name is not None else r.module.split(".")[0]
 
 
+#: a line holding only a comment
+_COMMENT_LINE = re.compile(r"(?m)^[ \t]*#.*$")
+
+
 class NameClash(Exception):
     """A rule cannot refer to its target without clashing with a name of the module."""
 
@@ -246,6 +250,7 @@ class PythonContext:
         self._known: dict[int, tuple[cst.CSTNode, ...]] = {}
         #: names each function binds itself (see qualname)
         self._locals: dict[int, frozenset[str]] = {}
+        self._code: str | None = None
 
     # ---------------------------------------------------------------- queries
     def qualname(self, node: cst.BaseExpression) -> str | None:
@@ -317,6 +322,21 @@ class PythonContext:
     def owner_renames(self, qualified: str) -> bool:
         """True when the owner of ``qualified`` also renames it (the rename table must not)."""
         return self.owners.renames(qualified)
+
+    @property
+    def code(self) -> str:
+        """The source with its comment lines blanked (same length and lines): what a rule searching the
+        text for a hint should read, so that the words of a marker an earlier run wrote
+        (``LOCAL_RANK``, ``init_process_group``...) do not change its decision on the next run."""
+        if self._code is None:
+            self._code = _COMMENT_LINE.sub(lambda m: " " * len(m.group(0)), self.source)
+        return self._code
+
+    def references(self, local: str) -> list[tuple[cst.Name, tuple[cst.CSTNode, ...]]]:
+        """The ``Name`` nodes spelling the import-bound name ``local`` outside import statements
+        (loads and stores, not attribute names nor keywords), each with its ancestors, root first.
+        Complete only once the pass is over: call it from ``finish()``."""
+        return [(n, anc) for n, anc in self._refs if n.value == local and not self.bound_locally(local, anc)]
 
     @property
     def in_project(self) -> bool:

@@ -8,8 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
+from migrator.engine import RuleSelection
+from migrator.rules import PythonContext, PythonRule
 from migrator.selfcheck.programs import programs, shell_units
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,3 +260,49 @@ def test_main_prints_table_and_list(corpus: Path, tmp_path: Path, capsys):
     assert rw.main(["--corpus", str(corpus), "--only", "launch", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert "(1 files," in out
+
+
+# ----------------------------------------------------------------------------- the project second run
+
+
+class _Recount(PythonRule):
+    """Not idempotent, and only with project context: in a run where some file holds OLDSTACK, the
+    string "count-N" of a file holding WATCHED becomes "count-N+1" (every run again)."""
+
+    id = "NM996"
+    title = "test rule"
+    triggers = ("OLDSTACK",)
+    project_triggers = ("WATCHED",)
+
+    def handlers(self):
+        return {cst.SimpleString: self._on_string}
+
+    def _on_string(self, node: cst.SimpleString, ctx: PythonContext) -> None:
+        value = node.evaluated_value
+        if ctx.in_project and isinstance(value, str) and value.startswith("count-"):
+            ctx.replace(node, cst.SimpleString(f'"count-{int(value[6:]) + 1}"'))
+
+
+def recount_rules():
+    return [_Recount()]
+
+
+def test_project_second_run_counts_files_that_change_again(tmp_path: Path, capsys):
+    root = tmp_path / "corpus" / "someone__project"
+    root.mkdir(parents=True)
+    (root / "old.py").write_text("OLDSTACK = 1\n")  # the file that turns the project context on
+    (root / "watched.py").write_text('WATCHED = "count-1"\n')
+    (root / "other.py").write_text('OTHER = "count-1"\n')  # never shown to the rule: no trigger
+    selection = RuleSelection("tests.test_realworld_harness:recount_rules")
+    result = rw.harness(tmp_path / "corpus", jobs=1, selection=selection)
+    files = {f["path"]: f for f in result["files"]}
+    watched = files["someone__project/watched.py"]
+    # the first run rewrote it with project context, and the second whole-project run, which sees
+    # old.py again, rewrote it again (a run of watched.py alone would not have: no OLDSTACK there)
+    assert watched["changed"] == 1 and watched["non_idempotent"] == 1
+    assert watched["second_diff"] == ['-WATCHED = "count-2"', '+WATCHED = "count-3"']
+    assert files["someone__project/old.py"]["non_idempotent"] == 0
+    assert files["someone__project/other.py"]["changed"] == 0
+    assert rw.totals(result["files"])["total"]["non_idempotent"] == 1
+    assert "non-idempotent (project second run): 1" in rw.report(result, {"idempotence"})
+    assert "the project second run changes:" in rw.report(result, {"idempotence"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.renames import load_table
+from migrator.imports import import_gate
 from migrator.rules import PythonContext, PythonRule
 
 #: top-level packages of the old stack; none of them exists under TorchNeuron
@@ -66,33 +67,6 @@ class OldStackLeftovers(PythonRule):
                 return True
         return False
 
-    def _attribute_uses(self, ctx: PythonContext) -> set[str]:
-        """Local names (bound by imports) that appear as the root of an attribute chain."""
-        state = ctx.local_state()
-        if "roots" not in state:
-            import re
-
-            names = set(ctx.imports.bindings)
-            # not the dotted module paths of import statements (`import torch_xla.core.xla_model as xm`
-            # does not use `torch_xla`: counting it made a second run add a marker the first did not)
-            state["roots"] = {m for m in re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*\.", self._code(ctx)) if m in names}
-        return state["roots"]
-
-    def _used(self, ctx: PythonContext) -> set[str]:
-        """Local names (bound by imports) that occur in the code outside import statements."""
-        state = ctx.local_state()
-        if "used" not in state:
-            import re
-
-            names = set(ctx.imports.bindings)
-            state["used"] = {m for m in re.findall(r"(?<![\w.])([A-Za-z_]\w*)", self._code(ctx)) if m in names}
-        return state["used"]
-
-    @staticmethod
-    def _code(ctx: PythonContext) -> str:
-        """The source without its import lines (whose dotted paths are not uses)."""
-        return "\n".join(ln for ln in ctx.source.splitlines() if not ln.lstrip().startswith(("import ", "from ")))
-
     def _on_alias(self, node: cst.ImportAlias, ctx: PythonContext) -> None:
         stmt = ctx.parent
         if isinstance(stmt, cst.ImportFrom):
@@ -108,11 +82,27 @@ class OldStackLeftovers(PythonRule):
             if node.asname is not None and isinstance(node.asname.name, cst.Name)
             else _dotted(node.name).split(".")[0] if isinstance(stmt, cst.Import) else _dotted(node.name)
         )
-        if local in self._attribute_uses(ctx):
-            return  # a module used as `mod.name`: each use is checked on its own
-        if "NM992" in ctx.checks and local not in self._used(ctx):
-            return  # used nowhere: the engine's self-check removes it (NM992)
+        line = next((i for i in range(len(ctx.stack) - 1, -1, -1) if isinstance(ctx.stack[i], cst.SimpleStatementLine)),
+                    None)
+        if line is not None and import_gate(ctx.stack[:line]) is not None:
+            return  # an availability gate (`try: import torch_xla ... except ImportError:`): marked as the gate
         if old_stack(qual) and not self._covered(ctx, qual):
+            ctx.local_state().setdefault("aliases", []).append((node, qual, local))
+
+    def finish(self, ctx: PythonContext) -> None:
+        """Mark the imports of old-stack names that the code uses other than as ``mod.name``.
+
+        Decided from the references of the whole unit, once the pass is over: an import whose
+        every reference roots an attribute chain (``xm.mark_step()``) leaves each use to be
+        checked on its own, and an import nothing refers to is the self-check's (NM992). A bare
+        reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
+        rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
+        those, would otherwise add the marker the first one did not."""
+        for node, qual, local in ctx.local_state().get("aliases", ()):
+            refs = ctx.references(local)
+            bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
+            if not bare and (refs or "NM992" in ctx.checks):
+                continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
             ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
 
     def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:

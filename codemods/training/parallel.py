@@ -147,8 +147,14 @@ class LazyLoadForParallelism(PythonRule):
         owner = node.value.value
         if owner not in ctx.local_state().get("args_sizes", {}) and not owner.endswith("args"):
             return
-        if any(isinstance(a, cst.Call) and ctx.qualname(a.func) in LAZY_LOAD for a in ctx.stack):
-            return
+        stack = ctx.stack
+        if any(isinstance(a, cst.Call) and ctx.qualname(a.func) in LAZY_LOAD for a in stack):
+            whole = len(stack) >= 3 and isinstance(stack[-2], cst.Arg) and stack[-2].value is node \
+                and isinstance(stack[-3], cst.Call) and ctx.qualname(stack[-3].func) in LAZY_LOAD
+            if whole:
+                return  # the size itself: the launch environment's TP_SIZE / PP_SIZE now (_sizes)
+            # inside a kept expression (`int(args.tensor_parallel_size)`): it moves into the
+            # DistributedConfig of the load, where the next run would mark it
         env = next(e for p, _f, e in SIZES if p == attr)
         ctx.marker(node, (
             f"TrainingArguments has no {attr}: read int(os.environ.get(\"{env}\", \"1\")) (the launch convention) "

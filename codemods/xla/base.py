@@ -50,12 +50,12 @@ def _state(ctx: PythonContext) -> dict:
 def _multi_process(ctx: PythonContext) -> bool:
     st = _state(ctx)
     if "multi" not in st:
-        st["multi"] = any(h in ctx.source for h in _MULTI_HINTS)
+        st["multi"] = any(h in ctx.code for h in _MULTI_HINTS)  # not the words of a marker
     return st["multi"]
 
 
 def _has_process_group(ctx: PythonContext) -> bool:
-    return "init_process_group" in ctx.source
+    return "init_process_group" in ctx.code
 
 
 def _quote(ctx: PythonContext) -> str:

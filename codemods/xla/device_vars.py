@@ -37,6 +37,16 @@ _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 #: calls whose arguments are only shown to a person: a device variable printed there is harmless
 _SHOWN = ("print", "info", "debug", "warning", "warn", "error", "write", "log", "master_print", "format")
 _INIT_PG = ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
+#: torch-xla calls whose positional argument at this index is a device: the rules rewrite such a call
+#: away (NM407: the plain loader) or mark it (NM900), so the variable is used as a device there; an
+#: "other" use would make this run mark the variable and the next one, no longer seeing the call,
+#: rewrite it
+_XLA_DEVICE_ARGS = {
+    "torch_xla.distributed.parallel_loader.MpDeviceLoader": 1,
+    "torch_xla.core.xla_model.send_cpu_data_to_device": 1,
+}
+#: torch-xla calls whose positional argument at this index is a list of devices (``[device]``)
+_XLA_DEVICE_LISTS = {"torch_xla.distributed.parallel_loader.ParallelLoader": 1}
 
 
 @dataclass
@@ -157,6 +167,15 @@ def _load_kind(ctx: PythonContext, node: cst.Name):
     if isinstance(parent, cst.Arg) and parent.value is node and len(stack) >= 3 and isinstance(stack[-3], cst.Call):
         call = stack[-3]
         return _arg_kind(ctx, call, parent)
+    if isinstance(parent, cst.Element) and len(stack) >= 5 and isinstance(stack[-3], cst.List) \
+            and isinstance(stack[-4], cst.Arg) and isinstance(stack[-5], cst.Call):
+        call, arg = stack[-5], stack[-4]
+        qual = ctx.qualname(call.func) if isinstance(call.func, (cst.Name, cst.Attribute)) else None
+        index = _XLA_DEVICE_LISTS.get(qual or "")
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if index is not None and index < len(positional) and positional[index] is arg:
+            return ("device", None)  # `pl.ParallelLoader(loader, [device])`
+        return ("other", None)
     if isinstance(parent, cst.Comparison) and parent.left is node and len(parent.comparisons) == 1:
         return _compare_kind(parent.comparisons[0].operator, parent.comparisons[0].comparator)
     if isinstance(parent, cst.ComparisonTarget) and parent.comparator is node:
@@ -167,6 +186,13 @@ def _load_kind(ctx: PythonContext, node: cst.Name):
     if isinstance(parent, cst.FormattedStringExpression):
         return ("shown", None)
     return ("other", None)
+
+
+def _parallel_loader(ctx: PythonContext, func: cst.BaseExpression) -> bool:
+    """``func`` is ``<ParallelLoader(...)>.per_device_loader``."""
+    value = func.value if isinstance(func, cst.Attribute) else None
+    return isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)) \
+        and ctx.qualname(value.func) in _XLA_DEVICE_LISTS
 
 
 def _compare_kind(operator, other: cst.BaseExpression):
@@ -192,6 +218,11 @@ def _arg_kind(ctx: PythonContext, call: cst.Call, arg: cst.Arg):
         return ("device", None)
     if isinstance(func, cst.Attribute) and name == "to" and first and qual != "torch.device":
         return ("device", None)
+    index = _XLA_DEVICE_ARGS.get(qual or "")
+    if index is not None and index < len(positional) and positional[index] is arg:
+        return ("device", None)
+    if name == "per_device_loader" and first and _parallel_loader(ctx, func):
+        return ("device", None)  # `pl.ParallelLoader(loader, [device]).per_device_loader(device)`
     if qual in _INIT_PG and (first or keyword == "backend"):
         return ("backend", None)
     if name in _SHOWN:

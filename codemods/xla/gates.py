@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.leftovers import old_stack
+from migrator.imports import catches_import_error
 from migrator.rules import PythonContext, PythonRule
 
 #: functions of the target libraries that report whether torch-xla is usable: False on TorchNeuron
@@ -25,15 +26,6 @@ XLA_PROBES = (
 )
 FIND_SPEC = ("importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader")
 NATIVE_TEST = "torch.neuron.is_available()"
-
-
-def _catches_import_error(handler: cst.ExceptHandler) -> bool:
-    kinds = handler.type
-    if kinds is None:
-        return True
-    names = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-    return any(isinstance(n, (cst.Name, cst.Attribute)) and (n.value if isinstance(n, cst.Name) else n.attr.value)
-               in ("ImportError", "ModuleNotFoundError", "Exception") for n in names)
 
 
 class OldStackAvailabilityGates(PythonRule):
@@ -105,7 +97,7 @@ class OldStackAvailabilityGates(PythonRule):
         if not old or "torch_neuronx" in modules:
             return  # the gate also imports the TorchNeuron plugin: the engine keeps that import, which decides it
         for handler in node.handlers:
-            if not _catches_import_error(handler):
+            if not catches_import_error(handler):
                 continue
             body = handler.body.body
             trivial = all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Pass, cst.Raise, cst.Expr))
