@@ -26,6 +26,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
 from migrator.rules import NameClash, PythonContext, PythonRule
 
@@ -118,7 +119,12 @@ class _RenameRule(PythonRule):
         if node.value not in plan:
             return
         binding, rename, mode = _reaching(plan[node.value], ctx)
-        if mode != "refs" or not _is_reference(node, ctx.parent):
+        if not _is_reference(node, ctx.parent):
+            return
+        if rename_type_use(ctx, node, binding.qualified, rename.target, anchor=binding):
+            ctx.local_state()["renamed"].add(id(binding))
+            return  # `isinstance(m, NeuronModelForCausalLM)`: the base class, not the Auto factory
+        if mode != "refs":
             return
         try:
             expr = ctx.name_for(rename.target, anchor=binding)
@@ -140,6 +146,8 @@ class _RenameRule(PythonRule):
         if rename is None or rename.rule != self.id or ctx.owner_renames(qual):
             return
         anchor = ctx.imports.binding_of(node)
+        if rename_type_use(ctx, node, qual, rename.target, anchor=anchor, style="module"):
+            return
         try:
             expr = ctx.name_for(rename.target, anchor=anchor, style="module")
         except NameClash as exc:
@@ -207,7 +215,11 @@ class InferenceRenames(_RenameRule):
     """
     caveats = """
         Names are renamed wherever the import is visible; a local variable that shadows an
-        imported name is not tracked. String annotations are left alone.
+        imported name is not tracked. String annotations are left alone. Where a name that becomes a
+        factory (`AutoModelFor*`, `AutoPipelineFor*`) is used as a type (`isinstance`/`issubclass`,
+        annotations, `type(m) is X`) it becomes the base class, `transformers.PreTrainedModel` /
+        `diffusers.DiffusionPipeline` (codemods/common/type_names.py): an isinstance on a factory is
+        always False.
     """
 
 

@@ -46,6 +46,7 @@ from codemods.inference.args import (
     quote_style,
 )
 from codemods.common.renames import _is_reference
+from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
 from migrator.rules import NameClash, PythonContext, PythonRule
 
@@ -188,7 +189,12 @@ class CausalLMStaticCache(PythonRule):
             return
         binding, mode = plan[node.value]
         parent = ctx.parent
-        if mode != "refs" or not _is_reference(node, parent):
+        if not _is_reference(node, parent):
+            return
+        if rename_type_use(ctx, node, binding.qualified, self.target, anchor=binding):
+            ctx.local_state()["renamed"].add(node.value)
+            return  # `isinstance(m, NeuronModelForCausalLM)`: PreTrainedModel, not the Auto factory
+        if mode != "refs":
             return
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return  # the two-step compile API stays (with a marker) until a person rewrites it
@@ -216,6 +222,8 @@ class CausalLMStaticCache(PythonRule):
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return
         anchor = ctx.imports.binding_of(node)
+        if rename_type_use(ctx, node, qual, self.target, anchor=anchor, style="module"):
+            return
         try:
             expr = ctx.name_for(self.target, anchor=anchor, style="module")
         except NameClash as exc:
