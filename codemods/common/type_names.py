@@ -3,7 +3,7 @@
 ``isinstance(m, NeuronModelForCausalLM)`` renamed to ``isinstance(m, AutoModelForCausalLM)`` is always
 False: the Transformers ``Auto*`` classes are factories (``from_pretrained`` returns a
 ``LlamaForCausalLM``, never an ``AutoModelForCausalLM``), and so are Diffusers' ``AutoPipelineFor*``.
-Where a renamed name is a type -- the class argument of ``isinstance`` / ``issubclass`` (alone or in a
+Where a renamed name is a type -- the class argument of ``isinstance`` / ``issubclass`` / ``assertIsInstance`` (alone or in a
 tuple), an annotation (``model: X``, ``-> X``, ``Optional[X]``, ``X | None``) -- the rename goes to
 the base class every such model derives from: ``transformers.PreTrainedModel``
 (``diffusers.DiffusionPipeline`` for a pipeline factory). ``type(m) is X`` has no such class (the type of
@@ -32,10 +32,15 @@ def base_class(target: str) -> str | None:
     return None
 
 
+TYPE_CHECKS = ("isinstance", "issubclass", "assertIsInstance", "assertNotIsInstance")
+
+
 def _is_type_check(call: cst.Call, arg: cst.Arg) -> bool:
-    """``arg`` is the class argument of ``isinstance(x, C)`` / ``issubclass(x, C)``."""
+    """``arg`` is the class argument of ``isinstance(x, C)`` / ``issubclass(x, C)`` /
+    ``self.assertIsInstance(x, C)``."""
     func = call.func
-    if not (isinstance(func, cst.Name) and func.value in ("isinstance", "issubclass")):
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+    if name not in TYPE_CHECKS:
         return False
     positional = [a for a in call.args if a.keyword is None and not a.star]
     return len(positional) == 2 and positional[1] is arg

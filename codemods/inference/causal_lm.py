@@ -45,6 +45,7 @@ from codemods.inference.args import (
     prefix_len,
     quote_style,
 )
+from codemods.common.export_only import inside_export_only, kept_names, mark_export_only
 from codemods.common.renames import _is_reference
 from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
@@ -161,6 +162,9 @@ class CausalLMStaticCache(PythonRule):
                 continue
             if ctx.is_ignored(b.line):
                 continue
+            kept = b.local in kept_names(ctx)  # an export-only load keeps its class (and the import)
+            if kept and (b.local != self.class_name or b.local == self.target_name):
+                continue
             if (b.local != self.class_name or b.local == self.target_name) and not _uses_two_step(ctx, b.local):
                 plan[b.local] = (b, "rebind")  # the import is swapped in finish(), after torch & co
             else:
@@ -175,7 +179,7 @@ class CausalLMStaticCache(PythonRule):
         # swap the import of an aliased name, or of a name that is never used
         state = ctx.local_state()
         for local, (b, mode) in state.get("plan", {}).items():
-            if local in state["clash"]:
+            if local in state["clash"] or local in kept_names(ctx):
                 continue
             if mode == "rebind" or (local not in state["renamed"] and not _uses_two_step(ctx, local)):
                 ctx.remove_import(b)
@@ -189,7 +193,7 @@ class CausalLMStaticCache(PythonRule):
             return
         binding, mode = plan[node.value]
         parent = ctx.parent
-        if not _is_reference(node, parent):
+        if not _is_reference(node, parent) or inside_export_only(ctx):
             return
         if rename_type_use(ctx, node, binding.qualified, self.target, anchor=binding):
             ctx.local_state()["renamed"].add(node.value)
@@ -220,6 +224,8 @@ class CausalLMStaticCache(PythonRule):
         if qual not in self.sources:
             return
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
+            return
+        if inside_export_only(ctx):
             return
         anchor = ctx.imports.binding_of(node)
         if rename_type_use(ctx, node, qual, self.target, anchor=anchor, style="module"):
@@ -304,6 +310,8 @@ class CausalLMStaticCache(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
+        if mark_export_only(ctx, node):
+            return  # compile-and-save: obsolete, not a native load and re-save
         # the class name is renamed by _on_name/_on_attribute; this rewrite reports it
         ctx.local_state()["quiet"].add(id(node.func.value))  # type: ignore[attr-defined]
         source_name = f"{ctx.class_qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]

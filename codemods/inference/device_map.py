@@ -20,6 +20,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.export_only import export_only_model
 from codemods.common.hardware import MIXED, NEURON, OTHER, branch_hardware
 from codemods.common.leftovers import old_stack
 from codemods.common.renames import load_table
@@ -435,8 +436,8 @@ class NeuronModelHubCalls(PythonRule):
             return
         models = ctx.local_state().get("models", ())
         model = ctx.module.code_for_node(func.value)
-        if model not in models:
-            return
+        if model not in models or export_only_model(ctx, model):
+            return  # (an export-only load stays as it is, with its marker: so does its push_to_hub)
         owner = ctx.local_state()["owner"][model]
         args = list(node.args)
         if any(a.star for a in args):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.export_only import mark_export_only
 from codemods.inference.args import (
     COMPILER_KNOBS,
     DTYPES,
@@ -172,6 +173,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
+        if mark_export_only(ctx, node):
+            return  # compile-and-save: obsolete, not a native load and re-save
         code = ctx.module.code_for_node
         quote = quote_style(node)
         args = expand_literal_kwargs(node.args, literal_dicts(ctx))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.export_only import mark_export_only
 from codemods.inference.args import (
     COMPILER_KNOBS,
     DTYPES,
@@ -158,6 +159,8 @@ class TracedModelsOnNeuron(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
+        if mark_export_only(ctx, node):
+            return  # compile-and-save: obsolete, not a native load and re-save
         code = ctx.module.code_for_node
         quote = quote_style(node)
         st = class_name in SENTENCE_TRANSFORMERS
