@@ -141,7 +141,10 @@ class CausalLMStaticCache(PythonRule):
         gets its static cache, of unknown length), arguments passed through
         `**kwargs` variables, a non-literal `auto_cast_type`, and loads that are not
         assigned to a name or attribute (set the static cache yourself). Reads of
-        `model.neuron_config` / `model.config.neuron` are handled by NM110. The static-cache lines are only inserted
+        `model.neuron_config` / `model.config.neuron` are handled by NM110. An export-only load
+        (`from_pretrained(..., export=True)` whose result is only saved or pushed, or asserted on in a
+        test) is obsolete on TorchNeuron: it is left as it is with a marker naming what its consumer loads
+        instead (the original checkpoint), not rewritten into a native load and re-save. The static-cache lines are only inserted
         after an assignment inside a function, class or compound statement; at module level a
         marker gives them (the engine cannot yet insert statements there).
     """

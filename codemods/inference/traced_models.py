@@ -136,7 +136,9 @@ class TracedModelsOnNeuron(PythonRule):
         in `**kwargs` variables and loads of a pre-exported (compiled) model are left to a person
         with a marker (the placement is still added). SentenceTransformer takes sentences
         (`model.encode(...)`), not tokenizer outputs: a call site written for the traced model
-        must be adapted.
+        must be adapted. An export-only load (`export=True`, then only saved, pushed or asserted on in
+        a test) is left as it is with a marker: the step is obsolete, its consumer loads the original
+        checkpoint (codemods/common/export_only.py).
     """
 
     def handlers(self):
