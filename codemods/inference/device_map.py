@@ -382,6 +382,7 @@ class NeuronModelHubCalls(PythonRule):
         model = NeuronModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", export=True, batch_size=1, sequence_length=512)
         model.save_pretrained("out")
         model.push_to_hub("out", repository_id="me/llama-neuron")
+        print(model.generate(max_new_tokens=8))
     """
     after = """
         from transformers import AutoModelForCausalLM
@@ -391,10 +392,13 @@ class NeuronModelHubCalls(PythonRule):
         model.generation_config.max_cache_len = 512
         model.save_pretrained("out")
         model.push_to_hub("me/llama-neuron")
+        print(model.generate(max_new_tokens=8))
     """
     caveats = """
         The model must be a name (or `self.attr`) assigned from `<optimum.neuron class>.from_pretrained(...)`
-        in the same unit. `endpoint=` and arguments in `**kwargs` get a marker. The pushed repository now holds
+        in the same unit. `endpoint=` and arguments in `**kwargs` get a marker. A model that is only exported and
+        saved or pushed (an export-only script) is left as it is, push_to_hub included: the load has a marker
+        saying the step is obsolete (codemods/common/export_only.py). The pushed repository now holds
         the model's weights (not compiled artifacts).
     """
 
