@@ -15,6 +15,7 @@ TABLE = (
     ('NM109', 'python', ('python', 'notebook', 'markdown'), ('NeuronModelForEmbedding',), (), (), ()),
     ('NM110', 'python', ('python', 'notebook', 'markdown'), ('neuron_config', 'config.neuron', 'optimum.neuron', 'optimum import'), (), (), ()),
     ('NM111', 'python', ('python', 'notebook', 'markdown'), ('NeuronModel',), (), (), ()),
+    ('NM112', 'python', ('python', 'notebook', 'markdown'), ('optimum-cli',), (), (), ()),
     ('NM200', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), (), ()),
     ('NM201', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainingArguments', 'TrainiumTrainingArguments'), (), (), ()),
     ('NM202', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainer', 'TrainiumTrainer', 'NeuronSFTTrainer'), (), (), ()),

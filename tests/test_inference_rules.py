@@ -74,7 +74,7 @@ def test_nm103_keywords_exist_in_from_pretrained():
     for after in sorted((FIXTURES / "NM103").glob("*.after.py")):
         for call in _calls(after):
             name = _func_name(call)
-            if name.endswith(".from_pretrained") and not name.startswith("AutoTokenizer"):
+            if name.endswith(".from_pretrained") and not name.startswith(("AutoTokenizer", "Neuron")):
                 for kw in call.keywords:
                     if kw.arg is not None:
                         assert kw.arg in accepted or kw.arg in config_attrs, f"{after.name}: {name}({kw.arg}=)"
@@ -318,6 +318,8 @@ def test_nm104_keywords_exist_in_diffusers():
     for after in sorted((FIXTURES / "NM104").glob("*.after.py")):
         for call in _calls(after):
             fname = _func_name(call)
+            if fname.startswith("Neuron"):
+                continue  # an old load left as it is (an export-only script: neg_compile_and_save)
             method = fname.rsplit(".", 1)[-1]
             kws = {kw.arg for kw in call.keywords if kw.arg is not None}
             seen.setdefault(method, set()).update(kws)

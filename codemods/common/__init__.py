@@ -3,9 +3,10 @@
 fallback for every old-stack name no other rule owns), the leftovers that make sure nothing is left
 silently (``leftovers.py``: NM900, an old-stack import or name with no automatic replacement;
 ``neuron_kwargs.py``: NM901, Neuron-only arguments on a call the renames moved to a native class;
-``patch_targets.py``: NM902, mock.patch targets naming the old stack),
-the engine's own report of a unit it could not parse (``skipped.py``: NM990), and the argument-plan
-helpers shared by the inference and training families (``arg_plan.py``). Rule ids ending in 00
+``patch_targets.py``: NM902, mock.patch targets naming the old stack), the engine's own report of a
+unit it could not parse (``skipped.py``: NM990), and the helpers shared by several families: the
+argument plans (``arg_plan.py``) and which hardware a branch runs on (``hardware.py``: a rule leaves
+another machine's branch alone). Rule ids ending in 00
 and NM9xx live here."""
 
 from codemods.common import leftovers, neuron_kwargs, patch_targets, renames, skipped

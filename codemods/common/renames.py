@@ -26,6 +26,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from codemods.common.export_only import inside_export_only, kept_names
+from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
 from migrator.rules import NameClash, PythonContext, PythonRule
 
@@ -96,6 +98,9 @@ class _RenameRule(PythonRule):
                 continue  # the import is left alone, so are the uses of its name
             target_module, _, target_name = r.target.rpartition(".")
             original_name = b.qualified.rsplit(".", 1)[1]
+            kept = b.local in kept_names(ctx)  # an export-only load keeps its class (and the import)
+            if kept and (b.local != original_name or b.local == target_name):
+                continue
             if b.local != original_name or b.local == target_name:
                 _rebind(ctx, b, r)
                 plan.setdefault(b.local, []).append((b, r, "rebind"))
@@ -110,7 +115,7 @@ class _RenameRule(PythonRule):
         state = ctx.local_state()
         for entries in state.get("plan", {}).values():
             for b, r, mode in entries:
-                if mode == "refs" and id(b) not in state["renamed"]:
+                if mode == "refs" and id(b) not in state["renamed"] and b.local not in kept_names(ctx):
                     _rebind(ctx, b, r)
 
     def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
@@ -118,7 +123,12 @@ class _RenameRule(PythonRule):
         if node.value not in plan:
             return
         binding, rename, mode = _reaching(plan[node.value], ctx)
-        if mode != "refs" or not _is_reference(node, ctx.parent):
+        if not _is_reference(node, ctx.parent) or inside_export_only(ctx):
+            return
+        if rename_type_use(ctx, node, binding.qualified, rename.target, anchor=binding):
+            ctx.local_state()["renamed"].add(id(binding))
+            return  # `isinstance(m, NeuronModelForCausalLM)`: the base class, not the Auto factory
+        if mode != "refs":
             return
         if ctx.bound_locally(node.value, ctx.stack):
             return  # a parameter or local variable spelled like the import (`def run(NeuronSFTConfig)`): not a use of it
@@ -141,7 +151,11 @@ class _RenameRule(PythonRule):
         rename = load_table().get(qual)
         if rename is None or rename.rule != self.id or ctx.owner_renames(qual):
             return
+        if inside_export_only(ctx):
+            return  # an export-only load stays as it is (with its marker)
         anchor = ctx.imports.binding_of(node)
+        if rename_type_use(ctx, node, qual, rename.target, anchor=anchor, style="module"):
+            return
         try:
             expr = ctx.name_for(rename.target, anchor=anchor, style="module")
         except NameClash as exc:
@@ -209,7 +223,11 @@ class InferenceRenames(_RenameRule):
     """
     caveats = """
         Names are renamed wherever the import is visible; a local variable that shadows an
-        imported name is not tracked. String annotations are left alone.
+        imported name is not tracked. String annotations are left alone. Where a name that becomes a
+        factory (`AutoModelFor*`, `AutoPipelineFor*`) is used as a type (`isinstance`/`issubclass`,
+        annotations, `type(m) is X`) it becomes the base class, `transformers.PreTrainedModel` /
+        `diffusers.DiffusionPipeline` (codemods/common/type_names.py): an isinstance on a factory is
+        always False.
     """
 
 

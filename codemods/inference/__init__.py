@@ -5,13 +5,14 @@ cache, NM108 image-text-to-text, NM109 embedding models (``causal_lm.py``); NM10
 diffusion pipelines (``diffusion.py``); NM105 ``device_map="auto"``, NM106 generation inputs left on
 CPU, NM107 Hub calls of the Neuron models (``device_map.py``); NM110 reads of ``neuron_config``
 (``neuron_attributes.py``); NM111 user subclasses of classes whose equivalent is an ``Auto*``
-factory (``subclasses.py``). ``args.py`` holds the load/shape argument helpers these rules share;
+factory (``subclasses.py``); NM112 ``optimum-cli export neuron`` run from Python (``export_cli.py``). ``args.py`` holds the load/shape argument helpers these rules share;
 the renames of the inference names themselves are NM100 in :mod:`codemods.common`."""
 
 from codemods.inference import (
     causal_lm,
     device_map,
     diffusion,
+    export_cli,
     neuron_attributes,
     pipelines,
     subclasses,
@@ -22,6 +23,7 @@ RULES = (
     *causal_lm.RULES,
     *device_map.RULES,
     *diffusion.RULES,
+    *export_cli.RULES,
     *neuron_attributes.RULES,
     *pipelines.RULES,
     *subclasses.RULES,

@@ -45,7 +45,9 @@ from codemods.inference.args import (
     prefix_len,
     quote_style,
 )
+from codemods.common.export_only import inside_export_only, kept_names, mark_export_only
 from codemods.common.renames import _is_reference
+from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
 from migrator.rules import NameClash, PythonContext, PythonRule
 
@@ -139,7 +141,10 @@ class CausalLMStaticCache(PythonRule):
         gets its static cache, of unknown length), arguments passed through
         `**kwargs` variables, a non-literal `auto_cast_type`, and loads that are not
         assigned to a name or attribute (set the static cache yourself). Reads of
-        `model.neuron_config` / `model.config.neuron` are handled by NM110. The static-cache lines are only inserted
+        `model.neuron_config` / `model.config.neuron` are handled by NM110. An export-only load
+        (`from_pretrained(..., export=True)` whose result is only saved or pushed, or asserted on in a
+        test) is obsolete on TorchNeuron: it is left as it is with a marker naming what its consumer loads
+        instead (the original checkpoint), not rewritten into a native load and re-save. The static-cache lines are only inserted
         after an assignment inside a function, class or compound statement; at module level a
         marker gives them (the engine cannot yet insert statements there).
     """
@@ -160,6 +165,9 @@ class CausalLMStaticCache(PythonRule):
                 continue
             if ctx.is_ignored(b.line):
                 continue
+            kept = b.local in kept_names(ctx)  # an export-only load keeps its class (and the import)
+            if kept and (b.local != self.class_name or b.local == self.target_name):
+                continue
             if (b.local != self.class_name or b.local == self.target_name) and not _uses_two_step(ctx, b.local):
                 plan[b.local] = (b, "rebind")  # the import is swapped in finish(), after torch & co
             else:
@@ -174,7 +182,7 @@ class CausalLMStaticCache(PythonRule):
         # swap the import of an aliased name, or of a name that is never used
         state = ctx.local_state()
         for local, (b, mode) in state.get("plan", {}).items():
-            if local in state["clash"]:
+            if local in state["clash"] or local in kept_names(ctx):
                 continue
             if mode == "rebind" or (local not in state["renamed"] and not _uses_two_step(ctx, local)):
                 ctx.remove_import(b)
@@ -188,7 +196,12 @@ class CausalLMStaticCache(PythonRule):
             return
         binding, mode = plan[node.value]
         parent = ctx.parent
-        if mode != "refs" or not _is_reference(node, parent):
+        if not _is_reference(node, parent) or inside_export_only(ctx):
+            return
+        if rename_type_use(ctx, node, binding.qualified, self.target, anchor=binding):
+            ctx.local_state()["renamed"].add(node.value)
+            return  # `isinstance(m, NeuronModelForCausalLM)`: PreTrainedModel, not the Auto factory
+        if mode != "refs":
             return
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return  # the two-step compile API stays (with a marker) until a person rewrites it
@@ -215,7 +228,11 @@ class CausalLMStaticCache(PythonRule):
             return
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in TWO_STEP:
             return
+        if inside_export_only(ctx):
+            return
         anchor = ctx.imports.binding_of(node)
+        if rename_type_use(ctx, node, qual, self.target, anchor=anchor, style="module"):
+            return
         try:
             expr = ctx.name_for(self.target, anchor=anchor, style="module")
         except NameClash as exc:
@@ -296,6 +313,8 @@ class CausalLMStaticCache(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
+        if mark_export_only(ctx, node):
+            return  # compile-and-save: obsolete, not a native load and re-save
         # the class name is renamed by _on_name/_on_attribute; this rewrite reports it
         ctx.local_state()["quiet"].add(id(node.func.value))  # type: ignore[attr-defined]
         source_name = f"{ctx.class_qualname(node.func.value)}.from_pretrained"  # type: ignore[attr-defined]

@@ -20,6 +20,8 @@ import re
 
 import libcst as cst
 
+from codemods.common.export_only import export_only_model
+from codemods.common.hardware import MIXED, NEURON, OTHER, branch_hardware
 from codemods.common.leftovers import old_stack
 from codemods.common.renames import load_table
 from migrator.rules import PythonContext, PythonRule
@@ -106,6 +108,9 @@ class DeviceMapAuto(PythonRule):
         (a file of the same run matched), `device_map="auto"` gets a marker instead of a rewrite: such a file
         may also serve CUDA machines, which "auto" suits; silence it with `# neuron-migrate: ignore[NM105]`.
         Projects with no old-stack code at all, and a file migrated on its own, are not reported.
+        A call in another machine's branch (`if torch.cuda.is_available():`, `elif device == "cuda":`, the
+        `else` of `if device == "neuron":`; codemods/common/hardware.py) is left alone; a branch whose test
+        lets both Neuron and another machine in (`device in ("cuda", "neuron")`) gets a marker.
         Not handled: `device_map` passed through `**kwargs` or `model_kwargs={"device_map": "auto"}`, non-literal
         values, Diffusers pipelines (`DiffusionPipeline.from_pretrained` accepts no "auto"), a `pipeline()` call
         that already has `device=`. Calls on optimum.neuron classes/pipelines are left to their own rules
@@ -128,6 +133,14 @@ class DeviceMapAuto(PythonRule):
             return
         func = node.func
         qual = ctx.qualname(func)
+        if qual in PIPELINES or (isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained"):
+            branch = branch_hardware(ctx)
+            if branch is not None and branch.kind == OTHER:
+                return  # another machine's branch (`elif device == "cuda":`): "auto" suits it
+            if branch is not None and branch.kind == MIXED and state["on"] == "fix":
+                ctx.marker(arg, f'`{branch.test}` lets Neuron and another machine in: use device_map="neuron" '
+                                "where this runs on Trainium")
+                return
         if qual in PIPELINES:
             if ctx.owner(qual) not in (None, self.id):
                 return
@@ -270,7 +283,8 @@ class GenerationInputsOnCpu(PythonRule):
         is an argument of a `.generate(...)` call (`**inputs`, `inputs`, `inputs.input_ids`,
         `inputs["attention_mask"]`) or a `.shape` read of those fields, and the name is assigned once (or
         once plus `inputs = inputs.to(...)`). Any other use (a forward call, a loop, a nested function, a
-        return) leaves the move in place.
+        return) leaves the move in place, and so does a move in another machine's branch
+        (`if torch.cuda.is_available():`; codemods/common/hardware.py).
     """
 
     def handlers(self):
@@ -288,6 +302,9 @@ class GenerationInputsOnCpu(PythonRule):
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         state = ctx.local_state()
         if state["watch"] and _is_candidate(node, ctx):
+            branch = branch_hardware(ctx)
+            if branch is not None and branch.kind != NEURON:
+                return  # another machine's branch (or one that cannot be told): its move stays
             scope = next((s for s in reversed(ctx.stack) if isinstance(s, SCOPES)), None)
             state["candidates"].append((node, node.targets[0].target.value, (scope,) if scope is not None else ()))
 
@@ -365,6 +382,7 @@ class NeuronModelHubCalls(PythonRule):
         model = NeuronModelForCausalLM.from_pretrained("meta-llama/Llama-3.2-1B", export=True, batch_size=1, sequence_length=512)
         model.save_pretrained("out")
         model.push_to_hub("out", repository_id="me/llama-neuron")
+        print(model.generate(max_new_tokens=8))
     """
     after = """
         from transformers import AutoModelForCausalLM
@@ -374,10 +392,13 @@ class NeuronModelHubCalls(PythonRule):
         model.generation_config.max_cache_len = 512
         model.save_pretrained("out")
         model.push_to_hub("me/llama-neuron")
+        print(model.generate(max_new_tokens=8))
     """
     caveats = """
         The model must be a name (or `self.attr`) assigned from `<optimum.neuron class>.from_pretrained(...)`
-        in the same unit. `endpoint=` and arguments in `**kwargs` get a marker. The pushed repository now holds
+        in the same unit. `endpoint=` and arguments in `**kwargs` get a marker. A model that is only exported and
+        saved or pushed (an export-only script) is left as it is, push_to_hub included: the load has a marker
+        saying the step is obsolete (codemods/common/export_only.py). The pushed repository now holds
         the model's weights (not compiled artifacts).
     """
 
@@ -419,8 +440,8 @@ class NeuronModelHubCalls(PythonRule):
             return
         models = ctx.local_state().get("models", ())
         model = ctx.module.code_for_node(func.value)
-        if model not in models:
-            return
+        if model not in models or export_only_model(ctx, model):
+            return  # (an export-only load stays as it is, with its marker: so does its push_to_hub)
         owner = ctx.local_state()["owner"][model]
         args = list(node.args)
         if any(a.star for a in args):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.export_only import mark_export_only
 from codemods.inference.args import (
     COMPILER_KNOBS,
     DTYPES,
@@ -127,7 +128,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         `self.pipe` in any method of the class that loads it (literal shapes only there); elsewhere a
         marker lists them. A load without `export=True` reads compiled artifacts diffusers cannot load: a
         marker (a true one in a cache branch whose other branch exports and saves to that directory).
-        A compile-and-save script (exported, saved, never called) keeps the load and the save, without
+        A compile-and-save script (`pipe = X.from_pretrained(..., export=True)` whose name is only saved or
+        pushed) is obsolete: it is left as it is with a marker naming what its consumer loads instead
+        (codemods/common/export_only.py); one kept on `self.pipe` keeps the load and the save, without
         `.to("neuron")` and compile, and a marker says what the serving script does now. When the
         precision is not given by a literal (`auto_cast_type`, `dtype`), a marker says that the compiled
         pipeline ran its matmuls in bf16 and the load now runs in float32. `batch_size` is the number of prompts per call (a marker when
@@ -172,6 +175,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
+        if mark_export_only(ctx, node):
+            return  # compile-and-save: obsolete, not a native load and re-save
         code = ctx.module.code_for_node
         quote = quote_style(node)
         args = expand_literal_kwargs(node.args, literal_dicts(ctx))

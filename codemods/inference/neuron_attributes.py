@@ -22,6 +22,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.export_only import inside_export_only
 from codemods.common.statements import called_statement, remove_small_statement
 from codemods.inference.args import literal
 from migrator.rules import PythonContext, PythonRule
@@ -177,6 +178,8 @@ class NeuronConfigReads(PythonRule):
     # ------------------------------------------------------------------ the reads
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         attr = node.attr.value
+        if attr in ("neuron_config", "neuron", *RUNTIME) and inside_export_only(ctx):
+            return  # a statement of an export-only load: left as it is with the load (and its marker)
         if attr in RUNTIME:
             self._runtime(node, ctx)
             return

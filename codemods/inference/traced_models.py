@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.export_only import mark_export_only
 from codemods.inference.args import (
     COMPILER_KNOBS,
     DTYPES,
@@ -135,7 +136,9 @@ class TracedModelsOnNeuron(PythonRule):
         in `**kwargs` variables and loads of a pre-exported (compiled) model are left to a person
         with a marker (the placement is still added). SentenceTransformer takes sentences
         (`model.encode(...)`), not tokenizer outputs: a call site written for the traced model
-        must be adapted.
+        must be adapted. An export-only load (`export=True`, then only saved, pushed or asserted on in
+        a test) is left as it is with a marker: the step is obsolete, its consumer loads the original
+        checkpoint (codemods/common/export_only.py).
     """
 
     def handlers(self):
@@ -158,6 +161,8 @@ class TracedModelsOnNeuron(PythonRule):
         stmt = ctx.statement()
         if stmt is not None and ctx.is_ignored(stmt):
             return
+        if mark_export_only(ctx, node):
+            return  # compile-and-save: obsolete, not a native load and re-save
         code = ctx.module.code_for_node
         quote = quote_style(node)
         st = class_name in SENTENCE_TRANSFORMERS

@@ -71,18 +71,19 @@ class PythonShellCommands(PythonRule):
     before = """
         import subprocess
 
-        subprocess.run(["optimum-cli", "export", "neuron", "--model", "gpt2", "--batch_size", "1", "out/"], check=True)
+        subprocess.run(["optimum-cli", "neuron", "cache", "synchronize"], check=True)
     """
     after = """
         import subprocess
 
-        # TODO(neuron-migrate NM517): this runs `optimum-cli export neuron`, which TorchNeuron does not need: remove it (NM510)
-        subprocess.run(["optimum-cli", "export", "neuron", "--model", "gpt2", "--batch_size", "1", "out/"], check=True)
+        # TODO(neuron-migrate NM517): this runs `optimum-cli neuron cache`, which TorchNeuron does not need: remove it (NM510)
+        subprocess.run(["optimum-cli", "neuron", "cache", "synchronize"], check=True)
     """
     caveats = """
         Only commands whose words are visible in the module are judged: a list built up with
         `append` or read from a file is not. Non-literal words are shown as `{code}`. Launch-flag
-        words of argument lists (`--tensor_parallel_size`) are NM306's, which edits the list.
+        words of argument lists (`--tensor_parallel_size`) are NM306's, which edits the list;
+        `optimum-cli export neuron` commands are NM112's (what their consumer loads instead).
     """
 
     def handlers(self):
@@ -134,6 +135,9 @@ class PythonShellCommands(PythonRule):
         if found is None:
             return
         line, from_list = found
+        words = line.split()
+        if len(words) >= 3 and words[0].rsplit("/", 1)[-1] == "optimum-cli" and words[1] == "export":
+            return  # NM112's (codemods/inference/export_cli.py): it says what the export's consumer loads instead
         rules = [r() for r in SHELL_RULES if not (from_list and r.id in LIST_EXCLUDED)]
         new, findings = run_text(line + "\n", "shell", rules)
         acted = sorted({f.rule for f in findings})

@@ -129,7 +129,16 @@ class NeuronTrace(_XlaRule):
         would contain itself) get a marker. `from_pretrained(..., torchscript=True)`, the usual
         preparation for a trace, is NM615's (dropped, with a marker: `return_dict=False` would not
         do, it breaks the forward of Llama-family models in Transformers 5.23). `traced(*example)` with the trace's own example inputs
-        moves each of them: `traced(*(t.to("neuron") for t in example))`.
+        moves each of them: `traced(*(t.to("neuron") for t in example))`; so does a tuple or list
+        of tensors assigned in the scope and passed whole (`traced(inputs)` ->
+        `traced(tuple(t.to("neuron") for t in inputs))`: a tuple has no `.to()`), and a container of
+        containers gets a marker. An output of the compiled model that reaches `.numpy()`
+        (`traced(x)[0].detach().numpy()`, `out.logits.numpy()` for `out = traced(x)`) comes back
+        with `.cpu()` first: numpy() takes CPU tensors only. The SageMaker handler shape --
+        `model_fn` loads (or traces) the model, `predict_fn(input_data, model)` calls it -- gets the
+        same moves at the calls of `model` in `predict_fn` when the load was rewritten, and a marker
+        in `predict_fn` when it was left to a person or the model is not called there as that
+        parameter.
     """
     before = """
         import torch
@@ -155,12 +164,12 @@ class NeuronTrace(_XlaRule):
         whose result is not assigned still gets the rewrite and the marker. Inputs are moved only
         at calls of the assigned name in the same function (a call with `*args` gets a marker);
         literal arguments (numbers, strings, None) are left alone, and outputs stay on the
-        neuron device. A load keeps a marker where what was saved at its path is not known: a save
-        in another file of a run that still traces, a path that is not a plain name/string, a module
-        the file does not build with literal arguments (a parameter, `pipe.vae.decoder`), a load
-        that is not `name = torch.jit.load(path)` where a module must be built. The tracing script
-        gets a marker when no file of the run loads the artifact (whatever loads it elsewhere must
-        follow). A warm-up is written only for example inputs that are a tuple
+        neuron device except before `.numpy()`. A load keeps a marker where what was saved at its
+        path is not known: a save in another file of a run that still traces, a path that is not a
+        plain name/string, a module the file does not build with literal arguments (a parameter,
+        `pipe.vae.decoder`), a load that is not `name = torch.jit.load(path)` where a module must be
+        built. The tracing script gets a marker when no file of the run loads the artifact
+        (whatever loads it elsewhere must follow). A warm-up is written only for example inputs that are a tuple
         literal, a name assigned a tuple literal or a torch tensor in the scope, or a torch call.
     """
 
@@ -202,6 +211,8 @@ class NeuronTrace(_XlaRule):
         ctx.replace(call, build)
         ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
                           "backend=\"neuron\")")
+        if _in_model_fn(ctx):
+            ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
         target = _assigned_name(call, ctx)
         state = ctx.local_state()
         scope = id(scope_of(ctx))
@@ -251,8 +262,13 @@ class NeuronTrace(_XlaRule):
         """torch.jit.save/load in a module that traces with torch_neuronx: a traced Neuron artifact;
         a call of a traced model (a name assigned from trace in the same scope): inputs moved."""
         func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "numpy" and not call.args:
+            self._numpy(call, ctx)
+            return
         if isinstance(func, cst.Name):
             traced = ctx.local_state().get("traced")
+            if not (traced and (id(scope_of(ctx)), func.value) in traced):
+                traced = self._handler_model(func.value, ctx)
             if traced and (id(scope_of(ctx)), func.value) in traced:
                 self._move_inputs(call, func.value, ctx)
             return
@@ -294,6 +310,56 @@ class NeuronTrace(_XlaRule):
         elif qual == "torch.jit.load":
             self._load(call, func, own_unit, ctx)
 
+
+    def _handler_model(self, name: str, ctx: PythonContext) -> dict | None:
+        """The SageMaker handler shape: ``model_fn`` loads (or traces) the model, which this rule compiled,
+        and ``predict_fn(input_data, model)`` calls it: a call of that parameter there is a call of the
+        compiled model (its inputs are moved, its outputs come back with .cpu() before .numpy())."""
+        state = ctx.local_state()
+        scope = scope_of(ctx)
+        if not state.get("model_fn_compiled") or not isinstance(scope, cst.FunctionDef) \
+                or scope.name.value != "predict_fn":
+            return None
+        params = [p.name.value for p in scope.params.params]
+        if len(params) < 2 or params[1] != name:
+            return None
+        state.setdefault("traced", {})[(id(scope), name)] = "\0"
+        state.setdefault("handler_calls", set()).add(id(scope))
+        return state["traced"]
+
+    def finish(self, ctx: PythonContext) -> None:
+        """``predict_fn`` of a unit whose ``model_fn`` now compiles the model, where the model is not called
+        as its parameter (unpacked from a tuple, passed on), or whose ``model_fn`` load was left to a person
+        (marked): a marker."""
+        super_finish = getattr(super(), "finish", None)
+        if super_finish is not None:
+            super_finish(ctx)
+        state = ctx.local_state()
+        if not state.get("model_fn_compiled") and not state.get("model_fn_marked"):
+            return
+        for node in ctx.module.body:
+            if isinstance(node, cst.FunctionDef) and node.name.value == "predict_fn" \
+                    and id(node) not in state.get("handler_calls", set()):
+                first = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) and node.body.body else node
+                ctx.marker(first, "the model of model_fn runs on the neuron device once migrated: move its inputs "
+                                  "here with .to(\"neuron\"), its outputs back with .cpu()")
+
+    def _numpy(self, call: cst.Call, ctx: PythonContext) -> None:
+        """``<output of the compiled model>.numpy()``: the output is on the neuron device now (the traced model
+        returned CPU tensors), and numpy() refuses a tensor that is not on the CPU: ``.cpu().numpy()``."""
+        state = ctx.local_state()
+        traced = state.get("traced")
+        if not traced:
+            return
+        if not _compiled_output(call.func.value, ctx):  # type: ignore[attr-defined]
+            return
+
+        def build(updated: cst.Attribute) -> cst.Attribute:
+            return updated.with_changes(value=cst.Call(func=cst.Attribute(value=updated.value, attr=cst.Name("cpu"))))
+
+        ctx.replace(call.func, build)
+        ctx.finding(call, ".cpu() before .numpy(): the compiled model returns tensors on the neuron device (the traced "
+                          "one returned CPU tensors), and numpy() takes CPU tensors only")
 
     def _traced_method(self, call: cst.Call, func: cst.Attribute, ctx: PythonContext) -> None:
         """Methods of the traced artifact: `.save(path)` (a ScriptModule's) and the state dict, which a
@@ -351,12 +417,16 @@ class NeuronTrace(_XlaRule):
         if not saved and not any(_project_has(f, self.project_probes, ctx) for f in facts):
             if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
                 ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
+                if _in_model_fn(ctx):
+                    ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too
             return  # not an artifact of this project's traces: left alone
         if not known or not (saved or elsewhere == PRETRAINED):
             # the save is in another file, or not one of this path: a Transformers load of a state dict (or the
             # reverse) would fail at run time
             unseen = not saved and not artifacts(ctx).traces
             ctx.marker(call, f"{LOAD_MARKED}{ELSEWHERE if unseen else ''}: {ARTIFACT_NOTE}")
+            if _in_model_fn(ctx):
+                ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too
             return
         assert path is not None
         p = _code(path)
@@ -398,6 +468,8 @@ class NeuronTrace(_XlaRule):
                                 "fullgraph=True, dynamic=False)"))
         ctx.finding(call, f"torch.jit.load({p}) -> the Transformers model the tracing script saves there with "
                           "save_pretrained (its class from config.json), compiled with torch.compile")
+        if _in_model_fn(ctx):
+            ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
         ctx.marker(call, f"this loads what the migrated tracing script of this project saves at {p}: {ARTIFACT_NOTE}")
         self._loaded(call, ctx)
 
@@ -470,6 +542,18 @@ class NeuronTrace(_XlaRule):
         warm-up and the saved artifact need: Transformers models loaded, tuples and tensors assigned."""
         _record(node, ctx)
         traced = ctx.local_state().get("traced")
+        value = node.value
+        root = _output_root(value)
+        if isinstance(root, cst.Call) and isinstance(root.func, cst.Name):
+            traced = self._handler_model(root.func.value, ctx) or traced  # `out = model(...)` in predict_fn
+        if traced and _compiled_output(value, ctx):
+            # `out = traced(x)` / `a, b = traced(x)`: outputs of the compiled model (on the neuron device)
+            outputs = ctx.local_state().setdefault("outputs", set())
+            for t in node.targets:
+                names = [t.target] if isinstance(t.target, cst.Name) else [
+                    e.value for e in t.target.elements if isinstance(e.value, cst.Name)] \
+                    if isinstance(t.target, (cst.Tuple, cst.List)) else []
+                outputs.update((id(scope_of(ctx)), n.value) for n in names)
         if not traced or not isinstance(node.value, cst.Name):
             return
         wrapped = traced.get((id(scope_of(ctx)), node.value.value))
@@ -485,10 +569,19 @@ class NeuronTrace(_XlaRule):
                     f"uses instead, or assign to a copy of the module (copy.deepcopy) before compiling"))
 
     def _move_inputs(self, call: cst.Call, name: str, ctx: PythonContext) -> None:
-        example = (ctx.local_state().get("examples") or {}).get((id(scope_of(ctx)), name))
+        state = ctx.local_state()
+        scope = id(scope_of(ctx))
+        example = (state.get("examples") or {}).get((scope, name))
+        containers = {k[1] for k in state.get("tuples", set()) if k[0] == scope}
+        nested = {k[1] for k in state.get("nested", set()) if k[0] == scope}
+        if any(isinstance(a.value, cst.Name) and a.value.value in nested for a in call.args):
+            ctx.marker(call, f"{name}(...) gets a container of containers: move each tensor in it to the neuron device "
+                             "with .to(\"neuron\") (a tuple has no .to())")
+            return
         if any(arg.star for arg in call.args):
-            if example is not None and len(call.args) == 1 and call.args[0].star == "*" \
-                    and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == example:
+            if len(call.args) == 1 and call.args[0].star == "*" and isinstance(call.args[0].value, cst.Name) \
+                    and call.args[0].value.value in (example, *containers):
+                example = call.args[0].value.value
                 q = _quote(ctx)
                 moved = _expr(f"(t.to({q}neuron{q}) for t in {example})")
                 ctx.replace(call.args[0], lambda updated: updated.with_changes(value=moved))
@@ -502,9 +595,18 @@ class NeuronTrace(_XlaRule):
         if not any(_movable(arg.value) for arg in call.args):
             return
         q = _quote(ctx)
+        lists = {k[1] for k in state.get("lists", set()) if k[0] == scope}
+
+        def move(value: cst.BaseExpression) -> cst.BaseExpression:
+            if isinstance(value, cst.Name) and value.value in containers:
+                # a tuple (list) of tensors has no .to(): each element moves
+                if value.value in lists:
+                    return _expr(f"[t.to({q}neuron{q}) for t in {value.value}]")
+                return _expr(f"tuple(t.to({q}neuron{q}) for t in {value.value})")
+            return _to_neuron(value, q)
 
         def build(updated: cst.Call) -> cst.BaseExpression:
-            return updated.with_changes(args=[arg.with_changes(value=_to_neuron(arg.value, q)) for arg in updated.args])
+            return updated.with_changes(args=[arg.with_changes(value=move(arg.value)) for arg in updated.args])
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
@@ -548,11 +650,16 @@ def _record(node: cst.Assign, ctx: PythonContext) -> None:
     state = ctx.local_state()
     key = (id(scope_of(ctx)), node.targets[0].target.value)
     value = node.value
-    for kind in ("tuples", "tensors"):
+    for kind in ("tuples", "tensors", "lists", "nested"):
         state.setdefault(kind, set()).discard(key)  # the latest assignment wins
     if isinstance(value, (cst.Tuple, cst.List)) and value.elements \
             and not any(isinstance(e, cst.StarredElement) for e in value.elements):
         state["tuples"].add(key)
+        if isinstance(value, cst.List):
+            state["lists"].add(key)
+        if any(isinstance(e.value, (cst.Tuple, cst.List, cst.Dict)) or isinstance(e.value, cst.Name)
+               and (key[0], e.value.value) in state["tuples"] for e in value.elements):
+            state["nested"].add(key)  # a container of containers: elementwise .to() would not do
     elif _torch_value(value, ctx):
         state["tensors"].add(key)
 
@@ -622,6 +729,39 @@ def _uneval(model: cst.BaseExpression) -> cst.BaseExpression:
             and not model.args:
         return model.func.value
     return model
+
+
+def _output_root(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The call or name a chain of attributes, subscripts and tensor methods starts from (None once the chain
+    went through ``.cpu()`` / ``.to(...)`` / ``.tolist()``: no device tensor any more)."""
+    while True:
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if expr.func.attr.value in ("cpu", "to", "numpy", "tolist", "item"):
+                return None
+            expr = expr.func.value
+        else:
+            return expr
+
+
+def _compiled_output(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """``expr`` is (a part of) what a compiled model of this scope returned: ``traced(x)``, ``traced(x)[0].logits``,
+    ``out.detach()`` for ``out = traced(x)``; not once it went through ``.cpu()`` / ``.to(...)`` / ``.tolist()``."""
+    state = ctx.local_state()
+    scope = id(scope_of(ctx))
+    expr = _output_root(expr)
+    if expr is None:
+        return False
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+        return (scope, expr.func.value) in (state.get("traced") or {})
+    return isinstance(expr, cst.Name) and (scope, expr.value) in state.get("outputs", set())
+
+
+def _in_model_fn(ctx: PythonContext) -> bool:
+    """The node being handled is in a module-level ``def model_fn`` (the SageMaker handler that loads the model)."""
+    scope = scope_of(ctx)
+    return isinstance(scope, cst.FunctionDef) and scope.name.value == "model_fn" and scope in ctx.module.body
 
 
 
