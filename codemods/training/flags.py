@@ -203,12 +203,12 @@ class LaunchFlagDefaults(PythonRule):
 
 
 def _in_command(ancestors) -> bool:
-    """Whether an expression (its ``ancestors``, innermost last) is an element of a list/tuple
+    """Whether an expression (its ``ancestors``, innermost last) is an element of a list
     literal or a piece of a string (f-string, ``str()``, ``%``/``.format``, ``+`` onto a string):
     the shape of an argument list built for another program."""
     for node in reversed(ancestors):
-        if isinstance(node, (cst.List, cst.Tuple, cst.FormattedString, cst.FormattedStringExpression)):
-            return True
+        if isinstance(node, (cst.List, cst.FormattedString, cst.FormattedStringExpression)):
+            return True  # (a tuple is as often a return value as an argument list: not judged)
         if isinstance(node, cst.Call):
             func = node.func
             return (isinstance(func, cst.Name) and func.value == "str") or (
