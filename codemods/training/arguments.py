@@ -56,6 +56,7 @@ from codemods.training.layouts import (
     _track_parsed,
     _tracking_handlers,
 )
+from codemods.training.lora import fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.spread import Spread, register, spread_of
 from codemods.training.spread import dict_add as _dict_add
 from codemods.training.mesh import (
@@ -499,6 +500,11 @@ class TrainingArgumentsFields(PythonRule):
                 if reason is not None:
                     ctx.marker(entry.statement, _parsed_marker(entry, reason))
                 continue
+            lora = lora_blocks_tp(ctx) if tensor_parallel(entry.sizes) else None
+            if lora:
+                ctx.marker(entry.statement, "the parallel sizes were removed from the training arguments: "
+                                            f"{lora_advice(lora)}" + (f" ({reason})" if reason else ""))
+                continue
             ctx.marker(entry.statement, (
                 f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "
                 f"with from_pretrained(..., distributed_config=DistributedConfig({entry.layout})) (NM301 does it for "
@@ -710,7 +716,7 @@ class SFTConfigFields(PythonRule):
                 continue
             if state.get("model_id"):
                 self._device_map(node, ctx, keywords(node), plan, quote_of(node), statement, sizes)
-                if sizes:
+                if sizes and not (tensor_parallel(sizes) and lora_blocks_tp(ctx)):  # else: the LoRA marker
                     ctx.marker(statement, (
                         f"the parallel sizes moved from the config to model_init_kwargs (DistributedConfig({layout})): "
                         f"{launch_advice(whole_mesh(sizes, 'os.environ'))}"
@@ -741,6 +747,10 @@ class SFTConfigFields(PythonRule):
         step = ctx.module.default_indent
         mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE")),
                            "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE"))}, environ)
+        lora = lora_blocks_tp(ctx)
+        if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+            mesh = fsdp_instead(environ)
+            ctx.marker(statement, lora_marker(lora))
         config = config_code(dist, mesh, len(statement_indent(ctx)) + len(step), step)
         code = (
             f"{name}.model_init_kwargs = {{\n"
@@ -825,6 +835,11 @@ class SFTConfigFields(PythonRule):
                         sizes = {**sizes, "fsdp_size": cst.parse_expression(
                             fsdp_size_code(environ, sizes.get("tp_size"), quote))}
                     sizes = whole_mesh(sizes, environ, quote)
+                lora = lora_blocks_tp(ctx) if tensor_parallel(sizes) else None
+                if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+                    sizes = fsdp_instead(_code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import,
+                                                                 style="module")), quote)
+                    ctx.marker(where, lora_marker(lora))
             except NameClash as exc:
                 ctx.marker(where, f"add distributed_config=DistributedConfig(...) to model_init_kwargs by hand ({exc})")
             else:

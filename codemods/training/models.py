@@ -37,6 +37,7 @@ from codemods.common.arg_plan import (
     statement_indent,
 )
 from codemods.training.layouts import _scope
+from codemods.training.lora import fsdp_instead, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.sources import imports_a_trainer
 from codemods.training.mesh import (
     PIPELINE_DROPPED,
@@ -273,8 +274,8 @@ class TrainingModelTrnConfig(PythonRule):
 
     def _sizes_of(self, name: str, ctx: PythonContext) -> tuple[dict | None, bool]:
         """What ``<name>.trn_config`` held: (the sizes the arguments were built with, or None; whether
-        the module builds training arguments that this read cannot be tied to, so that the launch
-        environment would be a guess: the arguments are not parsed from the launch's flags)."""
+        module builds training arguments under this name that this read cannot be tied to, so that the
+        launch environment would be a guess: the arguments are not parsed from the launch's flags)."""
         known = ctx.local_state().get("args", {})
         scope = _scope(ctx)
         if (scope, name) in known:
@@ -285,7 +286,7 @@ class TrainingModelTrnConfig(PythonRule):
             if sizes is not None and not any(ctx.bound_locally(root, ctx.stack)
                                              for v in sizes.values() if v is not None for root in _roots(v)):
                 return sizes, False
-        return None, built["built"]
+        return None, name in built["built"]
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         """``training_args.trn_config`` (built by NeuronTrainingArguments, gone natively) -> a
@@ -301,6 +302,7 @@ class TrainingModelTrnConfig(PythonRule):
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
             return
         quote = '"'
+        lora = None
         sizes, elsewhere = self._sizes_of(node.value.value, ctx) if isinstance(node.value, cst.Name) else (None, False)
         if sizes is None and elsewhere:  # built here with sizes this read cannot see: TP_SIZE would be a guess
             ctx.marker(node, f"{ctx.module.code_for_node(node)} no longer exists: pass DistributedConfig(tp_size=..., "
@@ -316,6 +318,10 @@ class TrainingModelTrnConfig(PythonRule):
                         sizes = {**sizes, "fsdp_size": cst.parse_expression(
                             fsdp_size_code(environ, sizes.get("tp_size")))}
                     sizes = whole_mesh(sizes, environ)
+                lora = lora_blocks_tp(ctx) if tensor_parallel(sizes) else None
+                if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+                    sizes = fsdp_instead(ctx.module.code_for_node(
+                        ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")))
             except NameClash as exc:
                 ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
                 return
@@ -323,7 +329,9 @@ class TrainingModelTrnConfig(PythonRule):
             layout = describe(sizes)
             ctx.replace(node, cst.parse_expression(config_code(dist, sizes, len(statement_indent(ctx)),
                                                                ctx.module.default_indent)))
-            if sizes:
+            if lora:
+                ctx.marker(node, f"{code(node)} no longer exists: {lora_marker(lora)}")
+            elif sizes:
                 ctx.marker(node, (
                     f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; "
                     f"{launch_advice(sizes)}"
@@ -340,9 +348,15 @@ class TrainingModelTrnConfig(PythonRule):
             return
         mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE", quote)),
                            "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE", quote))}, environ, quote)
+        lora = lora_blocks_tp(ctx)
+        if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+            mesh = fsdp_instead(environ, quote)
         ctx.replace(node, cst.parse_expression(config_code(dist, mesh, len(statement_indent(ctx)),
                                                            ctx.module.default_indent)))
         self._save_only_model(node, ctx, [_code(f) for f in model_factors(mesh)])
+        if lora:
+            ctx.marker(node, f"{ctx.module.code_for_node(node)} no longer exists: {lora_marker(lora)}")
+            return
         ctx.marker(node, (
             f"{ctx.module.code_for_node(node)} no longer exists: the layout comes from the launch environment "
             f"(DistributedConfig({describe(mesh)})): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the "
@@ -469,9 +483,9 @@ def _roots(expr: cst.BaseExpression) -> set[str]:
 
 def _module_arguments(ctx: PythonContext) -> dict:
     """The training arguments the module builds, once per unit: ``module`` (name -> sizes of the arguments
-    assigned once at module level, top-level ``if`` blocks included) and ``built`` (whether any call anywhere
-    builds training arguments, old or native: a migrated file keeps the native ones, and the same read must
-    get the same answer again)."""
+    assigned once at module level, top-level ``if`` blocks included) and ``built`` (the names assigned training
+    arguments anywhere, old or native: a migrated file keeps the native ones, and the same read must get the
+    same answer again)."""
     done = ctx.local_state().get("module arguments")
     if done is not None:
         return done
@@ -494,14 +508,14 @@ def _module_arguments(ctx: PythonContext) -> dict:
                                     _args_sizes(small.value, qualname) if len(targets) == 1 and small.value else None)
 
     top(ctx.module.body)
-    built = False
+    built: set[str] = set()
 
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal built
-            built = built or qualname(node.func) in BUILT_ARGUMENTS
+    class _Builds(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if isinstance(node.value, cst.Call) and qualname(node.value.func) in BUILT_ARGUMENTS:
+                built.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
 
-    ctx.module.visit(_Calls())
+    ctx.module.visit(_Builds())
     done = {"module": {k: v[0] for k, v in module.items() if len(v) == 1 and v[0] is not None}, "built": built}
     ctx.local_state()["module arguments"] = done
     return done
