@@ -244,7 +244,14 @@ class TrainingModelTrnConfig(PythonRule):
         Every read of `<name>.trn_config` in a file that mentions trn_config is replaced by the
         launch layout, `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=
         WORLD_SIZE // (TP_SIZE x FSDP_SIZE))` read from the environment, with a marker (pipeline
-        parallel sizes are not carried over); arguments built in the same function give their
+        parallel sizes are not carried over: the Trainer cannot train them); arguments built in the
+        same function, or at module level and read in a function that does not rebind their names,
+        give their sizes instead (`tp_size=args.tp`); a read of a name the file assigns training
+        arguments to elsewhere (a helper given them as a parameter) gets a marker, not the launch
+        layout (a launcher passing `--tp` sets no TP_SIZE). In a file whose LoRA config targets
+        more than the column-wise projections (q/k/v/gate/up_proj), or cannot be read, the layout is
+        `DistributedConfig(fsdp_size=WORLD_SIZE)`: LoRA over row-wise tensor-parallel layers fails
+        in transformers 5.23 / PEFT 0.21. Arguments built in the same function give their
         sizes instead (with fsdp_size=WORLD_SIZE // tp_size for zero_1=True, else the
         data-parallel replicas), and reads of one
         field (`args.trn_config.tensor_parallel_size`) are NM207's. `from_config(config, trn_config)` loses trn_config
