@@ -818,7 +818,8 @@ def test_layout_markers():
     assert not _markers(check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 false\n"))
     zero = check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 true\n")
     assert "set FSDP_SIZE=<number of processes / TP_SIZE>" in zero and "--zero_1" not in zero.splitlines()[-1]
-    assert "pipeline parallelism" in check("torchrun --nproc_per_node=8 t.py --pipeline_parallel_size 2\n")
+    assert "cannot train a model loaded with pp_size > 1" in check(
+        "torchrun --nproc_per_node=8 t.py --pipeline_parallel_size 2\n")
 
 
 def test_flags_held_in_variables_are_marked():

@@ -563,11 +563,9 @@ class LaunchFlags(ShellRule):
                 self.finding(ctx, plan, first, f"{f.name} {f.value} -> {var}={f.value} in the environment of the "
                              "launch (the migrated script reads it for its DistributedConfig)")
                 if var == "PP_SIZE" and _int(f.value, env) != 1:
-                    _mark(plan, ctx, s.group, "PP_SIZE: the migrated script reads it only where the old one gave "
-                                "pipeline_parallel_size to lazy_load_for_parallelism: check that its DistributedConfig "
-                                "has pp_size=int(os.environ.get(\"PP_SIZE\", \"1\")); transformers 5.23 does not "
-                                "combine pipeline parallelism with data parallelism: torchrun must start exactly "
-                                "TP_SIZE x PP_SIZE processes")
+                    _mark(plan, ctx, s.group, "PP_SIZE: a migrated Trainer script has no pipeline stages (the "
+                                "Trainer of transformers 5.23 cannot train a model loaded with pp_size > 1): these "
+                                "processes are data-parallel ranks now; fit the model with TP_SIZE / FSDP_SIZE")
             elif f.name in _ZERO_FLAGS:
                 self._drop(plan, f)
                 zero = f

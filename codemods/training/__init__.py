@@ -9,7 +9,7 @@ subclass (``trainer_members.py``); NM210 ``problem_type`` of sequence classifier
 compiled (``classifier.py``); NM305 script flags the launches now pass as TP_SIZE / PP_SIZE and
 NM306 launch argument lists in Python (``flags.py``); NM302 ``TrainingNeuronConfig`` and NM303 the
 training model classes (``models.py``). ``mesh.py`` builds the parallel layouts whose sizes multiply to
-the world size. ``sources.py`` names the native classes these rules recognise; the renames of the names
+the world size; ``lora.py`` says when PEFT adapters rule tensor parallelism out (FSDP instead). ``sources.py`` names the native classes these rules recognise; the renames of the names
 themselves are NM200/NM300 in :mod:`codemods.common`."""
 
 from codemods.training import arguments, classifier, flags, helpers, models, orpo, padding, parallel, parsed, trainer_members

@@ -50,14 +50,18 @@ from codemods.training.layouts import (
     parsed_layout,
     _save_only_model,
     _scope,
+    _track,
     _track_assign,
     _track_call,
     _track_parsed,
     _tracking_handlers,
 )
+from codemods.training.lora import fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.spread import Spread, register, spread_of
 from codemods.training.spread import dict_add as _dict_add
 from codemods.training.mesh import (
+    PIPELINE_DROPPED,
+    PIPELINE_MAYBE,
     config_code,
     describe,
     env_size,
@@ -141,6 +145,22 @@ def _class_name(ctx: PythonContext, call: cst.Call) -> str:
     return (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
 
 
+def _known_literal(expr: cst.BaseExpression, ctx: PythonContext):
+    """The literal value of ``expr``, or of a name assigned once from a literal in this function (or at module level,
+    when the function does not bind it); NOT_LITERAL otherwise."""
+    value = literal(expr)
+    if value is not NOT_LITERAL or not isinstance(expr, cst.Name):
+        return value
+    assigns = _track(ctx)["assigns"]
+    scope = _scope(ctx)
+    values = assigns.get((scope, expr.value))
+    if values is None and scope != 0 and not ctx.bound_locally(expr.value, ctx.stack):
+        values = assigns.get((0, expr.value))
+    if values and len(values) == 1 and values[0] is not None:
+        return literal(values[0])
+    return NOT_LITERAL
+
+
 def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, static: bool = True,
                  cls: str | None = None, kw: dict | None = None, present=()) -> dict[str, cst.BaseExpression]:
     """NM201's field handling (also used by NM203): fill ``plan``, report findings and markers.
@@ -169,36 +189,41 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
         text = message.format(value=_code(ctx, kw[name].value), flag=flag)
         ctx.marker(call, f"{name}={_code(ctx, kw[name].value)} was dropped: {text}")
 
-    # zero_1: ZeRO-1 over data-parallel ranks; closest native is FSDP2 on the model load
+    # zero_1: ZeRO-1 over data-parallel ranks; closest native is FSDP2 on the model load (the layout of a
+    # Trainer has no pipeline stages, see below: the processes they took are data-parallel ranks)
     zero_1 = False
     if "zero_1" in kw:
         plan.drop.add("zero_1")
         code = _code(ctx, kw["zero_1"].value)
-        pp = val.get("pipeline_parallel_size", 1)
         if val["zero_1"] is False:
             ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (data-parallel replicas natively: "
                                       "dp_replicate_size beside the model-parallel sizes)")
-        elif val["zero_1"] is True and pp == 1:
+        elif val["zero_1"] is True:
             zero_1 = True
             ctx.marker(call, ZERO_1_MAPPED)
         else:
-            why = ("transformers 5.23 combines pipeline parallelism with no data-parallel dimension (FSDP or "
-                   "replicas): the launch has exactly tp_size x pp_size processes"
-                   if pp != 1 else "when it is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // "
-                   "tp_size, ...) in place of data-parallel replicas (dp_replicate_size), which keep the whole "
-                   "optimizer state (more memory per core)")
             ctx.marker(call, (
                 f"zero_1={code} was dropped: ZeRO-1 sharded the optimizer state over data-parallel ranks; natively "
-                f"that is FSDP2, which also shards parameters and gradients: {why}. {ZERO_1_DEFAULT}"
+                "that is FSDP2, which also shards parameters and gradients: when it is true, load the model with "
+                "DistributedConfig(fsdp_size=WORLD_SIZE // tp_size, ...) in place of data-parallel replicas "
+                f"(dp_replicate_size), which keep the whole optimizer state (more memory per core). {ZERO_1_DEFAULT}"
             ))
 
-    # tensor / pipeline parallel sizes move to the model load
+    # tensor parallel sizes move to the model load; pipeline stages do not: the Trainer cannot train them
     for name, native in PARALLEL_SIZES.items():
         if name not in kw:
             continue
         plan.drop.add(name)
         if val[name] == 1:
             ctx.finding(kw[name], f"{cls}: dropped {name}=1 (no sharding)")
+            continue
+        if native == "pp_size":
+            known = _known_literal(kw[name].value, ctx)
+            if known == 1:
+                ctx.finding(kw[name], f"{cls}: dropped {name}={_code(ctx, kw[name].value)} (1: no pipeline stages)")
+            else:
+                ctx.marker(call, (PIPELINE_DROPPED if isinstance(known, int) else PIPELINE_MAYBE).format(
+                    value=_code(ctx, kw[name].value)))
             continue
         sizes[native] = kw[name].value  # the caller says where they go (it knows more in finish())
     if zero_1:
@@ -465,7 +490,10 @@ class TrainingArgumentsFields(PythonRule):
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         if node.attr.value == "trn_config" and isinstance(node.value, cst.Name):
-            ctx.local_state().setdefault("trn_reads", set()).add((_scope(ctx), node.value.value))
+            reads = ctx.local_state().setdefault("trn_reads", set())
+            reads.add((_scope(ctx), node.value.value))
+            if not ctx.bound_locally(node.value.value, ctx.stack):  # module-level arguments read in a function
+                reads.add((0, node.value.value))
 
     def finish(self, ctx: PythonContext) -> None:
         state = ctx.local_state()
@@ -483,6 +511,11 @@ class TrainingArgumentsFields(PythonRule):
             if entry.parsed:
                 if reason is not None:
                     ctx.marker(entry.statement, _parsed_marker(entry, reason))
+                continue
+            lora = lora_blocks_tp(ctx) if tensor_parallel(entry.sizes) else None
+            if lora:
+                ctx.marker(entry.statement, "the parallel sizes were removed from the training arguments: "
+                                            f"{lora_advice(lora)}" + (f" ({reason})" if reason else ""))
                 continue
             ctx.marker(entry.statement, (
                 f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "
@@ -699,7 +732,7 @@ class SFTConfigFields(PythonRule):
                 continue
             if state.get("model_id"):
                 self._device_map(node, ctx, keywords(node), plan, quote_of(node), statement, sizes)
-                if sizes:
+                if sizes and not (tensor_parallel(sizes) and lora_blocks_tp(ctx)):  # else: the LoRA marker
                     ctx.marker(statement, (
                         f"the parallel sizes moved from the config to model_init_kwargs (DistributedConfig({layout})): "
                         f"{launch_advice(whole_mesh(sizes, 'os.environ'))}"
@@ -730,6 +763,10 @@ class SFTConfigFields(PythonRule):
         step = ctx.module.default_indent
         mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE")),
                            "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE"))}, environ)
+        lora = lora_blocks_tp(ctx)
+        if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+            mesh = fsdp_instead(environ)
+            ctx.marker(statement, lora_marker(lora))
         config = config_code(dist, mesh, len(statement_indent(ctx)) + len(step), step)
         code = (
             f"{name}.model_init_kwargs = {{\n"
@@ -824,6 +861,11 @@ class SFTConfigFields(PythonRule):
                         sizes = {**sizes, "fsdp_size": cst.parse_expression(
                             fsdp_size_code(environ, sizes.get("tp_size"), quote))}
                     sizes = whole_mesh(sizes, environ, quote)
+                lora = lora_blocks_tp(ctx) if tensor_parallel(sizes) else None
+                if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+                    sizes = fsdp_instead(_code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import,
+                                                                 style="module")), quote)
+                    ctx.marker(where, lora_marker(lora))
             except NameClash as exc:
                 ctx.marker(where, f"add distributed_config=DistributedConfig(...) to model_init_kwargs by hand ({exc})")
             else:

@@ -24,6 +24,7 @@ from codemods.common.arg_plan import (
     save_only_model_code,
     statement_indent,
 )
+from codemods.training.lora import fsdp_instead, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.mesh import (
     config_code,
     describe,
@@ -310,6 +311,10 @@ def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list
                 if "fsdp_size" in sizes:
                     sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code(environ, sizes.get("tp_size"), quote))
                 sizes = whole_mesh(sizes, environ, quote)
+            lora = lora_blocks_tp(ctx) if tensor_parallel(sizes) else None
+            if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+                environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+                sizes = fsdp_instead(environ, quote)
         except NameClash as exc:
             failed.extend((entry, f"add it by hand: {exc}") for entry, _site in users)
             continue
@@ -327,8 +332,11 @@ def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list
         parsed = ("the parsed training arguments no longer carry tensor_parallel_size: set TP_SIZE (and FSDP_SIZE "
                   "for zero_1) in the environment of the launch, as NM515 does in the launch scripts it migrates; "
                   if first.parsed else "")
-        ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({describe(sizes)})): "
-                              f"{parsed}{launch_advice(sizes)}")
+        if lora:
+            ctx.marker(load.node, lora_marker(lora))
+        else:
+            ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({describe(sizes)})): "
+                                  f"{parsed}{launch_advice(sizes)}")
         for entry, _site in users:
             ctx.finding(entry.statement, f"the parallel sizes moved to the load of the trained model{where}: "
                                          f"distributed_config=DistributedConfig({describe(sizes)})")

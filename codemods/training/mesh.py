@@ -161,3 +161,16 @@ PIPELINE_ADVICE = (
     "data-parallel ranks the old run had beside it are gone; drop pp_size and keep them with dp_replicate_size "
     "(or fsdp_size) = WORLD_SIZE // tp_size if the model fits"
 )
+
+
+#: a Trainer's arguments with pipeline stages: transformers 5.23's Trainer cannot train a model loaded with pp_size > 1
+#: (tests/test_training_pipeline.py: the ranks' collectives mismatch at the first step)
+PIPELINE_DROPPED = (
+    "pipeline_parallel_size={value} was dropped: the Trainer cannot train a model loaded with pp_size > 1 "
+    "(transformers 5.23), so those processes are data-parallel ranks now; use tp_size/fsdp_size to fit the model"
+)
+PIPELINE_MAYBE = (
+    "pipeline_parallel_size={value} was dropped: the Trainer cannot train a model loaded with pp_size > 1 "
+    "(transformers 5.23): if it is more than 1, those processes are data-parallel ranks now (fit the model with "
+    "tp_size/fsdp_size)"
+)

@@ -37,7 +37,11 @@ from codemods.common.arg_plan import (
     statement_indent,
 )
 from codemods.training.layouts import _scope
+from codemods.training.lora import fsdp_instead, lora_blocks_tp, lora_marker, tensor_parallel
+from codemods.training.sources import imports_a_trainer
 from codemods.training.mesh import (
+    PIPELINE_DROPPED,
+    PIPELINE_MAYBE,
     config_code,
     describe,
     env_size,
@@ -62,6 +66,9 @@ DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
 ARGS_CLASSES = tuple(sorted(s for s, r in load_table().items()
                             if r.target in ("transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
                                             "trl.SFTConfig")))
+#: the calls that build training arguments in a module, old (ARGS_CLASSES) or native
+BUILT_ARGUMENTS = frozenset(ARGS_CLASSES) | {"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+                                             "trl.SFTConfig"}
 #: NeuronTrainingArguments field -> DistributedConfig field (what trn_config was built from)
 SIZE_FIELDS = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size"}
 
@@ -136,14 +143,22 @@ class TrainingNeuronConfigFields(PythonRule):
         positional = [a for a in node.args if a.keyword is None]
         if positional:
             ctx.marker(node, "positional TrainingNeuronConfig arguments: pass tp_size=/pp_size= by keyword")
+        trainer = imports_a_trainer(ctx)
         for old, new in RENAMED.items():
             if old in kw:
-                if literal(kw[old].value) == 1:
+                value = literal(kw[old].value)
+                if value == 1:
                     plan.drop.add(old)
+                elif new == "pp_size" and trainer:  # the Trainer cannot train pipeline stages
+                    plan.drop.add(old)
+                    ctx.marker(node, (PIPELINE_DROPPED if isinstance(value, int) else PIPELINE_MAYBE).format(
+                        value=ctx.module.code_for_node(kw[old].value)))
+                    continue
                 else:
                     plan.rename[old] = new
                 ctx.finding(kw[old], f"TrainingNeuronConfig: {old} -> DistributedConfig {new}")
-        sizes = {new: kw[old].value for old, new in RENAMED.items() if old in kw and literal(kw[old].value) != 1}
+        sizes = {new: kw[old].value for old, new in RENAMED.items() if old in kw and literal(kw[old].value) != 1
+                 and not (new == "pp_size" and trainer)}
         mesh = whole_mesh(sizes, "os.environ")
         if "dp_replicate_size" in mesh and "dp_replicate_size" not in kw and not any(a.star for a in node.args):
             try:
@@ -209,7 +224,7 @@ class TrainingModelTrnConfig(PythonRule):
         from transformers.distributed import DistributedConfig
 
         def load(model_id, training_args):
-            # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the layout comes from the launch environment (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>: the other processes are data-parallel replicas (dp_replicate_size = WORLD_SIZE // (tp_size x fsdp_size): parameters replicated, gradients all-reduced, as in the old data parallelism); give that size to fsdp_size instead to shard them with FSDP2 (less memory per core, what zero_1 did for the optimizer state); if trn_config used pipeline parallelism add pp_size= (and drop the data-parallel sizes: they do not combine with it in transformers 5.23)
+            # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the layout comes from the launch environment (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>: the other processes are data-parallel replicas (dp_replicate_size = WORLD_SIZE // (tp_size x fsdp_size): parameters replicated, gradients all-reduced, as in the old data parallelism); give that size to fsdp_size instead to shard them with FSDP2 (less memory per core, what zero_1 did for the optimizer state); pipeline stages are not carried over: the Trainer of transformers 5.23 cannot train a model loaded with pp_size > 1
             if int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")) > 1:
                 # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
                 training_args.save_only_model = True
@@ -229,7 +244,14 @@ class TrainingModelTrnConfig(PythonRule):
         Every read of `<name>.trn_config` in a file that mentions trn_config is replaced by the
         launch layout, `DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=
         WORLD_SIZE // (TP_SIZE x FSDP_SIZE))` read from the environment, with a marker (pipeline
-        parallel sizes are not carried over); arguments built in the same function give their
+        parallel sizes are not carried over: the Trainer cannot train them); arguments built in the
+        same function, or at module level and read in a function that does not rebind their names,
+        give their sizes instead (`tp_size=args.tp`); a read of a name the file assigns training
+        arguments to elsewhere (a helper given them as a parameter) gets a marker, not the launch
+        layout (a launcher passing `--tp` sets no TP_SIZE). In a file whose LoRA config targets
+        more than the column-wise projections (q/k/v/gate/up_proj), or cannot be read, the layout is
+        `DistributedConfig(fsdp_size=WORLD_SIZE)`: LoRA over row-wise tensor-parallel layers fails
+        in transformers 5.23 / PEFT 0.21. Arguments built in the same function give their
         sizes instead (with fsdp_size=WORLD_SIZE // tp_size for zero_1=True, else the
         data-parallel replicas), and reads of one
         field (`args.trn_config.tensor_parallel_size`) are NM207's. `from_config(config, trn_config)` loses trn_config
@@ -251,19 +273,27 @@ class TrainingModelTrnConfig(PythonRule):
             return
         key = (_scope(ctx), node.targets[0].target.value)
         known = ctx.local_state().setdefault("args", {})
-        value = node.value
-        if isinstance(value, cst.Call) and ctx.qualname(value.func) in ARGS_CLASSES and not any(
-                a.star for a in value.args) and not any(a.keyword is None for a in value.args[1:]):
-            kw = keywords(value)
-            sizes = {}
-            for param, field in SIZE_FIELDS.items():
-                if param in kw and literal(kw[param].value) != 1:
-                    sizes[field] = kw[param].value
-            if "zero_1" in kw and literal(kw["zero_1"].value) is True and "pp_size" not in sizes:
-                sizes["fsdp_size"] = None  # WORLD_SIZE // tp_size, written where it is used (NM201 explains)
+        sizes = _args_sizes(node.value, ctx.qualname)
+        if sizes is not None:
             known[key] = None if key in known else sizes
         elif key in known:
             known[key] = None
+
+    def _sizes_of(self, name: str, ctx: PythonContext) -> tuple[dict | None, bool]:
+        """What ``<name>.trn_config`` held: (the sizes the arguments were built with, or None; whether
+        module builds training arguments under this name that this read cannot be tied to, so that the
+        launch environment would be a guess: the arguments are not parsed from the launch's flags)."""
+        known = ctx.local_state().get("args", {})
+        scope = _scope(ctx)
+        if (scope, name) in known:
+            return known[(scope, name)], known[(scope, name)] is None
+        built = _module_arguments(ctx)
+        if scope != 0 and not ctx.bound_locally(name, ctx.stack):
+            sizes = built["module"].get(name)
+            if sizes is not None and not any(ctx.bound_locally(root, ctx.stack)
+                                             for v in sizes.values() if v is not None for root in _roots(v)):
+                return sizes, False
+        return None, name in built["built"]
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         """``training_args.trn_config`` (built by NeuronTrainingArguments, gone natively) -> a
@@ -279,9 +309,12 @@ class TrainingModelTrnConfig(PythonRule):
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
             return
         quote = '"'
-        sizes = None
-        if isinstance(node.value, cst.Name):
-            sizes = ctx.local_state().get("args", {}).get((_scope(ctx), node.value.value))
+        lora = None
+        sizes, elsewhere = self._sizes_of(node.value.value, ctx) if isinstance(node.value, cst.Name) else (None, False)
+        if sizes is None and elsewhere:  # built here with sizes this read cannot see: TP_SIZE would be a guess
+            ctx.marker(node, f"{ctx.module.code_for_node(node)} no longer exists: pass DistributedConfig(tp_size=..., "
+                             "...) of the sizes the arguments are built with in this file")
+            return
         if sizes is not None:
             try:
                 dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
@@ -292,6 +325,10 @@ class TrainingModelTrnConfig(PythonRule):
                         sizes = {**sizes, "fsdp_size": cst.parse_expression(
                             fsdp_size_code(environ, sizes.get("tp_size")))}
                     sizes = whole_mesh(sizes, environ)
+                lora = lora_blocks_tp(ctx) if tensor_parallel(sizes) else None
+                if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+                    sizes = fsdp_instead(ctx.module.code_for_node(
+                        ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")))
             except NameClash as exc:
                 ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
                 return
@@ -299,7 +336,9 @@ class TrainingModelTrnConfig(PythonRule):
             layout = describe(sizes)
             ctx.replace(node, cst.parse_expression(config_code(dist, sizes, len(statement_indent(ctx)),
                                                                ctx.module.default_indent)))
-            if sizes:
+            if lora:
+                ctx.marker(node, f"{code(node)} no longer exists: {lora_marker(lora)}")
+            elif sizes:
                 ctx.marker(node, (
                     f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; "
                     f"{launch_advice(sizes)}"
@@ -316,14 +355,20 @@ class TrainingModelTrnConfig(PythonRule):
             return
         mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE", quote)),
                            "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE", quote))}, environ, quote)
+        lora = lora_blocks_tp(ctx)
+        if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+            mesh = fsdp_instead(environ, quote)
         ctx.replace(node, cst.parse_expression(config_code(dist, mesh, len(statement_indent(ctx)),
                                                            ctx.module.default_indent)))
         self._save_only_model(node, ctx, [_code(f) for f in model_factors(mesh)])
+        if lora:
+            ctx.marker(node, f"{ctx.module.code_for_node(node)} no longer exists: {lora_marker(lora)}")
+            return
         ctx.marker(node, (
             f"{ctx.module.code_for_node(node)} no longer exists: the layout comes from the launch environment "
             f"(DistributedConfig({describe(mesh)})): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the "
-            f"environment of the launch; {launch_advice(mesh)}; if trn_config used pipeline parallelism add "
-            "pp_size= (and drop the data-parallel sizes: they do not combine with it in transformers 5.23)"
+            f"environment of the launch; {launch_advice(mesh)}; pipeline stages are not carried over: the "
+            "Trainer of transformers 5.23 cannot train a model loaded with pp_size > 1"
         ))
 
     def _save_only_model(self, node: cst.Attribute, ctx: PythonContext, factors: list[str]) -> None:
@@ -367,7 +412,7 @@ class TrainingModelTrnConfig(PythonRule):
         no_layout = False
         if isinstance(trn_value, cst.Attribute) and trn_value.attr.value == "trn_config" \
                 and isinstance(trn_value.value, cst.Name):
-            no_layout = ctx.local_state().get("args", {}).get((_scope(ctx), trn_value.value.value)) == {}
+            no_layout = self._sizes_of(trn_value.value.value, ctx)[0] == {}
         if no_layout:  # the arguments had no model parallelism: nothing to pass
             if "trn_config" in kw:
                 plan.drop.add("trn_config")
@@ -409,6 +454,78 @@ class TrainingModelTrnConfig(PythonRule):
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
         ctx.replace(node, lambda new: _spread_config(apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step),
                                                      indent + " " * prefix, step))
+
+
+def _args_sizes(value: cst.BaseExpression, qualname) -> dict | None:
+    """``NeuronTrainingArguments(..., tensor_parallel_size=tp)``: the DistributedConfig sizes its trn_config held
+    (None: not such a call, or one whose arguments cannot be read)."""
+    if not (isinstance(value, cst.Call) and qualname(value.func) in ARGS_CLASSES and not any(
+            a.star for a in value.args) and not any(a.keyword is None for a in value.args[1:])):
+        return None
+    kw = keywords(value)
+    sizes = {}
+    for param, field in SIZE_FIELDS.items():  # no pipeline stages: the Trainer cannot train them (NM201 marks it)
+        if param in kw and literal(kw[param].value) != 1 and field != "pp_size":
+            sizes[field] = kw[param].value
+    if "zero_1" in kw and literal(kw["zero_1"].value) is True:
+        sizes["fsdp_size"] = None  # WORLD_SIZE // tp_size, written where it is used (NM201 explains)
+    return sizes
+
+
+def _roots(expr: cst.BaseExpression) -> set[str]:
+    """The names an expression reads (``args.tp`` -> {"args"})."""
+    found: set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.add(node.value)
+
+    expr.visit(_Names())
+    return found
+
+
+def _module_arguments(ctx: PythonContext) -> dict:
+    """The training arguments the module builds, once per unit: ``module`` (name -> sizes of the arguments
+    assigned once at module level, top-level ``if`` blocks included) and ``built`` (the names assigned training
+    arguments anywhere, old or native: a migrated file keeps the native ones, and the same read must get the
+    same answer again)."""
+    done = ctx.local_state().get("module arguments")
+    if done is not None:
+        return done
+    qualname = ctx.imports.resolve
+    module: dict[str, list] = {}
+
+    def top(body):
+        for stmt in body:
+            if isinstance(stmt, cst.If):
+                top(stmt.body.body)
+                if isinstance(stmt.orelse, cst.Else):
+                    top(stmt.orelse.body.body)
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                        for t in targets:
+                            if isinstance(t, cst.Name):
+                                module.setdefault(t.value, []).append(
+                                    _args_sizes(small.value, qualname) if len(targets) == 1 and small.value else None)
+
+    top(ctx.module.body)
+    built: set[str] = set()
+
+    class _Builds(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if isinstance(node.value, cst.Call) and qualname(node.value.func) in BUILT_ARGUMENTS:
+                built.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+
+    ctx.module.visit(_Builds())
+    done = {"module": {k: v[0] for k, v in module.items() if len(v) == 1 and v[0] is not None}, "built": built}
+    ctx.local_state()["module arguments"] = done
+    return done
 
 
 def _spread_config(call: cst.Call, indent: str, step: str) -> cst.Call:

@@ -22,8 +22,26 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.training.mesh import describe, env_size, has_pipeline, launch_advice, model_factors, one_per_line, whole_mesh
-from codemods.training.sources import ARGS_SOURCES, DISTRIBUTED_CONFIG, LAZY_LOAD, LOADERS, NOT_MODELS, SFT_CONFIG_SOURCES
+from codemods.training.mesh import (
+    PIPELINE_DROPPED,
+    PIPELINE_MAYBE,
+    describe,
+    env_size,
+    has_pipeline,
+    launch_advice,
+    model_factors,
+    one_per_line,
+    whole_mesh,
+)
+from codemods.training.sources import (
+    ARGS_SOURCES,
+    DISTRIBUTED_CONFIG,
+    LAZY_LOAD,
+    LOADERS,
+    NOT_MODELS,
+    SFT_CONFIG_SOURCES,
+    imports_a_trainer,
+)
 from codemods.common.arg_plan import (
     MAX_LINE,
     NOT_LITERAL,
@@ -211,6 +229,10 @@ class LazyLoadForParallelism(PythonRule):
                 continue
             value = literal(expr)
             if value == 1:
+                continue
+            if field == "pp_size" and imports_a_trainer(ctx):  # the Trainer cannot train pipeline stages
+                ctx.marker(call, (PIPELINE_DROPPED if isinstance(value, int) else PIPELINE_MAYBE).format(
+                    value=ctx.module.code_for_node(expr)))
                 continue
             if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param \
                     and isinstance(expr.value, cst.Name):

@@ -25,3 +25,13 @@ LAZY_LOAD = (
 LOADERS = ("from_pretrained", "from_config")
 #: classes whose from_pretrained loads no model (tokenizers, configs, processors, adapters)
 NOT_MODELS = ("Tokenizer", "Config", "Processor", "FeatureExtractor", "Peft")
+
+
+def imports_a_trainer(ctx) -> bool:
+    """Whether the unit imports a trainer class (optimum-neuron's, Transformers' or TRL's ``...Trainer``): its
+    models are trained by a Trainer, which cannot train a pipeline-parallel model in transformers 5.23."""
+    for b in ctx.imports.all_bindings():
+        root, _, last = b.qualified.rpartition(".")
+        if last.endswith("Trainer") and root.split(".")[0] in ("optimum", "transformers", "trl"):
+            return True
+    return False

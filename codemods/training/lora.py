@@ -1,0 +1,104 @@
+"""LoRA adapters over a tensor-parallel model: which layouts the target can train.
+
+Measured on CPU (tests/test_lora_tensor_parallel.py: torchrun + gloo, 2 processes, a tiny Llama,
+transformers 5.23 / PEFT 0.21, ``DistributedConfig(tp_size=2)``, one forward and backward against an
+unsharded copy with the same adapter weights):
+
+* LoRA on the column-wise sharded projections of the model's tensor-parallel plan (``q_proj``,
+  ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``) runs, with the loss and adapter gradients of
+  the unsharded model;
+* LoRA on a row-wise sharded one (``o_proj``, ``down_proj``, hence ``target_modules="all-linear"``)
+  fails at the first forward (``shape '[24, 16]' is invalid for input of size 768`` in the LoRA
+  layer: the adapter sees the whole output, the layer one shard of its input);
+* the same adapters over ``DistributedConfig(fsdp_size=2)`` (FSDP2, no tensor parallelism) run, on
+  every target, with the unsharded model's loss and gradients.
+
+So the training rules keep a tensor-parallel layout for a module that applies PEFT only when every
+LoRA config it builds targets a literal list of those column-wise projections; otherwise (other or
+unknown targets, a default that depends on the model type, a PEFT config built elsewhere) the layout
+becomes FSDP over every process, with a marker that says why and when tp_size may come back."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.common.arg_plan import NOT_LITERAL, keywords, literal
+
+#: the projections a Llama-family tensor-parallel plan shards column-wise (LoRA over them runs)
+COLUMN_WISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"})
+_LORA_CONFIGS = ("peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.tuners.lora.config.LoraConfig")
+
+
+def _uses_peft(ctx) -> bool:
+    for b in ctx.imports.all_bindings():
+        q = b.qualified
+        if q == "peft" or q.startswith("peft.") or (q.startswith("optimum.neuron") and "peft" in q.lower()):
+            return True
+    return False
+
+
+def lora_blocks_tp(ctx) -> str | None:
+    """Why this unit's PEFT adapters rule out tensor parallelism (None: no PEFT here, or only LoRA on the
+    column-wise projections). Computed once per unit."""
+    cache = ctx.scratch.get("lora blocks tp", NOT_LITERAL)
+    if cache is not NOT_LITERAL:
+        return cache
+    reason = None
+    if _uses_peft(ctx):
+        targets: list = []
+
+        class _Configs(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                if ctx.imports.resolve(node.func) in _LORA_CONFIGS:
+                    targets.append(node)
+
+        ctx.module.visit(_Configs())
+        if not targets:
+            reason = "the PEFT config is not built in this file"
+        for call in targets:
+            reason = reason or _lora_reason(call)
+    ctx.scratch["lora blocks tp"] = reason
+    return reason
+
+
+def _lora_reason(call: cst.Call) -> str | None:
+    if any(a.star for a in call.args) or any(a.keyword is None for a in call.args):
+        return "LoraConfig arguments the rule cannot read"
+    kw = keywords(call)
+    if "modules_to_save" in kw and literal(kw["modules_to_save"].value) is not None:
+        return "modules_to_save trains whole copies of sharded modules"
+    if "target_modules" not in kw or literal(kw["target_modules"].value) is None:
+        return "LoraConfig's default target modules depend on the model type"
+    node = kw["target_modules"].value
+    value = literal(node)
+    if isinstance(value, str):
+        return f"target_modules={value!r}"
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        value = [literal(e.value) if isinstance(e, cst.Element) else NOT_LITERAL for e in node.elements]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return "target_modules the rule cannot read"
+    rowwise = sorted(set(value) - COLUMN_WISE)
+    if rowwise:
+        return f"LoRA on {', '.join(rowwise)}"
+    return None
+
+
+def tensor_parallel(sizes: dict) -> bool:
+    tp = sizes.get("tp_size")
+    return tp is not None and literal(tp) != 1
+
+
+def fsdp_instead(environ: str, quote: str = '"') -> dict[str, cst.BaseExpression]:
+    """The layout that trains any LoRA target: FSDP over every process, no tensor parallelism."""
+    return {"fsdp_size": cst.parse_expression(f"int({environ}.get({quote}WORLD_SIZE{quote}, {quote}1{quote}))")}
+
+
+def lora_marker(reason: str) -> str:
+    return (f"LoRA over tensor-parallel layers fails in transformers 5.23 / PEFT 0.21 ({reason}): the model is "
+            "sharded with FSDP instead; tp_size works with LoRA on q/k/v/gate/up_proj only")
+
+
+def lora_advice(reason: str) -> str:
+    """For a load the rule cannot edit: what to load it with."""
+    return (f"LoRA over tensor-parallel layers fails in transformers 5.23 / PEFT 0.21 ({reason}): load the model with "
+            "DistributedConfig(fsdp_size=WORLD_SIZE) instead (tp_size works with LoRA on q/k/v/gate/up_proj only)")
