@@ -303,3 +303,20 @@ def test_mixed_line_endings_kept_per_line(rec):
     text = "intro\r\n```python\nimport os\r\nimport optimum.neuron\n```\r\nend"
     new, _ = run(text, rec)
     assert new == "intro\r\n```python\nimport os\r\nimport transformers\n```\r\nend"
+
+
+def test_doctest_marker_line_goes_with_its_statement():
+    """A `>>> # TODO(...)` marker line is the comment of the example below it: a second run finds the
+    marker there (the engine's de-duplication) and adds none."""
+    from pathlib import Path
+
+    from migrator.discover import Candidate
+    from migrator.engine import RuleSelection, RuleSet, process
+
+    rules = RuleSet.from_selection(RuleSelection())
+    doc = ("```python\n>>> from optimum.neuron.utils.instance import current_instance_type\n\n"
+           ">>> print(current_instance_type())\n```\n")
+    first = process(Candidate(Path("a.md"), "a.md", "markdown"), rules, doc.encode())
+    assert first.status == "changed" and b">>> # TODO(neuron-migrate NM900)" in first.new_bytes
+    second = process(Candidate(Path("a.md"), "a.md", "markdown"), rules, first.new_bytes)
+    assert second.status == "unchanged", second.new_bytes.decode()

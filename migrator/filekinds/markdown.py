@@ -153,7 +153,12 @@ def _doctest(bodies: list[str], run_python: RunUnit, run_shell: RunUnit
     examples: list[tuple[list[int], list[str]]] = []  # (line indexes of its code, its output lines)
     for i, line in enumerate(bodies):
         code = _prompt(line.rstrip())
-        if code is not None and (line.startswith(">>>") or not examples):
+        if code is not None and line.startswith(">>>") and examples and not examples[-1][1] and all(
+                (_prompt(bodies[j].rstrip()) or "").lstrip().startswith("#") for j in examples[-1][0]):
+            # `>>> # comment` lines (a marker) go with the example below them: the comment is that
+            # statement's own, as in a .py file (a second run finds the marker there and adds none)
+            examples[-1][0].append(i)
+        elif code is not None and (line.startswith(">>>") or not examples):
             examples.append(([i], []))
         elif code is not None and not examples[-1][1]:
             examples[-1][0].append(i)
