@@ -514,8 +514,7 @@ class TrainingArgumentsFields(PythonRule):
                 continue
             lora = lora_blocks_tp(ctx) if tensor_parallel(entry.sizes) else None
             if lora:
-                ctx.marker(entry.statement, "the parallel sizes were removed from the training arguments: "
-                                            f"{lora_advice(lora)}" + (f" ({reason})" if reason else ""))
+                ctx.marker(entry.statement, f"the parallel sizes left the arguments; {lora_advice(lora)}")
                 continue
             ctx.marker(entry.statement, (
                 f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "

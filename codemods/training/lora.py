@@ -94,11 +94,9 @@ def fsdp_instead(environ: str, quote: str = '"') -> dict[str, cst.BaseExpression
 
 
 def lora_marker(reason: str) -> str:
-    return (f"LoRA over tensor-parallel layers fails in transformers 5.23 / PEFT 0.21 ({reason}): the model is "
-            "sharded with FSDP instead; tp_size works with LoRA on q/k/v/gate/up_proj only")
+    return f"LoRA fails over tensor-parallel layers in transformers 5.23 ({reason}): the model is sharded with FSDP instead"
 
 
 def lora_advice(reason: str) -> str:
     """For a load the rule cannot edit: what to load it with."""
-    return (f"LoRA over tensor-parallel layers fails in transformers 5.23 / PEFT 0.21 ({reason}): load the model with "
-            "DistributedConfig(fsdp_size=WORLD_SIZE) instead (tp_size works with LoRA on q/k/v/gate/up_proj only)")
+    return f"LoRA fails over tensor-parallel layers ({reason}): load with DistributedConfig(fsdp_size=WORLD_SIZE)"

@@ -164,13 +164,8 @@ PIPELINE_ADVICE = (
 
 
 #: a Trainer's arguments with pipeline stages: transformers 5.23's Trainer cannot train a model loaded with pp_size > 1
-#: (tests/test_training_pipeline.py: the ranks' collectives mismatch at the first step)
-PIPELINE_DROPPED = (
-    "pipeline_parallel_size={value} was dropped: the Trainer cannot train a model loaded with pp_size > 1 "
-    "(transformers 5.23), so those processes are data-parallel ranks now; use tp_size/fsdp_size to fit the model"
-)
-PIPELINE_MAYBE = (
-    "pipeline_parallel_size={value} was dropped: the Trainer cannot train a model loaded with pp_size > 1 "
-    "(transformers 5.23): if it is more than 1, those processes are data-parallel ranks now (fit the model with "
-    "tp_size/fsdp_size)"
-)
+#: (tests/test_parallel_preconditions.py: the ranks' collectives mismatch at the first step)
+PIPELINE_DROPPED = ("pipeline_parallel_size={value} dropped: the Trainer cannot train pp_size > 1 (transformers 5.23); "
+                    "those processes are data-parallel now")
+PIPELINE_MAYBE = ("pipeline_parallel_size={value} dropped: the Trainer cannot train pp_size > 1 (transformers 5.23); "
+                  "if it was > 1, fit the model with tp/fsdp")

@@ -37,7 +37,7 @@ from codemods.common.arg_plan import (
     statement_indent,
 )
 from codemods.training.layouts import _scope
-from codemods.training.lora import fsdp_instead, lora_blocks_tp, lora_marker, tensor_parallel
+from codemods.training.lora import fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.sources import imports_a_trainer
 from codemods.training.mesh import (
     PIPELINE_DROPPED,
@@ -144,6 +144,22 @@ class TrainingNeuronConfigFields(PythonRule):
         if positional:
             ctx.marker(node, "positional TrainingNeuronConfig arguments: pass tp_size=/pp_size= by keyword")
         trainer = imports_a_trainer(ctx)
+        tp = kw.get("tensor_parallel_size") or (node.args[0] if positional else None)
+        lora = lora_blocks_tp(ctx) if tp is not None and literal(tp.value) != 1 else None
+        if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
+            try:
+                environ = ctx.module.code_for_node(
+                    ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
+            except NameClash as exc:
+                ctx.marker(node, f"{lora_advice(lora)} ({exc})")
+            else:
+                ctx.marker(node, lora_marker(lora))
+                fsdp = fsdp_instead(environ, quote_of(node))["fsdp_size"]
+                ctx.replace(node, lambda new: new.with_changes(args=[cst.Arg(fsdp, keyword=cst.Name("fsdp_size"),
+                                                                            equal=cst.AssignEqual(
+                                                                                cst.SimpleWhitespace(""),
+                                                                                cst.SimpleWhitespace("")))]))
+                return
         for old, new in RENAMED.items():
             if old in kw:
                 value = literal(kw[old].value)
@@ -312,8 +328,8 @@ class TrainingModelTrnConfig(PythonRule):
         lora = None
         sizes, elsewhere = self._sizes_of(node.value.value, ctx) if isinstance(node.value, cst.Name) else (None, False)
         if sizes is None and elsewhere:  # built here with sizes this read cannot see: TP_SIZE would be a guess
-            ctx.marker(node, f"{ctx.module.code_for_node(node)} no longer exists: pass DistributedConfig(tp_size=..., "
-                             "...) of the sizes the arguments are built with in this file")
+            ctx.marker(node, f"{ctx.module.code_for_node(node)} is gone: pass the DistributedConfig(tp_size=...) of "
+                             "the sizes this file builds the arguments with")
             return
         if sizes is not None:
             try:
@@ -337,7 +353,7 @@ class TrainingModelTrnConfig(PythonRule):
             ctx.replace(node, cst.parse_expression(config_code(dist, sizes, len(statement_indent(ctx)),
                                                                ctx.module.default_indent)))
             if lora:
-                ctx.marker(node, f"{code(node)} no longer exists: {lora_marker(lora)}")
+                ctx.marker(node, f"{code(node)} is gone; {lora_marker(lora)}")
             elif sizes:
                 ctx.marker(node, (
                     f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; "
@@ -362,7 +378,7 @@ class TrainingModelTrnConfig(PythonRule):
                                                            ctx.module.default_indent)))
         self._save_only_model(node, ctx, [_code(f) for f in model_factors(mesh)])
         if lora:
-            ctx.marker(node, f"{ctx.module.code_for_node(node)} no longer exists: {lora_marker(lora)}")
+            ctx.marker(node, f"{ctx.module.code_for_node(node)} is gone; {lora_marker(lora)}")
             return
         ctx.marker(node, (
             f"{ctx.module.code_for_node(node)} no longer exists: the layout comes from the launch environment "

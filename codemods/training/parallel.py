@@ -42,6 +42,7 @@ from codemods.training.sources import (
     SFT_CONFIG_SOURCES,
     imports_a_trainer,
 )
+from codemods.training.lora import fsdp_instead, lora_blocks_tp, lora_marker
 from codemods.common.arg_plan import (
     MAX_LINE,
     NOT_LITERAL,
@@ -63,11 +64,13 @@ ARGS_CLASSES = ARGS_SOURCES + SFT_CONFIG_SOURCES
 SIZES = (("tensor_parallel_size", "tp_size", "TP_SIZE"), ("pipeline_parallel_size", "pp_size", "PP_SIZE"))
 
 
-def _mesh(sizes, environ: str, quote: str = '"') -> dict[str, cst.BaseExpression]:
+def _mesh(sizes, environ: str, quote: str = '"', ctx: PythonContext | None = None) -> dict[str, cst.BaseExpression]:
     """The DistributedConfig sizes of a with's ``sizes``: those read from the launch environment as
     ``int(os.environ.get("TP_SIZE", "1"))`` (with FSDP_SIZE beside them, which the launch sets for
     zero_1, unless there are pipeline stages), and the data-parallel replicas that make the
     product the world size (:func:`codemods.training.mesh.whole_mesh`)."""
+    if ctx is not None and any(field == "tp_size" for field, _x, _e in sizes) and lora_blocks_tp(ctx):
+        return fsdp_instead(environ, quote)  # LoRA over tensor-parallel layers fails: FSDP over every process
     out: dict[str, cst.BaseExpression] = {}
     for field, expr, env in sizes:
         out[field] = cst.parse_expression(env_size(environ, env, quote)) if expr is None else expr
@@ -264,9 +267,13 @@ class LazyLoadForParallelism(PythonRule):
             if not sizes:
                 continue
             loads = state["loads"].get(id(node), 0)
-            mesh = _mesh(sizes, "os.environ")
+            mesh = _mesh(sizes, "os.environ", ctx=ctx)
             what = describe(mesh)
-            if loads > 0:
+            lora = lora_blocks_tp(ctx) if any(f == "tp_size" for f, _x, _e in sizes) else None
+            if loads > 0 and lora:
+                self._save_only_model(ctx, node, sizes)
+                ctx.marker(node, lora_marker(lora))
+            elif loads > 0:
                 envs = [f"{env}=<{field}>" for field, expr, env in sizes if expr is None]
                 text = launch_advice(mesh)
                 if envs:
@@ -299,7 +306,7 @@ class LazyLoadForParallelism(PythonRule):
                 ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
         except NameClash:
             return False
-        mesh = _mesh(sizes, environ, quote)
+        mesh = _mesh(sizes, environ, quote, ctx)
         if any(isinstance(literal(v), int) and literal(v) > 1 for v in mesh.values()):
             factors = []  # always distributed
         else:  # the data-parallel replicas are > 1 only when these are (whole_mesh)
@@ -354,7 +361,7 @@ class LazyLoadForParallelism(PythonRule):
         quote = quote_of(node)
         try:
             environ = None
-            if _mesh(sizes, "os.environ") != {f: x for f, x, _e in sizes}:
+            if _mesh(sizes, "os.environ", ctx=ctx) != {f: x for f, x, _e in sizes}:
                 environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
             dist = ctx.name_for(DISTRIBUTED_CONFIG, anchor=anchor)
         except NameClash as exc:
@@ -368,7 +375,7 @@ class LazyLoadForParallelism(PythonRule):
         step = ctx.module.default_indent
 
         def config() -> cst.Call:
-            mesh = _mesh(sizes, code(environ) if environ is not None else "os.environ", quote)
+            mesh = _mesh(sizes, code(environ) if environ is not None else "os.environ", quote, ctx)
             parts = [f"{field}={code(expr)}" for field, expr in mesh.items()]
             one_line = f"{code(dist)}({', '.join(parts)})"
             if len(dedent + step) + len("distributed_config=,") + len(one_line) <= MAX_LINE:

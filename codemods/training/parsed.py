@@ -166,10 +166,8 @@ class ParsedArgumentsIdioms(PythonRule):
         parsed = any(name == owner and scope in (_scope(ctx), 0) for name, _s, scope, _c in state.get("parsed", ()))
         if built == "unknown" and not parsed:
             if field == "world_size" and _old_arguments(ctx, owner):
-                ctx.marker(node, (
-                    f"optimum-neuron's {owner}.world_size counted data-parallel ranks (processes // (tp x pp)); it "
-                    "counts processes now: divide by tp_size where you mean the data-parallel size"
-                ))
+                ctx.marker(node, f"{owner}.world_size counted data-parallel ranks in optimum-neuron, processes now: "
+                                 "divide by tp_size for those")
             return
         if field == "world_size" and _counted_processes(ctx):
             return  # 0.0.23-0.3: world_size was the process count there too (dp_size the data-parallel size)
