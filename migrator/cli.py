@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Mapping
 from enum import Enum
@@ -247,6 +248,10 @@ def explain_text(doc) -> str:
         parts += ["", "After:", "", _indent(doc.after)]
     if doc.caveats:
         parts += ["", "Caveats:", "", doc.caveats]
+    if doc.markers:
+        parts += ["", "Markers:"]
+        for marker, explanation in doc.markers:
+            parts += ["", f"  {marker}", textwrap.fill(explanation, 96, initial_indent="      ", subsequent_indent="      ")]
     return "\n".join(parts) + "\n"
 
 

@@ -8,6 +8,7 @@ picklable :class:`RuleSelection`).
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import heapq
 import importlib
 import os
@@ -176,6 +177,21 @@ class RuleSet:
     def parsers(self) -> dict[str, Callable[[str], bool]]:
         """kind -> parse check of the text kinds whose parser comes with the rules (see RuleSelection)."""
         return self.selection.parsers()
+
+    @cached_property
+    def _by_id(self) -> dict[str, type]:
+        return {type(r).id: type(r) for r in (*self.python, *self.text)}
+
+    def described(self, findings: list[Finding]) -> list[Finding]:
+        """``findings`` with each marker's long form attached where its rule has one (``Rule.markers``)."""
+        if not any(f.fix == "manual" and f.detail is None for f in findings):
+            return findings
+        out = []
+        for f in findings:
+            rule = self._by_id.get(f.rule) if f.fix == "manual" and f.detail is None else None
+            detail = rule.marker_detail(f.message) if rule is not None else None
+            out.append(dataclasses.replace(f, detail=detail) if detail else f)
+        return out
 
     @property
     def python(self) -> list[PythonRule]:
@@ -379,7 +395,7 @@ def process(
         return _error(result, f"invalid notebook: {exc}")
     except RecursionError:
         return _error(result, "too deeply nested to parse")
-    result.findings = findings
+    result.findings = rules.described(findings)
     if new_text != text:
         # texts are kept (and sent back from workers) only where a diff will need them
         result.old_text, result.new_text = text, new_text

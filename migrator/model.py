@@ -100,9 +100,11 @@ class Finding:
     message: str
     fix: Fix = "applied"
     cell: int | None = None
+    #: a marker's long form (the why and the alternatives: ``Rule.markers``), for the reports
+    detail: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "rule": self.rule,
             "line": self.line,
             "column": self.column,
@@ -110,6 +112,9 @@ class Finding:
             "message": self.message,
             "fix": self.fix,
         }
+        if self.detail:
+            out["detail"] = self.detail
+        return out
 
 
 @dataclass

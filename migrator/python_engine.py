@@ -389,7 +389,7 @@ def _run_once(
                 continue  # already there: reported by the existing-marker scan
             markers.setdefault(id(n.statement), []).append(text)
             marker_anc[id(n.statement)] = ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))
-        findings.append(Finding(line, col, n.rule, n.message, n.fix))  # type: ignore[arg-type]
+        findings.append(Finding(line, col, n.rule, n.message, n.fix, detail=n.detail))  # type: ignore[arg-type]
         finding_notes.append(n)
 
     if not edits and not markers and not asks and not removals and not leftovers:

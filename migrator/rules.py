@@ -13,6 +13,7 @@ module only. Rule modules live in :mod:`codemods`.
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from dataclasses import dataclass
@@ -65,6 +66,19 @@ class Rule:
     before: ClassVar[str] = ""
     after: ClassVar[str] = ""
     caveats: ClassVar[str] = ""
+    #: the long forms of this rule's markers: ``(marker, explanation)`` pairs. ``marker`` is the
+    #: one-sentence text the rule writes (``{...}`` stands for a part that varies, e.g. a name);
+    #: ``explanation`` is the why, the background and the alternatives. ``explain`` lists them, and
+    #: the report attaches the explanation to each finding whose message matches (``detail``).
+    markers: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @classmethod
+    def marker_detail(cls, message: str) -> str | None:
+        """The long form of a marker this rule wrote with ``message`` (see ``markers``), or None."""
+        for pattern, explanation in cls.markers:
+            if _marker_pattern(pattern).fullmatch(" ".join(message.split())):
+                return " ".join(textwrap.dedent(explanation).split())
+        return None
 
     @classmethod
     def applies_to(cls, text: str, project: frozenset[str] = frozenset()) -> bool:
@@ -93,7 +107,15 @@ class Rule:
             before=textwrap.dedent(cls.before).strip("\n"),
             after=textwrap.dedent(cls.after).strip("\n"),
             caveats=textwrap.dedent(cls.caveats).strip(),
+            markers=tuple((" ".join(m.split()), " ".join(textwrap.dedent(e).split())) for m, e in cls.markers),
         )
+
+
+@functools.lru_cache(maxsize=None)
+def _marker_pattern(pattern: str) -> re.Pattern:
+    """A marker text with ``{...}`` placeholders as a regular expression (each matches any text)."""
+    parts = re.split(r"\{[^{}]*\}", " ".join(pattern.split()))
+    return re.compile(".+?".join(re.escape(p) for p in parts), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,8 @@ class RuleDoc:
     before: str
     after: str
     caveats: str
+    #: (marker, explanation) pairs: the long forms of the rule's markers (see ``Rule.markers``)
+    markers: tuple[tuple[str, str], ...] = ()
 
 
 Handler = Callable[[cst.CSTNode, "PythonContext"], None]
@@ -193,6 +217,7 @@ class _Note:
     statement: cst.CSTNode | None  # where a marker goes (manual findings only)
     ancestors: tuple[cst.CSTNode, ...] = ()
     deep: bool = False
+    detail: str | None = None  # a marker's long form (manual findings only)
 
 
 @dataclass
@@ -425,11 +450,13 @@ class PythonContext:
         anc, deep = self._ancestors_of(node)
         self._notes.append(_Note(self.rule_id, node, message, fix, None, anc, deep))
 
-    def marker(self, node: cst.CSTNode, message: str, rule: str | None = None) -> None:
+    def marker(self, node: cst.CSTNode, message: str, rule: str | None = None, detail: str | None = None) -> None:
         """Ask a person to act: a ``# TODO(neuron-migrate NMxxx)`` comment above the
-        statement around ``node`` plus a manual finding."""
+        statement around ``node`` plus a manual finding. ``message``: one sentence of at most
+        120 characters saying what to do here; ``detail``: its long form for the report (default:
+        the matching entry of the rule's ``markers``)."""
         anc, deep = self._ancestors_of(node)
-        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", None, anc, deep))
+        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", None, anc, deep, detail))
 
     # ---------------------------------------------------------------- imports
     def add_import(self, module: str, name: str | None = None, asname: str | None = None,
@@ -574,12 +601,15 @@ class TextContext:
     def is_edited(self, line: int) -> bool:
         return self.edit_covering(line) is not None
 
-    def finding(self, line: int, message: str, fix: str = "applied", column: int = 1) -> None:
+    def finding(self, line: int, message: str, fix: str = "applied", column: int = 1,
+                detail: str | None = None) -> None:
         """A finding at 0-based ``line``."""
-        self.findings.append(Finding(line + 1, column, self.rule_id, message, fix))  # type: ignore[arg-type]
+        self.findings.append(Finding(line + 1, column, self.rule_id, message, fix, detail=detail))  # type: ignore[arg-type]
 
-    def marker(self, line: int, message: str) -> None:
-        """A ``# TODO(neuron-migrate ...)`` line above 0-based ``line`` and a manual finding."""
+    def marker(self, line: int, message: str, detail: str | None = None) -> None:
+        """A ``# TODO(neuron-migrate ...)`` line above 0-based ``line`` and a manual finding
+        (``message``: one sentence of at most 120 characters; ``detail``: its long form, see
+        ``PythonContext.marker``)."""
         text = marker_text(self.rule_id, message)
         # the markers already stacked above the line (from earlier runs, any rule)
         above = set()
@@ -589,4 +619,4 @@ class TextContext:
             i -= 1
         if text not in above and (self.rule_id, text) not in self._markers.get(line, []):
             self._markers.setdefault(line, []).append((self.rule_id, text))
-            self.finding(line, message, "manual")
+            self.finding(line, message, "manual", detail=detail)
