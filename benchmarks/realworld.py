@@ -31,7 +31,9 @@ Per file kind and in total it prints:
 * old-stack references in code, in the original and left in the output, marked or silent (below);
   ``rewritten or marked %`` = 1 - silent references left in the output / references in the
   original;
-* ``fixes applied`` and ``markers`` (FileResult.applied / .manual).
+* ``fixes applied`` and ``markers`` (FileResult.applied / .manual); below the table, the markers of
+  the output per file, their length distribution (the contract: one sentence of at most 120
+  characters after the prefix) and the longest ones.
 
 Old-stack references in code
 ----------------------------
@@ -98,7 +100,7 @@ if str(ROOT) not in sys.path:
 
 from migrator.discover import discover  # noqa: E402
 from migrator.engine import RuleSelection, _decode, default_jobs, run  # noqa: E402
-from migrator.model import KINDS, MARKER_RE, ignored_rules  # noqa: E402
+from migrator.model import KINDS, MARKER_PREFIX, MARKER_RE, ignored_rules  # noqa: E402
 from migrator.selfcheck.check import KEYWORD, OLD_STACK, UNDEFINED, UNRESOLVED, check_program, introduced  # noqa: E402
 from migrator.selfcheck.check import OLD_STACK_ROOTS  # noqa: E402
 from migrator.selfcheck.programs import programs, shell_units  # noqa: E402
@@ -406,6 +408,9 @@ def measure_file(kind: str, original: str, migrated: str) -> dict:
         "refs_original": len(refs_before),
         "refs_marked": sum(1 for r in refs_after if r[2]),
         "silent": [f"{where}: {what}" for where, what, marked in refs_after if not marked],
+        # the markers of the output (new and kept ones): (rule, text after the prefix)
+        "marker_texts": [(m.group(1), m.group(2)) for line in _text_lines(kind, migrated)
+                         if MARKER_PREFIX in line and (m := MARKER_RE.search(line))],
     }
     out["undefined_introduced"] = len(out["undefined_names"])
     out["unresolved_introduced"] = len(out["unresolved_names"])
@@ -415,6 +420,17 @@ def measure_file(kind: str, original: str, migrated: str) -> dict:
     out["old_imports_left"] = len(out["old_imports_left_names"])
     out["refs_silent"] = len(out["silent"])
     return out
+
+
+def _text_lines(kind: str, text: str) -> list[str]:
+    """The lines of a file as a person reads them (a notebook: its cells' lines)."""
+    if kind == "notebook":
+        try:
+            cells = json.loads(text).get("cells", [])
+        except (ValueError, AttributeError):
+            return []
+        return [line for c in cells for line in "".join(c.get("source", "")).splitlines()]
+    return text.splitlines()
 
 
 def _measure_job(args: tuple[str, str, str]) -> dict:
@@ -640,6 +656,37 @@ def format_preexisting(files: list[dict], target_api: bool) -> str:
     return "\n".join(out)
 
 
+MARKER_LIMIT = 120  # characters after the prefix (CONTRACT.md: one sentence)
+
+
+def format_markers(files: list[dict], longest: int = 10) -> str:
+    """The markers of the output: per file and their length distribution, and the longest ones."""
+    texts = [(f["path"], rule, text) for f in files for rule, text in f.get("marker_texts", ())]
+    if not texts:
+        return "markers in the output: none"
+    lengths = sorted(len(t) for _, _, t in texts)
+    per_file = sorted(len(f.get("marker_texts", ())) for f in files if f.get("marker_texts"))
+
+    def q(values: list[int], p: float) -> int:
+        return values[min(len(values) - 1, int(p * len(values)))]
+
+    over = sum(1 for n in lengths if n > MARKER_LIMIT)
+    out = [
+        f"markers in the output: {len(texts)} in {len(per_file)} files; per file median {q(per_file, .5)}, "
+        f"p90 {q(per_file, .9)}, max {per_file[-1]}",
+        f"marker length (after the prefix): median {q(lengths, .5)}, p90 {q(lengths, .9)}, max {lengths[-1]}; "
+        f"over {MARKER_LIMIT}: {over} ({100.0 * over / len(lengths):.1f}%)",
+    ]
+    by_rule = Counter(rule for _, rule, t in texts if len(t) > MARKER_LIMIT)
+    if by_rule:
+        out.append("  over the limit, by rule: " + ", ".join(f"{r} {n}" for r, n in by_rule.most_common()))
+    for path, rule, text in sorted(texts, key=lambda x: -len(x[2]))[:longest]:
+        if len(text) <= MARKER_LIMIT:
+            break
+        out.append(f"  {len(text):4d}  {rule}  {path}: {text[:100]}...")
+    return "\n".join(out)
+
+
 def report(result: dict, listing: set[str] | None) -> str:
     files = result["files"]
     t = result["timings"]
@@ -660,6 +707,8 @@ def report(result: dict, listing: set[str] | None) -> str:
         f"run time: {t['total']:.1f} s ({n / t['total']:.1f} files/s): copy+discover {t['copy_discover']:.1f} s, "
         f"migrate {t['migrate']:.1f} s ({n / max(t['migrate'], 1e-9):.1f} files/s), "
         f"second run {t['second_run']:.1f} s, checks {t['checks']:.1f} s",
+        "",
+        format_markers(files),
     ]
     if listing is not None:
         out += ["", "== files behind the counts", format_list(files, listing), "", format_preexisting(files, api)]

@@ -173,6 +173,21 @@ def test_measure_file_clean_marked_and_broken_syntax():
     assert m["syntax_broken"] == 1 and m["refs_silent"] == 0
 
 
+def test_markers_of_the_output_per_file_and_by_length():
+    long = "x" * 130
+    marked = f"# TODO(neuron-migrate NM900): by hand\nimport os\n# TODO(neuron-migrate NM410): {long}\nx = 1\n"
+    m = rw.measure_file("python", "import os\nx = 1\n", marked)
+    assert m["marker_texts"] == [("NM900", "by hand"), ("NM410", long)]
+    files = [{"path": "a.py", **m}, {"path": "b.py", "marker_texts": [("NM900", "short")]}]
+    text = rw.format_markers(files)
+    assert "3 in 2 files; per file median 2, p90 2, max 2" in text
+    assert "max 130; over 120: 1 (33.3%)" in text and "by rule: NM410 1" in text
+    assert " 130  NM410  a.py: " + "x" * 100 in text
+    assert rw.format_markers([{"path": "c.py", "marker_texts": []}]) == "markers in the output: none"
+    notebook = _notebook("# TODO(neuron-migrate NM900): by hand\nimport os\n")
+    assert rw.measure_file("notebook", notebook, notebook)["marker_texts"] == [("NM900", "by hand")]
+
+
 def test_measure_file_notebook_cross_cell():
     original = _notebook("!pip install torch-xla\nimport torch_xla.core.xla_model as xm\n", "d = xm.xla_device()\n")
     migrated = _notebook("import torch\n", "d = xm.xla_device()\n")
