@@ -119,7 +119,7 @@ def _guard(text: str, raw: list[str], edits: list[LineEdit], markers: dict[int, 
     notes: list[Finding] = []
     for e in edits:
         if e.rule in dropped:
-            message = f"{e.rule}'s rewrite here was not applied because it {UNPARSABLE}: migrate this command by hand"
+            message = f"Migrate this command by hand: {e.rule}'s rewrite {UNPARSABLE}."
             line, marker = _command_start(raw, e.start), marker_text(DROPPED_RULE, message)
             if marker in noted.get(line, ()) or _marked_above(raw, line, marker):
                 continue  # (one already there is reported by the marker scan)

@@ -292,7 +292,11 @@ def test_json_report_matches_contract_shape(proj: Path) -> None:
         assert (f["error"] is None) == (f["status"] not in ("error", "skipped"))
         assert isinstance(f["error"], (str, type(None)))
         for x in f["findings"]:
-            assert list(x) == ["rule", "line", "column", "cell", "message", "fix"]
+            # the contract's fields, in order; an added field: a marker's long form (Rule.markers)
+            assert list(x) in (["rule", "line", "column", "cell", "message", "fix"],
+                               ["rule", "line", "column", "cell", "message", "fix", "detail"])
+            if "detail" in x:
+                assert x["fix"] == "manual" and isinstance(x["detail"], str) and x["detail"]
             assert x["rule"] in RULE_IDS
             assert isinstance(x["line"], int) and x["line"] >= 1
             assert isinstance(x["column"], int) and x["column"] >= 1

@@ -174,9 +174,9 @@ def test_an_edit_that_leaves_a_name_undefined_is_dropped_with_a_marker():
     """, _Breaks())
     assert new == _src("""
         def f():
-            # TODO(neuron-migrate NM991): NM998's rewrite here was not applied because `missing_name` would be undefined: migrate this statement by hand
+            # TODO(neuron-migrate NM991): Migrate this by hand: NM998's rewrite would leave `missing_name` undefined.
             a = old_api()
-            # TODO(neuron-migrate NM991): NM998's rewrite here was not applied because `missing_name` would be undefined: migrate this statement by hand
+            # TODO(neuron-migrate NM991): Migrate this by hand: NM998's rewrite would leave `missing_name` undefined.
             b = old_api()
             return a, b
     """)
@@ -225,7 +225,7 @@ def test_a_function_local_import_is_not_hoisted_for_a_name_left_undefined():
             return torch
 
         def main():
-            # TODO(neuron-migrate NM991): NM997's rewrite here was not applied because `torch` would be undefined: migrate this statement by hand
+            # TODO(neuron-migrate NM991): Migrate this by hand: NM997's rewrite would leave `torch` undefined.
             return old_api()
     """)
     assert [f.rule for f in findings] == ["NM991"]

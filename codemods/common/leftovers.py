@@ -31,6 +31,15 @@ def old_stack(qualified: str) -> bool:
     return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
+#: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
+ADVICE = (
+    (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
+    (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
+    (("transformers_neuronx",), "Replace `{name}`: load the model with AutoModelForCausalLM and device_map=\"neuron\"."),
+    ((), "Replace `{name}` with DTensor, DistributedConfig or torch.distributed code."),
+)
+
+
 class OldStackLeftovers(PythonRule):
     id = "NM900"
     title = "Old-stack import or name with no automatic native replacement"
@@ -47,12 +56,24 @@ class OldStackLeftovers(PythonRule):
         from optimum.neuron.utils.instance import current_instance_type
     """
     after = """
-        # TODO(neuron-migrate NM900): optimum.neuron.utils.instance.current_instance_type has no automatic native replacement: ...
+        # TODO(neuron-migrate NM900): Replace `current_instance_type` with its Transformers/TRL/Diffusers equivalent, or remove it.
         from optimum.neuron.utils.instance import current_instance_type
     """
     caveats = """
         Names owned by a specific rule, and names of the rename table, are not flagged here.
     """
+    markers = tuple(zip((text for _, text in ADVICE), (
+        """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
+        TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
+        under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
+        """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
+        for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
+        metrics) have a native torch or torch.distributed equivalent, or none and go.""",
+        """transformers-neuronx is not part of TorchNeuron: Transformers loads the model with
+        device_map="neuron" and generates with a static KV cache; compiled artifacts are not reused.""",
+        """neuronx-distributed is not part of TorchNeuron: parallelism is DTensor/DeviceMesh (tensor-parallel
+        plans, FSDP2) with torch.distributed under torchrun, or DistributedConfig for Transformers models.""",
+    )))
 
     def handlers(self):
         return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute}
@@ -103,7 +124,7 @@ class OldStackLeftovers(PythonRule):
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
-            ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
+            ctx.marker(node, _advice(qual, local))
 
     def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:
         stmt = ctx.parent
@@ -121,7 +142,7 @@ class OldStackLeftovers(PythonRule):
             return
         if self._covered(ctx, qual):
             return
-        ctx.marker(node, f"{qual} has no automatic native replacement: {_advice(qual)}")
+        ctx.marker(node, _advice(qual, cst.Module([]).code_for_node(node)))
 
 
 def _dotted(node) -> str:
@@ -130,14 +151,10 @@ def _dotted(node) -> str:
     return dotted(node) or ""
 
 
-def _advice(qual: str) -> str:
-    if qual.startswith("optimum.neuron"):
-        return "remove it or use the Transformers/TRL/Diffusers equivalent (see `neuron-migrate explain NM900`)"
-    if qual.startswith(("torch_xla", "torch_neuronx", "torch_neuron")):
-        return "TorchNeuron runs eagerly on the `neuron` device with plain torch.distributed; use the native PyTorch equivalent"
-    if qual.startswith("transformers_neuronx"):
-        return "load the model with transformers.AutoModelForCausalLM on device_map=\"neuron\" with a static cache"
-    return "use DTensor/DistributedConfig or torch.distributed equivalents"
+def _advice(qual: str, written: str) -> str:
+    """The marker for an old-stack name left in the code: one sentence naming the use as written."""
+    name = written if len(written) <= 40 else qual.rsplit(".", 1)[-1]
+    return next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes)).format(name=name)
 
 
 RULES = (OldStackLeftovers,)

@@ -29,7 +29,7 @@ class NeuronOnlyArguments(PythonRule):
     after = """
         from accelerate.state import AcceleratorState
 
-        # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments autocast_backend of optimum.neuron.NeuronAcceleratorState (...)
+        # TODO(neuron-migrate NM901): Remove or move the Neuron-only arguments `autocast_backend=` of `NeuronAcceleratorState`.
         state = AcceleratorState(cpu=False, autocast_backend="bf16")
     """
     caveats = """
@@ -38,6 +38,14 @@ class NeuronOnlyArguments(PythonRule):
         (a TypeError at the call), the self-check leaves the call unrenamed with an NM991 marker
         beside this one.
     """
+    markers = (
+        ("Remove or move the Neuron-only arguments {arguments} of `{name}`.",
+         """The native class that replaces this optimum.neuron name does not accept these arguments (or
+         gives them another meaning): input shapes become padding targets, parallel sizes become a
+         DistributedConfig on the model load (under torchrun), dtypes become `dtype=`; export and
+         compiler options have no equivalent and go. The report's detail names where each one lives
+         now when the rename table knows it."""),
+    )
 
     def handlers(self):
         return {cst.Call: self._on_call}
@@ -58,9 +66,9 @@ class NeuronOnlyArguments(PythonRule):
             a.keyword.value for a in node.args if a.keyword is not None and a.keyword.value in entry.neuron_kwargs
         )
         if found:
-            what = ", ".join(found)
-            hint = f" ({entry.note})" if entry.note else ""
-            ctx.marker(node, f"remove or move the Neuron-only arguments {what} of {qual}{hint}")
+            what = ", ".join(f"`{k}=`" for k in found)
+            message = f"Remove or move the Neuron-only arguments {what} of `{qual.rsplit('.', 1)[-1]}`."
+            ctx.marker(node, message, detail=" ".join(filter(None, (self.marker_detail(message), entry.note))))
 
 
 RULES = (NeuronOnlyArguments,)

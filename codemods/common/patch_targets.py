@@ -44,11 +44,18 @@ class OldStackPatchTargets(PythonRule):
         from unittest.mock import patch
 
 
-        # TODO(neuron-migrate NM902): `torch_xla.core.xla_model.xla_device` is gone on TorchNeuron: patch what the migrated code calls instead, or drop the patch
+        # TODO(neuron-migrate NM902): Patch what the migrated code calls instead of `torch_xla.core.xla_model.xla_device`, or drop the patch.
         @patch("torch_xla.core.xla_model.xla_device")
         def test_device(fake_device):
             ...
     """
+    markers = (
+        ("Patch what the migrated code calls instead of `{target}`, or drop the patch.",
+         """The patch names an old-stack function by its dotted path, a string no rename reaches: on
+         TorchNeuron the module does not exist (ModuleNotFoundError when the patch starts) or the
+         migrated code calls something else (torch.device("neuron"), a Transformers class), so the
+         patch replaces nothing. Point it at what the migrated code calls, or drop it."""),
+    )
 
     def handlers(self):
         return {cst.Call: self._on_call}
@@ -65,8 +72,8 @@ class OldStackPatchTargets(PythonRule):
         target = first.value.evaluated_value
         if not isinstance(target, str) or not old_stack(target):
             return
-        ctx.marker(node, f"`{target}` is gone on TorchNeuron: patch what the migrated code calls "
-                         "instead, or drop the patch")
+        shown = target if len(target) <= 50 else ".".join(target.rsplit(".", 2)[-2:])
+        ctx.marker(node, f"Patch what the migrated code calls instead of `{shown}`, or drop the patch.")
 
 
 RULES = (OldStackPatchTargets,)

@@ -273,7 +273,7 @@ class ParallelismRenames(_RenameRule):
     after = """
         from transformers.distributed import DistributedConfig
 
-        # TODO(neuron-migrate NM901): remove or move the Neuron-only arguments tensor_parallel_size; ...
+        # TODO(neuron-migrate NM901): Remove or move the Neuron-only arguments `tensor_parallel_size=` of `TrainingNeuronConfig`.
         trn_config = DistributedConfig(tensor_parallel_size=8)
     """
     caveats = """

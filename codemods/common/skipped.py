@@ -26,6 +26,13 @@ class SkippedUnit(Rule):
     after = """
         (unchanged; reported as NM990)
     """
+    markers = (
+        ("Migrate this heredoc's Python by hand, or quote its delimiter (<<'EOF'): the shell expands $ and ` in it.",
+         """A Python heredoc whose delimiter is not quoted (<<EOF) has its body expanded by the shell
+         before Python sees it ($VAR, `cmd`), so the text in the file is not the program that runs and
+         cannot be migrated as Python. Quote the delimiter (<<'EOF') and pass values through the
+         environment (os.environ) instead, then run the migration again."""),
+    )
 
 
 class DroppedEdit(Rule):
@@ -53,18 +60,37 @@ class DroppedEdit(Rule):
             trainer = NeuronSFTTrainer(model, args=args, train_dataset=dataset, max_seq_length=512)
     """
     after = """
-        # TODO(neuron-migrate NM992): `optimum.neuron` does not exist on TorchNeuron and `NeuronSFTTrainer` is still used below: ...
+        # TODO(neuron-migrate NM992): Replace `NeuronSFTTrainer` below with native code, then remove this import.
         from optimum.neuron import NeuronSFTTrainer
 
         def train(model, dataset, args):
-            # TODO(neuron-migrate NM202): SFTTrainer takes max_seq_length from SFTConfig now: move them to the config (...)
-            # TODO(neuron-migrate NM991): NM200's rewrite here was not applied because `trl.SFTTrainer(max_seq_length=)` is not accepted by the target library: migrate this statement by hand
+            # TODO(neuron-migrate NM991): Migrate this by hand: `SFTTrainer` does not take `max_seq_length=`, so NM200's rewrite was left out.
             trainer = NeuronSFTTrainer(model, args=args, train_dataset=dataset, max_seq_length=512)
     """
     caveats = """
         The check knows the target libraries from data generated from the installed pinned
         versions (`tools/gen_target_api.py`); calls it cannot resolve statically are not checked.
     """
+    markers = (
+        ("Migrate this by hand: `{callable}` does not take {keywords}, so {rule}'s rewrite was left out.",
+         """The rewrite would call the target with keyword arguments that the pinned target version's
+         signature does not have (a TRL 0.x argument that moved to the config, a Neuron-only option), so
+         the statement is left as it was: move those values where the target takes them (often the
+         `*Config` object) or drop them, and rewrite the call."""),
+        ("Migrate this by hand: {rule}'s rewrite would leave {names} undefined.",
+         """The rewrite uses a name that nothing binds where the statement runs (in a notebook, a name
+         imported only in a later cell), so the statement is left as it was: import or define the name
+         before this statement and rewrite it."""),
+        ("Migrate this by hand: {rule}'s rewrite imports {names}, missing in the pinned target.",
+         """The rewrite imports a name that the pinned target libraries (the versions the target API data
+         was generated from) do not have, so the statement is left as it was."""),
+        ("Migrate this by hand: {rule}'s rewrite produced code that does not parse.",
+         """The rewrite rendered text that is not valid code, so it was not applied; the statement is
+         left as it was. Please report it: a rule must never produce unparsable code."""),
+        ("Migrate this command by hand: {rule}'s rewrite produced code that does not parse.",
+         """The rewrite of this shell command rendered text that the shell parser rejects, so it was not
+         applied; the command is left as it was. Please report it."""),
+    )
 
 
 class OldStackImport(Rule):
@@ -91,13 +117,20 @@ class OldStackImport(Rule):
     """
     after = """
         import torch
-        # TODO(neuron-migrate NM992): `torch_xla.utils.utils` does not exist on TorchNeuron and `xu` is still used below: ...
+        # TODO(neuron-migrate NM992): Replace `xu` below with native code, then remove this import.
         import torch_xla.utils.utils as xu
 
         device = torch.device("neuron")
-        # TODO(neuron-migrate NM900): torch_xla.utils.utils.get_free_tcp_ports has no automatic native replacement: ...
+        # TODO(neuron-migrate NM900): Replace `xu.get_free_tcp_ports` with its torch or torch.distributed equivalent.
         ports = xu.get_free_tcp_ports()
     """
+    markers = (
+        ("Replace {names} below with native code, then remove this import.",
+         """The imported module does not exist on TorchNeuron, so the script stops at this import. The
+         names listed are still used below after the migration: rewrite each use with its native
+         equivalent (the marker on the use, or `neuron-migrate explain` of its rule, says how), then
+         delete the import. Imports nothing uses any more are removed by the migration itself."""),
+    )
 
 
 RULES = (SkippedUnit, DroppedEdit, OldStackImport)

@@ -17,8 +17,7 @@ from migrator.filekinds import UnitSyntaxError
 from migrator.filekinds.notebook import RunUnit, mentions_neuron, split_lines
 from migrator.model import MARKER_PREFIX, Finding, marker_text
 
-EXPANDED_MESSAGE = ("the shell expands this Python heredoc ($ or ` in an unquoted body): migrate the Python in it "
-                    "by hand (or quote the delimiter, <<'EOF', and pass values through the environment)")
+EXPANDED_MESSAGE = "Migrate this heredoc's Python by hand, or quote its delimiter (<<'EOF'): the shell expands $ and ` in it."
 
 _HEREDOC_RE = re.compile(
     r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s[^<\n]*)?<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2"

@@ -22,8 +22,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.model import DROPPED_RULE
-from migrator.selfcheck.check import OLD_STACK, SYNTAX, UNDEFINED, Violation, check_source, introduced, parses
+from migrator.model import DROPPED_RULE, UNPARSABLE
+from migrator.selfcheck.check import (
+    KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, parses,
+)
 
 OLD_IMPORT_RULE = "NM992"
 #: at most this many edits of a dropped rule are given back one by one (each costs a render)
@@ -161,15 +163,45 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
-        listed = ", ".join(f"`{n}`" for n in dict.fromkeys(names))
-        message = (
-            f"`{module}` does not exist on TorchNeuron and {listed} {'is' if len(names) == 1 else 'are'} still used "
-            "below: replace those uses with their native equivalents, then remove this import"
-        )
+        message = f"Replace {names_listed(names)} below with native code, then remove this import."
         notes = plan.markers.setdefault(statement, [])
         if (OLD_IMPORT_RULE, message) not in notes:
             notes.append((OLD_IMPORT_RULE, message))
     return True
+
+
+def dropped_message(rule: str, why: Sequence[Violation]) -> str:
+    """The marker of a statement whose rewrite by ``rule`` was dropped, in one short sentence naming
+    the first kind of problem found (NM991's ``explain`` holds the long form of each kind)."""
+    first = why[0]
+    same = [v for v in why if v.kind == first.kind]
+    if first.kind == KEYWORD:
+        callee = first.name.split("(", 1)[0]
+        keywords = [v.name.split("(", 1)[1].rstrip(")") for v in same if v.name.split("(", 1)[0] == callee]
+        return (f"Migrate this by hand: `{callee.rsplit('.', 1)[-1]}` does not take {names_listed(keywords, 32)}, "
+                f"so {rule}'s rewrite was left out.")
+    if first.kind == UNDEFINED:
+        return f"Migrate this by hand: {rule}'s rewrite would leave {names_listed([v.name for v in same], 40)} undefined."
+    if first.kind == UNRESOLVED:
+        names = names_listed([v.name.replace(":", ".") for v in same], 40)
+        return f"Migrate this by hand: {rule}'s rewrite imports {names}, missing in the pinned target."
+    if first.kind == SYNTAX:
+        return f"Migrate this by hand: {rule}'s rewrite {UNPARSABLE}."
+    return f"Migrate this by hand: {rule}'s rewrite would leave `import {first.name}` without a marker."
+
+
+def names_listed(names: Sequence[str], width: int = 48) -> str:
+    """``names`` (deduplicated) as `` `a`, `b` and 3 more ``, within about ``width`` characters."""
+    names = list(dict.fromkeys(names))
+    shown: list[str] = []
+    for n in names:
+        if shown and len(", ".join([*shown, f"`{n}`"])) > width:
+            break
+        shown.append(f"`{n}`")
+    rest = len(names) - len(shown)
+    if rest:
+        return ", ".join(shown) + f" and {rest} more"
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
 def _used_names(text: str) -> set[str]:
@@ -332,8 +364,7 @@ def _drop(before: list[Violation], intro: list[Violation], edits: Sequence[EditI
     plan.dropped |= {i for i, e in enumerate(edits) if e.statement in statements}
     # 4. a marker above each statement whose edits were dropped
     for rule, why in reasons.items():
-        text = "; ".join(dict.fromkeys(v.describe() for v in why))
-        message = f"{rule}'s rewrite here was not applied because {text}: migrate this statement by hand"
+        message = dropped_message(rule, why)
         for i in by_rule[rule]:
             if i in plan.dropped:
                 notes = plan.markers.setdefault(edits[i].statement, [])
