@@ -257,7 +257,7 @@ def test_hash_mode_comes_from_options_not_comments(rules):
     new, findings = migrate("# pip-compile --generate-hashes was not used\noptimum-neuron==0.2.0\n", "requirements", rules)
     assert new == "# pip-compile --generate-hashes was not used\ntransformers>=5.23\naccelerate>=1.15\n"
     new, findings = migrate("--require-hashes\noptimum-neuron==0.2.0\n", "requirements", rules)
-    assert new.splitlines()[1].startswith("# TODO(neuron-migrate NM502): optimum-neuron belongs to the old Neuron stack")
+    assert new.splitlines()[1].startswith("# TODO(neuron-migrate NM502): Hashed line: in its source file, remove optimum-neuron")
 
 
 def test_setup_cfg_comment_at_column_0_does_not_end_the_value(rules):

@@ -19,6 +19,7 @@ import pytest
 from codemods.project.dockerfile import DockerUnit
 from codemods.project.neuron_cc_flags import cc_flags_plan
 from codemods.project.shell import export_comments
+from codemods.project.xla_env import BF16_LAUNCH_MARKER
 from codemods.project.shell_plans import ShellUnit
 from codemods.project.shell_syntax import ShellSyntaxError
 from migrator.discover import Candidate
@@ -51,8 +52,8 @@ def bash_ok(text: str) -> tuple[bool, str]:
 #: the marker a launcher gets where a removed XLA_USE_BF16/XLA_DOWNCAST_BF16 turned bf16 on
 #: (codemods/project/xla_env.py bf16_launcher_message; tested in tests/test_xla_environment.py and
 #: the NM512/NM521 fixtures). The cases below are about the removal forms, compared without it.
-BF16_MARKER = re.compile(r"^[ \t]*(?:\$ )?# TODO\(neuron-migrate NM5(?:12|21)\): XLA_USE_BF16/XLA_DOWNCAST_BF16=1 \(removed\) ran this launch in "
-                         r"bfloat16[^\n]*\r?\n", re.M)
+BF16_MARKER = re.compile(r"^[ \t]*(?:\$ )?# TODO\(neuron-migrate NM5(?:12|21)\): " + re.escape(BF16_LAUNCH_MARKER)
+                         + r"\r?\n", re.M)
 
 
 def without_bf16_marker(text: str) -> str:
@@ -233,7 +234,7 @@ def test_commands_in_strings_are_flagged_by_their_rules():
     assert "TODO(neuron-migrate NM511): this command string runs neuron_parallel_compile" in out
     assert "TODO(neuron-migrate NM510): this command string runs optimum-cli" in out
     flags = check('bash -c "torchrun --nproc_per_node 8 t.py --tensor_parallel_size 8"\n')
-    assert "TODO(neuron-migrate NM515): --tensor_parallel_size" in flags
+    assert "TODO(neuron-migrate NM515): Move --tensor_parallel_size to TP_SIZE/FSDP_SIZE" in flags
 
 
 def test_sbatch_export_line_and_async_load_export_compose():
@@ -320,7 +321,7 @@ def test_cache_dropped_consolidate_and_serve_marked():
     out = check("optimum-cli neuron cache synchronize --repo_id me/cache\n"
                 "optimum-cli neuron consolidate ckpt out\n"
                 "optimum-cli neuron serve -m m\n")
-    assert out.splitlines()[0].startswith("# TODO(neuron-migrate NM510): `optimum-cli neuron consolidate`")
+    assert out.splitlines()[0].startswith("# TODO(neuron-migrate NM510): Consolidate with transformers.distributed.")
     assert out.splitlines()[1] == "optimum-cli neuron consolidate ckpt out"
     assert out.splitlines()[2].startswith("# TODO(neuron-migrate NM510): `optimum-cli neuron serve`")
     assert "cache" not in out.split("\n", 1)[0].split(":")[0]
@@ -369,7 +370,8 @@ def test_prerun_of_the_same_command_removed():
 def test_prerun_with_other_arguments_kept_and_marked():
     out = check("neuron_parallel_compile torchrun t.py --max_steps 10\ntorchrun t.py --max_steps 1000\n")
     assert out.splitlines()[1:] == ["torchrun t.py --max_steps 10", "torchrun t.py --max_steps 1000"]
-    assert out.startswith("# TODO(neuron-migrate NM511): this was the neuron_parallel_compile pre-run")
+    assert out.startswith("# TODO(neuron-migrate NM511): Delete this command unless it should run twice: it was the "
+                          "neuron_parallel_compile pre-run.")
 
 
 def test_options_marked():
@@ -546,15 +548,15 @@ def test_dockerfile_dlc_tags(image, flagged):
 def test_dockerfile_xla_dlc_marked():
     src = "FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-inference-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04 AS x\n"
     out = check(src, "dockerfile")
-    assert out.startswith("# TODO(neuron-migrate NM520): XLA-era Neuron DLC base image")
+    assert out.startswith("# TODO(neuron-migrate NM520): Switch to a TorchNeuron image")
     assert out.endswith(src)
 
 
 def test_dockerfile_cc_flags_rewrite_marked():
     out = check('ENV NEURON_CC_FLAGS="--model-type transformer --auto-cast=none" A=1\n', "dockerfile")
     assert out.splitlines() == [
-        "# TODO(neuron-migrate NM513): NEURON_CC_FLAGS was written for the XLA stack: check whether "
-        "TorchNeuron's compiler still needs --auto-cast=none, remove them otherwise",
+        "# TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS --auto-cast=none only if TorchNeuron's "
+        "compiler still needs them.",
         'ENV NEURON_CC_FLAGS="--auto-cast=none" A=1',
     ]
 
@@ -802,23 +804,21 @@ def _markers(out: str) -> list[str]:
 def test_layout_markers():
     dp = check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
     assert _markers(dp) == [
-        "# TODO(neuron-migrate NM515): torchrun starts 32 processes with TP_SIZE=8: the 4 processes beyond it are "
-        "data-parallel replicas of the migrated script's layout (dp_replicate_size = WORLD_SIZE // (TP_SIZE x "
-        "FSDP_SIZE)), which replicate the optimizer state; optimum-neuron 0.4 sharded it over them by default "
-        "(zero_1): set FSDP_SIZE=4 to shard them with FSDP instead (TP_SIZE x FSDP_SIZE = 32)"]
+        "# TODO(neuron-migrate NM515): Set FSDP_SIZE=4 to shard the optimizer over the 4 data-parallel groups, as "
+        "optimum-neuron's default zero_1 did."]
     # zero_1 off: the replicas are what the old run did (no decision left)
     assert not _markers(check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1 false\n"))
-    assert "not a multiple of TP_SIZE=8" in check("torchrun --nproc_per_node=12 t.py --tensor_parallel_size 8\n")
+    assert "a multiple of TP_SIZE=8: torchrun starts 12 processes" in check("torchrun --nproc_per_node=12 t.py --tensor_parallel_size 8\n")
     # FSDP_SIZE x TP_SIZE dividing the process count: replicas of the sharded layout; not dividing it: a marker
     assert not _markers(check("FSDP_SIZE=2 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n"))
-    assert "TP_SIZE x FSDP_SIZE = 8 x 3 = 24 does not divide it" in check(
+    assert "a multiple of TP_SIZE x FSDP_SIZE = 24: torchrun starts 32 processes" in check(
         "FSDP_SIZE=3 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
-    assert "launch this script with torchrun --nproc_per_node=4" in check("python t.py --tensor_parallel_size 4\n")
+    assert "Launch this script with torchrun --nproc_per_node=4" in check("python t.py --tensor_parallel_size 4\n")
     assert not _markers(check("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8\n"))
     assert not _markers(check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 false\n"))
     zero = check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 true\n")
-    assert "set FSDP_SIZE=<number of processes / TP_SIZE>" in zero and "--zero_1" not in zero.splitlines()[-1]
-    assert "cannot train a model loaded with pp_size > 1" in check(
+    assert "Set FSDP_SIZE=<processes / TP_SIZE>" in zero and "--zero_1" not in zero.splitlines()[-1]
+    assert "instead of PP_SIZE: a migrated Trainer script has no pipeline stages" in check(
         "torchrun --nproc_per_node=8 t.py --pipeline_parallel_size 2\n")
 
 
@@ -826,7 +826,7 @@ def test_flags_held_in_variables_are_marked():
     # expanded by something that is not a Python launch: the flags cannot be followed
     src = 'ARGS="--tensor_parallel_size 8 --zero_1 true"\nbash run.sh $ARGS\n'
     out = check(src)
-    assert out.startswith("# TODO(neuron-migrate NM515): --tensor_parallel_size, --zero_1: the migrated script")
+    assert out.startswith("# TODO(neuron-migrate NM515): Move --tensor_parallel_size, --zero_1 to TP_SIZE/FSDP_SIZE")
     assert out.endswith(src)
     arr = "ARGS=(--tensor_parallel_size 8)\nbash run.sh --zero_1\n"
     assert check(arr).count("TODO(neuron-migrate NM515)") == 2
@@ -980,19 +980,19 @@ def test_dockerfile_pip_install(before: str, after: str | None):
 def test_dockerfile_pip_install_markers():
     src = "FROM base-neuronx\nRUN pip install --require-hashes torch-xla==2.1.0 --hash=sha256:00\n"
     out = check(src, "dockerfile")
-    assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM522): torch-xla belongs to the old Neuron stack")
+    assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM522): This pip install checks hashes: remove torch-xla")
     assert out.endswith("RUN pip install --require-hashes torch-xla==2.1.0 --hash=sha256:00\n")
     out = check("RUN pip install optimum-neuron==0.4.5 && rm -rf /root/.cache\n", "dockerfile")
     assert 'RUN pip install "transformers>=5.23" "accelerate>=1.15" && rm -rf /root/.cache' in out
     out = check("RUN pip install torch-xla libneuronxla\n", "dockerfile")
     assert out.endswith("\nRUN pip install torch-neuronx\n")
     out = check("RUN pip install torch-neuronx\nRUN pip install torch-xla libneuronxla\n", "dockerfile")
-    assert "only installs packages of the old Neuron stack" in out
+    assert "Replace this pip install of old Neuron stack packages" in out
     assert out.endswith("RUN pip install torch-xla libneuronxla\n")
     assert check("FROM python:3.11\nRUN pip install torch-xla[tpu]\n", "dockerfile") == (
         "FROM python:3.11\nRUN pip install torch-xla[tpu]\n")  # a TPU image
     out = check("RUN pip install optimum-neuron torch==2.1.2\n", "dockerfile")
-    assert "pins its own torch" in out
+    assert "Remove this torch pin, or set it to the torch version that your torch-neuronx release pins" in out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1059,7 +1059,7 @@ def test_shell_pip_install(before: str, after: str | None):
 
 def test_shell_pip_install_left_empty_is_marked():
     out = check("pip install torch-neuronx\npip install neuronx-distributed\n")
-    assert "TODO(neuron-migrate NM523): this pip install only installs packages of the old Neuron stack" in out
+    assert "TODO(neuron-migrate NM523): Replace this pip install of old Neuron stack packages" in out
     assert out.endswith("pip install neuronx-distributed\n")
 
 

@@ -50,7 +50,7 @@ python src/hf_train.py --output_dir o1 --eval_strategy steps --logging_dir tb
 python src/plain_train.py --output_dir o2 --evaluation_strategy steps --overwrite_output_dir --max_seq_length 64
 torchrun --nproc_per_node 2 src/sft.py --output_dir o3 --max_length 512
 python -m src.hf_train --output_dir o4 --max_seq_length 512 --per_device_eval_batch_size 2
-# TODO(neuron-migrate NM515): TP_SIZE=2 needs 2 processes: launch this script with torchrun --nproc_per_node=2 (TP_SIZE x FSDP_SIZE processes)
+# TODO(neuron-migrate NM515): Launch this script with torchrun --nproc_per_node=2: TP_SIZE=2 needs 2 processes.
 TP_SIZE=2 python src/hf_train.py --output_dir o5 --eval_strategy epoch --torch_compile true
 """
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from codemods.project.xla_env import BF16_LAUNCH_MARKER
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, run
 
@@ -51,7 +52,7 @@ def test_a_launcher_of_the_run_that_set_bf16_keeps_the_script_in_bf16(tmp_path: 
     exec(compile(script, "train.py", "exec"), namespace)
     assert "torch.bfloat16" in capfd.readouterr().out  # the migrated script runs in bf16 with no variable set
     launcher_out = out["run.sh" if "run_sh" in launcher else "Dockerfile"]
-    marker = "XLA_USE_BF16/XLA_DOWNCAST_BF16=1 (removed) ran this launch in bfloat16"
+    marker = BF16_LAUNCH_MARKER
     assert marker in launcher_out  # the marker is in the launcher itself
     assert "XLA_USE_BF16" not in launcher_out.replace(marker, "")
 

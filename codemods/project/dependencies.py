@@ -42,9 +42,12 @@ from codemods.project.dependency_policy import (
     _decide,
     _decide_all,
     _Decision,
+    CONSTRAINTS_MARKER,
     _describe,
     _Entry,
-    HASHED_TAIL,
+    hashed_message,
+    HASHED_MARKER,
+    long_forms,
     _min_spec,
     MINIMUMS,
     _NEURON_HOST,
@@ -59,6 +62,8 @@ from codemods.project.dependency_policy import (
     TORCH_MARKER,
     TORCHNEURON_MARKER,
     TARGET_PINS,
+    VLLM_MARKER,
+    VLLM_TORCHNEURON_MARKER,
     USES_PROBES,
     _with_extras,
 )
@@ -231,7 +236,7 @@ class _PipFile:
             plan.marker(d.rule, start, d.marker or d.message)
             return
         if e.hashed:
-            message = _describe(e, d) + HASHED_TAIL
+            message = hashed_message(_describe(e, d))
             plan.marker("NM502", start, message)
             return
         lead = re.match(r"\s*", self.lines[start]).group(0)
@@ -771,8 +776,7 @@ class _PyProject:
         if d.action == "respec":
             new_constraint = d.new_spec or "*"
             if isinstance(value, list) or last != e.line:
-                self.plan.marker(d.rule, e.line, f"{_describe(e, d)}; this dependency has multiple constraints: edit "
-                                                 f"each of them by hand.")
+                self.plan.marker(d.rule, e.line, CONSTRAINTS_MARKER.format(what=_describe(e, d)))
                 return
             if isinstance(value, str):
                 km = _KEY_RE.match(code)
@@ -846,6 +850,7 @@ class _DependencyRule(TextRule):
 
 class OldStackDependencies(_DependencyRule):
     id = "NM501"
+    markers = long_forms(TORCHNEURON_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER, CONSTRAINTS_MARKER)
     title = "Old Neuron stack packages in dependency declarations"
     fix = "auto"
     why = f"""
@@ -910,6 +915,7 @@ class OldStackDependencies(_DependencyRule):
 
 class HashedRequirement(_DependencyRule):
     id = "NM502"
+    markers = long_forms(HASHED_MARKER)
     title = "Hashed requirement of the old Neuron stack needs regenerating"
     fix = "manual"
     kinds = ("requirements",)
@@ -925,7 +931,7 @@ class HashedRequirement(_DependencyRule):
             --hash=sha256:0e3d...
     """
     after = f"""
-        # TODO(neuron-migrate NM502): optimum-neuron belongs to the old Neuron stack: remove it and add transformers>={MINIMUMS['transformers']}, accelerate>={MINIMUMS['accelerate']}{HASHED_TAIL}
+        # TODO(neuron-migrate NM502): {hashed_message(f"remove optimum-neuron and add transformers>={MINIMUMS['transformers']}, accelerate>={MINIMUMS['accelerate']}")}
         optimum-neuron==0.2.0 \\
             --hash=sha256:0e3d...
     """
@@ -936,6 +942,7 @@ class HashedRequirement(_DependencyRule):
 
 class LibraryTooOld(_DependencyRule):
     id = "NM503"
+    markers = long_forms(CONSTRAINTS_MARKER)
     title = "Library pinned below the version the migrated code needs"
     fix = "auto"
     why = f"""
@@ -961,6 +968,7 @@ class LibraryTooOld(_DependencyRule):
 
 class TorchTooOld(_DependencyRule):
     id = "NM504"
+    markers = long_forms(TORCH_MARKER, CONSTRAINTS_MARKER)
     title = "torch pinned below the PyTorch release TorchNeuron is built for"
     fix = "manual"
     why = """

@@ -100,22 +100,48 @@ _NEURON_NAMES = frozenset(
      "neuronx-distributed", "neuronx-distributed-training", "neuronx-distributed-inference"}
 )
 
-TORCHNEURON_MARKER = (
-    "TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository "
-    f"{NEURON_REPO}: pin the release of your Neuron SDK."
-)
-TORCH_MARKER = (
-    "TorchNeuron (torch-neuronx 2.13+) is built for PyTorch 2.13 or later and pins its own torch: remove this pin "
-    "or set it to the torch version of your torch-neuronx release."
-)
-HASHED_TAIL = (
-    "; this line is hashed: make the change in the file this one is generated from, then regenerate the hashes "
-    "(pip-compile --generate-hashes)."
-)
-VLLM_MARKER = (
-    "optimum-neuron[vllm] served models with vLLM through optimum-neuron; install vLLM with the Neuron "
-    "support of your Neuron SDK yourself."
-)
+TORCHNEURON_MARKER = "Pin the torch-neuronx 2.13+ (TorchNeuron) release of your Neuron SDK, from the Neuron pip repository."
+TORCH_MARKER = "Remove this torch pin, or set it to the torch version that your torch-neuronx release pins."
+VLLM_MARKER = "Install vLLM with the Neuron support of your Neuron SDK: optimum-neuron[vllm] no longer provides it."
+HASHED_MARKER = "Hashed line: in its source file, {what}."
+VLLM_TORCHNEURON_MARKER = "Install vLLM with Neuron support and the torch-neuronx 2.13+ (TorchNeuron) release of your Neuron SDK."
+
+
+def hashed_message(what: str) -> str:
+    """The marker of a hashed requirement line (pip-compile output) that needs ``what`` done to it."""
+    return HASHED_MARKER.format(what=what)
+
+
+CONSTRAINTS_MARKER = "Edit each constraint of this dependency by hand: {what}."
+#: the long forms of the dependency rules' markers (see ``long_forms``)
+_LONG = dict((
+    (TORCHNEURON_MARKER,
+     f"""TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository
+     {NEURON_REPO} (pip --extra-index-url); pin the release that matches the Neuron SDK (driver, runtime,
+     compiler) of the host or image."""),
+    (TORCH_MARKER,
+     """TorchNeuron (torch-neuronx 2.13+) is built for PyTorch 2.13 or later and pins its own torch: an
+     older pin makes the install fail or replaces the torch it needs."""),
+    (VLLM_MARKER,
+     """optimum-neuron[vllm] served models with vLLM through optimum-neuron; vLLM's Neuron support is
+     installed on its own, from the release that matches your Neuron SDK."""),
+    (VLLM_TORCHNEURON_MARKER,
+     """optimum-neuron[vllm] served models with vLLM through optimum-neuron; vLLM's Neuron support is
+     installed on its own, and TorchNeuron is torch-neuronx 2.13 or later from the Neuron repository."""),
+    (HASHED_MARKER,
+     """This requirement line carries --hash values (a pip-compile output): editing it here breaks the
+     hash check. Make the change in the file it is generated from (requirements.in, pyproject) and
+     regenerate the hashes (pip-compile --generate-hashes). The old Neuron stack (optimum-neuron,
+     torch-xla, transformers-neuronx, neuronx-distributed) is not installed with TorchNeuron."""),
+    (CONSTRAINTS_MARKER,
+     """The dependency is listed with several constraints (a list of tables, or markers per platform),
+     which the rule does not rewrite one by one."""),
+))
+
+
+def long_forms(*markers: str) -> tuple[tuple[str, str], ...]:
+    """``Rule.markers`` for a rule that writes these of the dependency markers."""
+    return tuple((m, _LONG[m]) for m in markers)
 
 
 def _min_spec(name: str) -> str:
@@ -352,7 +378,7 @@ def _allocate(entries: list[_Entry], decisions: dict[int, _Decision], base: str 
         d.adds = [n for n in _ADD_ORDER if n in d.implied and n not in have]
         added[e.group].update(d.adds)
         if "torch-neuronx" in d.adds:
-            d.marker = f"{d.marker} {TORCHNEURON_MARKER}" if d.marker else TORCHNEURON_MARKER
+            d.marker = VLLM_TORCHNEURON_MARKER if d.marker == VLLM_MARKER else d.marker or TORCHNEURON_MARKER
 
 
 def _replace_message(d: _Decision) -> str:
@@ -374,16 +400,13 @@ def replacement_requirements(e: _Entry, d: _Decision) -> list[str]:
 
 
 def _describe(e: _Entry, d: _Decision) -> str:
+    """What to do with one requirement by hand, as a lower-case clause (no full stop)."""
     if d.action == "replace":
-        what = f"{e.name} belongs to the old Neuron stack: remove it"
-        if d.adds:
-            what += " and add " + ", ".join(n + _min_spec(n) for n in d.adds)
-        return what
+        return f"remove {e.name}" + (" and add " + ", ".join(n + _min_spec(n) for n in d.adds) if d.adds else "")
     if d.rule == "NM503":
-        return f"the migrated code needs {e.name}{d.new_spec}"
+        return f"raise {e.name} to {d.new_spec}"
     if e.name == "torch-neuronx":
-        return ("this XLA-era torch-neuronx must become the TorchNeuron release (torch-neuronx 2.13 or later) of "
-                "your Neuron SDK")
+        return "make this XLA-era torch-neuronx the TorchNeuron release (2.13+) of your Neuron SDK"
     return f"drop this {e.name} pin of the old Neuron SDK"
 
 

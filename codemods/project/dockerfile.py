@@ -19,7 +19,8 @@ from codemods.project.dependency_policy import _NEURON_HOST
 from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _merge, assignments, deletion_span, plan_for, render
 from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.project.xla_env import (
-    BF16_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, mark_bf16_launch, xla_only_reason)
+    BF16_VARS, ENV_MARKERS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron, mark_bf16_launch,
+    xla_only_reason)
 from migrator.rules import TextRule
 
 _DIRECTIVE_RE = re.compile(r"#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.*?)\s*$")
@@ -317,7 +318,7 @@ class XlaDlcBaseImage(DockerRule):
         FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
     """
     after = """
-        # TODO(neuron-migrate NM520): XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native torch-neuronx, Neuron SDK 2.33+) or install torch-neuronx on a plain base image
+        # TODO(neuron-migrate NM520): Switch to a TorchNeuron image (Neuron SDK 2.33+), or install torch-neuronx 2.13+ on a plain base.
         FROM 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
     """
     caveats = """
@@ -331,8 +332,10 @@ class XlaDlcBaseImage(DockerRule):
         argument is flagged where the argument's default names it.
     """
 
-    message = ("XLA-era Neuron DLC base image (torch-xla stack): switch to an image with TorchNeuron (native "
-               "torch-neuronx, Neuron SDK 2.33+) or install torch-neuronx on a plain base image")
+    message = "Switch to a TorchNeuron image (Neuron SDK 2.33+), or install torch-neuronx 2.13+ on a plain base."
+    markers = ((message, """This is an XLA-era Neuron Deep Learning Container: it ships torch-xla and torch-neuronx's
+        XLA backend (and optimum-neuron in the Hugging Face variants), which the migrated code does not use;
+        it needs TorchNeuron, the native `neuron` device of torch-neuronx 2.13+ (Neuron SDK 2.33+)."""),)
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
         u = plan.unit
@@ -353,6 +356,7 @@ class XlaDlcBaseImage(DockerRule):
 
 class DockerfileEnv(DockerRule):
     id = "NM521"
+    markers = ENV_MARKERS
     title = "Dockerfile ENV: XLA-only and optimum-neuron variables removed"
     fix = "mixed"
     triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
@@ -391,8 +395,8 @@ class DockerfileEnv(DockerRule):
             text = u.src[ins.args_start: ins.end]
             names = sorted({m for m in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text) if xla_only_reason(m)})
             if names:
-                plan.marker(ctx, g, f"remove {', '.join(names)} from this ENV (XLA-only variables; this "
-                            "instruction is not edited automatically)")
+                plan.marker(ctx, g, f"Remove {', '.join(names)} from this ENV: {ignored_by_torchneuron(names)}.",
+                            detail="; ".join(f"{n}: {xla_only_reason(n)}" for n in names))
         for g, ins, pairs, legacy, editable in _env_instructions(plan, self.id):
             for p in pairs:
                 reason = xla_only_reason(p.name)
@@ -512,13 +516,28 @@ def _quoted(req: str, quote: str) -> str:
     return f"{quote}{req}{quote}"
 
 
+HASHED_INSTALL_MARKER = "This pip install checks hashes: {what}, then update them."
+OLD_ONLY_INSTALL_MARKER = "Replace this pip install of old Neuron stack packages ({names}) with {needs}."
+#: the long forms of the pip-install markers (``Rule.markers`` of the rules that apply them)
+PIP_INSTALL_MARKERS = (
+    (HASHED_INSTALL_MARKER,
+     """The command installs with --require-hashes (or hashes in its requirement file): editing the
+     requirement here breaks the hash check, so it is left as it was for a person to change together
+     with its hashes. The old Neuron stack is not installed with TorchNeuron."""),
+    (OLD_ONLY_INSTALL_MARKER,
+     """Every package this pip install names belongs to the old Neuron stack (optimum-neuron, torch-xla,
+     neuronx-distributed, transformers-neuronx, libneuronxla): removing them all would leave an empty
+     command, so the command is marked instead; install what the migrated code needs (torch-neuronx from
+     the Neuron repository, the Hugging Face libraries) or delete it."""),
+)
+
+
 def _stable_describe(e, d) -> str:
     """What to do by hand, in words that do not depend on the rest of the unit (a marker must read the
     same on every run)."""
     if d.action == "replace":
-        return f"{e.name} belongs to the old Neuron stack: remove it" + (
-            f" (the migrated code needs {', '.join(d.implied)})" if d.implied else "")
-    return d.message
+        return f"remove {e.name}" + (f" and install {', '.join(d.implied)}" if d.implied else "")
+    return d.message[:1].lower() + d.message[1:]
 
 
 def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
@@ -559,8 +578,7 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
             markers.setdefault(inst.line, []).append(d.marker or d.message)
             continue
         if e.hashed:
-            markers.setdefault(inst.line, []).append(
-                _stable_describe(e, d) + " (this pip install checks hashes: update them with the change)")
+            markers.setdefault(inst.line, []).append(HASHED_INSTALL_MARKER.format(what=_stable_describe(e, d)))
             continue
         new = deps.replacement_requirements(e, d)
         message = d.message if d.action == "respec" else deps._replace_message(d)
@@ -569,9 +587,10 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
         inst = items[0][0]
         left = len(inst.texts) - len(items) + sum(len(it[2]) for it in items)
         if left == 0 and not inst.other_operands:
-            markers.setdefault(inst.line, []).append(
-                "this pip install only installs packages of the old Neuron stack: "
-                + "; ".join(_stable_describe(it[5], it[4]) for it in items))
+            needs = [n for it in items for n in it[4].implied]
+            markers.setdefault(inst.line, []).append(OLD_ONLY_INSTALL_MARKER.format(
+                names=", ".join(dict.fromkeys(it[5].name for it in items)),
+                needs=", ".join(dict.fromkeys(needs)) or "the packages the migrated code needs"))
             continue
         for _, n, new, message, d, e, quote in items:
             if new:
@@ -592,6 +611,8 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
 
 class DockerPipInstall(DockerRule):
     id = "NM522"
+    markers = PIP_INSTALL_MARKERS + deps.long_forms(deps.TORCHNEURON_MARKER, deps.TORCH_MARKER, deps.VLLM_MARKER,
+                                                   deps.VLLM_TORCHNEURON_MARKER)
     title = "Dockerfile RUN pip install: old Neuron stack packages replaced"
     fix = "mixed"
     triggers = PIP_TRIGGERS
@@ -614,7 +635,7 @@ class DockerPipInstall(DockerRule):
         RUN pip install --extra-index-url https://pip.repos.neuron.amazonaws.com optimum-neuron[training]==0.4.5 torch-xla==2.1.*
     """
     after = """
-        # TODO(neuron-migrate NM522): TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository https://pip.repos.neuron.amazonaws.com: pin the release of your Neuron SDK.
+        # TODO(neuron-migrate NM522): Pin the torch-neuronx 2.13+ (TorchNeuron) release of your Neuron SDK, from the Neuron pip repository.
         RUN pip install --extra-index-url https://pip.repos.neuron.amazonaws.com "transformers>=5.23" "accelerate>=1.15" "trl>=1.16" "peft>=0.21" torch-neuronx
     """
     caveats = """

@@ -17,8 +17,12 @@ from __future__ import annotations
 import re
 import shlex
 
-from codemods.project.dependency_policy import TARGET_PINS, USES_PROBES
-from codemods.project.dockerfile import PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments
+from codemods.project.dependency_policy import (
+    TARGET_PINS, TORCH_MARKER, TORCHNEURON_MARKER, USES_PROBES, VLLM_MARKER, VLLM_TORCHNEURON_MARKER, long_forms,
+)
+from codemods.project.dockerfile import (
+    PIP_INSTALL_MARKERS, PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments,
+)
 from codemods.project.shell_plans import ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, plan_for, word_value
 from codemods.project.shell_syntax import ASSIGN_RE, Simple
 from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS
@@ -383,8 +387,43 @@ def _truth(value: str | None) -> bool | None:
     return True if v in _TRUE else False if v in _FALSE else None
 
 
+MOVE_FLAGS_MARKER = "Move {flags} to TP_SIZE/FSDP_SIZE in the launch environment: the migrated script rejects them."
+PP_MARKER = "Fit the model with TP_SIZE/FSDP_SIZE instead of PP_SIZE: a migrated Trainer script has no pipeline stages."
+#: NM515's markers and their long forms
+LAUNCH_MARKERS = (
+    (MOVE_FLAGS_MARKER,
+     """The migrated script reads its parallel layout from the environment (TP_SIZE, FSDP_SIZE: a
+     DistributedConfig on the model load under torchrun), not from optimum-neuron's command-line flags,
+     which its argument parser now rejects. The rule could not move them here (the launch is built at
+     run time, or another rule edits it)."""),
+    ("Set {var} in this launch's environment instead of {flag}, which the migrated script rejects.",
+     """The flag is given without a value the rule can read, so it cannot be moved to the environment
+     variable the migrated script reads."""),
+    (PP_MARKER,
+     """The Trainer of Transformers 5.23 cannot train a model loaded with pp_size > 1, so the migration
+     loads it without pipeline stages: the processes that were pipeline stages are data-parallel ranks
+     now. Fit the model with tensor parallelism (TP_SIZE) and FSDP sharding (FSDP_SIZE) instead."""),
+    ("Set FSDP_SIZE=<processes / TP_SIZE> in this launch's environment to shard the optimizer as {flag} did.",
+     """ZeRO-1 sharded the optimizer state over the data-parallel ranks. With TorchNeuron, FSDP (FSDP_SIZE)
+     shards it; TP_SIZE x FSDP_SIZE must equal the number of processes, which the rule cannot compute
+     here."""),
+    ("Launch this script with torchrun --nproc_per_node={n}: TP_SIZE={n} needs {n} processes.",
+     """A tensor-parallel group of TP_SIZE ranks needs at least that many processes (TP_SIZE x FSDP_SIZE
+     in all); a plain `python` launch starts one."""),
+    ("Make --nproc_per_node x --nnodes a multiple of {what}: torchrun starts {where}.",
+     """The migrated script lays the processes out as dp_replicate x FSDP_SIZE x TP_SIZE; the number of
+     processes torchrun starts must be a multiple of TP_SIZE x FSDP_SIZE or the mesh cannot be built."""),
+    ("Set FSDP_SIZE={n} to shard the optimizer over the {n} data-parallel groups, as optimum-neuron's default zero_1 did.",
+     """The processes beyond TP_SIZE become data-parallel replicas of the migrated script's layout
+     (dp_replicate_size = WORLD_SIZE // (TP_SIZE x FSDP_SIZE)), which replicate the optimizer state;
+     optimum-neuron 0.4 sharded it over them by default (zero_1). FSDP_SIZE shards it with FSDP instead
+     (TP_SIZE x FSDP_SIZE = the number of processes); leave it unset to keep replicas."""),
+)
+
+
 class LaunchFlags(ShellRule):
     id = "NM515"
+    markers = LAUNCH_MARKERS
     title = "Script flags of optimum-neuron's training arguments: TP_SIZE/FSDP_SIZE, removed, --torch_compile"
     fix = "mixed"
     triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS
@@ -453,9 +492,7 @@ class LaunchFlags(ShellRule):
                            if re.search(re.escape(f) + r"(?![A-Za-z0-9_-])", u.text(i))})
             name = (u.value(s.words[0]) or "").rsplit("/", 1)[-1] if s.words else ""
             if hits and not _echo_like(u, s) and name != "optimum-cli" and name not in _OTHER_TOOLS:
-                _mark(plan, ctx, s.group, f"{', '.join(hits)}: the migrated script no longer accepts "
-                            "optimum-neuron's parallelism flags: pass TP_SIZE/FSDP_SIZE in the environment "
-                            "of the torchrun launch instead (see `neuron-migrate explain NM515`)")
+                _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(hits)))
 
     def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
         """Variables holding script flags that can be edited where they are assigned: assigned once
@@ -521,9 +558,7 @@ class LaunchFlags(ShellRule):
             flags += [_Flag(name, ks, value, h) for name, ks, value in _parse_flags(h.words, h.values())]
         editable = plan.editable(self.id, s)
         if flags and not editable:
-            _mark(plan, ctx, s.group, f"{', '.join(f.name for f in flags)}: the migrated script no longer "
-                        "accepts these flags: move them to TP_SIZE/FSDP_SIZE in the environment "
-                        "(see `neuron-migrate explain NM515`)")
+            _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(dict.fromkeys(f.name for f in flags))))
             return
         launcher_words = launch.options + _expand([u.text(i) for i in s.words[launch.launcher + 1: launch.script]], env)
         nproc_raw = _option(launcher_words, _NPROC) if launch.torchrun else None
@@ -551,8 +586,8 @@ class LaunchFlags(ShellRule):
             first = self._at(f)
             if var is not None:
                 if f.value is None:  # `--tensor_parallel_size` without a value: not ours to guess
-                    _mark(plan, ctx, s.group, f"{f.name} without a value: the migrated script no longer accepts "
-                                f"it: set {var} in the environment of this launch instead")
+                    _mark(plan, ctx, s.group, f"Set {var} in this launch's environment instead of {f.name}, which the "
+                                "migrated script rejects.")
                     continue
                 self._drop(plan, f)
                 if var not in present:
@@ -563,9 +598,7 @@ class LaunchFlags(ShellRule):
                 self.finding(ctx, plan, first, f"{f.name} {f.value} -> {var}={f.value} in the environment of the "
                              "launch (the migrated script reads it for its DistributedConfig)")
                 if var == "PP_SIZE" and _int(f.value, env) != 1:
-                    _mark(plan, ctx, s.group, "PP_SIZE: a migrated Trainer script has no pipeline stages (the "
-                                "Trainer of transformers 5.23 cannot train a model loaded with pp_size > 1): these "
-                                "processes are data-parallel ranks now; fit the model with TP_SIZE / FSDP_SIZE")
+                    _mark(plan, ctx, s.group, PP_MARKER)
             elif f.name in _ZERO_FLAGS:
                 self._drop(plan, f)
                 zero = f
@@ -584,9 +617,8 @@ class LaunchFlags(ShellRule):
                 self.finding(ctx, plan, self._at(zero), f"removed {shown}: FSDP_SIZE is set already")
             elif on is None or tp is None and tp_raw is not None or nproc is None or nodes is None:
                 self.finding(ctx, plan, self._at(zero), f"removed {shown}")
-                _mark(plan, ctx, s.group, f"{shown} sharded the optimizer over the data-parallel ranks: with "
-                            "TorchNeuron set FSDP_SIZE=<number of processes / TP_SIZE> in the environment of "
-                            "this launch to shard with FSDP (TP_SIZE x FSDP_SIZE = number of processes)")
+                _mark(plan, ctx, s.group, f"Set FSDP_SIZE=<processes / TP_SIZE> in this launch's environment to shard "
+                            f"the optimizer as {zero.name} did.")
             else:
                 tp_n = tp or 1
                 dp = nproc // tp_n if nproc % tp_n == 0 else None
@@ -633,8 +665,8 @@ class LaunchFlags(ShellRule):
         if tp is None:
             return
         if launch.python and tp > 1:
-            _mark(plan, ctx, s.group, f"TP_SIZE={tp} needs {tp} processes: launch this script with torchrun "
-                        f"--nproc_per_node={tp} (TP_SIZE x FSDP_SIZE processes)")
+            _mark(plan, ctx, s.group, f"Launch this script with torchrun --nproc_per_node={tp}: TP_SIZE={tp} needs "
+                        f"{tp} processes.")
             return
         if not launch.torchrun or nproc is None or not isinstance(nodes, int):
             return
@@ -647,22 +679,19 @@ class LaunchFlags(ShellRule):
                     "(TP_SIZE x FSDP_SIZE))")
         if fsdp is not None:
             if world % (tp * fsdp):
-                _mark(plan, ctx, s.group, f"torchrun starts {where} but TP_SIZE x FSDP_SIZE = {tp} x {fsdp} = "
-                            f"{tp * fsdp} does not divide it: make --nproc_per_node x --nnodes a multiple of "
-                            "TP_SIZE x FSDP_SIZE")
+                _mark(plan, ctx, s.group, f"Make --nproc_per_node x --nnodes a multiple of TP_SIZE x FSDP_SIZE = "
+                            f"{tp * fsdp}: torchrun starts {where}.")
             elif world > tp * fsdp:
                 self.finding(ctx, plan, s.words[launch.script], f"the {world // (tp * fsdp)} groups of TP_SIZE x "
                              f"FSDP_SIZE = {tp * fsdp} processes are {replicas}")
             return
         if world % tp:
-            _mark(plan, ctx, s.group, f"torchrun starts {where}, not a multiple of TP_SIZE={tp}: make "
-                        "--nproc_per_node x --nnodes a multiple of TP_SIZE x FSDP_SIZE")
+            _mark(plan, ctx, s.group, f"Make --nproc_per_node x --nnodes a multiple of TP_SIZE={tp}: torchrun starts "
+                        f"{where}.")
         elif world > tp and zero_unknown:
             dp = world // tp
-            _mark(plan, ctx, s.group, f"torchrun starts {where} with TP_SIZE={tp}: the {dp} processes beyond it "
-                        f"are {replicas}, which replicate the optimizer state; optimum-neuron 0.4 sharded it over "
-                        f"them by default (zero_1): set FSDP_SIZE={dp} to shard them with FSDP instead (TP_SIZE x "
-                        f"FSDP_SIZE = {world})")
+            _mark(plan, ctx, s.group, f"Set FSDP_SIZE={dp} to shard the optimizer over the {dp} data-parallel "
+                        "groups, as optimum-neuron's default zero_1 did.")
         elif world > tp:
             self.finding(ctx, plan, s.words[launch.script], f"the {world // tp} processes beyond TP_SIZE={tp} are "
                          f"{replicas}, as the old run's data parallelism without zero_1")
@@ -800,6 +829,7 @@ class DeactivateAsyncLoad(ShellRule):
 
 class ShellPipInstall(ShellRule):
     id = "NM523"
+    markers = PIP_INSTALL_MARKERS + long_forms(TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER)
     title = "pip install command lines in scripts, notebooks and docs: old Neuron stack packages replaced"
     fix = "mixed"
     triggers = PIP_TRIGGERS

@@ -77,8 +77,7 @@ def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
         return None
     split = split_cc_flags(content) if content is not None else None
     if split is None:
-        return ("mark", None, f"NEURON_CC_FLAGS holds XLA-era compiler flags ({', '.join(drops + checks)}): "
-                "remove them; check whether TorchNeuron still needs any of the others")
+        return ("mark", None, CC_MARK_MARKER.format(flags=" ".join(drops + checks)))
     kept, dropped = split
     meaningful = [w for w in kept if not _self_ref(w)]
     if dropped and not meaningful:
@@ -93,12 +92,30 @@ def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
 
 def cc_check_message(flags: list[str]) -> str:
     # the same text before and after the XLA-era flags are removed, so that a second run agrees
-    return (f"NEURON_CC_FLAGS was written for the XLA stack: check whether TorchNeuron's compiler still "
-            f"needs {' '.join(flags)}, remove them otherwise")
+    return CC_CHECK_MARKER.format(flags=" ".join(flags))
+
+
+CC_CHECK_MARKER = "Keep the XLA-era NEURON_CC_FLAGS {flags} only if TorchNeuron's compiler still needs them."
+CC_MARK_MARKER = "Remove the XLA-era flags {flags} from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
+CC_MARK_PLAIN = "Remove the XLA-era flags from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
+CC_MARKERS = (
+    (CC_CHECK_MARKER,
+     """These compiler flags were chosen for the XLA stack's neuronx-cc graphs (optimisation level,
+     saturation, auto-cast). TorchNeuron compiles through torch.compile(backend="neuron") and may not
+     need them, or treat them differently: keep a flag only where the compiled model still needs it."""),
+    (CC_MARK_MARKER,
+     """The value holds flags only the XLA-era compiler path used (for instance --model-type), and the
+     rule cannot edit it safely here (a value built at run time, or an edit another rule made on the
+     line). Whether TorchNeuron still needs the other flags is to be checked by hand."""),
+    (CC_MARK_PLAIN,
+     """The value holds flags only the XLA-era compiler path used, and the rule cannot edit it safely here
+     (a value built at run time, or an edit another rule made on the line)."""),
+)
 
 
 class NeuronCcFlags(ShellRule):
     id = "NM513"
+    markers = CC_MARKERS
     title = "NEURON_CC_FLAGS stripped of XLA-era compiler flags"
     fix = "mixed"
     triggers = ("NEURON_CC_FLAGS",)
@@ -116,7 +133,7 @@ class NeuronCcFlags(ShellRule):
         export NEURON_CC_FLAGS="--model-type=transformer -O1"
     """
     after = """
-        # TODO(neuron-migrate NM513): NEURON_CC_FLAGS was written for the XLA stack: check whether TorchNeuron's compiler still needs -O1, remove them otherwise
+        # TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS -O1 only if TorchNeuron's compiler still needs them.
         export NEURON_CC_FLAGS="-O1"
     """
     kinds = ("shell", "dockerfile")
@@ -163,7 +180,7 @@ def edit_cc_flags(
         return
     action, new, message = decided
     if action != "mark" and not editable:
-        action, message = "mark", "NEURON_CC_FLAGS holds XLA-era compiler flags: remove them"
+        action, message = "mark", CC_MARK_PLAIN
     if action == "remove":
         delete()
         ctx.finding(line, "removed NEURON_CC_FLAGS: it only held XLA-era compiler flags", "applied", column)

@@ -12,14 +12,18 @@ from packaging.utils import canonicalize_name
 
 from codemods.project.dependency_policy import (
     MINIMUMS,
+    TORCH_MARKER,
     TORCHNEURON_MARKER,
     USES_PROBES,
     _decide_all,
     _Entry,
     _parse_req,
     _replace_message,
+    long_forms,
     project_uses,
     replacement_requirements,
+    VLLM_MARKER,
+    VLLM_TORCHNEURON_MARKER,
 )
 from migrator.rules import PythonContext, PythonRule
 
@@ -40,8 +44,21 @@ def _literal_items(value: cst.BaseExpression) -> list[cst.Element] | None:
     return None
 
 
+UNSEEN_MARKER = "Replace the old Neuron stack packages in {what} by hand: they are not a literal list."
+
+
+def _short(code: str) -> str:
+    """A piece of code as a marker names it (one line, at most 40 characters)."""
+    code = " ".join(code.split())
+    return code if len(code) <= 40 else code[:37] + "..."
+
+
 class SetupPyDependencies(PythonRule):
     id = "NM505"
+    markers = ((UNSEEN_MARKER, """The requirements there are built at run time (a variable, a function call,
+        **kwargs), so the rule cannot see them: remove optimum-neuron, torch-xla, transformers-neuronx and
+        neuronx-distributed from them and add what the migrated code needs (see `neuron-migrate explain NM501`)."""),
+               *long_forms(TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER))
     title = "Old Neuron stack packages in setup.py install_requires / extras_require"
     fix = "mixed"
     kinds = ("python",)
@@ -73,7 +90,7 @@ class SetupPyDependencies(PythonRule):
     after = f"""
         from setuptools import setup
 
-        # TODO(neuron-migrate NM505): optimum-neuron ("optimum-neuron[neuronx]==0.2.0"): {TORCHNEURON_MARKER}
+        # TODO(neuron-migrate NM505): {TORCHNEURON_MARKER}
         setup(
             name="my-project",
             install_requires=[
@@ -124,8 +141,7 @@ class SetupPyDependencies(PythonRule):
         lists: list[tuple[str, cst.BaseExpression]] = []
         for arg in node.args:
             if arg.star:
-                ctx.marker(node, f"setup() arguments in {arg.star}{code(arg.value)} are not seen: replace the old "
-                                 "Neuron stack packages in them by hand (see `neuron-migrate explain NM501`)")
+                ctx.marker(node, UNSEEN_MARKER.format(what=f"{arg.star}{_short(code(arg.value))}"))
                 continue
             if arg.keyword is None:
                 continue
@@ -173,16 +189,15 @@ class SetupPyDependencies(PythonRule):
             lst, el = where[i]
             assert e.text is not None
             q = _quote(el.value)  # type: ignore[arg-type]
-            name_of = f"{e.name} ({code(el.value)})"
             if d.action == "marker":
-                ctx.marker(node, f"{name_of}: {d.marker or d.message}")
+                ctx.marker(node, d.marker or d.message)
                 continue
             new = replacement_requirements(e, d)
             message = d.message if d.action == "respec" else _replace_message(d)
             per_list.setdefault(id(lst), (lst, {}))[1][id(el)] = [f"{q}{s}{q}" for s in new]
             ctx.finding(el, f"{e.name}: {message}")
             if d.marker:
-                ctx.marker(node, f"{name_of}: {d.marker}")
+                ctx.marker(node, d.marker)
         for lst, changes in per_list.values():
             ctx.replace(lst, lambda new, changes=changes, lst=lst: self._rewrite(lst, new, changes))
 
@@ -224,8 +239,7 @@ class SetupPyDependencies(PythonRule):
     def _not_literal(self, node: cst.Call, key: str, value: cst.BaseExpression, ctx: PythonContext) -> None:
         if "euron" not in ctx.module.code_for_node(value) and "euron" not in ctx.source:
             return
-        ctx.marker(node, f"{key}={ctx.module.code_for_node(value)} is not a literal list: replace the old Neuron "
-                         "stack packages in it by hand (see `neuron-migrate explain NM501`)")
+        ctx.marker(node, UNSEEN_MARKER.format(what=f"{key}={_short(ctx.module.code_for_node(value))}"))
 
 
 RULES = (SetupPyDependencies,)

@@ -27,7 +27,8 @@ from codemods.project.shell_plans import (
 )
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
-    BF16_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, mark_bf16_launch, xla_only_reason)
+    BF16_VARS, ENV_MARKERS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron, mark_bf16_launch,
+    xla_only_reason)
 from migrator.model import ignored_rules, is_silenced
 
 
@@ -134,8 +135,18 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
     return [_one_line(x) for x in out[:1]] + ["  " + _one_line(x) for x in out[1:]]
 
 
+CONSOLIDATE_MARKER = ("Consolidate with transformers.distributed.consolidate_distributed_checkpoint(ckpt_dir, out_dir) "
+                      "instead.")
+PRERUN_MARKER = "Delete this command unless it should run twice: it was the neuron_parallel_compile pre-run."
+EXTRACT_GRAPHS_MARKER = "Keep only the real-run branch and drop this NEURON_EXTRACT_GRAPHS_ONLY test: nothing sets it now."
+
+
 class OptimumCliCommands(ShellRule):
     id = "NM510"
+    markers = ((CONSOLIDATE_MARKER, """`optimum-cli neuron consolidate` needs optimum-neuron. Checkpoints saved
+        with a DistributedConfig are consolidated with
+        transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir); older
+        neuronx-distributed checkpoints still need the old tool."""),)
     title = "optimum-cli export neuron / neuron cache commands removed, neuron consolidate flagged"
     fix = "mixed"
     triggers = ("optimum-cli", "optimum.exporters.neuron")
@@ -188,10 +199,7 @@ class OptimumCliCommands(ShellRule):
                                  "compiled graphs locally")
                 continue
             elif name == "optimum-cli" and len(vals) >= 3 and vals[1] == "neuron" and vals[2] == "consolidate":
-                plan.marker(ctx, s.group, "`optimum-cli neuron consolidate` needs optimum-neuron: checkpoints "
-                            "saved with a DistributedConfig are consolidated with transformers.distributed."
-                            "consolidate_distributed_checkpoint(checkpoint_dir, output_dir); older NxD "
-                            "checkpoints still need the old tool")
+                plan.marker(ctx, s.group, CONSOLIDATE_MARKER)
                 continue
             elif name == "optimum-cli" and len(vals) >= 3 and vals[1] == "neuron" and vals[2] == "serve":
                 plan.marker(ctx, s.group, "`optimum-cli neuron serve` needs optimum-neuron: serve the model "
@@ -219,6 +227,9 @@ class OptimumCliCommands(ShellRule):
 
 class NeuronParallelCompile(ShellRule):
     id = "NM511"
+    markers = ((PRERUN_MARKER, """neuron_parallel_compile ran the command once to extract and compile its graphs
+        ahead of time, then the script ran it again for real. TorchNeuron compiles at the first call, so the
+        pre-run became a real run of its own: delete it unless two runs are wanted."""),)
     title = "neuron_parallel_compile prefix removed"
     fix = "mixed"
     triggers = ("neuron_parallel_compile",)
@@ -282,8 +293,7 @@ class NeuronParallelCompile(ShellRule):
                 and scripts <= {u.text(i) for i in t.words}
                 for t in u.simples_by_command.get(u.text(wrapped[0]), ())
             ):
-                plan.marker(ctx, s.group, "this was the neuron_parallel_compile pre-run of a command that runs "
-                            "again in this script: it now really runs; delete it unless that is wanted")
+                plan.marker(ctx, s.group, PRERUN_MARKER)
 
 
 #: commands that run their first operand as a program (`srun neuron_parallel_compile torchrun ...`)
@@ -307,6 +317,7 @@ def _npc_position(unit: ShellUnit, s: Simple) -> int | None:
 
 class XlaOnlyEnvironment(ShellRule):
     id = "NM512"
+    markers = ENV_MARKERS
     title = "XLA-only and optimum-neuron environment variables removed"
     fix = "mixed"
     triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
@@ -423,15 +434,16 @@ class XlaOnlyEnvironment(ShellRule):
             if new is None:
                 names = sorted({m.group(1) for m in _ASSIGN_ANY_RE.finditer(value) if xla_only_reason(m.group(1))})
                 if names:
-                    plan.marker(ctx, s.group, f"remove {', '.join(names)} from this --export list (XLA-only, "
-                                "TorchNeuron ignores it)")
+                    plan.marker(ctx, s.group, f"Remove {', '.join(names)} from this --export list: "
+                                f"{ignored_by_torchneuron(names)}.", detail=_reasons(names))
                 return
             kept, gone = new
             if not gone:
                 return
-            reasons = "; ".join(f"{g}: {xla_only_reason(g)}" for g in gone)
+            reasons = _reasons(gone)
             if not kept or not plan.editable(self.id, s) or plain != value:
-                plan.marker(ctx, s.group, f"remove {', '.join(gone)} from this --export list ({reasons})")
+                plan.marker(ctx, s.group, f"Remove {', '.join(gone)} from this --export list: "
+                            f"{ignored_by_torchneuron(gone)}.", detail=reasons)
                 return
             plan.replace(self.id, tok, prefix + ",".join(kept))
             for g in gone:
@@ -451,12 +463,13 @@ class XlaOnlyEnvironment(ShellRule):
             if new is None or not new[1]:
                 continue
             kept, gone = new
-            reasons = "; ".join(f"{g}: {xla_only_reason(g)}" for g in gone)
+            reasons = _reasons(gone)
             inside = any(a <= li <= b for a, b in u.groups)
             if "neuron-migrate" in line and is_silenced(ignored_rules(line), self.id):
                 continue
             if not kept or inside or ctx.is_edited(li):
-                ctx.marker(li, f"remove {', '.join(gone)} from this --export list ({reasons})")
+                ctx.marker(li, f"Remove {', '.join(gone)} from this --export list: {ignored_by_torchneuron(gone)}.",
+                           detail=reasons)
                 continue
             ctx.replace_lines(li, li + 1, [line[: m.start(2)] + ",".join(kept) + line[m.end(2):]],
                               f"removed {', '.join(gone)} from the #SBATCH --export list: {reasons}")
@@ -481,9 +494,8 @@ class XlaOnlyEnvironment(ShellRule):
         lit = literal_script(text)
         new = rewrite_script(lit[1], edit) if lit is not None else None
         if new is None or not plan.editable(self.id, s) or set(found) != set(names):
-            plan.marker(ctx, s.group, f"{', '.join(names)} set inside this command string: remove "
-                        f"{'it' if len(names) == 1 else 'them'} (XLA-only, TorchNeuron ignores "
-                        f"{'it' if len(names) == 1 else 'them'})")
+            plan.marker(ctx, s.group, f"Remove {', '.join(names)} from this command string: "
+                        f"{ignored_by_torchneuron(names)}.", detail=_reasons(names))
             return
         if not new.strip() and s.words.index(tok) == len(s.words) - 1 and command_name(u, s) in _SHELLS | {"eval"}:
             plan.remove(self.id, s)  # `eval 'export XLA_USE_BF16=1'`: nothing left to run
@@ -491,6 +503,11 @@ class XlaOnlyEnvironment(ShellRule):
             plan.replace(self.id, tok, lit[0] + new + lit[0])
         self.finding(ctx, plan, tok, f"removed {', '.join(names)} from the command string: "
                      + "; ".join(dict.fromkeys(str(xla_only_reason(n)) for n in names)))
+
+
+def _reasons(names: list[str]) -> str:
+    """What each of these old-stack environment variables did (a marker's detail)."""
+    return "; ".join(f"{n}: {xla_only_reason(n)}" for n in names)
 
 
 _SBATCH_EXPORT_RE = re.compile(r"^(#SBATCH\s+--export[= ])(\S+)(\s.*)?$")
@@ -524,6 +541,8 @@ def _export_list(value: str) -> tuple[list[str], list[str]] | None:
 
 class ExtractGraphsOnly(ShellRule):
     id = "NM514"
+    markers = ((EXTRACT_GRAPHS_MARKER, """NEURON_EXTRACT_GRAPHS_ONLY was set by neuron_parallel_compile during its
+        graph-extraction pre-run; without that tool nothing sets it, so only the real-run branch runs."""),)
     title = "NEURON_EXTRACT_GRAPHS_ONLY branches flagged"
     fix = "manual"
     triggers = ("NEURON_EXTRACT_GRAPHS_ONLY",)
@@ -537,7 +556,7 @@ class ExtractGraphsOnly(ShellRule):
         if [ "$NEURON_EXTRACT_GRAPHS_ONLY" = "1" ]; then MAX_STEPS=10; else MAX_STEPS=-1; fi
     """
     after = """
-        # TODO(neuron-migrate NM514): NEURON_EXTRACT_GRAPHS_ONLY is never set without neuron_parallel_compile: keep only the real-run branch and drop this test (or setting)
+        # TODO(neuron-migrate NM514): Keep only the real-run branch and drop this NEURON_EXTRACT_GRAPHS_ONLY test: nothing sets it now.
         if [ "$NEURON_EXTRACT_GRAPHS_ONLY" = "1" ]; then MAX_STEPS=10; else MAX_STEPS=-1; fi
     """
 
@@ -551,8 +570,7 @@ class ExtractGraphsOnly(ShellRule):
             if g < 0 or g in seen:
                 continue
             seen.add(g)
-            plan.marker(ctx, g, "NEURON_EXTRACT_GRAPHS_ONLY is never set without neuron_parallel_compile: keep "
-                        "only the real-run branch and drop this test (or setting)")
+            plan.marker(ctx, g, EXTRACT_GRAPHS_MARKER)
 
 
 RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly)

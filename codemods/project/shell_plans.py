@@ -391,16 +391,17 @@ class Plan:
             items.append(text)
             self.dirty.add(group)
 
-    def marker(self, ctx, group: int, message: str, line: int | None = None) -> None:
-        """A manual-action marker above the group's first line; one per line across these rules."""
+    def marker(self, ctx, group: int, message: str, line: int | None = None, detail: str | None = None) -> None:
+        """A manual-action marker above the group's first line; one per line across these rules
+        (``detail``: its long form, see ``TextContext.marker``)."""
         line = self.group_range(group)[0] if line is None else line
         if self.silenced(ctx.rule_id, group):
             return
         if line in self.marked or group in self.comments:
-            ctx.finding(line + self.offset, message, "manual")
+            ctx.finding(line + self.offset, message, "manual", detail=detail)
             return
         self.marked.add(line)
-        ctx.marker(line + self.offset, message)
+        ctx.marker(line + self.offset, message, detail=detail)
 
     def flush(self, ctx) -> None:
         for g in sorted(set(self.touched_groups())):

@@ -59,10 +59,29 @@ def bf16_switched_on(value: str | None) -> bool:
 def bf16_launcher_message(name: str) -> str:
     """The marker left in a launcher that no longer sets a bf16 switch."""
     del name  # one text for both variables: a launch that set both gets one marker
-    return ("XLA_USE_BF16/XLA_DOWNCAST_BF16=1 (removed) ran this launch in bfloat16 under torch-xla and TorchNeuron "
-            "ignores them: the launched script must choose bf16 itself (dtype=torch.bfloat16, bf16=True or "
-            "torch.autocast(\"neuron\", dtype=torch.bfloat16)); reads of them in the launched script, where this "
-            "run migrated it, were set to that value")
+    return BF16_LAUNCH_MARKER
+
+
+BF16_LAUNCH_MARKER = "Make the launched script choose bf16 itself (dtype=torch.bfloat16 or bf16=True): XLA_USE_BF16 is gone."
+
+
+def ignored_by_torchneuron(names: list[str]) -> str:
+    """``Remove A, B from {where}``'s reason, as the end of the sentence."""
+    return f"TorchNeuron ignores {'it' if len(names) == 1 else 'them'}"
+
+
+#: the long forms of the environment markers (``Rule.markers`` of NM512, NM521)
+ENV_MARKERS = (
+    (BF16_LAUNCH_MARKER,
+     """XLA_USE_BF16/XLA_DOWNCAST_BF16=1 ran this launch in bfloat16 under torch-xla; TorchNeuron ignores them,
+     so they were removed. The launched script must choose bf16 itself: dtype=torch.bfloat16 on the model
+     load, bf16=True in the training arguments, or torch.autocast("neuron", dtype=torch.bfloat16). Reads of
+     the variables in the launched script, where this run migrated it, were set to that value."""),
+    ("Remove {names} from {where}: TorchNeuron ignores {it}.",
+     """These environment variables are read only by the old stack (torch-xla, torch-neuronx's XLA path,
+     libneuronxla, optimum-neuron); TorchNeuron ignores them. The report's detail says what each one did;
+     the line is not edited automatically (a value built at run time, or an edit another rule made there)."""),
+)
 #: every variable with this prefix belongs to optimum-neuron
 XLA_ONLY_PREFIXES = ("OPTIMUM_NEURON_",)
 

@@ -385,7 +385,7 @@ class XlaEnvironmentWrites(PythonRule):
         import os
 
         flags = " -O1 "
-        # TODO(neuron-migrate NM416): NEURON_CC_FLAGS was written for the XLA stack: check whether TorchNeuron's compiler still needs -O1, remove them otherwise
+        # TODO(neuron-migrate NM416): Keep the XLA-era NEURON_CC_FLAGS -O1 only if TorchNeuron's compiler still needs them.
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     caveats = """
