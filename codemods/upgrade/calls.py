@@ -58,8 +58,9 @@ class EncodePlus(PythonRule):
         pairs = isinstance(first, (cst.List, cst.Tuple)) and any(
             isinstance(e.value, cst.Tuple) for e in first.elements)
         if len(positional) > 2 or "batch_text_or_text_pairs" in keywords(node) or pairs:
-            ctx.marker(node, f"{func.attr.value} is gone in transformers v5: call the tokenizer instead "
-                             "(tokenizer(texts, text_pair=pairs, ...); its positional order is text, text_pair)")
+            ctx.marker(node, f"Call the tokenizer instead of {func.attr.value}: tokenizer(texts, text_pair=pairs, ...).",
+                       detail=f"{func.attr.value} is gone in transformers v5; the tokenizer's own call takes the "
+                              "same inputs, with text, text_pair as its positional order")
             return
         ctx.replace(node, lambda new: new.with_changes(func=new.func.value) if isinstance(new.func, cst.Attribute) else new)
         ctx.finding(node, f"tokenizer.{func.attr.value}(...) -> tokenizer(...) (gone in transformers v5)")
@@ -221,16 +222,22 @@ class RemovedArgumentFields(PythonRule):
                 if owned_elsewhere(ctx, node.func, self.id):
                     continue
                 plan.drop.add(name)
-                dropped.append(f"{name}= (last in {entry.get('last')})")
+                dropped.append((f"{name}=", entry.get("last")))
         if dropped:
             cls = target.rsplit(".", 1)[-1]
-            ctx.marker(node, f"{', '.join(dropped)} dropped: gone from {cls} in the target stack; "
-                             "check whether the script relied on what it did")
+            ctx.marker(node, f"Check what the script relied on from {', '.join(n for n, _ in dropped)}: {cls} no longer "
+                             "takes them.",
+                       detail="dropped: " + ", ".join(f"{n} (last in {last})" for n, last in dropped))
         rewrite_call(ctx, node, plan)
+
+
+TORCHSCRIPT_MARKER = "Use out.to_tuple() where this model's outputs are unpacked: torchscript=True is gone."
 
 
 class TorchscriptFlag(PythonRule):
     id = "NM615"
+    markers = ((TORCHSCRIPT_MARKER, """torchscript=True is gone in transformers v5 and was dropped: the model returns
+        ModelOutput objects, where out[0] still works and unpacking a tuple does not (out.to_tuple() does)."""),)
     title = "Transformers from_pretrained(torchscript=...) (removed in v5): dropped"
     fix = "mixed"
     triggers = ("torchscript=",)
@@ -250,7 +257,7 @@ class TorchscriptFlag(PythonRule):
     after = """
         from transformers import AutoModelForSequenceClassification
 
-        # TODO(neuron-migrate NM615): torchscript=True was dropped (gone in transformers v5): the model returns ModelOutput objects; out[0] still works, unpacking a tuple does not: use out.to_tuple()
+        # TODO(neuron-migrate NM615): Use out.to_tuple() where this model's outputs are unpacked: torchscript=True is gone.
         model = AutoModelForSequenceClassification.from_pretrained(name)
     """
     caveats = """
@@ -271,8 +278,7 @@ class TorchscriptFlag(PythonRule):
             return
         value = literal(kw["torchscript"].value)
         if value is not False and value is not None:
-            ctx.marker(node, "torchscript=True was dropped (gone in transformers v5): the model returns ModelOutput "
-                             "objects; out[0] still works, unpacking a tuple does not: use out.to_tuple()")
+            ctx.marker(node, TORCHSCRIPT_MARKER)
         else:
             ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
         rewrite_call(ctx, node, ArgPlan(drop={"torchscript"}))

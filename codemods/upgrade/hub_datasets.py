@@ -29,9 +29,13 @@ from migrator.rules import PythonContext, PythonRule
 LIBS = ("huggingface_hub", "datasets")
 HF_API = "huggingface_hub.HfApi"
 LOADERS = ("datasets.load_dataset", "datasets.load_dataset_builder")
-SCRIPT_MARKER = ("trust_remote_code= was dropped: datasets 4.0 runs no dataset loading script (the keyword does "
-                 "nothing now); a dataset that still has one no longer loads: load its data files instead (on the "
-                 "Hub, its Parquet conversion: revision=\"refs/convert/parquet\")")
+SCRIPT_MARKER = "Load this dataset's data files if it has a loading script: datasets 4.0 runs none."
+HUB_MARKERS = (
+    (SCRIPT_MARKER,
+     """trust_remote_code= was dropped: datasets 4.0 runs no dataset loading script (the keyword does nothing
+     now), so a dataset that still has one no longer loads; load its data files instead (on the Hub, its
+     Parquet conversion: revision="refs/convert/parquet")."""),
+)
 
 
 #: removed huggingface_hub keywords that did nothing in the last 0.x releases (dropped silently)
@@ -43,12 +47,14 @@ HUB_NOOPS = {
     "write_permission": "login no longer checks the token's role",
 }
 #: what replaces the other removed huggingface_hub keywords
+#: keyword -> (what to do, for the marker; why, for its detail)
 HUB_HINTS = {
-    "proxies": "per-request proxies are ignored since huggingface_hub 1.0: set HTTP_PROXY / HTTPS_PROXY in the environment",
-    "force_filename": "download with local_dir= and rename the file",
-    "multi_commits": "upload_folder makes one commit; split a very large folder into several upload_folder calls",
-    "multi_commits_verbose": "upload_folder makes one commit; split a very large folder into several upload_folder calls",
-    "space_storage": "request storage for a Space in its settings",
+    "proxies": ("set HTTP_PROXY / HTTPS_PROXY in the environment", "per-request proxies are ignored since huggingface_hub 1.0"),
+    "force_filename": ("download with local_dir= and rename the file", "the keyword is gone"),
+    "multi_commits": ("split a very large folder into several upload_folder calls", "upload_folder makes one commit"),
+    "multi_commits_verbose": ("split a very large folder into several upload_folder calls",
+                              "upload_folder makes one commit"),
+    "space_storage": ("request storage for the Space in its settings", "the keyword is gone"),
 }
 
 
@@ -77,6 +83,7 @@ def _takes_token(qual: str) -> bool:
 
 class HubDatasetsCalls(PythonRule):
     id = "NM617"
+    markers = HUB_MARKERS
     title = "huggingface_hub / datasets calls: use_auth_token= -> token=, load_dataset keywords datasets 3-4 removed, set_caching_enabled"
     fix = "mixed"
     triggers = ("use_auth_token", "ignore_verifications", "trust_remote_code", "set_caching_enabled", "task=",
@@ -150,8 +157,9 @@ class HubDatasetsCalls(PythonRule):
                 if name in HUB_NOOPS:
                     ctx.finding(kw[name], f"{name}= dropped (gone in huggingface_hub 1.0: {HUB_NOOPS[name]})")
                 else:
-                    hint = HUB_HINTS.get(name, "nothing replaces it")
-                    ctx.marker(node, f"{name}= was dropped: huggingface_hub 1.0 removed it (last in {last}): {hint}")
+                    hint = HUB_HINTS.get(name, ("drop what relied on it", "nothing replaces it"))
+                    ctx.marker(node, f"{hint[0][:1].upper()}{hint[0][1:]}: {name}= is gone in huggingface_hub 1.0.",
+                               detail=f"{name}= was dropped: huggingface_hub 1.0 removed it (last in {last}): {hint[1]}")
         rewrite_call(ctx, node, plan)
 
     def _loader(self, node: cst.Call, ctx: PythonContext, kw: dict, removed: set, plan: ArgPlan) -> None:
@@ -167,8 +175,8 @@ class HubDatasetsCalls(PythonRule):
                 ctx.finding(kw["ignore_verifications"], f"ignore_verifications={value} dropped (removed in datasets "
                             "3.0; the default checks are the same)")
             else:
-                ctx.marker(node, 'ignore_verifications= is gone in datasets 3.0: pass verification_mode="no_checks" '
-                                 "where it was true (verification_mode=None keeps the default checks)")
+                ctx.marker(node, 'Pass verification_mode="no_checks" where ignore_verifications was true: datasets 3.0 '
+                                 "dropped it.")
         if "trust_remote_code" in kw and "trust_remote_code" in removed:
             plan.drop.add("trust_remote_code")
             value = literal(kw["trust_remote_code"].value)
@@ -179,8 +187,8 @@ class HubDatasetsCalls(PythonRule):
                 ctx.marker(node, SCRIPT_MARKER)
         if "task" in kw and "task" in removed:
             plan.drop.add("task")
-            ctx.marker(node, "task= was dropped: datasets 3.0 removed the task templates that renamed and cast the "
-                             "columns for a task: rename/cast them with dataset.rename_column / cast_column")
+            ctx.marker(node, "Rename and cast the columns with rename_column / cast_column: datasets 3.0 dropped task=.",
+                       detail="datasets 3.0 removed the task templates that renamed and cast the columns for a task")
 
     def _caching(self, node: cst.Call, ctx: PythonContext) -> None:
         if data().removed_name("datasets", "set_caching_enabled") is None:
@@ -188,8 +196,7 @@ class HubDatasetsCalls(PythonRule):
         args = [a for a in node.args if a.keyword is None or a.keyword.value == "boolean"]
         value = literal(args[0].value) if len(args) == 1 and len(node.args) == 1 else NOT_LITERAL
         if value not in (True, False):
-            ctx.marker(node, "datasets 3.0 removed set_caching_enabled: call datasets.enable_caching() or "
-                             "datasets.disable_caching()")
+            ctx.marker(node, "Call datasets.enable_caching() or disable_caching(): set_caching_enabled is gone.")
             return
         binding = ctx.imports.binding_of(node.func)
         new = ctx.name_for("datasets.enable_caching" if value else "datasets.disable_caching", anchor=binding)

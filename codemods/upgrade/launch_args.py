@@ -241,9 +241,8 @@ def flag_edits(texts: list[str], values: list[str | None], kind: ScriptKind, env
         elif key in ENV_MOVES and raw_value is not None and not neg:
             var = ENV_MOVES[key]
             out.append(FlagEdit("delete", span, None, f"removed {shown}: transformers v5 rejects it",
-                                f"{shown} was removed (transformers v5 rejects it): set {var}={raw_value} in the "
-                                f"environment of this command (ENV {var}={raw_value}); transformers v5 reads the "
-                                "TensorBoard directory from it"))
+                                f"Set {var}={raw_value} in this command's environment: transformers v5 rejects "
+                                f"{shown.split()[0]}."))
         else:
             note = DROP_NOTES.get("no_" + key if neg else key) or DROP_NOTES.get(key) or (
                 f"its TrainingArguments field is gone (last in {entry['last']})")

@@ -34,11 +34,35 @@ def _moves(flags: list[str], sft: bool = False) -> list[str]:
     return moves
 
 
+def moves_text(moves: list[str], flags: list[str], width: int = 56) -> str:
+    """What the rejected flags become, as one clause of a marker (only their names where that is long:
+    the finding's detail has the whole list)."""
+    text = moves[0] if len(moves) == 1 else ", ".join(moves[:-1]) + " and " + moves[-1]
+    return text if len(text) <= width else "fix " + ", ".join(dict.fromkeys(flags))
+
+
+def _them(flags: list[str]) -> str:
+    return "it" if len(set(flags)) == 1 else "them"
+
+
 def _unknown_message(kind: ScriptKind, flags: list[str]) -> str:
-    moves = _moves(flags)
-    return (f"if {kind.name} parses TrainingArguments (HfArgumentParser, TrlParser), transformers 5.23 rejects "
-            f"{', '.join(dict.fromkeys(flags))}: {'; '.join(moves)} (a script with its own argparse options "
-            "keeps them; see `neuron-migrate explain NM616`)")
+    return (f"If {_short(kind.name)} parses TrainingArguments, {moves_text(_moves(flags), flags)}: transformers 5.23 "
+            f"rejects {_them(flags)}.")
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 24 else "…" + name[-23:]
+
+
+LAUNCHER_MARKERS = (
+    ("If {script} parses TrainingArguments, {what}: transformers 5.23 rejects {them}.",
+     """The launched script is not in the project, so the rule cannot tell whether it parses
+     TrainingArguments (HfArgumentParser, TrlParser), whose transformers 5.23 parser rejects these
+     flags; a script with its own argparse options keeps them. The detail lists what each flag becomes."""),
+    ("Where {variables} is set, {what}: {script}'s argument parser rejects {them}.",
+     """The flags are held in a shell variable set elsewhere (another file, the caller's environment), so
+     the rule cannot edit them where they are written."""),
+)
 
 
 def _delete_elements(plan: DockerPlan, rule: str, g: int, spans: list[tuple[int, int]], gone: list[int]) -> None:
@@ -59,6 +83,7 @@ def _delete_elements(plan: DockerPlan, rule: str, g: int, spans: list[tuple[int,
 
 class LauncherFlags(TextRule):
     id = "NM616"
+    markers = LAUNCHER_MARKERS
     title = "launch command lines (shell, Slurm, notebook !, Dockerfile): flags of removed TrainingArguments/SFTConfig fields"
     fix = "mixed"
     kinds = ("shell", "dockerfile")
@@ -136,16 +161,17 @@ class LauncherFlags(TextRule):
             if held and kind.hf:
                 names = ", ".join(f"${var}" for var, _ in held)
                 moves = _moves([f for _, fs in held for f in fs], kind.sft)
-                self._mark(plan, ctx, s.group, f"{kind.name} parses TrainingArguments, whose transformers 5.23 "
-                           f"parser rejects flags held in {names}: where it is set, {'; '.join(moves)} (see "
-                           "`neuron-migrate explain NM616`)")
+                held_flags = [f for _, fs in held for f in fs]
+                self._mark(plan, ctx, s.group, f"Where {names} is set, {moves_text(moves, held_flags)}: "
+                           f"{_short(kind.name)}'s argument parser rejects {_them(held_flags)}.",
+                           detail="; ".join(moves))
             if not flags:
                 continue
             if not kind.hf:
                 if not kind.known and "--output_dir" in {(v or "").partition("=")[0] for v in values}:
                     only = rejected_names(values, False, texts)
                     if only:
-                        self._mark(plan, ctx, s.group, _unknown_message(kind, only))
+                        self._mark(plan, ctx, s.group, _unknown_message(kind, only), detail="; ".join(_moves(only)))
                 continue
             for e in flag_edits(texts, values, kind):
                 if e.kind == "replace":
@@ -175,13 +201,13 @@ class LauncherFlags(TextRule):
                     out.append((m.group(1), found))
         return out
 
-    def _mark(self, plan, ctx, group: int, message: str) -> None:
+    def _mark(self, plan, ctx, group: int, message: str, detail: str | None = None) -> None:
         """A marker above the statement, stacked with the other rules' markers there."""
         if plan.silenced(self.id, group):
             return
         line = plan.group_range(group)[0]
         plan.marked.add(line)
-        ctx.marker(plan.offset + line, message)
+        ctx.marker(plan.offset + line, message, detail=detail)
 
     # -- Dockerfiles ------------------------------------------------------------------------------
     def _docker(self, plan: DockerPlan, ctx) -> None:
@@ -217,7 +243,7 @@ class LauncherFlags(TextRule):
                 if not kind.known and "--output_dir" in {(v or "").partition("=")[0] for v in a_values}:
                     only = rejected_names(a_values, False, a_texts)
                     if only:
-                        plan.marker(ctx, g, _unknown_message(kind, only))
+                        plan.marker(ctx, g, _unknown_message(kind, only), detail="; ".join(_moves(only)))
                 continue
             if spans is not None:  # JSON strings: edit their values, write JSON
                 a_texts = [v or "" for v in a_values]

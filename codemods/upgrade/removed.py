@@ -17,41 +17,66 @@ OWNED = frozenset({"transformers.AdamW", "transformers.optimization.AdamW", "tra
 #: replacement modules outside the target API data (stdlib; huggingface_hub: tests/test_upgrade_api.py imports them)
 STDLIB_TARGETS = ("math.", "builtins.", "huggingface_hub.")
 
-#: what to use instead, for removed names the data cannot map one to one (name -> hint)
+#: what to use instead, for removed names the data cannot map one to one: name -> (what to do, in a few
+#: words for the marker; the background, for the finding's detail and `explain`)
 HINTS = {
-    "LlamaLinearScalingRotaryEmbedding": "the scaling variants were folded into LlamaRotaryEmbedding(config): set "
-                                         "config.rope_scaling = {\"rope_type\": \"linear\", \"factor\": ...}",
-    "LlamaDynamicNTKScalingRotaryEmbedding": "the scaling variants were folded into LlamaRotaryEmbedding(config): set "
-                                             "config.rope_scaling = {\"rope_type\": \"dynamic\", \"factor\": ...}",
-    "is_torch_tpu_available": "it was renamed is_torch_xla_available (4.39); the migrated code runs on the native "
-                              "\"neuron\" device without torch-xla, where that is False",
-    "is_tpu_available": "accelerate renamed it is_torch_xla_available; the migrated code runs on the native "
-                        "\"neuron\" device without torch-xla, where that is False",
-    "VisionRotaryEmbedding": "5.23's Qwen2VLVisionRotaryEmbedding takes the config and returns (cos, sin) for position "
-                             "ids: no drop-in; keep the old class (dim, theta -> freqs) in the project",
-    "CrossAttention": "use diffusers.models.attention_processor.Attention",
-    "HfFolder": "use huggingface_hub.get_token() (reads the token), login(token=...) (checks it online, then saves "
-                "it: save_token), logout() (delete_token)",
-    "load_metric": "datasets 3.0 moved metrics to the `evaluate` library, which the migrated stack does not install "
-                   "(pip install evaluate): evaluate.load(name, config) loads the same metric from the Hub",
-    "list_metrics": "the metrics moved to the `evaluate` library: evaluate.list_evaluation_modules()",
-    "inspect_metric": "the metrics moved to the `evaluate` library (evaluate.load(path) reads a local metric)",
-    "Metric": "the metrics moved to the `evaluate` library: evaluate.Metric",
-    "MetricInfo": "the metrics moved to the `evaluate` library: evaluate.MetricInfo",
-    "list_datasets": "use huggingface_hub.list_datasets(), which yields DatasetInfo objects: [d.id for d in list_datasets()]",
-    "set_caching_enabled": "use datasets.enable_caching() / datasets.disable_caching()",
-    "inspect_dataset": "datasets 4.0 runs no loading script: download the dataset's files with "
-                       "huggingface_hub.snapshot_download(repo_id, repo_type=\"dataset\")",
-    "Repository": "huggingface_hub 1.0 removed the git-based Repository: upload with HfApi().upload_folder(repo_id=..., "
-                  "folder_path=...), download with snapshot_download(repo_id)",
-    "cached_download": "use hf_hub_download(repo_id, filename) (the repository and file of the URL)",
-    "InferenceApi": "use huggingface_hub.InferenceClient",
-    "BeamScorer": "transformers v5 removed the beam-scorer classes: generate(num_beams=...) runs beam search itself",
-    "BeamSearchScorer": "transformers v5 removed the beam-scorer classes: generate(num_beams=...) runs beam search itself",
-    "find_pruneable_heads_and_indices": "transformers v5 removed head pruning helpers: copy the function into the project",
+    "LlamaLinearScalingRotaryEmbedding": (
+        "set config.rope_scaling for LlamaRotaryEmbedding",
+        "the scaling variants were folded into LlamaRotaryEmbedding(config): set config.rope_scaling = "
+        "{\"rope_type\": \"linear\", \"factor\": ...}"),
+    "LlamaDynamicNTKScalingRotaryEmbedding": (
+        "set config.rope_scaling for LlamaRotaryEmbedding",
+        "the scaling variants were folded into LlamaRotaryEmbedding(config): set config.rope_scaling = "
+        "{\"rope_type\": \"dynamic\", \"factor\": ...}"),
+    "is_torch_tpu_available": (
+        "drop the check: it is False on the neuron device",
+        "it was renamed is_torch_xla_available (4.39); the migrated code runs on the native \"neuron\" device "
+        "without torch-xla, where that is False"),
+    "is_tpu_available": (
+        "drop the check: it is False on the neuron device",
+        "accelerate renamed it is_torch_xla_available; the migrated code runs on the native \"neuron\" device "
+        "without torch-xla, where that is False"),
+    "VisionRotaryEmbedding": (
+        "keep the old class in the project",
+        "5.23's Qwen2VLVisionRotaryEmbedding takes the config and returns (cos, sin) for position ids: no "
+        "drop-in; keep the old class (dim, theta -> freqs) in the project"),
+    "CrossAttention": ("use diffusers.models.attention_processor.Attention", ""),
+    "HfFolder": (
+        "use huggingface_hub.get_token(), login() or logout()",
+        "get_token() reads the token, login(token=...) checks it online and then saves it (save_token), "
+        "logout() deletes it (delete_token)"),
+    "load_metric": (
+        "use evaluate.load(name, config) (pip install evaluate)",
+        "datasets 3.0 moved metrics to the `evaluate` library, which the migrated stack does not install "
+        "(pip install evaluate): evaluate.load(name, config) loads the same metric from the Hub"),
+    "list_metrics": ("use evaluate.list_evaluation_modules()", "the metrics moved to the `evaluate` library"),
+    "inspect_metric": ("use evaluate.load(path) on the local metric", "the metrics moved to the `evaluate` library"),
+    "Metric": ("use evaluate.Metric", "the metrics moved to the `evaluate` library"),
+    "MetricInfo": ("use evaluate.MetricInfo", "the metrics moved to the `evaluate` library"),
+    "list_datasets": (
+        "use [d.id for d in huggingface_hub.list_datasets()]",
+        "huggingface_hub.list_datasets() yields DatasetInfo objects"),
+    "set_caching_enabled": ("use datasets.enable_caching() or disable_caching()", ""),
+    "inspect_dataset": (
+        "download its files with huggingface_hub.snapshot_download",
+        "datasets 4.0 runs no loading script: download the dataset's files with "
+        "huggingface_hub.snapshot_download(repo_id, repo_type=\"dataset\")"),
+    "Repository": (
+        "use HfApi().upload_folder() and snapshot_download()",
+        "huggingface_hub 1.0 removed the git-based Repository: upload with HfApi().upload_folder(repo_id=..., "
+        "folder_path=...), download with snapshot_download(repo_id)"),
+    "cached_download": (
+        "use hf_hub_download(repo_id, filename)", "the repository and file of the URL it downloaded"),
+    "InferenceApi": ("use huggingface_hub.InferenceClient", ""),
+    "BeamScorer": (
+        "generate(num_beams=...) runs beam search itself", "transformers v5 removed the beam-scorer classes"),
+    "BeamSearchScorer": (
+        "generate(num_beams=...) runs beam search itself", "transformers v5 removed the beam-scorer classes"),
+    "find_pruneable_heads_and_indices": (
+        "copy the function into the project", "transformers v5 removed the head-pruning helpers"),
 }
-_TASK_TEMPLATE = ("datasets 3.0 removed the task templates (and prepare_for_task): rename and cast the columns with "
-                  "dataset.rename_column / cast_column")
+_TASK_TEMPLATE = ("rename and cast the columns with rename_column / cast_column",
+                  "datasets 3.0 removed the task templates (and prepare_for_task)")
 HINTS.update({f"datasets.{name}": _TASK_TEMPLATE for name in (
     "AudioClassification", "AutomaticSpeechRecognition", "ImageClassification", "LanguageModeling",
     "QuestionAnsweringExtractive", "Summarization", "TaskTemplate", "TextClassification")})
@@ -89,17 +114,34 @@ def _lib_version(module: str) -> str:
 
 
 def message(qual: str, entry: dict) -> str:
+    """The marker of a removed name: one sentence saying what to use instead."""
+    module, name = _split(qual)
+    hint = HINTS.get(qual) or HINTS.get(name)
+    return f"`{name}` is gone in {module.split('.', 1)[0]}: {hint[0] if hint else 'replace it by hand'}."
+
+
+def detail(qual: str, entry: dict) -> str:
+    """The long form of :func:`message`: the release that dropped the name, the last that had it, why."""
     module, name = _split(qual)
     last = entry.get("last")
-    where = f" (last in {last})" if last else ""
     hint = HINTS.get(qual) or HINTS.get(name)
-    return f"{qual} is gone in {_lib_version(module)}{where}" + (f": {hint}" if hint else "")
+    why = f": {hint[1]}" if hint and hint[1] else ""
+    return f"{qual} is gone in {_lib_version(module)}" + (f" (last in {last})" if last else "") + why
 
 
 class RemovedNames(PythonRule):
     id = "NM608"
     title = "names the old Transformers/TRL/Diffusers/Accelerate/PEFT/hub/datasets exported and the targets removed"
     fix = "mixed"
+    markers = (
+        ("`{name}` is gone in {library}: {what to do}.",
+         """The project's pinned release exported this name and the target release removed it, with no
+         object to import instead: the marker says what replaces it; the finding's detail names the release
+         that removed it, the last one that had it, and why."""),
+        ("Use {target} here by hand: `{name}` is gone.",
+         """The name moved to {target}, but importing it here would clash with a name the module already
+         binds (the detail says which), so the use is left for a person to rewrite."""),
+    )
     triggers = ("from transformers", "from diffusers", "from trl", "from accelerate", "from peft", "from datasets",
                 "from huggingface_hub", "torch._six", "import transformers", "import diffusers")
     why = """
@@ -158,7 +200,7 @@ class RemovedNames(PythonRule):
         if target is None:
             state["left"].add(qual)
             if isinstance(node, cst.Attribute):
-                ctx.marker(node, message(qual, entry))
+                ctx.marker(node, message(qual, entry), detail=detail(qual, entry))
             return
         if isinstance(node, cst.Name) and binding is not None and binding.is_from and node.value == _split(target)[1]:
             return  # the same local name: only its import changes (finish)
@@ -168,7 +210,8 @@ class RemovedNames(PythonRule):
             try:
                 ctx.replace(node, ctx.name_for(target, anchor=binding, style="from" if binding is None or binding.is_from else "module"))
             except NameClash as exc:
-                ctx.marker(node, f"{message(qual, entry)}: use {target} here by hand ({exc})")
+                ctx.marker(node, f"Use {target} here by hand: `{_split(qual)[1]}` is gone.",
+                           detail=f"{detail(qual, entry)}; the rewrite was not applied: {exc}")
                 return
         state["used"].add(qual)
         state["under"].add(qual.rpartition(".")[0])
@@ -187,7 +230,7 @@ class RemovedNames(PythonRule):
             if target is None:
                 if b.qualified in state["under"] and b.qualified not in state["left"]:
                     continue  # every use was a moved attribute of it (HfFolder.get_token): the import goes
-                ctx.marker(b.line, message(b.qualified, entry))
+                ctx.marker(b.line, message(b.qualified, entry), detail=detail(b.qualified, entry))
                 continue
             ctx.remove_import(b)
             module, name = _split(target)

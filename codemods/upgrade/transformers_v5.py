@@ -34,12 +34,26 @@ ADAMW_SOURCES = ("transformers.AdamW", "transformers.optimization.AdamW")
 ADAMW_TARGET = "torch.optim.AdamW"
 #: transformers.AdamW's defaults where torch.optim.AdamW's differ: (keyword, positional index, value)
 ADAMW_PINNED = (("eps", 3, "1e-6"), ("weight_decay", 4, "0.0"))
-ADAMW_VALUE_MARKER = ("torch.optim.AdamW defaults to eps=1e-8, weight_decay=0.01 (transformers': 1e-6, 0.0): pass "
-                      "them where this AdamW is called")
+ADAMW_VALUE_MARKER = "Pass eps=1e-6, weight_decay=0.0 where this AdamW is called to keep transformers' old defaults."
+ADAMW_ARGS_MARKER = "Check this AdamW call's arguments: torch.optim.AdamW has other defaults and positional order."
+ADAMW_MARKERS = (
+    (ADAMW_VALUE_MARKER,
+     """transformers' AdamW (removed in v5) defaulted to eps=1e-6, weight_decay=0.0; torch.optim.AdamW
+     defaults to eps=1e-8, weight_decay=0.01. Where the class is passed as a value (an optimizer factory),
+     the call that builds it must pass the old values to keep the training the same."""),
+    (ADAMW_ARGS_MARKER,
+     """transformers' AdamW defaulted to eps=1e-6, weight_decay=0.0 (torch's: 1e-8, 0.01), and its 6th
+     positional argument was correct_bias where torch's is amsgrad; with **kwargs or many positional
+     arguments the rule cannot pin the old defaults itself."""),
+    ("Check the training without correct_bias=False: torch.optim.AdamW always corrects the bias.",
+     """transformers' AdamW could skip the bias correction (correct_bias=False, as the original BERT
+     optimizer did); torch.optim.AdamW has no such option."""),
+)
 
 
 class AdamWToTorch(PythonRule):
     id = "NM601"
+    markers = ADAMW_MARKERS
     title = "transformers.AdamW (removed in v5) -> torch.optim.AdamW, with transformers' defaults pinned"
     fix = "mixed"
     # the ways `AdamW` is imported from transformers (not a bare "AdamW": every torch.optim user has it)
@@ -183,9 +197,7 @@ class AdamWToTorch(PythonRule):
         kw = keywords(node)
         positional = sum(1 for a in node.args if a.keyword is None and not a.star)
         if has_star_kwargs(node) or any(a.star == "*" for a in node.args) or positional > 5:
-            ctx.marker(node, "torch.optim.AdamW: check the arguments (transformers' AdamW defaulted to eps=1e-6, "
-                             "weight_decay=0.0, torch's to eps=1e-8, weight_decay=0.01; its 6th positional "
-                             "argument was correct_bias, torch's is amsgrad)")
+            ctx.marker(node, ADAMW_ARGS_MARKER)
             return
         plan = ArgPlan()
         pinned = []
@@ -202,8 +214,7 @@ class AdamWToTorch(PythonRule):
             if literal(kw["correct_bias"].value) is True:
                 ctx.finding(kw["correct_bias"], "correct_bias=True dropped: torch.optim.AdamW always corrects the bias")
             else:
-                ctx.marker(node, "correct_bias= was dropped: torch.optim.AdamW always corrects the bias (no "
-                                 "equivalent of correct_bias=False)")
+                ctx.marker(node, "Check the training without correct_bias=False: torch.optim.AdamW always corrects the bias.")
         rewrite_call(ctx, node, plan)
 
 
@@ -264,9 +275,10 @@ class TrainingArgumentsFields(PythonRule):
             plan.drop.add("overwrite_output_dir")
             value = literal(kw["overwrite_output_dir"].value)
             if value is NOT_LITERAL:
-                ctx.marker(node, "overwrite_output_dir= was dropped (gone in transformers v5): if the script "
-                                 "reads args.overwrite_output_dir, decide there whether to resume from "
-                                 "get_last_checkpoint(output_dir)")
+                ctx.marker(node, "Where args.overwrite_output_dir was read, decide whether to resume from "
+                                 "get_last_checkpoint(output_dir).",
+                           detail="overwrite_output_dir= is gone in transformers v5 and was dropped here; the "
+                                  "Trainer never read it, scripts did")
             else:
                 ctx.finding(kw["overwrite_output_dir"], (
                     f"overwrite_output_dir={value} dropped (gone in transformers v5; the Trainer never read it and "

@@ -27,8 +27,7 @@ SFT_TRAINER = "trl.SFTTrainer"
 STATIC_STRATEGY = "wrapped"
 PACKING_COMMENT = ("# \"wrapped\": fixed max_length blocks cut from the concatenated examples, as TRL 0.x packed "
                    "(TRL 1.16's default \"bfd\" packs other examples)")
-PACKING_UNDECIDED = ("packing: TRL <= 0.18 packed fixed blocks (add packing_strategy=\"wrapped\"), 0.19 \"ffd\", "
-                     ">= 0.20 \"bfd\" (TRL 1.16's default)")
+PACKING_UNDECIDED = "Add packing_strategy=\"wrapped\" if this ran on TRL <= 0.18 (fixed blocks): TRL 1.16 packs with \"bfd\"."
 #: defaults whose flip changes what a script does: pinned to the old value, written under the
 #: target's own name for the field (5.23: "`gradient_checkpointing` is deprecated ... Use
 #: `activation_checkpointing` instead"; the deprecated alias mirrors it), unless one of the
@@ -38,10 +37,23 @@ PARSERS = ("transformers.HfArgumentParser", "trl.TrlParser")
 FILE_PARSES = ("parse_json_file", "parse_yaml_file", "parse_dict")
 PARSED_COMMENT = ("# TRL 0.x defaults for what the command line (or a --config file) does not set "
                   "(TRL 1.16 turns them on)")
-PARSED_MARKER = ("TRL 1.16 defaults gradient_checkpointing and bf16 to True: call set_defaults(gradient_checkpointing="
-                 "False, bf16=False) on the parser first")
-FILE_MARKER = ("TRL 1.16 defaults gradient_checkpointing and bf16 to True: set them to false in this config unless "
-               "it sets them")
+PARSED_MARKER = "Call set_defaults(gradient_checkpointing=False, bf16=False) on the parser first: TRL 1.16 turns both on."
+FILE_MARKER = "Set gradient_checkpointing and bf16 to false in this config unless it sets them: TRL 1.16 turns both on."
+SFT_MARKERS = (
+    (PACKING_UNDECIDED,
+     """How packing packs changed across TRL releases: TRL <= 0.18 packed fixed-length blocks (TRL 1.16:
+     packing_strategy="wrapped"), 0.19 used "ffd", >= 0.20 "bfd" (TRL 1.16's default). Which one the old
+     run used depends on the TRL it ran with, which the project does not say here."""),
+    (PARSED_MARKER,
+     """TRL 1.16's SFTConfig defaults gradient_checkpointing and bf16 to True (TRL 0.x: False); a config
+     parsed from the command line or a file gets the new defaults unless the parser's defaults say
+     otherwise."""),
+    (FILE_MARKER,
+     """TRL 1.16's SFTConfig defaults gradient_checkpointing and bf16 to True (TRL 0.x: False); this config
+     file is read into one and does not set them."""),
+    ("Pass {keywords} to the SFTConfig given as args=: SFTTrainer no longer takes them.",
+     """TRL 1.x moved these SFTTrainer arguments to SFTConfig; max_seq_length= is max_length= there."""),
+)
 #: what the target does where its dataclass default is not the value used
 EFFECTIVE = {"bf16": "True unless fp16 is set"}
 
@@ -99,6 +111,7 @@ def _module_function(ctx: PythonContext, name: str) -> cst.FunctionDef | None:
 
 class SftUpgrade(PythonRule):
     id = "NM613"
+    markers = SFT_MARKERS
     title = "TRL SFT: static-shape packing pinned, flipped defaults pinned, old trainer keywords, batched formatting_func"
     fix = "mixed"
     triggers = ("SFTConfig(", "SFTTrainer(", "SFTConfig,", "SFTConfig)")
@@ -253,8 +266,8 @@ class SftUpgrade(PythonRule):
             gone = [k for k in kw if k in {p[0] for p in change["old"]} and api().accepts(SFT_TRAINER, k) is False
                     and k != "tokenizer"]
             if gone:
-                ctx.marker(node, f"SFTTrainer no longer takes {', '.join(g + '=' for g in gone)}: pass them to the "
-                                 "SFTConfig given as args= (max_seq_length= is max_length= there)")
+                ctx.marker(node, f"Pass {', '.join(g + '=' for g in gone)} to the SFTConfig given as args=: SFTTrainer no "
+                                 "longer takes them.")
         fmt = kw.get("formatting_func")
         if fmt is not None and isinstance(fmt.value, cst.Name):
             fn = _module_function(ctx, fmt.value.value)
