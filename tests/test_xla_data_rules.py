@@ -136,7 +136,7 @@ def test_nm900_leaves_owned_names_to_their_rules(rules: RuleSet):
     )
     migrated, findings = migrate(source.encode(), "python", rules)
     assert "x = x.to(device)" in migrated.decode()
-    flagged = {f.message.split(" ")[0] for f in findings if f.rule == "NM900"}
+    flagged = {f.detail.split(" ")[0] for f in findings if f.rule == "NM900"}
     assert flagged == {"torch_xla.debug.metrics.counter_names"}
 
 

@@ -242,7 +242,7 @@ def test_nm900_flags_what_no_nm4xx_rule_rewrites(rules: RuleSet):
     text = migrated.decode()
     assert "mark_step" not in text
     assert "import torch_xla.core.xla_model as xm" in text  # still used by set_rng_state
-    flagged = {f.message.split(" ")[0] for f in findings if f.rule == "NM900"}
+    flagged = {f.detail.split(" ")[0] for f in findings if f.rule == "NM900"}
     assert flagged == {"torch_xla.core.xla_model.set_rng_state"}
 
 

@@ -242,6 +242,8 @@ def tokenizer_to_processing_class(call: cst.Call, ctx: PythonContext, plan: ArgP
 #: why the arguments of a trainer whose model is sharded at load time get save_only_model=True
 SAVE_ONLY_MODEL = ("the Trainer refuses a model sharded at load time unless save_only_model=True or "
                    "save_strategy=\"no\" (its optimizer state cannot be checkpointed for resuming)")
+#: the marker where the rule cannot set it itself (``{where}``: the keyword or the assignment to write)
+SAVE_ONLY_MARKER = "Set {where}: the Trainer refuses to checkpoint a model sharded at load time otherwise."
 SAVE_ONLY_COMMENT = "# the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported"
 
 

@@ -78,6 +78,11 @@ class OldStackLeftovers(PythonRule):
     def handlers(self):
         return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute}
 
+    @classmethod
+    def _detail(cls, qual: str, written: str) -> str:
+        """The long form of a marker: the qualified name, then why (the rule's ``markers``)."""
+        return f"{qual} has no automatic native replacement. {cls.marker_detail(_advice(qual, written))}"
+
     def _covered(self, ctx: PythonContext, qualified: str) -> bool:
         """A table rename or a rule that owns the name (or a prefix of it) handles it."""
         parts = qualified.split(".")
@@ -124,7 +129,7 @@ class OldStackLeftovers(PythonRule):
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
-            ctx.marker(node, _advice(qual, local))
+            ctx.marker(node, _advice(qual, local), detail=self._detail(qual, local))
 
     def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:
         stmt = ctx.parent
@@ -142,7 +147,8 @@ class OldStackLeftovers(PythonRule):
             return
         if self._covered(ctx, qual):
             return
-        ctx.marker(node, _advice(qual, cst.Module([]).code_for_node(node)))
+        written = cst.Module([]).code_for_node(node)
+        ctx.marker(node, _advice(qual, written), detail=self._detail(qual, written))
 
 
 def _dotted(node) -> str:

@@ -48,6 +48,7 @@ from codemods.training.layouts import (
     _Layout,
     _move_layouts,
     parsed_layout,
+    SHARDED_MARKERS,
     _save_only_model,
     _scope,
     _track,
@@ -56,18 +57,22 @@ from codemods.training.layouts import (
     _track_parsed,
     _tracking_handlers,
 )
-from codemods.training.lora import fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
+from codemods.training.lora import LORA_MARKERS, fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.spread import Spread, register, spread_of
 from codemods.training.spread import dict_add as _dict_add
 from codemods.training.mesh import (
+    LAYOUT_MARKERS,
     PIPELINE_DROPPED,
     PIPELINE_MAYBE,
     config_code,
     describe,
     env_size,
+    fitted,
     launch_advice,
+    launch_detail,
     layout_text,
     model_factors,
+    sentence,
     whole_mesh,
 )
 from codemods.training.sources import (
@@ -97,21 +102,26 @@ _SP = ("sequence parallelism (on by default with tensor_parallel_size > 1 in opt
        "equivalent yet (DistributedConfig.enable_sequence_parallel is not wired up): activations are no longer "
        "sharded along the sequence, expect more memory per core")
 
-#: dropped with a marker, unless the value is one whose old behaviour is what native code does
+#: dropped with a marker, unless the value is one whose old behaviour is what native code does:
+#: name -> (those values, what to do now (the marker, ``{value}``/``{flag}`` filled in), why (its detail))
 BEHAVIOUR = {
-    "async_save": ((False,), "checkpoints are saved synchronously: the native Trainer has no async save"),
-    "kv_size_multiplier": ((None,), "KV heads are no longer replicated over tensor-parallel ranks: tp_size must "
-                                    "divide the model's num_key_value_heads"),
-    "disable_sequence_parallel": ((True,), _SP),
-    "sequence_parallel_enabled": ((False,), _SP),
-    "disable_embedding_parallelization": ((False,), "the embeddings and LM head are sharded as the model's "
-                                                     "tensor-parallel plan says; override it with "
-                                                     "DistributedConfig(tp_plan={...}) to keep them whole"),
-    "pipeline_parallel_num_microbatches": ((-1, 1), "DistributedConfig has no pipeline micro-batch setting"),
-    "stochastic_rounding_enabled": ((), "optimum-neuron set NEURON_RT_STOCHASTIC_ROUNDING_EN from it (default on): "
-                                        "export NEURON_RT_STOCHASTIC_ROUNDING_EN={flag} in the launch environment "
-                                        "if you relied on it (unverified under TorchNeuron)"),
-    "logging_dir": ((), "transformers v5 has no logging_dir: export TENSORBOARD_LOGGING_DIR={value} instead"),
+    "async_save": ((False,), "Expect synchronous checkpoint saves", "the native Trainer has no async save"),
+    "kv_size_multiplier": ((None,), "Use a tp_size that divides the model's num_key_value_heads",
+                           "KV heads are no longer replicated over tensor-parallel ranks"),
+    "disable_sequence_parallel": ((True,), "Expect more memory per core without sequence parallelism", _SP),
+    "sequence_parallel_enabled": ((False,), "Expect more memory per core without sequence parallelism", _SP),
+    "disable_embedding_parallelization": (
+        (False,), "Pass DistributedConfig(tp_plan={{...}}) to keep the embeddings whole",
+        "the embeddings and LM head are sharded as the model's tensor-parallel plan says"),
+    "pipeline_parallel_num_microbatches": ((-1, 1), "Expect no pipeline micro-batches",
+                                           "DistributedConfig has no pipeline micro-batch setting"),
+    "stochastic_rounding_enabled": (
+        (), "Set NEURON_RT_STOCHASTIC_ROUNDING_EN={flag} in the launch if the run needs it",
+        "optimum-neuron set NEURON_RT_STOCHASTIC_ROUNDING_EN from it (default on); its effect under TorchNeuron is "
+        "not verified"),
+    "logging_dir": ((), "Export TENSORBOARD_LOGGING_DIR={value} instead",
+                    "transformers v5 has no logging_dir; its TensorBoard callback reads the directory from the "
+                    "environment"),
 }
 
 ZERO_1_DEFAULT = ("zero_1 defaulted to True in optimum-neuron 0.4 and to False before: a script that did not set it "
@@ -119,8 +129,44 @@ ZERO_1_DEFAULT = ("zero_1 defaulted to True in optimum-neuron 0.4 and to False b
 ZERO_1_MAPPED = (
     "zero_1=True became fsdp_size=WORLD_SIZE // tp_size in the model's DistributedConfig (1, no sharding, when every "
     "process is a tensor-parallel rank): FSDP2 shards parameters and gradients as well as the optimizer state that "
-    f"ZeRO-1 sharded (less memory per core, more communication per step). {ZERO_1_DEFAULT}"
+    "ZeRO-1 sharded (less memory per core, more communication per step)"
 )
+ZERO_1_UNKNOWN = ("If {name}={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) "
+                  "instead.")
+BF16_WHOLE = "Load the model with dtype=torch.bfloat16 to keep the old bf16 training: bf16=True is autocast now."
+STATIC_MARKER = "Set {fields} unless **kwargs does: Neuron needs static shapes."
+#: NM201's markers and their long forms
+ARGUMENT_MARKERS = (
+    ("{what to do}: {name}={value} was dropped.",
+     """optimum-neuron's training arguments had fields the native TrainingArguments does not: the field was
+     dropped and the marker says what replaces its effect; the finding's detail says what it did."""),
+    (ZERO_1_UNKNOWN,
+     f"""ZeRO-1 sharded the optimizer state over the data-parallel ranks; natively that is FSDP2, which also
+     shards parameters and gradients (less memory per core, more communication per step). Data-parallel
+     replicas (dp_replicate_size) keep the whole optimizer state. {ZERO_1_DEFAULT}."""),
+    (BF16_WHOLE,
+     """bf16=True without use_autocast=True made optimum-neuron train the whole model in bf16; natively bf16=True
+     is autocast mixed precision over fp32 weights (more memory, other numerics): a bf16 load keeps the old
+     footprint."""),
+    ("Set warmup_steps to the warmup you want: transformers v5 dropped warmup_ratio={value}.",
+     """transformers v5 removed warmup_ratio; warmup_steps takes a ratio when it is < 1. Both were given, so
+     the rule cannot tell which one the run should keep."""),
+    (STATIC_MARKER,
+     """On Neuron the Trainer should compile the model (torch_compile=True) and keep every batch the same
+     shape (dataloader_drop_last=True), or each new shape is a new compilation; the call passes **kwargs,
+     which may set them already."""),
+    ("Remove or move {key}, set on the dict after it is built: {cls} no longer takes it.",
+     """The dict unpacked into the call gets the old field after the literal the rule edits; see
+     `neuron-migrate explain NM201` for where each old field goes."""),
+    ("Load the model with distributed_config=DistributedConfig({layout}): the arguments no longer carry the sizes.",
+     """The parallel sizes were removed from the training arguments: the layout is set where the model is
+     loaded (NM301 does it for loads inside lazy_load_for_parallelism), and the launch must start processes
+     that fit it."""),
+    ("If launched with parallel sizes, load the model with DistributedConfig({layout}) and set save_only_model=True.",
+     """The parsed training arguments no longer carry tensor_parallel_size / pipeline_parallel_size: the load
+     of the trained model takes the layout (TP_SIZE and FSDP_SIZE set in the launch environment), and the
+     Trainer needs save_only_model=True for a model sharded at load time."""),
+) + LORA_MARKERS + SHARDED_MARKERS + LAYOUT_MARKERS
 
 PARALLEL_SIZES = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size"}
 #: transformers v5 deprecations of fields the old classes used
@@ -178,7 +224,7 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             what = "removed in transformers v5" if name == "overwrite_output_dir" else "no native equivalent"
             ctx.finding(kw[name], f"{cls}: dropped {name} ({what})")
 
-    for name, (same, message) in BEHAVIOUR.items():
+    for name, (same, *message) in BEHAVIOUR.items():
         if name not in kw:
             continue
         plan.drop.add(name)
@@ -186,8 +232,9 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             ctx.finding(kw[name], f"{cls}: dropped {name}={_code(ctx, kw[name].value)} (native behaviour is the same)")
             continue
         flag = "0" if val[name] is False else "1"
-        text = message.format(value=_code(ctx, kw[name].value), flag=flag)
-        ctx.marker(call, f"{name}={_code(ctx, kw[name].value)} was dropped: {text}")
+        action, why = message
+        code = _code(ctx, kw[name].value)
+        ctx.marker(call, f"{action.format(value=code, flag=flag)}: {name}={code} was dropped.", detail=why)
 
     # zero_1: ZeRO-1 over data-parallel ranks; closest native is FSDP2 on the model load (the layout of a
     # Trainer has no pipeline stages, see below: the processes they took are data-parallel ranks)
@@ -200,14 +247,9 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
                                       "dp_replicate_size beside the model-parallel sizes)")
         elif val["zero_1"] is True:
             zero_1 = True
-            ctx.marker(call, ZERO_1_MAPPED)
+            ctx.finding(kw["zero_1"], f"{cls}: {ZERO_1_MAPPED}")
         else:
-            ctx.marker(call, (
-                f"zero_1={code} was dropped: ZeRO-1 sharded the optimizer state over data-parallel ranks; natively "
-                "that is FSDP2, which also shards parameters and gradients: when it is true, load the model with "
-                "DistributedConfig(fsdp_size=WORLD_SIZE // tp_size, ...) in place of data-parallel replicas "
-                f"(dp_replicate_size), which keep the whole optimizer state (more memory per core). {ZERO_1_DEFAULT}"
-            ))
+            ctx.marker(call, ZERO_1_UNKNOWN.format(name="zero_1", value=code))
 
     # tensor parallel sizes move to the model load; pipeline stages do not: the Trainer cannot train them
     for name, native in PARALLEL_SIZES.items():
@@ -236,20 +278,14 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             plan.drop.add(name)
             ctx.finding(kw[name], f"{cls}: dropped {name} (bf16=True is autocast mixed precision natively)")
     if val.get("bf16") is True and not amp:
-        ctx.marker(call, (
-            "bf16=True without use_autocast=True made optimum-neuron train the whole model in bf16; natively bf16=True "
-            "is autocast mixed precision with fp32 weights: load the model with dtype=torch.bfloat16 to keep the old "
-            "memory footprint and numerics"
-        ))
+        ctx.marker(call, BF16_WHOLE)
 
     # transformers v5 renames
     if "warmup_ratio" in kw:
         if "warmup_steps" in kw:
             plan.drop.add("warmup_ratio")
-            ctx.marker(call, (
-                f"warmup_ratio={_code(ctx, kw['warmup_ratio'].value)} was dropped (transformers v5): warmup_steps "
-                "takes a ratio when < 1, keep the one you want in warmup_steps"
-            ))
+            ctx.marker(call, f"Set warmup_steps to the warmup you want: transformers v5 dropped "
+                             f"warmup_ratio={_code(ctx, kw['warmup_ratio'].value)}.")
         else:
             plan.rename["warmup_ratio"] = "warmup_steps"
             ctx.finding(kw["warmup_ratio"], f"{cls}: warmup_ratio -> warmup_steps (a value < 1 is a ratio in v5)")
@@ -264,10 +300,7 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
     # static shapes
     missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw and k not in present] if static else []
     if missing and isinstance(call, cst.Call) and has_star_kwargs(call):
-        ctx.marker(call, (
-            f"on Neuron, set {' and '.join(f'{k}={v}' for k, v in missing)} (static shapes, compiled model) "
-            "unless **kwargs already does"
-        ))
+        ctx.marker(call, STATIC_MARKER.format(fields=" and ".join(f"{k}={v}" for k, v in missing)))
     elif missing:
         for k, v in missing:
             plan.add.append((k, (lambda v=v: cst.Name(v))))
@@ -301,8 +334,8 @@ def _spread_fields(ctx: PythonContext, call: cst.Call, spread: Spread, cls: str,
     if after is not None:
         after(spread.node, spread.kw, spread.plan, present)
     for key in sorted(k for k in spread.later if k in _OLD_FIELDS):
-        ctx.marker(call, f"{spread.name}[{key!r}] is set after the dict is built: {cls} no longer takes {key} "
-                         f"(see `neuron-migrate explain NM201`), remove it or move it where that rule says")
+        ctx.marker(call, f"Remove or move {spread.name}[{key!r}], set on the dict after it is built: {cls} no longer "
+                         "takes it.")
     register(spread, ctx)
     if spread.plan.empty() and not sizes:
         return sizes
@@ -361,15 +394,43 @@ TRL_011_FIELDS = frozenset({"max_seq_length", "dataset_batch_size", "num_of_sequ
 #: fields only TRL 0.24 (optimum-neuron >= 0.4.2) had: it packed with "bfd", TRL 1.16's default
 TRL_024_FIELDS = frozenset({"max_length", "completion_only_loss", "assistant_only_loss", "padding_free",
                             "activation_offloading"})
-PACKING_UNDECIDED = ("packing: optimum-neuron <= 0.4.1 packed fixed blocks (add packing_strategy=\"wrapped\"); "
-                     ">= 0.4.2 packed \"bfd\", TRL 1.16's default")
+PACKING_UNDECIDED = ("Add packing_strategy=\"wrapped\" if this ran on optimum-neuron <= 0.4.1: TRL 1.16 packs with "
+                     "\"bfd\".")
+DEVICE_MAP_MARKER = "Set model_init_kwargs = {{..., \"device_map\": None}} on {config}: the trainer loads on device_map=\"auto\"."
+#: NM203's markers and their long forms
+CONFIG_MARKERS = (
+    (PACKING_UNDECIDED,
+     """optimum-neuron <= 0.4.1 shipped TRL 0.11, whose packing cut fixed-length blocks from the concatenated
+     examples (TRL 1.16: packing_strategy="wrapped"); >= 0.4.2 shipped TRL 0.24, which packed with "bfd",
+     TRL 1.16's default. The config's fields do not say which one the project ran."""),
+    ("Set model_init_kwargs = {..., \"device_map\": None} on {config}: the trainer loads on device_map=\"auto\".",
+     """Given a model id, the trainer loads the model itself with device_map="auto" unless model_init_kwargs
+     says otherwise, and on neuron that spreads it over devices the run did not ask for; add
+     "distributed_config": DistributedConfig(...) there to shard it."""),
+    ("{launch}: model_init_kwargs shards the model now.",
+     """The parallel sizes moved from the config to model_init_kwargs (a DistributedConfig): the trainer
+     shards the model it loads, and the launch must start processes that fit the layout."""),
+    ("Copy the fields {name}.to_dict() passes explicitly, or parse SFTConfig directly.",
+     """training_args.to_dict() copies every TrainingArguments field into SFTConfig, including ones SFTConfig
+     sets differently; parsing SFTConfig directly (HfArgumentParser((..., SFTConfig)) or trl.TrlParser) gives
+     its own defaults."""),
+    ("Add distributed_config=DistributedConfig(...) to model_init_kwargs by hand.",
+     """The rule could not import DistributedConfig here without a name clash (the detail says which)."""),
+) + ARGUMENT_MARKERS
 
 
 def _parsed_marker(entry: _Layout, reason: str) -> str:
-    return (f"{entry.target[1]} no longer carries tensor_parallel_size / pipeline_parallel_size: if the script is "
-            f"launched with them, load the trained model with from_pretrained(..., distributed_config="
-            f"DistributedConfig({entry.layout})) (TP_SIZE and FSDP_SIZE set in the environment of the launch) and "
-            f"give {entry.target[1]} save_only_model=True ({reason})")
+    del reason  # the finding's detail
+    return fitted(f"If launched with parallel sizes, load the model with DistributedConfig({entry.layout}) and set "
+                  "save_only_model=True.",
+                  "If launched with parallel sizes, load the model with a DistributedConfig and set save_only_model=True.")
+
+
+def _load_marker(layout: str) -> str:
+    """The marker where the sizes left the arguments and the load of the model could not take them."""
+    return fitted(f"Load the model with distributed_config=DistributedConfig({layout}): the arguments no longer carry "
+                  "the sizes.",
+                  "Load the model with a DistributedConfig (see the report): the arguments no longer carry the sizes.")
 
 
 def _movable_config(trainer: cst.Call, moved: list[str], names: dict) -> cst.Call | None:
@@ -390,6 +451,7 @@ def _movable_config(trainer: cst.Call, moved: list[str], names: dict) -> cst.Cal
 
 class TrainingArgumentsFields(PythonRule):
     id = "NM201"
+    markers = ARGUMENT_MARKERS
     title = (
         "NeuronTrainingArguments fields -> TrainingArguments (Neuron-only fields dropped, mapped or moved; v5 renames; "
         "static shapes)"
@@ -510,22 +572,24 @@ class TrainingArgumentsFields(PythonRule):
         for entry, reason in _move_layouts(ctx, pending + parsed, "training arguments"):
             if entry.parsed:
                 if reason is not None:
-                    ctx.marker(entry.statement, _parsed_marker(entry, reason))
+                    ctx.marker(entry.statement, _parsed_marker(entry, reason), detail=reason)
                 continue
             lora = lora_blocks_tp(ctx) if tensor_parallel(entry.sizes) else None
             if lora:
-                ctx.marker(entry.statement, f"the parallel sizes left the arguments; {lora_advice(lora)}")
+                ctx.marker(entry.statement, lora_advice(lora), detail=lora)
                 continue
-            ctx.marker(entry.statement, (
+            mesh = whole_mesh(entry.sizes, "os.environ")
+            ctx.marker(entry.statement, _load_marker(entry.layout), detail=(
                 f"the parallel sizes were removed from the training arguments: shard the model where it is loaded "
                 f"with from_pretrained(..., distributed_config=DistributedConfig({entry.layout})) (NM301 does it for "
-                "loads inside lazy_load_for_parallelism) and "
-                f"{launch_advice(whole_mesh(entry.sizes, 'os.environ'))}" + (f" ({reason})" if reason else "")
-            ))
+                f"loads inside lazy_load_for_parallelism) and {launch_advice(mesh)}: {launch_detail(mesh)}"
+                + (f" ({reason})" if reason else "")))
 
 
 class TrainerArguments(PythonRule):
     id = "NM202"
+    markers = (("Move {fields} to the SFTConfig: SFTTrainer no longer takes them.", """TRL 1.x takes these options from the
+        SFTConfig given as args=, not from SFTTrainer; the rule could not find that config here."""),)
     title = (
         "NeuronTrainer / NeuronSFTTrainer calls: tokenizer= -> processing_class=; SFT dataset options moved to "
         "SFTConfig"
@@ -589,13 +653,14 @@ class TrainerArguments(PythonRule):
                 plan.drop.update(moved)
                 ctx.finding(statement, f"SFTTrainer: {', '.join(moved)} moved to the SFTConfig")
                 continue
-            hint = " (max_seq_length is max_length there)" if "max_seq_length" in moved else ""
-            what = ", ".join(moved)
-            ctx.marker(statement, f"SFTTrainer takes {what} from SFTConfig now: move them to the config{hint}")
+            hint = "max_seq_length is max_length there" if "max_seq_length" in moved else None
+            ctx.marker(statement, f"Move {', '.join(moved)} to the SFTConfig: SFTTrainer no longer takes them.",
+                       detail=hint)
 
 
 class SFTConfigFields(PythonRule):
     id = "NM203"
+    markers = CONFIG_MARKERS
     title = "NeuronSFTConfig -> trl.SFTConfig: max_length, wrapped packing, model_init_kwargs device_map, Neuron fields"
     fix = "mixed"
     triggers = ("NeuronSFTConfig",)
@@ -717,11 +782,7 @@ class SFTConfigFields(PythonRule):
                     fixed.add(value.value)
                     self._parsed_device_map(ctx, value.value, parsed[value.value], trainer)
                 continue
-            ctx.marker(statement, (
-                "SFTTrainer loads this model id with device_map=\"auto\" on neuron unless the config's "
-                "model_init_kwargs says otherwise: set model_init_kwargs = {..., \"device_map\": None} on the SFTConfig passed as args "
-                "(with \"distributed_config\": DistributedConfig(...) to shard it)"
-            ))
+            ctx.marker(statement, DEVICE_MAP_MARKER.format(config="the SFTConfig passed as args"))
         loaded = []
         for node, plan, sizes, statement, spread in state.get("configs", ()):
             layout = describe(whole_mesh(sizes, "os.environ", quote_of(node)))
@@ -732,23 +793,23 @@ class SFTConfigFields(PythonRule):
             if state.get("model_id"):
                 self._device_map(node, ctx, keywords(node), plan, quote_of(node), statement, sizes)
                 if sizes and not (tensor_parallel(sizes) and lora_blocks_tp(ctx)):  # else: the LoRA marker
-                    ctx.marker(statement, (
-                        f"the parallel sizes moved from the config to model_init_kwargs (DistributedConfig({layout})): "
-                        f"{launch_advice(whole_mesh(sizes, 'os.environ'))}"
-                    ))
+                    mesh = whole_mesh(sizes, "os.environ")
+                    ctx.marker(statement, f"{sentence(launch_advice(mesh))}: model_init_kwargs shards the model now.",
+                               detail=f"the parallel sizes moved from the config to model_init_kwargs "
+                                      f"(DistributedConfig({layout})): {launch_detail(mesh)}")
         parsed_entries = _parsed_entries(ctx, state.get("parsed", ()), fixed=fixed | set(
             n for t, _s in state.get("id_trainers", ()) for n in [_args_name(t)] if n is not None))
         for entry, reason in _move_layouts(ctx, loaded + parsed_entries, "config"):
             if entry.parsed:
                 if reason is not None:
-                    ctx.marker(entry.statement, _parsed_marker(entry, reason))
+                    ctx.marker(entry.statement, _parsed_marker(entry, reason), detail=reason)
                 continue
-            ctx.marker(entry.statement, (
+            mesh = whole_mesh(entry.sizes, "os.environ")
+            ctx.marker(entry.statement, _load_marker(entry.layout), detail=(
                 f"the parallel sizes were removed from the config: load the model with from_pretrained(..., "
                 f"distributed_config=DistributedConfig({entry.layout})) (or put it in model_init_kwargs with "
-                "\"device_map\": None when SFTTrainer gets a model id) and "
-                f"{launch_advice(whole_mesh(entry.sizes, 'os.environ'))}" + (f" ({reason})" if reason else "")
-            ))
+                f"\"device_map\": None when SFTTrainer gets a model id) and {launch_advice(mesh)}: "
+                f"{launch_detail(mesh)}" + (f" ({reason})" if reason else "")))
 
     def _parsed_device_map(self, ctx: PythonContext, name: str, statement: cst.CSTNode, trainer: cst.Call) -> None:
         """After ``..., name, ... = parser.parse_args_and_config()``: the parsed SFTConfig gets
@@ -757,7 +818,7 @@ class SFTConfigFields(PythonRule):
             environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
             dist = _code(ctx, ctx.name_for(DISTRIBUTED_CONFIG, anchor=ctx.imports.binding_of(trainer.func)))
         except NameClash as exc:
-            ctx.marker(statement, f"set {name}.model_init_kwargs[\"device_map\"] = None by hand ({exc})")
+            ctx.marker(statement, f"Set {name}.model_init_kwargs[\"device_map\"] = None by hand.", detail=str(exc))
             return
         step = ctx.module.default_indent
         mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE")),
@@ -765,7 +826,7 @@ class SFTConfigFields(PythonRule):
         lora = lora_blocks_tp(ctx)
         if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
             mesh = fsdp_instead(environ)
-            ctx.marker(statement, lora_marker(lora))
+            ctx.marker(statement, lora_marker(lora), detail=lora)
         config = config_code(dist, mesh, len(statement_indent(ctx)) + len(step), step)
         code = (
             f"{name}.model_init_kwargs = {{\n"
@@ -825,10 +886,8 @@ class SFTConfigFields(PythonRule):
             sizes = {**_spread_fields(ctx, call, spread, _class_name(ctx, call), (sft_fields, packing)), **sizes}
         for a in call.args:
             if a.star == "**" and _is_to_dict(a.value):
-                ctx.marker(call, (
-                    f"{_code(ctx, a.value.func.value)}.to_dict() copies every TrainingArguments field into SFTConfig: "
-                    "prefer parsing SFTConfig directly (HfArgumentParser((..., SFTConfig)) or trl.TrlParser)"
-                ))
+                ctx.marker(call, f"Copy the fields {_code(ctx, a.value.func.value)}.to_dict() passes explicitly, or parse "
+                                 "SFTConfig directly.")
         # registered now (while the call's ancestors are known); finish() may still add to the plan
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, call), ctx.module.default_indent
         ctx.replace(call, lambda new: new if plan.empty()
@@ -848,7 +907,7 @@ class SFTConfigFields(PythonRule):
                 and all(a.keyword is not None for a in value.args):
             present = set(keywords(value))
         elif value is not None:
-            ctx.marker(where, f"make sure model_init_kwargs contains \"device_map\": None: {reason}")
+            ctx.marker(where, DEVICE_MAP_MARKER.format(config="this config"), detail=reason)
             return
         sharded = None  # the trainer loads the model sharded: the config needs save_only_model=True
         if sizes and "distributed_config" not in present:
@@ -864,9 +923,10 @@ class SFTConfigFields(PythonRule):
                 if lora:  # LoRA over tensor-parallel layers fails: FSDP over every process trains any target
                     sizes = fsdp_instead(_code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import,
                                                                  style="module")), quote)
-                    ctx.marker(where, lora_marker(lora))
+                    ctx.marker(where, lora_marker(lora), detail=lora)
             except NameClash as exc:
-                ctx.marker(where, f"add distributed_config=DistributedConfig(...) to model_init_kwargs by hand ({exc})")
+                ctx.marker(where, "Add distributed_config=DistributedConfig(...) to model_init_kwargs by hand.",
+                           detail=str(exc))
             else:
                 layout = layout_text(sizes)
                 text = config_code(dist, sizes, len(statement_indent(ctx)), ctx.module.default_indent, depth=2,
@@ -879,7 +939,8 @@ class SFTConfigFields(PythonRule):
             return
         if value is None:
             if has_star_kwargs(call):
-                ctx.marker(where, f"set model_init_kwargs={{'device_map': None, ...}}: {reason}")
+                ctx.marker(where, DEVICE_MAP_MARKER.format(config="this config"),
+                           detail=f"{reason}; **kwargs may set it already")
                 if sharded is not None:
                     _save_only_model(ctx, sharded)
                 return

@@ -29,6 +29,12 @@ RECOMPILE = ("transformers sets config.problem_type on the first forward with la
 
 class ClassifierProblemType(PythonRule):
     id = "NM210"
+    markers = tuple((m, f"""{RECOMPILE}: "regression" for one label, "single_label_classification" for integer
+        class labels, "multi_label_classification" for multi-hot float labels.""") for m in (
+        "Set config.problem_type before this call, or the compiled model recompiles at step 2.",
+        "Pass problem_type= to this load unless **kwargs does, or the compiled model recompiles.",
+        "Pass problem_type= to this load (regression, single_label_ or multi_label_classification).",
+        "Pass problem_type= to this load: single_label_ or multi_label_classification."))
     title = "Sequence classifiers trained compiled: problem_type set at load (no recompile after the first step)"
     fix = "mixed"
     triggers = TRAINING
@@ -81,21 +87,18 @@ class ClassifierProblemType(PythonRule):
         kw = keywords(node)
         if "problem_type" in kw:
             return
-        where = f"set problem_type= on this load: {RECOMPILE}"
         if func.attr.value == "from_config":
-            ctx.marker(node, f"{where} (from_config: set config.problem_type before the call)")
+            ctx.marker(node, "Set config.problem_type before this call, or the compiled model recompiles at step 2.")
             return
         if has_star_kwargs(node):
-            ctx.marker(node, f"{where}, unless **kwargs does")
+            ctx.marker(node, "Pass problem_type= to this load unless **kwargs does, or the compiled model recompiles.")
             return
         labels = literal(kw["num_labels"].value) if "num_labels" in kw else None
         if not isinstance(labels, int) or isinstance(labels, bool) or labels < 1:
-            ctx.marker(node, (f"{where}: \"regression\" for one label, \"single_label_classification\" for integer "
-                              "class labels, \"multi_label_classification\" for multi-hot float labels"))
+            ctx.marker(node, "Pass problem_type= to this load (regression, single_label_ or multi_label_classification).")
             return
         if labels > 1 and any(sign in ctx.source for sign in MULTI_LABEL):
-            ctx.marker(node, (f"{where}: \"single_label_classification\" for integer class labels, "
-                              "\"multi_label_classification\" for multi-hot float labels"))
+            ctx.marker(node, "Pass problem_type= to this load: single_label_ or multi_label_classification.")
             return
         kind = "regression" if labels == 1 else "single_label_classification"
         quote = quote_of(node)

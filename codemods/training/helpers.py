@@ -117,8 +117,49 @@ def _constant_branch(new: cst.If, keep_body: bool, alone: bool = False):
     return cst.FlattenSentinel(stmts)
 
 
+_PARALLEL = "Set the parallel layout where the model is loaded (DistributedConfig): {name} was dropped."
+MIXED_BY_HAND = "Pass mixed_precision=\"bf16\" (AUTOCAST_BF16) or load in bf16 (FULL_BF16): {name}."
+CONSOLIDATE_BY_HAND = "Consolidate with transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, out_dir)."
+CONSOLIDATE_OLD = "Consolidate optimum-neuron's own checkpoints with `optimum-cli neuron consolidate` in an old environment."
+#: NM205's markers and their long forms
+ACCELERATOR_MARKERS = (
+    (_PARALLEL,
+     """Tensor and pipeline parallelism are set when the model is loaded (from_pretrained(...,
+     distributed_config=transformers.distributed.DistributedConfig(tp_size=...))), or with
+     accelerate.Accelerator(parallelism_config=accelerate.ParallelismConfig(tp_size=..., dp_shard_size=...))
+     for a model you shard yourself."""),
+    ("Pass distributed_config=DistributedConfig(...) to the model load: ModelParallelismPlugin is gone.",
+     """ModelParallelismPlugin configured optimum-neuron's model parallelism; natively pass
+     distributed_config=DistributedConfig(tp_size=..., pp_size=...) to from_pretrained
+     (transformers.distributed), or parallelism_config=accelerate.ParallelismConfig(tp_size=...) to
+     accelerate.Accelerator."""),
+    (MIXED_BY_HAND,
+     """optimum-neuron's MixedPrecisionConfig had two modes: AUTOCAST_BF16 (autocast over fp32 weights: natively
+     mixed_precision="bf16" on accelerate.Accelerator) and FULL_BF16 (the whole model in bf16: load it with
+     dtype=torch.bfloat16)."""),
+    ("Load the model with dtype=torch.bfloat16: mixed_precision_config={value} trained it in bf16.",
+     """FULL_BF16 trained the whole model in bf16; mixed_precision="bf16" would be autocast over fp32 weights,
+     another memory footprint and other numerics."""),
+    ("If {name}={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) instead.",
+     """ZeRO-1 sharded the optimizer state over data-parallel ranks; natively the closest is FSDP2
+     (accelerate.ParallelismConfig(dp_shard_size=...) or DistributedConfig(fsdp_size=...) on the model
+     load), which also shards parameters and gradients."""),
+)
+
+
 class TrainingHelpers(PythonRule):
     id = "NM204"
+    markers = (
+        ("Replace `{name}` by hand: {what}.", """An optimum-neuron utility (optimum.neuron.utils) the rule does not
+        rewrite at this use: is_main_worker is a RANK test, is_precompilation is always False now (TorchNeuron
+        has no precompilation run), the consolidation helpers are transformers.distributed's."""),
+        (CONSOLIDATE_BY_HAND, """The rule could not rewrite this call (arguments it cannot map, or a name clash):
+        checkpoints saved with a DistributedConfig are merged by
+        transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)."""),
+        (CONSOLIDATE_OLD, """consolidate_distributed_checkpoint merges checkpoints saved with a DistributedConfig;
+        checkpoints written by optimum-neuron (NxD shards) are not readable by it: consolidate those once with
+        `optimum-cli neuron consolidate` in an environment that still has optimum-neuron."""),
+    )
     title = ("optimum-neuron helpers: is_main_worker -> rank check, is_precompilation -> False, cache sync and SDK "
              "patching removed, checkpoint consolidation -> transformers.distributed")
     fix = "mixed"
@@ -192,7 +233,7 @@ class TrainingHelpers(PythonRule):
         if isinstance(parent, cst.Attribute):
             return  # the attribute handler looks at it
         qual = bindings[0].qualified
-        ctx.marker(node, f"{qual} is gone under TorchNeuron: replace this reference by hand ({_advice(qual)})")
+        ctx.marker(node, _gone(qual))
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         parent = ctx.parent
@@ -204,7 +245,7 @@ class TrainingHelpers(PythonRule):
         qual = ctx.qualname(node)
         if qual is None or ctx.owner(qual) != self.id:
             return
-        ctx.marker(node, f"{qual} is gone under TorchNeuron: replace this reference by hand ({_advice(qual)})")
+        ctx.marker(node, _gone(qual))
 
     def finish(self, ctx: PythonContext) -> None:
         uses = ctx.local_state().get("uses", {})
@@ -234,8 +275,7 @@ class TrainingHelpers(PythonRule):
             self._drop_statement(node, ctx, qual, "the Hugging Face Hub compile cache is optimum-neuron's; "
                                                   "TorchNeuron keeps compiled graphs in its own local cache")
         elif _is_cache(qual):
-            ctx.marker(node, f"{qual} queries optimum-neuron's Hub compile cache, which TorchNeuron does not use: "
-                             "remove this code")
+            ctx.marker(node, f"Remove this use of `{qual.rsplit('.', 1)[-1]}`: TorchNeuron has no Hub compile cache.")
         elif qual in CONSOLIDATE:
             self._consolidate(node, ctx)
 
@@ -243,13 +283,14 @@ class TrainingHelpers(PythonRule):
         args = [a for a in node.args if a.star == ""]
         if len(args) != len(node.args) or len(args) > 1 or (args and args[0].keyword is not None
                                                             and args[0].keyword.value != "global_main"):
-            ctx.marker(node, "is_main_worker(...) is gone: test int(os.environ.get(\"RANK\", \"0\")) == 0 instead")
+            ctx.marker(node, "Test int(os.environ.get(\"RANK\", \"0\")) == 0 instead of is_main_worker(...), which is gone.")
             return
         value = literal(args[0].value) if args else True
         try:
             environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
         except NameClash as exc:
-            ctx.marker(node, f"is_main_worker() is gone: test the RANK environment variable instead ({exc})")
+            ctx.marker(node, "Test the RANK environment variable instead of is_main_worker(), which is gone.",
+                       detail=str(exc))
             return
         env = ctx.module.code_for_node(environ)
         if value is True:
@@ -293,7 +334,7 @@ class TrainingHelpers(PythonRule):
         name = qual.rsplit(".", 1)[-1]
         stmt = _expression_statement(ctx, node)
         if stmt is None:
-            ctx.marker(node, f"{name}() is gone under TorchNeuron ({reason}): remove this use")
+            ctx.marker(node, f"Remove this use of {name}(): it is gone under TorchNeuron.", detail=reason)
             return
         ctx.remove_statement(stmt)
         ctx.finding(node, f"removed {name}(...) ({reason})")
@@ -301,14 +342,12 @@ class TrainingHelpers(PythonRule):
     def _consolidate(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)
         if any(a.star for a in node.args):
-            ctx.marker(node, "consolidate with transformers.distributed.consolidate_distributed_checkpoint("
-                             "checkpoint_dir, output_dir) (NxD checkpoints written by optimum-neuron need optimum-cli "
-                             "neuron consolidate)")
+            ctx.marker(node, CONSOLIDATE_BY_HAND)
             return
         try:
             func = ctx.name_for(CONSOLIDATE_TARGET, anchor=ctx.imports.binding_of(node.func))
         except NameClash as exc:
-            ctx.marker(node, f"use {CONSOLIDATE_TARGET}(checkpoint_dir, output_dir) ({exc})")
+            ctx.marker(node, CONSOLIDATE_BY_HAND, detail=str(exc))
             return
         plan = ArgPlan()
         note = ""
@@ -319,11 +358,7 @@ class TrainingHelpers(PythonRule):
         indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
         ctx.replace(node, lambda new: (apply_plan(new, plan, MAX_LINE, indent + prefix, step) if not plan.empty()
                                        else new).with_changes(func=func))
-        ctx.marker(node, (
-            "consolidate_distributed_checkpoint merges checkpoints saved with a DistributedConfig; checkpoints "
-            "written by optimum-neuron (NxD shards) are not readable by it: consolidate those once with "
-            f"`optimum-cli neuron consolidate` in an environment that still has optimum-neuron.{note}"
-        ))
+        ctx.marker(node, CONSOLIDATE_OLD, detail=note.strip() or None)
 
 
 def _alone(ctx: PythonContext, stmt: cst.CSTNode) -> bool:
@@ -335,25 +370,27 @@ def _alone(ctx: PythonContext, stmt: cst.CSTNode) -> bool:
     return False
 
 
+def _gone(qual: str) -> str:
+    """The marker of an optimum-neuron helper left in the code."""
+    name = qual.rsplit(".", 1)[-1]
+    return f"Replace `{name}` by hand: {_advice(qual)}."
+
+
 def _advice(qual: str) -> str:
     name = qual.rsplit(".", 1)[-1]
     if name == "is_main_worker":
-        return "int(os.environ.get(\"RANK\", \"0\")) == 0"
+        return "use int(os.environ.get(\"RANK\", \"0\")) == 0"
     if name == "is_precompilation":
         return "it is always False now"
     if name.startswith("consolidate"):
-        return CONSOLIDATE_TARGET
-    return "remove it"
+        return f"use {CONSOLIDATE_TARGET}"
+    return "it is gone under TorchNeuron, remove it"
 
 
 # ------------------------------------------------------------------------------------------------
 # NM205: NeuronAccelerator's arguments
 # ------------------------------------------------------------------------------------------------
 
-_PARALLEL = ("{name} was dropped: tensor/pipeline parallelism is set when the model is loaded "
-             "(from_pretrained(..., distributed_config=transformers.distributed.DistributedConfig(tp_size=...))), or "
-             "with accelerate.Accelerator(parallelism_config=accelerate.ParallelismConfig(tp_size=..., "
-             "dp_shard_size=...)) for a model you shard yourself")
 
 
 def _mp_mode(expr: cst.BaseExpression, ctx: PythonContext):
@@ -374,6 +411,7 @@ def _mp_mode(expr: cst.BaseExpression, ctx: PythonContext):
 
 class AcceleratorArguments(PythonRule):
     id = "NM205"
+    markers = ACCELERATOR_MARKERS
     title = "NeuronAccelerator(...) arguments -> accelerate.Accelerator (mixed precision mapped, parallelism flagged)"
     fix = "mixed"
     triggers = ("NeuronAccelerator", "ModelParallelismPlugin", "MixedPrecisionConfig")
@@ -409,19 +447,15 @@ class AcceleratorArguments(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
         if qual in MP_PLUGIN:
-            ctx.marker(node, (
-                "ModelParallelismPlugin is gone: pass distributed_config=DistributedConfig(tp_size=..., pp_size=...) "
-                "to from_pretrained (transformers.distributed) or parallelism_config=accelerate.ParallelismConfig("
-                "tp_size=...) to accelerate.Accelerator"
-            ))
+            ctx.marker(node, "Pass distributed_config=DistributedConfig(...) to the model load: ModelParallelismPlugin is "
+                             "gone.")
             return
         if qual in MP_CONFIG:
             parent = ctx.parent
             if isinstance(parent, cst.Arg) and parent.keyword is not None \
                     and parent.keyword.value == "mixed_precision_config":
                 return  # rewritten with the accelerator call
-            ctx.marker(node, "MixedPrecisionConfig is gone: pass mixed_precision=\"bf16\" to accelerate.Accelerator "
-                             "(AUTOCAST_BF16), or load the model with dtype=torch.bfloat16 (FULL_BF16)")
+            ctx.marker(node, MIXED_BY_HAND.format(name="MixedPrecisionConfig is gone"))
             return
         if qual not in ACCELERATOR:
             return
@@ -440,16 +474,10 @@ class AcceleratorArguments(PythonRule):
             elif mode == "NO":
                 ctx.finding(arg, f"{cls}: dropped mixed_precision_config={code} (no mixed precision)")
             elif mode == "FULL_BF16":
-                ctx.marker(node, (
-                    f"mixed_precision_config={code} was dropped: it trained the whole model in bf16; load the model "
-                    "with dtype=torch.bfloat16 to keep that (mixed_precision=\"bf16\" would be autocast with fp32 "
-                    "weights)"
-                ))
+                ctx.marker(node, f"Load the model with dtype=torch.bfloat16: mixed_precision_config={code} trained it "
+                                 "in bf16.")
             else:
-                ctx.marker(node, (
-                    f"mixed_precision_config={code} was dropped: pass mixed_precision=\"bf16\" for AUTOCAST_BF16, or "
-                    "load the model with dtype=torch.bfloat16 for FULL_BF16"
-                ))
+                ctx.marker(node, MIXED_BY_HAND.format(name=f"mixed_precision_config={code} was dropped"))
         if "autocast_backend" in kw:
             plan.drop.add("autocast_backend")
             ctx.finding(kw["autocast_backend"],
@@ -466,12 +494,8 @@ class AcceleratorArguments(PythonRule):
             if literal(kw["zero_1"].value) is False:
                 ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (plain data parallelism natively)")
             else:
-                ctx.marker(node, (
-                    f"zero_1={ctx.module.code_for_node(kw['zero_1'].value)} was dropped: ZeRO-1 sharded the optimizer "
-                    "state over data-parallel ranks; natively the closest is FSDP2 "
-                    "(accelerate.ParallelismConfig(dp_shard_size=...) or DistributedConfig(fsdp_size=...) on the "
-                    "model load), which also shards parameters and gradients"
-                ))
+                ctx.marker(node, "If zero_1={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // "
+                                 "tp_size) instead.".format(value=ctx.module.code_for_node(kw['zero_1'].value)))
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent

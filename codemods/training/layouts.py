@@ -12,6 +12,7 @@ import libcst as cst
 
 from codemods.common.arg_plan import (
     MAX_LINE,
+    SAVE_ONLY_MARKER,
     SAVE_ONLY_MODEL,
     ArgPlan,
     apply_plan,
@@ -29,10 +30,13 @@ from codemods.training.mesh import (
     config_code,
     describe,
     env_size,
+    fitted,
     launch_advice,
+    launch_detail,
     layout_text,
     model_factors,
     product,
+    sentence,
     whole_mesh,
 )
 from codemods.training.sources import (
@@ -333,15 +337,43 @@ def _move_layouts(ctx: PythonContext, entries: list[_Layout], what: str) -> list
                   "for zero_1) in the environment of the launch, as NM515 does in the launch scripts it migrates; "
                   if first.parsed else "")
         if lora:
-            ctx.marker(load.node, lora_marker(lora))
+            ctx.marker(load.node, lora_marker(lora), detail=lora)
         else:
-            ctx.marker(load.node, f"the model is sharded when it is loaded (DistributedConfig({describe(sizes)})): "
-                                  f"{parsed}{launch_advice(sizes)}")
+            ctx.marker(load.node, sharded_load_marker(sizes, first.parsed),
+                       detail=f"The model is sharded when it is loaded (DistributedConfig({describe(sizes)})): "
+                              f"{parsed}{launch_detail(sizes)}")
         for entry, _site in users:
             ctx.finding(entry.statement, f"the parallel sizes moved to the load of the trained model{where}: "
                                          f"distributed_config=DistributedConfig({describe(sizes)})")
             _save_only_model(ctx, entry)
     return failed
+
+
+def sharded_load_marker(sizes: dict[str, cst.BaseExpression], parsed: bool = False) -> str:
+    """The marker of a load the migration gave a DistributedConfig: how to launch it."""
+    if parsed:
+        return "Set TP_SIZE (and FSDP_SIZE) in the launch environment: the parsed arguments no longer carry the sizes."
+    advice = sentence(launch_advice(sizes))
+    return fitted(f"{advice}: this load shards the model ({describe(sizes)}).",
+                  f"{advice}: this load shards the model with a DistributedConfig.")
+
+
+#: the long forms of the markers of moved layouts (``Rule.markers`` of the rules that move them)
+SHARDED_MARKERS = (
+    ("{launch}: this load shards the model ({layout}).",
+     """The parallel layout is set where the model is loaded (DistributedConfig on from_pretrained, under
+     torchrun): the launch must start processes that fit it. The other processes beyond tp_size x
+     fsdp_size are data-parallel replicas (dp_replicate_size: parameters replicated, gradients
+     all-reduced, as in the old data parallelism); giving that size to fsdp_size instead shards them with
+     FSDP2 (less memory per core, what zero_1 did for the optimizer state)."""),
+    ("Set TP_SIZE (and FSDP_SIZE) in the launch environment: the parsed arguments no longer carry the sizes.",
+     """The script parses its training arguments (HfArgumentParser), whose tensor_parallel_size no longer
+     exists: the migrated load reads TP_SIZE and FSDP_SIZE from the environment, which the launch sets (NM515
+     does it in the launch scripts it migrates)."""),
+    (SAVE_ONLY_MARKER,
+     """The Trainer refuses a model sharded at load time unless save_only_model=True or save_strategy="no":
+     its optimizer state cannot be checkpointed for resuming. The rule could not set it here."""),
+)
 
 
 def _cannot_edit(ctx: PythonContext, load: _Load, helper: str | None, users: list, track: dict) -> str | None:
@@ -381,7 +413,7 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
         try:
             environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
         except NameClash:
-            ctx.marker(entry.statement, f"set {entry.target[1]}.save_only_model = True: {SAVE_ONLY_MODEL}")
+            ctx.marker(entry.statement, SAVE_ONLY_MARKER.format(where=f"{entry.target[1]}.save_only_model = True"))
             return
         factors = [_code(ctx, f) for f in model_factors(parsed_layout(environ))]
         ctx.insert_after(entry.statement, [cst.parse_statement(
@@ -392,12 +424,13 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
     kw = keywords(entry.call)
     if "save_only_model" in kw:
         if literal(kw["save_only_model"].value) is not True:
-            ctx.marker(entry.statement, f"set save_only_model=True: {SAVE_ONLY_MODEL}")
+            ctx.marker(entry.statement, SAVE_ONLY_MARKER.format(where="save_only_model=True"))
         return
     try:
         value = _sharded_condition(ctx, entry)
     except NameClash as exc:
-        ctx.marker(entry.statement, f"set save_only_model=True when the model is sharded ({exc}): {SAVE_ONLY_MODEL}")
+        ctx.marker(entry.statement, SAVE_ONLY_MARKER.format(where="save_only_model=True when the model is sharded"),
+                   detail=str(exc))
         return
     if "save_strategy" in kw and literal(kw["save_strategy"].value) == "no":
         return
@@ -405,7 +438,7 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
     if spread is not None:  # **settings of a visible dict literal: the key goes there
         if "save_only_model" in spread.keys():
             if spread.value_of("save_only_model") is not True:
-                ctx.marker(entry.statement, f"set {spread.name}[\"save_only_model\"] = True: {SAVE_ONLY_MODEL}")
+                ctx.marker(entry.statement, SAVE_ONLY_MARKER.format(where=f"{spread.name}[\"save_only_model\"] = True"))
             return
         if spread.value_of("save_strategy") == "no":
             return
@@ -413,7 +446,7 @@ def _save_only_model(ctx: PythonContext, entry: _Layout) -> None:
         ctx.finding(entry.statement, f"added save_only_model={value} to {spread.name}: {SAVE_ONLY_MODEL}")
         return
     if has_star_kwargs(entry.call):
-        ctx.marker(entry.statement, f"set save_only_model=True unless **kwargs does: {SAVE_ONLY_MODEL}")
+        ctx.marker(entry.statement, SAVE_ONLY_MARKER.format(where="save_only_model=True unless **kwargs does"))
         return
     entry.plan.add.append(("save_only_model", lambda: cst.parse_expression(value)))
     ctx.finding(entry.statement, f"added save_only_model={value}: {SAVE_ONLY_MODEL}")

@@ -137,16 +137,38 @@ def layout_text(sizes: dict[str, cst.BaseExpression]) -> str:
 
 
 def launch_advice(sizes: dict[str, cst.BaseExpression]) -> str:
-    """What the marker of a load sharded with ``sizes`` (after :func:`whole_mesh`) says about the launch."""
+    """What the marker of a load sharded with ``sizes`` (after :func:`whole_mesh`) says about the launch:
+    a short clause (``launch_detail`` has the why)."""
+    if has_pipeline(sizes):
+        return "launch exactly tp_size x pp_size processes"
+    if "dp_replicate_size" in sizes:
+        model = " x ".join(k for k in ("tp_size", "fsdp_size") if k in sizes)
+        return f"launch with torchrun --nproc_per_node=<a multiple of {model}>"
+    if "fsdp_size" in sizes:
+        return "launch with torchrun --nproc_per_node=<tp_size x fsdp_size>"
+    return "launch with torchrun"
+
+
+def launch_detail(sizes: dict[str, cst.BaseExpression]) -> str:
+    """The long form of :func:`launch_advice` (a marker's detail)."""
     if has_pipeline(sizes):
         return PIPELINE_ADVICE
     if "dp_replicate_size" in sizes:
         model = " x ".join(k for k in ("tp_size", "fsdp_size") if k in sizes)
         return REPLICAS_ADVICE.format(model=model, den=model if " " not in model else f"({model})")
     if "fsdp_size" in sizes:
-        return ("launch with torchrun --nproc_per_node=<processes>: tp_size x fsdp_size must equal the number of "
-                "processes")
-    return "launch with torchrun --nproc_per_node=<processes>"
+        return "tp_size x fsdp_size must equal the number of processes torchrun starts"
+    return "the layout is set where the model is loaded; torchrun starts the processes"
+
+
+def fitted(*candidates: str, limit: int = 120) -> str:
+    """The first of these marker texts that fits in ``limit`` characters (else the last, the shortest form)."""
+    return next((c for c in candidates if len(c) <= limit), candidates[-1])
+
+
+def sentence(clause: str) -> str:
+    """A lower-case clause as the start of a marker sentence."""
+    return clause[:1].upper() + clause[1:]
 
 
 REPLICAS_ADVICE = (
@@ -165,7 +187,16 @@ PIPELINE_ADVICE = (
 
 #: a Trainer's arguments with pipeline stages: transformers 5.23's Trainer cannot train a model loaded with pp_size > 1
 #: (tests/test_parallel_preconditions.py: the ranks' collectives mismatch at the first step)
-PIPELINE_DROPPED = ("pipeline_parallel_size={value} dropped: the Trainer cannot train pp_size > 1 (transformers 5.23); "
-                    "those processes are data-parallel now")
-PIPELINE_MAYBE = ("pipeline_parallel_size={value} dropped: the Trainer cannot train pp_size > 1 (transformers 5.23); "
-                  "if it was > 1, fit the model with tp/fsdp")
+PIPELINE_DROPPED = ("Fit the model with tp_size/fsdp_size: pipeline_parallel_size={value} was dropped, the Trainer "
+                    "trains no stages.")
+PIPELINE_MAYBE = "If pipeline_parallel_size={value} is > 1, fit the model with tp_size/fsdp_size: the Trainer trains no stages."
+#: the long forms of the layout markers (``Rule.markers`` of the rules that write them)
+LAYOUT_MARKERS = (
+    (PIPELINE_DROPPED,
+     """transformers 5.23's Trainer cannot train a model loaded with pp_size > 1 (the ranks' collectives
+     mismatch at the first step), so the pipeline size was dropped: the processes that were pipeline
+     stages are data-parallel ranks now."""),
+    (PIPELINE_MAYBE,
+     """transformers 5.23's Trainer cannot train a model loaded with pp_size > 1, so the pipeline size was
+     dropped; its value is not known here."""),
+)

@@ -37,18 +37,30 @@ from migrator.rules import PythonContext, PythonRule
 ORPO_CONFIG_SOURCES = sources("trl.experimental.orpo.ORPOConfig")
 ORPO_TRAINER_SOURCES = sources("trl.experimental.orpo.ORPOTrainer")
 
-_PROMPT = ("TRL 1.16's ORPOTrainer never truncates the prompt: it cuts the completion so that prompt + completion fit "
-           "max_length; filter out longer prompts from the dataset to keep the old behaviour")
-#: fields of TRL 0.x's ORPOConfig that TRL 1.16's has no more: (values whose old behaviour is native, why)
+_PROMPT = ("Filter out prompts longer than {value} from the dataset: TRL 1.16's ORPOTrainer never truncates them.",
+           "TRL 1.16's ORPOTrainer never truncates the prompt: it cuts the completion so that prompt + completion fit "
+           "max_length")
+#: fields of TRL 0.x's ORPOConfig that TRL 1.16's has no more: (values whose old behaviour is native, (what to
+#: do, why))
 REMOVED = {
     "max_prompt_length": ((), _PROMPT),
-    "truncation_mode": ((), _PROMPT),
-    "label_pad_token_id": ((-100,), "labels are padded with -100 natively (and the loss ignores -100)"),
+    "truncation_mode": ((), ("Filter out over-long prompts from the dataset: TRL 1.16's ORPOTrainer never truncates "
+                             "them.", _PROMPT[1])),
+    "label_pad_token_id": ((-100,), ("Pad the labels with -100 where the loss relied on {value}: that is the native "
+                                     "value.", "labels are padded with -100 natively (and the loss ignores -100)")),
 }
+ORPO_DEVICE_MAP = ("Set model_init_kwargs = {..., \"device_map\": None} on the ORPOConfig: ORPOTrainer loads on "
+                   "device_map=\"auto\".")
 
 
 class ORPOArguments(PythonRule):
     id = "NM206"
+    markers = (
+        (_PROMPT[0], _PROMPT[1]),
+        (ORPO_DEVICE_MAP, """Given a model id, ORPOTrainer loads the model itself with device_map="auto" unless
+        the config's model_init_kwargs says otherwise, and on neuron that spreads it over devices the run did not
+        ask for."""),
+    )
     title = "NeuronORPOConfig / NeuronORPOTrainer -> trl.experimental.orpo ORPOConfig / ORPOTrainer (fields, tokenizer)"
     fix = "mixed"
     triggers = ("NeuronORPOConfig", "NeuronORPOTrainer")
@@ -116,18 +128,18 @@ class ORPOArguments(PythonRule):
             if value is not NOT_LITERAL and value in same:
                 ctx.finding(kw[name], f"ORPOConfig: dropped {name} (native behaviour is the same)")
             else:
-                ctx.marker(call, f"{name}={_code(ctx, kw[name].value)} was dropped: {message}")
+                action, why = message
+                ctx.marker(call, action.format(value=_code(ctx, kw[name].value)),
+                           detail=f"{name}={_code(ctx, kw[name].value)} was dropped: {why}")
         sizes = _plan_fields(call, ctx, plan)
         parallel = [k for k in ("tp_size", "pp_size") if k in sizes]
         if parallel:
             layout = ", ".join(f"{k}={_code(ctx, sizes.pop(k))}" for k in parallel)
             if "fsdp_size" in sizes:  # every process is a data-parallel rank now
                 sizes["fsdp_size"] = cst.parse_expression(fsdp_size_code("os.environ", None, quote_of(call)))
-            ctx.marker(call, (
-                f"the model-parallel sizes ({layout}) were dropped: NeuronORPOTrainer refused model parallelism, so "
-                "the old run was data parallel; pass distributed_config=DistributedConfig(tp_size=...) to the model "
-                "load to shard it now"
-            ))
+            ctx.marker(call, f"Pass distributed_config=DistributedConfig(tp_size=...) to the model load to shard it: "
+                             f"{layout} was dropped.",
+                       detail="NeuronORPOTrainer refused model parallelism, so the old run was data parallel")
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, call), ctx.module.default_indent
         ctx.replace(call, lambda new: new if plan.empty()
                     else apply_plan(new, plan, MAX_LINE, indent + " " * prefix, step))
@@ -160,21 +172,15 @@ class ORPOArguments(PythonRule):
             if isinstance(value, cst.Call) and ctx.qualname(value.func) in ORPO_CONFIG_SOURCES:
                 fed.add(id(value))
                 continue
-            ctx.marker(statement, (
-                "ORPOTrainer loads this model id with device_map=\"auto\" on neuron unless the config's "
-                "model_init_kwargs says otherwise: set model_init_kwargs = {..., \"device_map\": None} on the ORPOConfig "
-                "passed as args"
-            ))
+            ctx.marker(statement, ORPO_DEVICE_MAP)
         for node, plan, sizes, statement in state.get("orpo_configs", ()):
             if id(node) in fed:
                 SFTConfigFields._device_map(self, node, ctx, keywords(node), plan, quote_of(node), statement, sizes,
                                             trainer="ORPOTrainer")
             elif sizes:
                 layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
-                ctx.marker(statement, (
-                    f"shard the model where it is loaded: from_pretrained(..., distributed_config=DistributedConfig("
-                    f"{layout})), and launch with torchrun"
-                ))
+                ctx.marker(statement, "Shard the model where it is loaded with a DistributedConfig, and launch with torchrun.",
+                           detail=f"from_pretrained(..., distributed_config=DistributedConfig({layout}))")
 
 
 RULES = (ORPOArguments,)

@@ -41,8 +41,19 @@ _CONFIG_NAMES = frozenset(q.rsplit(".", 1)[-1] for q in SFT_CONFIG_SOURCES)
 DYNAMIC = (True, "longest")
 
 
+TRUNCATION_MARKER = "Add truncation=True if examples can be longer than max_length: each is a new shape."
+FIXED_LENGTH_MARKER = "Pad to a fixed length (padding=\"max_length\", max_length=...): each batch shape is a compilation."
+
+
 class TokenizerPadding(PythonRule):
     id = "NM208"
+    markers = (
+        (TRUNCATION_MARKER, """padding="max_length" without truncation keeps the examples longer than max_length,
+        and each of them is a new input shape: on Neuron a new compilation of the model."""),
+        (FIXED_LENGTH_MARKER, """This tokenization pads each batch to its longest sequence, a new shape (a Neuron
+        compilation) per batch: pad to a fixed length with padding="max_length", max_length=<the training max
+        length>."""),
+    )
     title = "Training scripts: tokenizer(...) calls pad to a fixed length (padding=\"max_length\")"
     fix = "mixed"
     triggers = ("NeuronTrainer", "NeuronSFTTrainer", "NeuronSFTConfig", "NeuronTrainingArguments", "TrainiumTrainer",
@@ -132,10 +143,7 @@ class TokenizerPadding(PythonRule):
             if truncation is None:  # SFTTrainer truncated at max_length too
                 plan.add.append(("truncation", lambda: cst.Name("True")))
         elif truncation is None:
-            ctx.marker(node if where is None else where[2], (
-                "padding=\"max_length\" without truncation keeps the examples longer than max_length (each a new "
-                "shape): add truncation=True if they may occur"
-            ))
+            ctx.marker(node if where is None else where[2], TRUNCATION_MARKER)
         if where is None:
             indent, prefix = statement_indent(ctx), line_prefix(ctx, node)
         else:
@@ -153,10 +161,7 @@ class TokenizerPadding(PythonRule):
             if length is not None:
                 self._pad(node, ctx, keywords(node), length, (indent, prefix, statement))
             else:
-                ctx.marker(statement, (
-                    "this tokenization pads each batch to its longest sequence, a new shape (a Neuron compilation) per "
-                    "batch: pad to a fixed length with padding=\"max_length\", max_length=<the training max length>"
-                ))
+                ctx.marker(statement, FIXED_LENGTH_MARKER)
 
 
 RULES = (TokenizerPadding,)

@@ -114,7 +114,7 @@ class LazyLoadForParallelism(PythonRule):
         from transformers.distributed import DistributedConfig
 
         def load(model_id, training_args):
-            # TODO(neuron-migrate NM301): the model is sharded when it is loaded (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): the training arguments no longer carry the parallel sizes, set TP_SIZE=<tp_size> in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>: the other processes are data-parallel replicas (dp_replicate_size = WORLD_SIZE // (tp_size x fsdp_size): parameters replicated, gradients all-reduced, as in the old data parallelism); give that size to fsdp_size instead to shard them with FSDP2 (less memory per core, what zero_1 did for the optimizer state)
+            # TODO(neuron-migrate NM301): the model is sharded when it is loaded (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): the training arguments no longer carry the parallel sizes, set TP_SIZE=<tp_size> in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>
             model = AutoModelForCausalLM.from_pretrained(
                 model_id,
                 distributed_config=DistributedConfig(

@@ -166,8 +166,8 @@ class ParsedArgumentsIdioms(PythonRule):
         parsed = any(name == owner and scope in (_scope(ctx), 0) for name, _s, scope, _c in state.get("parsed", ()))
         if built == "unknown" and not parsed:
             if field == "world_size" and _old_arguments(ctx, owner):
-                ctx.marker(node, f"{owner}.world_size counted data-parallel ranks in optimum-neuron, processes now: "
-                                 "divide by tp_size for those")
+                ctx.marker(node, f"Divide {owner}.world_size by tp_size where it meant data-parallel ranks: it counts "
+                                 "processes now.")
             return
         if field == "world_size" and _counted_processes(ctx):
             return  # 0.0.23-0.3: world_size was the process count there too (dp_size the data-parallel size)
@@ -179,11 +179,11 @@ class ParsedArgumentsIdioms(PythonRule):
             try:
                 environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
             except NameClash as exc:
-                ctx.marker(node, f"{_code(ctx, node)}: divide by the tensor-parallel size by hand ({exc})")
+                ctx.marker(node, f"Divide {_code(ctx, node)} by the tensor-parallel size by hand.", detail=str(exc))
                 return
             tp = f'int({environ}.get("TP_SIZE", "1"))'
         if built is None:  # assigned more than once here: which arguments cannot be told
-            ctx.marker(node, f"{_code(ctx, node)}: the data-parallel size is world_size // tp_size now")
+            ctx.marker(node, f"Use world_size // tp_size for {_code(ctx, node)}: that is the data-parallel size now.")
             return
         base = f"{owner}.world_size"
         if tp is None or literal(cst.parse_expression(tp)) == 1:
@@ -232,10 +232,9 @@ class ParsedArgumentsIdioms(PythonRule):
         sizes = _plan_fields(node, ctx, plan, static=False, cls="dataclasses.replace")
         if sizes:
             layout = ", ".join(f"{k}={_code(ctx, v)}" for k, v in sizes.items())
-            ctx.marker(node, (
-                f"the copy no longer changes the parallel layout (DistributedConfig({layout})): the layout is fixed "
-                "when the model is loaded (from_pretrained(..., distributed_config=...))"
-            ))
+            ctx.marker(node, "Set this layout where the model is loaded (distributed_config=): the copy no longer changes it.",
+                       detail=f"DistributedConfig({layout}): the layout is fixed when the model is loaded "
+                              "(from_pretrained(..., distributed_config=...))")
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
@@ -257,17 +256,15 @@ class ParsedArgumentsIdioms(PythonRule):
         container, field, owner = inner.attr.value, node.attr.value, inner.value.value
         read = _code(ctx, node)
         if field not in SIZES and field != SHOULD_PARALLELIZE:
-            ctx.marker(node, (
-                f"{read}: the training arguments no longer carry {container} (the layout is the model's "
-                "DistributedConfig now): read the setting from where the model is loaded"
-            ))
+            ctx.marker(node, f"Read {read} from the model load: the arguments have no {container} now.",
+                       detail="the layout is the model's DistributedConfig now")
             return
         built = ctx.local_state().get("built", {}).get((_scope(ctx), owner))
         try:
             environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")) \
                 if built is None or any(v is None for v in built.values()) else None
         except NameClash as exc:
-            ctx.marker(node, f"{read} no longer exists: replace it by hand ({exc})")
+            ctx.marker(node, f"Replace {read} by hand: it no longer exists.", detail=str(exc))
             return
 
         def size(name: str) -> str:

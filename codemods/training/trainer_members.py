@@ -87,8 +87,10 @@ class NeuronTrainerMembers(PythonRule):
             ctx.finding(node, f"self.{name}() removed: an optimum-neuron trainer member (it fed the Neuron "
                               "compile cache / precompilation run) that the native trainer does not have")
             return
-        ctx.marker(node, f"`self.{name}` is a member of optimum-neuron's trainer that the native one does not "
-                         f"have: use {instead or 'nothing (remove the call)'}")
+        ctx.marker(node, f"Use {instead.split(' (')[0]} instead of `self.{name}`: the native trainer does not have it." if instead
+                   else f"Remove this use of `self.{name}`: the native trainer does not have it.",
+                   detail="a member of optimum-neuron's trainer (model parallelism comes from the model's "
+                          "DistributedConfig natively)")
 
 
 RULES = (NeuronTrainerMembers,)

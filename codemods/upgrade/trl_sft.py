@@ -74,7 +74,7 @@ def _comment_above(ctx: PythonContext, text: str) -> None:
 def _packing_marked(ctx: PythonContext) -> bool:
     """Whether a marker about packing is above the statement already (NM203's, for a NeuronSFTConfig it renamed)."""
     statement = ctx.statement()
-    return any(line.comment is not None and "neuron-migrate" in line.comment.value and "packing:" in line.comment.value
+    return any(line.comment is not None and "neuron-migrate" in line.comment.value and "packing_strategy=" in line.comment.value
                for line in getattr(statement, "leading_lines", ()))
 
 

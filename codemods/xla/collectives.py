@@ -391,10 +391,10 @@ class XlaShardingWrappers(_XlaRule):
     """
     after = """
         import torch
-        # TODO(neuron-migrate NM992): `torch_xla.distributed.fsdp` does not exist on TorchNeuron and `FSDP` is still used below: ...
+        # TODO(neuron-migrate NM992): Replace `FSDP` below with native code, then remove this import.
         from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
 
-        # TODO(neuron-migrate NM413): rewrite this torch_xla.distributed.fsdp.XlaFullyShardedDataParallel call by hand (...)
+        # TODO(neuron-migrate NM413): rewrite this torch_xla.distributed.fsdp.XlaFullyShardedDataParallel call by hand (FSDP2 shards per module; mixed precision goes through MixedPrecisionPolicy); native: FSDP2 `torch.distributed.fsdp.fully_shard(module)` on each block then on the model (for a transformers model: `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N))`)
         model = FSDP(model, compute_dtype=torch.bfloat16)
     """
     caveats = """

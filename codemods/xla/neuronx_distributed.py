@@ -285,11 +285,11 @@ class NxdBuildingBlocks(_XlaRule):
         tp = parallel_state.get_tensor_model_parallel_size()
     """
     after = """
-        # TODO(neuron-migrate NM992): `neuronx_distributed.parallel_layers` does not exist on TorchNeuron and `parallel_state` is still used below: ...
+        # TODO(neuron-migrate NM992): Replace `parallel_state` below with native code, then remove this import.
         from neuronx_distributed.parallel_layers import parallel_state
 
         model.to(device)
-        # TODO(neuron-migrate NM414): ...
+        # TODO(neuron-migrate NM414): neuronx_distributed.parallel_layers.parallel_state.get_tensor_model_parallel_size (NxD global parallel state): mesh = torch.distributed.device_mesh.init_device_mesh("neuron", (dp, tp), mesh_dim_names=("dp", "tp")) once, then mesh["tp"].size()
         tp = parallel_state.get_tensor_model_parallel_size()
     """
     caveats = """
