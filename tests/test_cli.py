@@ -366,9 +366,9 @@ def test_markdown_report(proj: Path) -> None:
     md = res.stdout
     assert "| Files scanned | Files changed | Errors | Fixes applied | Manual actions |" in md
     assert "| 2 | 2 | 0 | 3 | 1 |" in md
-    checklist = [ln for ln in md.splitlines() if ln.startswith("- [ ] ")]
+    checklist = [ln for ln in md.splitlines() if ln.startswith("  - [ ] ")]
     assert len(checklist) == 1
-    assert "args.py:2" in checklist[0] and "NM901" in checklist[0]
+    assert "args.py:2" in checklist[0] and "- **NM901**" in md.split(checklist[0])[0].splitlines()[-1]
 
 
 def test_github_annotations(proj: Path) -> None:

@@ -13,6 +13,7 @@ from importlib import resources
 import pytest
 
 import migrator
+from migrator.report import markdown as markdown_report
 from migrator.model import KINDS, FileResult, Finding, RunResult
 from migrator.report import FORMATS, MODES, RuleInfo, render
 from migrator.report.diff import unified_diff
@@ -315,9 +316,10 @@ def test_markdown_sections():
     assert "| Rule | Title | Applied | Manual |" in out
     assert "| NM102 | Drop export=True \\| compile args | 1 | 0 |" in out
     assert "| NM101 | NeuronModelForCausalLM -> AutoModelForCausalLM | 2 | 0 |" in out
-    # checklist of manual actions
-    assert "- [ ] src/infer.py:4 — NM901: replace mark\\_step \\| check \\`xm\\` usage" in out
-    assert "- [ ] notebooks/demo.ipynb:cell 3:2 — NM301: launch with torchrun" in out
+    # manual actions grouped by rule: the rule with its count, then each action with where it applies
+    assert "- **NM901** xm.mark\\_step has no direct equivalent: 1 action in 1 file" in out
+    assert "  - [ ] replace mark\\_step \\| check \\`xm\\` usage — src/infer.py:4" in out
+    assert "  - [ ] launch with torchrun — notebooks/demo.ipynb:cell 3:2" in out
     # errors
     assert "### Errors" in out and "- src/broken.py: cannot parse: invalid syntax (line 7)" in out
     # the diff is folded away
@@ -349,6 +351,36 @@ def test_markdown_long_lists_are_collapsed():
     out = render_all(run, "markdown", show_diff=False)
     assert "<summary>30 findings</summary>" in out
     assert "```diff" not in out
+
+
+def test_markdown_manual_actions_grouped_by_rule_and_action():
+    files = [FileResult(f"src/m{i}.py", "python", "changed", old_text="a\n", new_text="b\n", findings=[
+        Finding(2, 1, "NM410", "Pad the inputs to the traced shapes.", "manual"),
+        Finding(5, 1, "NM900", f"Replace `x{i % 2}` with its torch equivalent.", "manual"),
+    ]) for i in range(6)]
+    out = render_all(RunResult(files=files), "markdown", show_diff=False)
+    section = out.split("### Manual actions")[1].split("###")[0]
+    assert section.index("**NM410**") < section.index("**NM900**")  # as many actions: by rule id
+    assert "- **NM410**: 6 actions in 6 files" in section
+    # one line per distinct action, the first places shown and the rest counted
+    assert section.count("Pad the inputs to the traced shapes.") == 1
+    assert "— src/m0.py:2, src/m1.py:2, src/m2.py:2 (+3 more)" in section
+    assert section.count("  - [ ] Replace") == 2
+
+
+def test_markdown_report_fits_a_pull_request_comment():
+    text = "".join(f"line {i}\n" for i in range(400))
+    files = [FileResult(f"pkg/module_{i:03d}.py", "python", "changed", old_text=text, new_text=text.upper(),
+                        findings=[Finding(j, 1, "NM900", f"Replace `name_{i}_{j}` with its torch equivalent.", "manual")
+                                  for j in range(1, 30)]) for i in range(100)]
+    run = RunResult(files=files)
+    out = render_all(run, "markdown")
+    assert len(out) <= markdown_report.BUDGET
+    assert "left out to fit a pull-request comment" in out
+    assert "```diff" not in out and "- pkg/module\\_099.py: changed; 0 fixes, 29 manual actions" in out
+    # a small run keeps everything
+    small = render_all(make_run(), "markdown")
+    assert "left out" not in small and "```diff" in small
 
 
 def test_markdown_fence_longer_than_backticks_in_diff():

@@ -1,8 +1,11 @@
 """Markdown report (``--format markdown``), to paste into a pull request or a job summary.
 
-Sections: title and mode line, summary table, per-rule table, manual-action checklist
-(``- [ ] path:line — NM123: message``), errors, per-file findings (long lists and diffs
-collapsed in ``<details>``), skipped files.  Every piece of text that comes from a path, a
+Sections: title and mode line, summary table, per-rule table, the manual actions grouped by rule
+(one line per rule with its count, then one checklist line per distinct action with where it
+applies: ``- [ ] message — path:line, path:line (+3 more)``), errors, per-file findings (long lists
+and diffs collapsed in ``<details>``), skipped files. The report is meant to be a pull-request
+comment: where it would be longer than :data:`BUDGET` characters, the diffs are left out, then the
+per-file tables (each file one line), and the report says so.  Every piece of text that comes from a path, a
 message or a rule title is escaped, so it renders literally (``|`` and backticks cannot
 break a table, ``<x>`` is not swallowed as HTML, ``$`` does not start math and ``@name``
 does not mention anyone).
@@ -15,12 +18,21 @@ from collections import Counter
 
 from migrator.model import FileResult, Finding, RunResult
 from migrator.report import RuleInfo
-from migrator.report._common import display_path, one_line, scanned_sentence, sorted_files, sorted_findings, summary_sentence
+from migrator.report._common import (
+    display_path, one_line, plural, scanned_sentence, sorted_files, sorted_findings, summary_sentence,
+)
 from migrator.report.diff import unified_diff
 
 TITLE = "neuron-migrate report"
 #: More findings than this in one file (or skipped files) are folded into <details>.
 COLLAPSE_AFTER = 10
+#: the places shown after a manual action (the rest is counted), and the distinct actions shown per rule
+MAX_PLACES = 3
+MAX_ACTIONS = 20
+#: GitHub takes comments of up to 65,536 characters; the report stays under this, with room to spare
+BUDGET = 60_000
+TRIMMED = ("_{what} left out to fit a pull-request comment; `--format json` (or the text report) has every "
+           "finding._")
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<|~#$&])")
 _MENTION = re.compile(r"(?<![\w`])@[\w][\w.\-/]*")
@@ -95,6 +107,46 @@ def _rules_table(files: list[FileResult], rules: dict[str, RuleInfo]) -> list[st
     return _table(["Rule", "Title", "Applied", "Manual"], rows, ["---", "---", "---:", "---:"])
 
 
+def _manual_section(run: RunResult, files: list[FileResult], rules: dict[str, RuleInfo],
+                    max_actions: int = MAX_ACTIONS) -> list[str]:
+    """The manual actions grouped by rule: the rule with its count, then each distinct action once."""
+    by_rule: dict[str, dict[str, list[str]]] = {}
+    in_files: dict[str, set[str]] = {}
+    for fr in files:
+        path = display_path(fr.path)
+        for f in sorted_findings(run, fr):
+            if f.fix == "manual":
+                by_rule.setdefault(f.rule, {}).setdefault(f.message, []).append(_checklist_location(path, f))
+                in_files.setdefault(f.rule, set()).add(path)
+    if not by_rule:
+        return []
+    lines = ["### Manual actions", ""]
+    count = {rule: sum(len(p) for p in actions.values()) for rule, actions in by_rule.items()}
+    for rule in sorted(by_rule, key=lambda r: (-count[r], r)):
+        info = rules.get(rule)
+        title = f" {escape(info.title)}" if info else ""
+        lines.append(f"- **{escape(rule)}**{title}: {plural(count[rule], 'action')} in "
+                     f"{plural(len(in_files[rule]), 'file')}")
+        actions = sorted(by_rule[rule].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        for message, places in actions[:max_actions]:
+            shown = ", ".join(escape(p) for p in places[:MAX_PLACES])
+            more = f" (+{len(places) - MAX_PLACES} more)" if len(places) > MAX_PLACES else ""
+            lines.append(f"  - [ ] {escape(message)} — {shown}{more}")
+        if len(actions) > max_actions:
+            lines.append(f"  - … and {plural(len(actions) - max_actions, 'other action')} of {escape(rule)}")
+    lines.append("")
+    return lines
+
+
+def _file_line(run: RunResult, fr: FileResult) -> str:
+    """One file in one line: its status and the counts of its findings."""
+    findings = sorted_findings(run, fr)
+    manual = sum(f.fix == "manual" for f in findings)
+    status = fr.status if fr.status != "error" else f"error: {escape(fr.error or 'could not be processed')}"
+    return (f"- {escape(display_path(fr.path))}: {status}; {plural(len(findings) - manual, 'fix', 'fixes')}, "
+            f"{plural(manual, 'manual action')}")
+
+
 def _file_section(run: RunResult, fr: FileResult, show_diff: bool) -> list[str]:
     path = display_path(fr.path)
     findings = sorted_findings(run, fr)
@@ -123,9 +175,33 @@ def _file_section(run: RunResult, fr: FileResult, show_diff: bool) -> list[str]:
 
 
 def render(run: RunResult, *, rules: dict, show_diff: bool, mode: str) -> str:
+    """The report; within :data:`BUDGET` characters where leaving out diffs, then per-file tables, can make it."""
+    out = _render(run, rules, show_diff, mode)
+    for show, files, actions, what in _SHORTER:
+        if len(out) <= BUDGET:
+            break
+        out = _render(run, rules, show_diff and show, mode, files=files, max_actions=actions, trimmed=what)
+    return out
+
+
+#: ever shorter forms of the report: (diffs, per-file section, actions shown per rule, what the note says)
+_SHORTER = (
+    (False, "tables", MAX_ACTIONS, "The diffs are"),
+    (False, "lines", MAX_ACTIONS, "The diffs and the per-file tables are"),
+    (False, "lines", 3, "The diffs, the per-file tables and the less frequent actions are"),
+    (False, "none", 3, "The diffs, the per-file sections and the less frequent actions are"),
+    (False, "none", 0, "The diffs, the per-file sections and the actions (but their rules) are"),
+)
+
+
+def _render(run: RunResult, rules: dict, show_diff: bool, mode: str, *, files: str = "tables",
+            max_actions: int = MAX_ACTIONS, trimmed: str | None = None) -> str:
+    shown = files
     files = sorted_files(run)
     out: list[str] = [f"## {TITLE}", "", f"_{MODE_LINE.get(mode, mode)}_ "
                       f"{escape(scanned_sentence(run))}: {escape(summary_sentence(run, mode))}.", ""]
+    if trimmed:
+        out += [TRIMMED.format(what=trimmed), ""]
     out += _summary_table(run)
     out.append("")
 
@@ -134,11 +210,7 @@ def render(run: RunResult, *, rules: dict, show_diff: bool, mode: str) -> str:
         out += _rules_table(files, rules)
         out.append("")
 
-    manual = [(display_path(fr.path), f) for fr in files for f in sorted_findings(run, fr) if f.fix == "manual"]
-    if manual:
-        out += ["### Manual actions", ""]
-        out += [f"- [ ] {escape(_checklist_location(p, f))} — {escape(f.rule)}: {escape(f.message)}" for p, f in manual]
-        out.append("")
+    out += _manual_section(run, files, rules, max_actions)
 
     errors = [fr for fr in files if fr.status == "error"]
     if errors:
@@ -147,10 +219,13 @@ def render(run: RunResult, *, rules: dict, show_diff: bool, mode: str) -> str:
         out.append("")
 
     sections = [fr for fr in files if fr.findings or fr.status == "changed"]
-    if sections:
+    if sections and shown != "none":
         out += ["### Files", ""]
-        for fr in sections:
-            out += _file_section(run, fr, show_diff)
+        if shown == "tables":
+            for fr in sections:
+                out += _file_section(run, fr, show_diff)
+        else:
+            out += [_file_line(run, fr) for fr in sections] + [""]
 
     skipped = [fr for fr in files if fr.status == "skipped"]
     if skipped:
