@@ -44,6 +44,16 @@ SKIPPED_CELL = "__nm_skipped__"
 IGNORE_RE = re.compile(r"#\s*neuron-migrate:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 
 
+#: a marker's message is one sentence of at most this many characters (CONTRACT.md)
+MARKER_LIMIT = 120
+
+
+def fitted(*candidates: str, limit: int = MARKER_LIMIT) -> str:
+    """The first of these marker messages that fits in ``limit`` characters, else the last (the shortest form:
+    a message that names code, a flag list or a path gives a form without it as its last candidate)."""
+    return next((c for c in candidates if len(c) <= limit), candidates[-1])
+
+
 def marker_text(rule: str, message: str) -> str:
     """The comment text of a manual-action marker (without indentation)."""
     message = " ".join(message.split())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.renames import load_table
+from migrator.model import fitted
 from migrator.imports import import_gate
 from migrator.rules import PythonContext, PythonRule
 
@@ -159,8 +160,10 @@ def _dotted(node) -> str:
 
 def _advice(qual: str, written: str) -> str:
     """The marker for an old-stack name left in the code: one sentence naming the use as written."""
-    name = written if len(written) <= 40 else qual.rsplit(".", 1)[-1]
-    return next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes)).format(name=name)
+    text = next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+    last = qual.rsplit(".", 1)[-1]
+    return fitted(text.format(name=written if len(written) <= 40 else last), text.format(name=last),
+                  text.replace("`{name}`", "this name"))
 
 
 RULES = (OldStackLeftovers,)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.leftovers import OldStackLeftovers, old_stack
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 #: callables whose first argument is a dotted path to replace
@@ -72,8 +73,9 @@ class OldStackPatchTargets(PythonRule):
         target = first.value.evaluated_value
         if not isinstance(target, str) or not old_stack(target):
             return
-        shown = target if len(target) <= 50 else ".".join(target.rsplit(".", 2)[-2:])
-        ctx.marker(node, f"Patch what the migrated code calls instead of `{shown}`, or drop the patch.")
+        short = ".".join(target.rsplit(".", 2)[-2:])
+        ctx.marker(node, fitted(*(f"Patch what the migrated code calls instead of `{t}`, or drop the patch."
+                                  for t in (target, short, target.rsplit(".", 1)[-1]))))
 
 
 RULES = (OldStackPatchTargets,)

@@ -21,6 +21,7 @@ from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.project.xla_env import (
     BF16_VARS, ENV_MARKERS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron, mark_bf16_launch,
     xla_only_reason)
+from migrator.model import fitted
 from migrator.rules import TextRule
 
 _DIRECTIVE_RE = re.compile(r"#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.*?)\s*$")
@@ -588,9 +589,11 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
         left = len(inst.texts) - len(items) + sum(len(it[2]) for it in items)
         if left == 0 and not inst.other_operands:
             needs = [n for it in items for n in it[4].implied]
-            markers.setdefault(inst.line, []).append(OLD_ONLY_INSTALL_MARKER.format(
-                names=", ".join(dict.fromkeys(it[5].name for it in items)),
-                needs=", ".join(dict.fromkeys(needs)) or "the packages the migrated code needs"))
+            names = ", ".join(dict.fromkeys(it[5].name for it in items))
+            needs_text = ", ".join(dict.fromkeys(needs)) or "the packages the migrated code needs"
+            markers.setdefault(inst.line, []).append(fitted(
+                OLD_ONLY_INSTALL_MARKER.format(names=names, needs=needs_text),
+                OLD_ONLY_INSTALL_MARKER.replace(" ({names})", "").format(needs=needs_text)))
             continue
         for _, n, new, message, d, e, quote in items:
             if new:

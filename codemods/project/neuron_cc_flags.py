@@ -11,6 +11,7 @@ from typing import Callable
 
 from codemods.project.dockerfile import _env_instructions, docker_plan
 from codemods.project.shell_plans import ShellPlan, ShellRule, assignments
+from migrator.model import fitted
 
 #: neuronx-cc flags that only made sense for the XLA training pipeline (removed); value: takes an argument
 CC_DROP_FLAGS = {
@@ -77,7 +78,7 @@ def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
         return None
     split = split_cc_flags(content) if content is not None else None
     if split is None:
-        return ("mark", None, CC_MARK_MARKER.format(flags=" ".join(drops + checks)))
+        return ("mark", None, fitted(CC_MARK_MARKER.format(flags=" ".join(drops + checks)), CC_MARK_PLAIN))
     kept, dropped = split
     meaningful = [w for w in kept if not _self_ref(w)]
     if dropped and not meaningful:
@@ -92,11 +93,12 @@ def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
 
 def cc_check_message(flags: list[str]) -> str:
     # the same text before and after the XLA-era flags are removed, so that a second run agrees
-    return CC_CHECK_MARKER.format(flags=" ".join(flags))
+    return fitted(CC_CHECK_MARKER.format(flags=" ".join(flags)), CC_CHECK_PLAIN)
 
 
 CC_CHECK_MARKER = "Keep the XLA-era NEURON_CC_FLAGS {flags} only if TorchNeuron's compiler still needs them."
 CC_MARK_MARKER = "Remove the XLA-era flags {flags} from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
+CC_CHECK_PLAIN = "Keep the XLA-era flags of NEURON_CC_FLAGS only where TorchNeuron's compiler still needs them."
 CC_MARK_PLAIN = "Remove the XLA-era flags from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
 CC_MARKERS = (
     (CC_CHECK_MARKER,
@@ -107,6 +109,11 @@ CC_MARKERS = (
      """The value holds flags only the XLA-era compiler path used (for instance --model-type), and the
      rule cannot edit it safely here (a value built at run time, or an edit another rule made on the
      line). Whether TorchNeuron still needs the other flags is to be checked by hand."""),
+    (CC_CHECK_PLAIN,
+     """These compiler flags were chosen for the XLA stack's neuronx-cc graphs (optimisation level,
+     saturation, auto-cast, instruction limits). TorchNeuron compiles through torch.compile(backend="neuron")
+     and may not need them, or treat them differently: keep a flag only where the compiled model still needs
+     it."""),
     (CC_MARK_PLAIN,
      """The value holds flags only the XLA-era compiler path used, and the rule cannot edit it safely here
      (a value built at run time, or an edit another rule made on the line)."""),

@@ -26,6 +26,8 @@ import re
 
 import libcst as cst
 
+from migrator.model import fitted  # noqa: F401  (re-exported for the training rules)
+
 #: DistributedConfig fields of the data-parallel dimension
 DATA_PARALLEL = ("fsdp_size", "dp_replicate_size")
 
@@ -159,11 +161,6 @@ def launch_detail(sizes: dict[str, cst.BaseExpression]) -> str:
     if "fsdp_size" in sizes:
         return "tp_size x fsdp_size must equal the number of processes torchrun starts"
     return "the layout is set where the model is loaded; torchrun starts the processes"
-
-
-def fitted(*candidates: str, limit: int = 120) -> str:
-    """The first of these marker texts that fits in ``limit`` characters (else the last, the shortest form)."""
-    return next((c for c in candidates if len(c) <= limit), candidates[-1])
 
 
 def sentence(clause: str) -> str:
