@@ -130,8 +130,13 @@ class RuleSet:
     selection's rows; the rule instances (``python``, ``text``, ``owners``) are loaded on first use,
     i.e. only when some file passes the pre-filter."""
 
-    def __init__(self, selection: RuleSelection) -> None:
+    def __init__(self, selection: RuleSelection, one_pass: bool | None = None) -> None:
         self.selection = selection
+        #: find every pattern of the pre-filter in one pass over a file's bytes (``present``) where
+        #: pyahocorasick is installed; otherwise (or False, or NEURON_MIGRATE_ONE_PASS=0) one substring
+        #: search per trigger and gate
+        self.one_pass = os.environ.get("NEURON_MIGRATE_ONE_PASS", "1") != "0" if one_pass is None else one_pass
+        self._memo: tuple[bytes, frozenset[bytes]] | None = None
         self.ids = selection.chosen_ids()
         chosen = [r for r in selection.index() if r.id in self.ids and r.engine]
         #: the self-check's findings that are selected (see migrator.selfcheck.policy)
@@ -205,8 +210,60 @@ class RuleSet:
     def owners(self) -> Owners:
         return self._loaded[2]
 
+    @cached_property
+    def _automaton(self):
+        """One Aho-Corasick automaton (a DFA: ahocorasick-rs, Rust's aho-corasick) over every pattern the
+        pre-filter asks about: the triggers of every kind, the rules' own and project triggers, the fact
+        probes and the launch probes; (automaton, patterns by index), or None without ahocorasick-rs."""
+        if not self.one_pass:
+            return None
+        try:
+            import ahocorasick_rs
+        except ImportError:
+            return None
+        patterns: set[bytes] = set(self.launch_probes)
+        for trig in self.triggers.values():
+            patterns.update(trig)
+        for rows in self.contextual.values():
+            for _rid, own, extra in rows:
+                patterns.update(own)
+                patterns.update(extra)
+        for subs in self.probes.values():
+            patterns.update(subs)
+        patterns.discard(b"")
+        if not patterns:
+            return None
+        ordered = sorted(patterns)
+        return ahocorasick_rs.BytesAhoCorasick(ordered, implementation=ahocorasick_rs.Implementation.DFA), ordered
+
+    @cached_property
+    def _sets(self) -> dict[str, frozenset[bytes]]:
+        return {kind: frozenset(trig) for kind, trig in self.triggers.items()}
+
+    def present(self, data: bytes) -> frozenset[bytes] | None:
+        """The pre-filter's patterns that occur in ``data``, found in one pass (the last file's answer is
+        kept: the engine asks about one file several times in a row); None when the automaton is off."""
+        memo = self._memo
+        if memo is not None and memo[0] is data:
+            return memo[1]
+        built = self._automaton
+        if built is None:
+            return None
+        automaton, patterns = built
+        # every occurrence, overlapping ones too; b"" (a rule without triggers) is in every file, as for `b"" in data`
+        found = frozenset(patterns[i] for i, _start, _end in automaton.find_matches_as_indexes(data, overlapping=True))
+        found |= {b""}
+        self._memo = (data, found)
+        return found
+
     def wanted(self, kind: str, data: bytes, project: frozenset[str] = frozenset()) -> bool:
         """Whether a file with these bytes can interest a rule (the byte pre-filter)."""
+        trig = self._sets.get(kind)
+        present = self.present(data) if trig is not None else None
+        if present is not None:
+            if not present.isdisjoint(trig):
+                return True
+            return bool(project) and self.wanted_in_project(kind, data, project)
         gated = self._gated.get(kind)
         if gated is None:  # grouped on first use: a run on one .py file needs only the python gates
             trig = self.triggers.get(kind)
@@ -218,25 +275,33 @@ class RuleSet:
 
     def wanted_in_project(self, kind: str, data: bytes, project: frozenset[str]) -> bool:
         """Whether the data contains the ``project_triggers`` of a rule in ``project``."""
+        present = self.present(data)
+        if present is not None:
+            return any(rid in project and not present.isdisjoint(extra) for rid, _, extra in self.contextual.get(kind, ()))
         return any(rid in project and any(t in data for t in extra) for rid, _, extra in self.contextual.get(kind, ()))
 
     def project_context(self, kind: str, data: bytes, found: set[str]) -> None:
         """Add to ``found`` the rules with ``project_triggers`` whose own triggers occur in ``data``
         (the run then shows them the units matching their project triggers too)."""
+        present = self.present(data)
         for rid, own, _ in self.contextual.get(kind, ()):
-            if rid not in found and any(t in data for t in own):
+            if rid not in found and (not present.isdisjoint(own) if present is not None else any(t in data for t in own)):
                 found.add(rid)
 
     def project_facts(self, data: bytes, found: set[str]) -> None:
         """Add to ``found`` the project facts (``FACT_PREFIX`` + name) whose probes occur in ``data``."""
+        present = self.present(data)
         for fact, subs in self.probes.items():
-            if fact not in found and any(t in data for t in subs):
+            if fact not in found and (not present.isdisjoint(subs) if present is not None else any(t in data for t in subs)):
                 found.add(fact)
 
     def launch_facts(self, kind: str, data: bytes, text: str | None = None) -> list[LaunchFact]:
         """The launch facts a file states (``Rule.launch_facts``): only launchers (shell scripts,
         Dockerfiles, notebooks) whose bytes contain a ``launch_probes`` substring are read."""
-        if not self.launch_probes or kind not in LAUNCHER_KINDS or not any(p in data for p in self.launch_probes):
+        if not self.launch_probes or kind not in LAUNCHER_KINDS:
+            return []
+        present = self.present(data)
+        if present.isdisjoint(self.launch_probes) if present is not None else not any(p in data for p in self.launch_probes):
             return []
         from migrator.facts import extract
 

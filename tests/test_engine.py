@@ -405,10 +405,12 @@ def test_gates_are_built_per_kind_on_first_use():
     """Fast start: a run on one .py file groups the python triggers only."""
     from migrator.engine import RuleSelection as Sel, RuleSet as RS
 
-    rs = RS.from_selection(Sel())
+    rs = RS(Sel(), one_pass=False)  # the fallback without the one-pass automaton
     assert rs._gated == {}
     assert rs.wanted("python", b"import os\n") is False
     assert set(rs._gated) == {"python"}
+    one = RS(Sel())  # one automaton for every kind, no gates at all
+    assert one.wanted("python", b"import os\n") is False and one._gated == {}
 
 
 # ------------------------------------------------------------------ one run is enough (idempotence)
