@@ -299,7 +299,7 @@ class PythonContext:
             if isinstance(anc, FUNCTIONS):
                 names = self._locals.get(id(anc))
                 if names is None:
-                    names = self._locals[id(anc)] = local_names(anc)
+                    names = self._locals[id(anc)] = local_names(anc, ":=" in self.source)
                 if name in names:
                     return True
         return False

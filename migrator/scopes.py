@@ -6,6 +6,8 @@ their own scope and rarely share a name with an import)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
@@ -68,17 +70,75 @@ class _Binder(cst.CSTVisitor):
         return False
 
 
-def local_names(function: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
-    """The names ``function`` binds in its own scope."""
-    binder = _Binder()
+def local_names(function: cst.FunctionDef | cst.Lambda, walrus: bool = True) -> frozenset[str]:
+    """The names ``function`` binds in its own scope. ``walrus=False`` (the module has no ``:=``) walks
+    the statements only, not the expressions: the same names, several times faster."""
+    bound: set[str] = set()
     params = function.params
     for p in (*params.posonly_params, *params.params, *params.kwonly_params):
-        binder.bound.add(p.name.value)
+        bound.add(p.name.value)
     for p in (params.star_arg, params.star_kwarg):
         if isinstance(p, cst.Param):
-            binder.bound.add(p.name.value)
-    body = function.body
+            bound.add(p.name.value)
     if isinstance(function, cst.Lambda):
-        return frozenset(binder.bound)
-    body.visit(binder)
-    return frozenset(binder.bound - binder.declared)
+        return frozenset(bound)
+    if walrus:
+        binder = _Binder()
+        function.body.visit(binder)
+        return frozenset((bound | binder.bound) - binder.declared)
+    declared: set[str] = set()
+    _statements(function.body, bound, declared)
+    return frozenset(bound - declared)
+
+
+def _target(node: cst.CSTNode, bound: set[str]) -> None:
+    if isinstance(node, cst.Name):
+        bound.add(node.value)
+    elif isinstance(node, (cst.Tuple, cst.List)):
+        for el in node.elements:
+            _target(el.value, bound)
+    elif isinstance(node, cst.StarredElement):
+        _target(node.value, bound)
+
+
+def _statements(block: cst.CSTNode, bound: set[str], declared: set[str]) -> None:
+    """What :class:`_Binder` collects from a block without ``:=``: the targets of its statements."""
+    stack: list[cst.CSTNode] = [block]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.SimpleStatementLine, cst.Else,
+                             cst.Finally)):
+            stack.extend(node.body if not isinstance(node, (cst.Else, cst.Finally)) else (node.body,))
+        elif isinstance(node, (cst.Assign,)):
+            for t in node.targets:
+                _target(t.target, bound)
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            _target(node.target, bound)
+        elif isinstance(node, (cst.Global, cst.Nonlocal)):
+            declared.update(n.name.value for n in node.names)
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            bound.add(node.name.value)
+        elif isinstance(node, cst.If):
+            stack.append(node.body)
+            if node.orelse is not None:
+                stack.append(node.orelse)
+        elif isinstance(node, (cst.For, cst.While)):
+            if isinstance(node, cst.For):
+                _target(node.target, bound)
+            stack.append(node.body)
+            if node.orelse is not None:
+                stack.append(node.orelse)
+        elif isinstance(node, cst.With):
+            for item in node.items:
+                if item.asname is not None:
+                    _target(item.asname.name, bound)
+            stack.append(node.body)
+        elif isinstance(node, (cst.Try, cst.TryStar)):
+            stack.append(node.body)
+            for handler in node.handlers:
+                if handler.name is not None:
+                    _target(handler.name.name, bound)
+                stack.append(handler.body)
+            stack.extend(x for x in (node.orelse, node.finalbody) if x is not None)
+        elif isinstance(node, cst.Match):
+            stack.extend(case.body for case in node.cases)

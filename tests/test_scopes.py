@@ -41,6 +41,60 @@ def test_local_names_of_a_function():
     assert local_names(other) == frozenset()  # `global grads`: the module's
 
 
+STATEMENTS = '''
+def every_statement(x, *rest, key=1, **extra):
+    a = b = 1
+    c: int = 2
+    d += 3
+    [e, (f, *g)] = x
+    if x:
+        h = 1
+    elif rest:
+        i = 1
+    else:
+        j = 1
+    while x:
+        k = 1
+    else:
+        l = 1
+    for m in x:
+        pass
+    with open(x) as n, open(x) as (o, p):
+        q = 1
+    try:
+        r = 1
+    except ValueError as s:
+        t = 1
+    else:
+        u = 1
+    finally:
+        v = 1
+    match x:
+        case 1:
+            w = 1
+    def inner():
+        hidden = 1
+    class Kind:
+        member = 1
+    nonlocal_ = [y for y in x]
+    lambda z: z
+    import os as alias
+    global g
+    if x: one = 1
+'''
+
+
+def test_the_statement_walk_finds_what_the_visitor_finds():
+    function = cst.parse_module(STATEMENTS).body[0]
+    expected = {"x", "rest", "key", "extra", "a", "b", "c", "d", "e", "f", "h", "i", "j", "k", "l", "m", "n",
+                "o", "p", "q", "r", "s", "t", "u", "v", "w", "inner", "Kind", "nonlocal_", "one"}
+    assert local_names(function, walrus=True) == expected
+    assert local_names(function, walrus=False) == expected
+    # a walrus binds in an expression: only the full walk sees it
+    walrus = cst.parse_module("def f(x):\n    print(y := x)\n").body[0]
+    assert local_names(walrus) == {"x", "y"}
+
+
 def test_used_names_skip_function_locals_but_keep_annotations_defaults_and_decorators():
     used = _used_names(SOURCE)
     assert {"Config", "default", "deco", "grads"} <= used  # `grads` through `global` in other()
