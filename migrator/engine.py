@@ -521,6 +521,47 @@ def default_jobs() -> int:
 
 
 MIN_FILES_PER_WORKER = 8
+#: a directory holding one of these is the root of a project: what its files state (project facts, rules
+#: whose triggers matched) holds for the files below it, not for other projects migrated in the same run
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+
+
+def project_roots(candidates: Sequence[Candidate]) -> list[Path]:
+    """The project each candidate belongs to: the nearest directory above it (up to the common root of the
+    run) that holds a :data:`PROJECT_MARKERS` entry; a file below none belongs to the common root, or,
+    where the common root is no project itself but a folder of them, to its first-level directory
+    (`repos/<owner>__<name>/...`)."""
+    if not candidates:
+        return []
+    parents = [c.path.parent for c in candidates]
+    try:
+        common = Path(os.path.commonpath([str(p) for p in parents]))
+    except ValueError:  # paths on different drives
+        return parents
+    marked: dict[Path, bool] = {}
+
+    def is_root(d: Path) -> bool:
+        if d not in marked:
+            marked[d] = any((d / m).exists() for m in PROJECT_MARKERS)
+        return marked[d]
+
+    folder_of_projects = not is_root(common) and sum(1 for p in set(parents) if p == common) == 0
+    out = []
+    for parent in parents:
+        d, found = parent, None
+        while True:
+            if is_root(d):
+                found = d
+                break
+            if d == common or common not in d.parents:
+                break
+            d = d.parent
+        if found is None:
+            found = common
+            if folder_of_projects and parent != common:
+                found = common / parent.relative_to(common).parts[0]
+        out.append(found)
+    return out
 
 
 def run(
@@ -534,7 +575,8 @@ def run(
     results: dict[int, FileResult] = {}
     work: list[tuple[int, Candidate, bytes]] = []
     maybe: list[tuple[int, Candidate, bytes]] = []  # interesting only to rules with project context
-    found: set[str] = set()
+    roots = project_roots(candidates)
+    by_project: dict[Path, set[str]] = {}  # what the files of each project state (see project_roots)
     launches: list[tuple[int, LaunchFact]] = []  # (launcher index, what it states)
     total = len(candidates)
     done = 0
@@ -545,6 +587,7 @@ def run(
             results[i] = process(cand, rules)  # reports the read error
             done += 1
             continue
+        found = by_project.setdefault(roots[i], set())
         if rules.probes:
             rules.project_facts(data, found)
         if rules.launch_probes and cand.kind in LAUNCHER_KINDS:
@@ -557,7 +600,8 @@ def run(
         else:
             results[i] = FileResult(cand.display, cand.kind, "unchanged")
             done += 1
-    project = frozenset(found)
+    projects = {root: frozenset(found) for root, found in by_project.items()}
+    empty: frozenset[str] = frozenset()
     # the facts each launcher states hold for the files they launch only
     if launches:
         from migrator.facts import assign
@@ -566,7 +610,7 @@ def run(
     else:
         targeted = {}
     for i, cand, data in maybe:
-        if rules.wanted(cand.kind, data, project | targeted.get(i, frozenset())):
+        if rules.wanted(cand.kind, data, projects.get(roots[i], empty) | targeted.get(i, frozenset())):
             work.append((i, cand, data))
         else:
             results[i] = FileResult(cand.display, cand.kind, "unchanged")
@@ -576,7 +620,7 @@ def run(
     jobs = max(1, min(jobs or default_jobs(), 32, len(work) // MIN_FILES_PER_WORKER))
     if jobs == 1:
         for i, cand, data in work:
-            results[i] = safe_process(cand, rules, data, project | targeted.get(i, frozenset()))
+            results[i] = safe_process(cand, rules, data, projects.get(roots[i], empty) | targeted.get(i, frozenset()))
             done += 1
             if progress:
                 progress(done, total)
@@ -588,7 +632,8 @@ def run(
         ctx = multiprocessing.get_context("spawn")
         pool_class = sys.modules[__name__].ProcessPoolExecutor  # see __getattr__ (tests replace it)
         with pool_class(jobs, mp_context=ctx, initializer=_worker_init, initargs=(selection,)) as pool:
-            futures = {pool.submit(_worker_process, cand, data, project | targeted.get(i, frozenset())): i
+            futures = {pool.submit(_worker_process, cand, data,
+                                   projects.get(roots[i], empty) | targeted.get(i, frozenset())): i
                        for i, cand, data in work}
             for fut in as_completed(futures):
                 i = futures[fut]

@@ -43,3 +43,33 @@ def test_pins_too_low_for_the_migrated_code_are_raised(tmp_path: Path):
 def test_a_run_without_old_stack_code_keeps_its_pins(tmp_path: Path):
     results = _run(tmp_path, PLAIN, notebook=False)
     assert all(r.status == "unchanged" for r in results.values()), {p: r.status for p, r in results.items()}
+
+
+def test_old_stack_code_of_another_project_raises_no_pin(tmp_path: Path):
+    """A run over a folder of projects: what one project's code needs says nothing of another's pins."""
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "requirements.txt").write_text(REQUIREMENTS)
+    (tmp_path / "demo" / "prepare.py").write_text(PLAIN)
+    (tmp_path / "neuron").mkdir()
+    (tmp_path / "neuron" / "infer.py").write_text(OLD_STACK)
+    cands = [Candidate(tmp_path / "demo" / "requirements.txt", "demo/requirements.txt", "requirements"),
+             Candidate(tmp_path / "demo" / "prepare.py", "demo/prepare.py", "python"),
+             Candidate(tmp_path / "neuron" / "infer.py", "neuron/infer.py", "python")]
+    results = {r.path: r for r in run(cands, RuleSelection(), jobs=1)}
+    assert results["demo/requirements.txt"].status == "unchanged"
+    assert results["neuron/infer.py"].status == "changed"
+    # one project (a marker at its root): its old-stack code raises the pins of every folder in it
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '0'\n")
+    results = {r.path: r for r in run(cands, RuleSelection(), jobs=1)}
+    assert results["demo/requirements.txt"].new_bytes.decode().splitlines()[0] == "transformers>=5.23"
+
+
+def test_project_roots():
+    from migrator.engine import project_roots
+
+    root = Path("/nonexistent-root-for-test")
+    cands = [Candidate(root / "a" / "x.py", "a/x.py", "python"), Candidate(root / "a" / "s" / "y.py", "a/s/y.py", "python"),
+             Candidate(root / "b" / "z.py", "b/z.py", "python")]
+    assert project_roots(cands) == [root / "a", root / "a", root / "b"]  # a folder of projects
+    cands.append(Candidate(root / "run.sh", "run.sh", "shell"))  # a file at the root: one project
+    assert set(project_roots(cands)) == {root}

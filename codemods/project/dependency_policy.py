@@ -431,11 +431,10 @@ class _Plan:
         self.ops.append(_Op(rule, "edit", start, end, tuple(new), message))
 
     def marker(self, rule: str, line: int, message: str) -> None:
-        for i, op in enumerate(self.ops):  # one marker per rule and line: merge the texts
-            if op.kind == "marker" and op.rule == rule and op.start == line:
-                if message not in op.message:
-                    self.ops[i] = _Op(rule, "marker", line, message=f"{op.message} {message}")
-                return
+        """A marker above ``line``; each distinct message once (each marker is one sentence)."""
+        if any(op.kind == "marker" and op.rule == rule and op.start == line and op.message == message
+               for op in self.ops):
+            return
         self.ops.append(_Op(rule, "marker", line, message=message))
 
 

@@ -61,9 +61,8 @@ from codemods.training.lora import LORA_MARKERS, fsdp_instead, lora_advice, lora
 from codemods.training.spread import Spread, register, spread_of
 from codemods.training.spread import dict_add as _dict_add
 from codemods.training.mesh import (
+    pipeline_marker,
     LAYOUT_MARKERS,
-    PIPELINE_DROPPED,
-    PIPELINE_MAYBE,
     config_code,
     describe,
     env_size,
@@ -264,8 +263,7 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             if known == 1:
                 ctx.finding(kw[name], f"{cls}: dropped {name}={_code(ctx, kw[name].value)} (1: no pipeline stages)")
             else:
-                ctx.marker(call, (PIPELINE_DROPPED if isinstance(known, int) else PIPELINE_MAYBE).format(
-                    value=_code(ctx, kw[name].value)))
+                ctx.marker(call, pipeline_marker(_code(ctx, kw[name].value), isinstance(known, int)))
             continue
         sizes[native] = kw[name].value  # the caller says where they go (it knows more in finish())
     if zero_1:

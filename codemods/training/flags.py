@@ -125,8 +125,7 @@ class LaunchFlagDefaults(PythonRule):
             return  # reads the environment already
         environ = self._environ(ctx)
         if environ is None:
-            ctx.marker(node, f"the launch scripts pass this size as {var} in the environment now: make it the "
-                             "default of this argument")
+            ctx.marker(node, f"Make {var} from the environment the default of this argument: the launchers pass it so now.")
             return
         quote = '"'
         plan = ArgPlan()
@@ -343,8 +342,8 @@ class LaunchArgumentLists(PythonRule):
             if flag in ENV_FLAGS:
                 var = ENV_FLAGS[flag]
                 if env_given or not simple or (inline is None and value_index is None):
-                    ctx.marker(node, f"{flag}: the migrated script no longer accepts it: set {var} in the "
-                                     "environment of the launched process instead")
+                    ctx.marker(node, f"Set {var} in the launched process's environment instead of {flag}: the script "
+                                     "rejects it.")
                     i += 1
                     continue
                 if inline is not None:
@@ -367,9 +366,10 @@ class LaunchArgumentLists(PythonRule):
                 on = value is None or (isinstance(value, str) and value.lower() in _TRUE)
                 drop.update({i} | ({value_index} if value_index is not None else set()))
                 if flag in ZERO and on:
-                    ctx.marker(node, f"{flag} was removed: ZeRO-1 sharded the optimizer state over the data-parallel "
-                                     "ranks; with TorchNeuron set FSDP_SIZE=<processes / TP_SIZE> in the environment "
-                                     "of the launched process to shard them with FSDP")
+                    ctx.marker(node, f"Set FSDP_SIZE=<processes / TP_SIZE> in the launched process's environment to shard "
+                                     f"as {flag} did.",
+                               detail=f"{flag} was removed: ZeRO-1 sharded the optimizer state over the data-parallel "
+                                      "ranks; FSDP shards it (and the parameters and gradients) natively")
                 else:
                     ctx.finding(node, f"removed {flag}: the migrated script no longer accepts it")
             i = (value_index if value_index is not None else i) + 1
@@ -384,7 +384,7 @@ class LaunchArgumentLists(PythonRule):
                 environ = ctx.module.code_for_node(ctx.name_for("os.environ", anchor=ctx.imports.first_import,
                                                                 style="module"))
             except NameClash as exc:
-                ctx.marker(node, f"set {', '.join(v for v, _t in sets)} in the environment by hand ({exc})")
+                ctx.marker(node, f"Set {', '.join(v for v, _t in sets)} in the environment by hand.", detail=str(exc))
                 return
             added = [cst.parse_statement(f"{environ}[\"{var}\"] = {text}\n") for var, text in sets]
             ctx.replace(statement, lambda new: cst.FlattenSentinel([

@@ -163,6 +163,15 @@ def launch_detail(sizes: dict[str, cst.BaseExpression]) -> str:
     return "the layout is set where the model is loaded; torchrun starts the processes"
 
 
+FROM_CONFIG_MARKER = "Load the model with from_pretrained(..., distributed_config=...) to shard it: from_config takes none."
+
+
+def short_code(code: str, width: int = 40) -> str:
+    """A piece of code as a marker names it: one line, at most ``width`` characters."""
+    code = " ".join(code.split())
+    return code if len(code) <= width else code[: width - 3] + "..."
+
+
 def sentence(clause: str) -> str:
     """A lower-case clause as the start of a marker sentence."""
     return clause[:1].upper() + clause[1:]
@@ -187,6 +196,14 @@ PIPELINE_ADVICE = (
 PIPELINE_DROPPED = ("Fit the model with tp_size/fsdp_size: pipeline_parallel_size={value} was dropped, the Trainer "
                     "trains no stages.")
 PIPELINE_MAYBE = "If pipeline_parallel_size={value} is > 1, fit the model with tp_size/fsdp_size: the Trainer trains no stages."
+PIPELINE_PLAIN = "If the pipeline size is > 1, fit the model with tp_size/fsdp_size: the Trainer trains no stages."
+
+
+def pipeline_marker(value: str, known: bool) -> str:
+    """The marker of a dropped pipeline size (``known``: it is an integer > 1)."""
+    return fitted((PIPELINE_DROPPED if known else PIPELINE_MAYBE).format(value=value), PIPELINE_PLAIN)
+
+
 #: the long forms of the layout markers (``Rule.markers`` of the rules that write them)
 LAYOUT_MARKERS = (
     (PIPELINE_DROPPED,
@@ -194,6 +211,9 @@ LAYOUT_MARKERS = (
      mismatch at the first step), so the pipeline size was dropped: the processes that were pipeline
      stages are data-parallel ranks now."""),
     (PIPELINE_MAYBE,
+     """transformers 5.23's Trainer cannot train a model loaded with pp_size > 1, so the pipeline size was
+     dropped; its value is not known here."""),
+    (PIPELINE_PLAIN,
      """transformers 5.23's Trainer cannot train a model loaded with pp_size > 1, so the pipeline size was
      dropped; its value is not known here."""),
 )

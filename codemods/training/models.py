@@ -37,17 +37,21 @@ from codemods.common.arg_plan import (
     statement_indent,
 )
 from codemods.training.layouts import _scope
-from codemods.training.lora import fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
+from codemods.training.lora import LORA_MARKERS, fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.sources import imports_a_trainer
 from codemods.training.mesh import (
-    PIPELINE_DROPPED,
-    PIPELINE_MAYBE,
+    LAYOUT_MARKERS,
+    pipeline_marker,
     config_code,
+    FROM_CONFIG_MARKER,
     describe,
     env_size,
     has_pipeline,
     launch_advice,
+    launch_detail,
     model_factors,
+    sentence,
+    short_code as _short,
     whole_mesh,
 )
 
@@ -80,26 +84,32 @@ _SP = ("sequence parallelism has no native equivalent yet (DistributedConfig.ena
        "up): activations are no longer sharded along the sequence")
 #: dropped with a marker unless the value is one whose old behaviour native code has
 BEHAVIOUR = {
-    "sequence_parallel_enabled": ((False,), _SP),
-    "kv_size_multiplier": ((None,), "KV heads are no longer replicated over tensor-parallel ranks: tp_size must "
-                                    "divide the model's num_key_value_heads"),
-    "parallelize_embeddings": ((True,), "the embeddings are sharded as the model's tensor-parallel plan says; "
-                                        "override it with tp_plan={...} to keep them whole"),
-    "virtual_pipeline_parallel_size": ((1,), "DistributedConfig has no virtual pipeline stages"),
-    "pipeline_parallel_num_microbatches": ((1, -1), "DistributedConfig has no pipeline micro-batch setting"),
-    "pipeline_parallel_use_zero1_optimizer": ((False,), "no ZeRO-1 natively, and transformers 5.23 combines pipeline "
-                                                        "parallelism with no FSDP (fsdp_size): every rank keeps its "
-                                                        "stage's whole optimizer state"),
-    "gradient_checkpointing": ((False,), "turn activation checkpointing on with TrainingArguments("
-                                         "activation_checkpointing=True) or model.gradient_checkpointing_enable()"),
-    "checkpoint_dir": ((None,), "NxD sharded checkpoints are not loaded natively: consolidate it (optimum-cli neuron "
-                                "consolidate) and load the result with from_pretrained"),
-    "async_save": ((False,), "checkpoints are saved synchronously natively"),
+    "sequence_parallel_enabled": ((False,), ("Expect more memory per core without sequence parallelism", _SP)),
+    "kv_size_multiplier": ((None,), ("Use a tp_size that divides the model's num_key_value_heads",
+                                     "KV heads are no longer replicated over tensor-parallel ranks")),
+    "parallelize_embeddings": ((True,), ("Pass tp_plan={{...}} to keep the embeddings whole",
+                                         "the embeddings are sharded as the model's tensor-parallel plan says")),
+    "virtual_pipeline_parallel_size": ((1,), ("Expect no virtual pipeline stages",
+                                              "DistributedConfig has no virtual pipeline stages")),
+    "pipeline_parallel_num_microbatches": ((1, -1), ("Expect no pipeline micro-batches",
+                                                     "DistributedConfig has no pipeline micro-batch setting")),
+    "pipeline_parallel_use_zero1_optimizer": ((False,), (
+        "Expect each rank to keep its stage's whole optimizer state",
+        "no ZeRO-1 natively, and transformers 5.23 combines pipeline parallelism with no FSDP (fsdp_size)")),
+    "gradient_checkpointing": ((False,), (
+        "Pass activation_checkpointing=True to TrainingArguments to keep it",
+        "or call model.gradient_checkpointing_enable(); the model config no longer takes it")),
+    "checkpoint_dir": ((None,), ("Consolidate the checkpoint with optimum-cli neuron consolidate, then load it",
+                                 "NxD sharded checkpoints are not loaded natively: load the consolidated result "
+                                 "with from_pretrained")),
+    "async_save": ((False,), ("Expect synchronous checkpoint saves", "checkpoints are saved synchronously natively")),
 }
 
 
 class TrainingNeuronConfigFields(PythonRule):
     id = "NM302"
+    markers = LORA_MARKERS + LAYOUT_MARKERS + ((FROM_CONFIG_MARKER, """from_config builds the model without loading weights and takes no distributed_config;
+        from_pretrained(..., distributed_config=DistributedConfig(...)) loads it sharded."""),)
     title = "TrainingNeuronConfig(...) fields -> DistributedConfig(tp_size=..., pp_size=...)"
     fix = "mixed"
     triggers = ("TrainingNeuronConfig",)
@@ -142,7 +152,7 @@ class TrainingNeuronConfigFields(PythonRule):
         plan = ArgPlan()
         positional = [a for a in node.args if a.keyword is None]
         if positional:
-            ctx.marker(node, "positional TrainingNeuronConfig arguments: pass tp_size=/pp_size= by keyword")
+            ctx.marker(node, "Pass tp_size=/pp_size= by keyword: TrainingNeuronConfig's positional arguments are not mapped.")
         trainer = imports_a_trainer(ctx)
         tp = kw.get("tensor_parallel_size") or (node.args[0] if positional else None)
         lora = lora_blocks_tp(ctx) if tp is not None and literal(tp.value) != 1 else None
@@ -151,9 +161,9 @@ class TrainingNeuronConfigFields(PythonRule):
                 environ = ctx.module.code_for_node(
                     ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
             except NameClash as exc:
-                ctx.marker(node, f"{lora_advice(lora)} ({exc})")
+                ctx.marker(node, lora_advice(lora), detail=f"{lora}; {exc}")
             else:
-                ctx.marker(node, lora_marker(lora))
+                ctx.marker(node, lora_marker(lora), detail=lora)
                 fsdp = fsdp_instead(environ, quote_of(node))["fsdp_size"]
                 ctx.replace(node, lambda new: new.with_changes(args=[cst.Arg(fsdp, keyword=cst.Name("fsdp_size"),
                                                                             equal=cst.AssignEqual(
@@ -167,8 +177,7 @@ class TrainingNeuronConfigFields(PythonRule):
                     plan.drop.add(old)
                 elif new == "pp_size" and trainer:  # the Trainer cannot train pipeline stages
                     plan.drop.add(old)
-                    ctx.marker(node, (PIPELINE_DROPPED if isinstance(value, int) else PIPELINE_MAYBE).format(
-                        value=ctx.module.code_for_node(kw[old].value)))
+                    ctx.marker(node, pipeline_marker(ctx.module.code_for_node(kw[old].value), isinstance(value, int)))
                     continue
                 else:
                     plan.rename[old] = new
@@ -181,7 +190,8 @@ class TrainingNeuronConfigFields(PythonRule):
                 environ = ctx.module.code_for_node(
                     ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
             except NameClash as exc:
-                ctx.marker(node, f"add dp_replicate_size=WORLD_SIZE // tp_size by hand ({exc}): {launch_advice(mesh)}")
+                ctx.marker(node, f"Add dp_replicate_size=WORLD_SIZE // tp_size by hand, and {launch_advice(mesh)}.",
+                           detail=str(exc))
             else:
                 replicas = whole_mesh(sizes, environ, quote_of(node))["dp_replicate_size"]
                 plan.add.append(("dp_replicate_size", lambda: replicas))
@@ -189,7 +199,7 @@ class TrainingNeuronConfigFields(PythonRule):
                                   "(optimum-neuron made the other processes data-parallel ranks; transformers needs "
                                   "the sizes to multiply to the world size)")
         elif has_pipeline(mesh):
-            ctx.marker(node, f"the layout has pipeline stages: {launch_advice(mesh)}")
+            ctx.marker(node, f"{sentence(launch_advice(mesh))}: the layout has pipeline stages.", detail=launch_detail(mesh))
         for name in PLUMBING:
             if name in kw:
                 plan.drop.add(name)
@@ -202,7 +212,9 @@ class TrainingNeuronConfigFields(PythonRule):
             if value is not NOT_LITERAL and value in same:
                 ctx.finding(kw[name], f"TrainingNeuronConfig: dropped {name} (native behaviour is the same)")
             else:
-                ctx.marker(node, f"{name}={ctx.module.code_for_node(kw[name].value)} was dropped: {message}")
+                action, why = message
+                code = ctx.module.code_for_node(kw[name].value)
+                ctx.marker(node, f"{action.format(value=code)}: {name}={code} was dropped.", detail=why)
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent
@@ -211,6 +223,8 @@ class TrainingNeuronConfigFields(PythonRule):
 
 class TrainingModelTrnConfig(PythonRule):
     id = "NM303"
+    markers = LORA_MARKERS + LAYOUT_MARKERS + ((FROM_CONFIG_MARKER, """from_config builds the model without loading weights and takes no distributed_config;
+        from_pretrained(..., distributed_config=DistributedConfig(...)) loads it sharded."""),)
     title = (
         "optimum.neuron.models.training loads: positional trn_config -> distributed_config=, "
         "flash_attention_2 -> sdpa"
@@ -240,7 +254,7 @@ class TrainingModelTrnConfig(PythonRule):
         from transformers.distributed import DistributedConfig
 
         def load(model_id, training_args):
-            # TODO(neuron-migrate NM303): training_args.trn_config no longer exists: the layout comes from the launch environment (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>; pipeline stages are not carried over: the Trainer of transformers 5.23 cannot train a model loaded with pp_size > 1
+            # TODO(neuron-migrate NM303): Set TP_SIZE (and FSDP_SIZE for zero_1) in the launch environment: the layout comes from there now.
             if int(os.environ.get("TP_SIZE", "1")) * int(os.environ.get("FSDP_SIZE", "1")) > 1:
                 # the Trainer refuses to build otherwise: resuming a model sharded at load time is not supported
                 training_args.save_only_model = True
@@ -328,8 +342,8 @@ class TrainingModelTrnConfig(PythonRule):
         lora = None
         sizes, elsewhere = self._sizes_of(node.value.value, ctx) if isinstance(node.value, cst.Name) else (None, False)
         if sizes is None and elsewhere:  # built here with sizes this read cannot see: TP_SIZE would be a guess
-            ctx.marker(node, f"{ctx.module.code_for_node(node)} is gone: pass the DistributedConfig(tp_size=...) of "
-                             "the sizes this file builds the arguments with")
+            ctx.marker(node, f"Replace {_short(ctx.module.code_for_node(node))} by the DistributedConfig of the sizes this "
+                             "file builds the arguments with.")
             return
         if sizes is not None:
             try:
@@ -346,19 +360,19 @@ class TrainingModelTrnConfig(PythonRule):
                     sizes = fsdp_instead(ctx.module.code_for_node(
                         ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")))
             except NameClash as exc:
-                ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
+                ctx.marker(node, f"Replace {_short(ctx.module.code_for_node(node))} by DistributedConfig(...) by hand.",
+                           detail=str(exc))
                 return
             code = ctx.module.code_for_node
             layout = describe(sizes)
             ctx.replace(node, cst.parse_expression(config_code(dist, sizes, len(statement_indent(ctx)),
                                                                ctx.module.default_indent)))
             if lora:
-                ctx.marker(node, f"{code(node)} is gone; {lora_marker(lora)}")
+                ctx.marker(node, lora_marker(lora), detail=f"{code(node)} is gone; {lora}")
             elif sizes:
-                ctx.marker(node, (
-                    f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; "
-                    f"{launch_advice(sizes)}"
-                ))
+                ctx.marker(node, f"{sentence(launch_advice(sizes))}: {_short(code(node))} became a DistributedConfig.",
+                           detail=f"{code(node)} no longer exists: the layout it held is DistributedConfig({layout}) now; "
+                                  f"{launch_detail(sizes)}")
             else:
                 ctx.finding(node, f"{code(node)} -> DistributedConfig() (no model parallelism)")
             return
@@ -367,7 +381,8 @@ class TrainingModelTrnConfig(PythonRule):
                 ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module"))
             dist = ctx.module.code_for_node(ctx.name_for(DISTRIBUTED_CONFIG, anchor=_optimum_binding(ctx)))
         except NameClash as exc:
-            ctx.marker(node, f"replace {ctx.module.code_for_node(node)} by DistributedConfig(...) by hand ({exc})")
+            ctx.marker(node, f"Replace {_short(ctx.module.code_for_node(node))} by DistributedConfig(...) by hand.",
+                       detail=str(exc))
             return
         mesh = whole_mesh({"tp_size": cst.parse_expression(env_size(environ, "TP_SIZE", quote)),
                            "fsdp_size": cst.parse_expression(env_size(environ, "FSDP_SIZE", quote))}, environ, quote)
@@ -378,14 +393,13 @@ class TrainingModelTrnConfig(PythonRule):
                                                            ctx.module.default_indent)))
         self._save_only_model(node, ctx, [_code(f) for f in model_factors(mesh)])
         if lora:
-            ctx.marker(node, f"{ctx.module.code_for_node(node)} is gone; {lora_marker(lora)}")
+            ctx.marker(node, lora_marker(lora), detail=f"{ctx.module.code_for_node(node)} is gone; {lora}")
             return
-        ctx.marker(node, (
-            f"{ctx.module.code_for_node(node)} no longer exists: the layout comes from the launch environment "
-            f"(DistributedConfig({describe(mesh)})): set TP_SIZE=<tp_size> (and FSDP_SIZE for zero_1) in the "
-            f"environment of the launch; {launch_advice(mesh)}; pipeline stages are not carried over: the "
-            "Trainer of transformers 5.23 cannot train a model loaded with pp_size > 1"
-        ))
+        ctx.marker(node, "Set TP_SIZE (and FSDP_SIZE for zero_1) in the launch environment: the layout comes from there now.",
+                   detail=f"{ctx.module.code_for_node(node)} no longer exists: the layout comes from the launch environment "
+                          f"(DistributedConfig({describe(mesh)})); {launch_advice(mesh)}: {launch_detail(mesh)}; pipeline "
+                          "stages are not carried over: the Trainer of transformers 5.23 cannot train a model loaded with "
+                          "pp_size > 1")
 
     def _save_only_model(self, node: cst.Attribute, ctx: PythonContext, factors: list[str]) -> None:
         """``<args>.trn_config`` (arguments built elsewhere: parsed) given to a model load: the Trainer refuses a
@@ -450,21 +464,17 @@ class TrainingModelTrnConfig(PythonRule):
             has_trn = False
         if "attn_implementation" in kw and literal(kw["attn_implementation"].value) == "flash_attention_2":
             plan.revalue["attn_implementation"] = lambda v: cst.SimpleString(f"{quote}sdpa{quote}")
-            ctx.marker(node, (
-                "attn_implementation=\"flash_attention_2\" was the NKI flash-attention kernel of optimum-neuron; "
-                "flash-attention 2 is CUDA-only natively: \"sdpa\" is used, check which attention kernels TorchNeuron "
-                "provides"
-            ))
+            ctx.marker(node, "Check which attention kernels TorchNeuron provides: \"sdpa\" replaces the NKI flash attention.",
+                       detail="attn_implementation=\"flash_attention_2\" was the NKI flash-attention kernel of "
+                              "optimum-neuron; flash-attention 2 is CUDA-only natively")
         if has_trn:
             if from_config:
-                ctx.marker(node, "from_config takes no distributed_config: load the model with from_pretrained(..., "
-                                 "distributed_config=...) to shard it")
+                ctx.marker(node, FROM_CONFIG_MARKER)
             ctx.finding(node, "trn_config -> distributed_config=")
             if not from_config and not (isinstance(trn_value, cst.Attribute) and trn_value.attr.value == "trn_config"):
-                ctx.marker(node, (
-                    "if this model goes to a Trainer, give its arguments save_only_model=True or save_strategy=\"no\" "
-                    "when the config shards it (the Trainer refuses a model sharded at load time otherwise)"
-                ))
+                ctx.marker(node, "Give the Trainer of this model save_only_model=True when the config shards it.",
+                           detail="the Trainer refuses a model sharded at load time unless save_only_model=True or "
+                                  "save_strategy=\"no\"")
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent

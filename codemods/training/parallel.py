@@ -23,14 +23,18 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.training.mesh import (
-    PIPELINE_DROPPED,
-    PIPELINE_MAYBE,
+    LAYOUT_MARKERS,
+    pipeline_marker,
+    FROM_CONFIG_MARKER,
     describe,
     env_size,
+    fitted,
     has_pipeline,
     launch_advice,
+    launch_detail,
     model_factors,
     one_per_line,
+    sentence,
     whole_mesh,
 )
 from codemods.training.sources import (
@@ -42,7 +46,8 @@ from codemods.training.sources import (
     SFT_CONFIG_SOURCES,
     imports_a_trainer,
 )
-from codemods.training.lora import fsdp_instead, lora_blocks_tp, lora_marker
+from codemods.training.layouts import SHARDED_MARKERS, sharded_load_marker
+from codemods.training.lora import LORA_MARKERS, fsdp_instead, lora_blocks_tp, lora_marker
 from codemods.common.arg_plan import (
     MAX_LINE,
     NOT_LITERAL,
@@ -81,6 +86,8 @@ def _mesh(sizes, environ: str, quote: str = '"', ctx: PythonContext | None = Non
 
 class LazyLoadForParallelism(PythonRule):
     id = "NM301"
+    markers = SHARDED_MARKERS + LORA_MARKERS + LAYOUT_MARKERS + ((FROM_CONFIG_MARKER, """from_config builds the model without loading weights and takes no distributed_config;
+        from_pretrained(..., distributed_config=DistributedConfig(...)) loads it sharded."""),)
     title = "with lazy_load_for_parallelism(...) removed; the loads inside get distributed_config=DistributedConfig(...)"
     fix = "mixed"
     triggers = ("lazy_load_for_parallelism",)
@@ -114,7 +121,7 @@ class LazyLoadForParallelism(PythonRule):
         from transformers.distributed import DistributedConfig
 
         def load(model_id, training_args):
-            # TODO(neuron-migrate NM301): the model is sharded when it is loaded (DistributedConfig(tp_size=TP_SIZE, fsdp_size=FSDP_SIZE, dp_replicate_size=WORLD_SIZE // (TP_SIZE * FSDP_SIZE) if TP_SIZE * FSDP_SIZE > 1 else 1)): the training arguments no longer carry the parallel sizes, set TP_SIZE=<tp_size> in the environment of the launch; launch with torchrun --nproc_per_node=<a multiple of tp_size x fsdp_size>
+            # TODO(neuron-migrate NM301): Set TP_SIZE=<tp_size> in the launch environment: the training arguments no longer carry it.
             model = AutoModelForCausalLM.from_pretrained(
                 model_id,
                 distributed_config=DistributedConfig(
@@ -177,10 +184,8 @@ class LazyLoadForParallelism(PythonRule):
             # inside a kept expression (`int(args.tensor_parallel_size)`): it moves into the
             # DistributedConfig of the load, where the next run would mark it
         env = next(e for p, _f, e in SIZES if p == attr)
-        ctx.marker(node, (
-            f"TrainingArguments has no {attr}: read int(os.environ.get(\"{env}\", \"1\")) (the launch convention) "
-            "or the loaded model's tp_size instead"
-        ))
+        ctx.marker(node, f"Read int(os.environ.get(\"{env}\", \"1\")) or the model's tp_size: TrainingArguments has no "
+                         f"{attr}.")
 
     def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:
         """Count uses of the imported name (an import nothing uses is removed in finish)."""
@@ -201,8 +206,7 @@ class LazyLoadForParallelism(PythonRule):
         item = node.items[index]
         call = item.item
         if item.asname is not None:
-            ctx.marker(node, "lazy_load_for_parallelism(...) as ...: remove it and pass distributed_config= to the "
-                             "load")
+            ctx.marker(node, "Remove this lazy_load_for_parallelism(...) as ...: pass distributed_config= to the load.")
             return
         sizes, owners, built = self._sizes(call, ctx)
         state = ctx.local_state()
@@ -234,8 +238,7 @@ class LazyLoadForParallelism(PythonRule):
             if value == 1:
                 continue
             if field == "pp_size" and imports_a_trainer(ctx):  # the Trainer cannot train pipeline stages
-                ctx.marker(call, (PIPELINE_DROPPED if isinstance(value, int) else PIPELINE_MAYBE).format(
-                    value=ctx.module.code_for_node(expr)))
+                ctx.marker(call, pipeline_marker(ctx.module.code_for_node(expr), isinstance(value, int)))
                 continue
             if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param \
                     and isinstance(expr.value, cst.Name):
@@ -272,23 +275,25 @@ class LazyLoadForParallelism(PythonRule):
             lora = lora_blocks_tp(ctx) if any(f == "tp_size" for f, _x, _e in sizes) else None
             if loads > 0 and lora:
                 self._save_only_model(ctx, node, sizes)
-                ctx.marker(node, lora_marker(lora))
+                ctx.marker(node, lora_marker(lora), detail=lora)
             elif loads > 0:
                 envs = [f"{env}=<{field}>" for field, expr, env in sizes if expr is None]
-                text = launch_advice(mesh)
+                saved = self._save_only_model(ctx, node, sizes)
+                detail = (f"the model is sharded when it is loaded (DistributedConfig({what})): {launch_detail(mesh)}"
+                          + ("" if saved else "; the Trainer refuses a model sharded at load time unless its arguments "
+                             "say save_only_model=True or save_strategy=\"no\""))
                 if envs:
-                    text = (f"the training arguments no longer carry the parallel sizes, set {' '.join(envs)} in the "
-                            f"environment of the launch; {text}")
-                save = "" if self._save_only_model(ctx, node, sizes) else (
-                    "; give the trainer's arguments save_only_model=True or save_strategy=\"no\" (the Trainer "
-                    "refuses a model sharded at load time otherwise)")
-                ctx.marker(node, f"the model is sharded when it is loaded (DistributedConfig({what})): {text}{save}")
+                    message = f"Set {' '.join(envs)} in the launch environment: the training arguments no longer carry it."
+                elif not saved:
+                    message = f"{sentence(launch_advice(mesh))}, and give the trainer's arguments save_only_model=True."
+                else:
+                    message = sharded_load_marker(mesh)
+                ctx.marker(node, fitted(message, sharded_load_marker(mesh)), detail=detail)
             elif not state.get("from_config", {}).get(id(node)):
-                ctx.marker(node, (
-                    "no from_pretrained call was found inside lazy_load_for_parallelism: pass "
-                    f"distributed_config=DistributedConfig({what}) to the from_pretrained that builds the model "
-                    "and launch with torchrun"
-                ))
+                ctx.marker(node, "Pass distributed_config=DistributedConfig(...) to the from_pretrained that builds this "
+                                 "model.",
+                           detail=f"no from_pretrained call was found inside lazy_load_for_parallelism: pass "
+                                  f"distributed_config=DistributedConfig({what}) to it and launch with torchrun")
 
     def _save_only_model(self, ctx: PythonContext, node: cst.With, sizes) -> bool:
         """The arguments of the trainer that gets the sharded model need save_only_model=True (the Trainer
@@ -320,8 +325,8 @@ class LazyLoadForParallelism(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         if ctx.qualname(node.func) in LAZY_LOAD:
             if not any(isinstance(a, cst.WithItem) for a in ctx.stack[-3:-1]):
-                ctx.marker(node, "lazy_load_for_parallelism is gone: pass distributed_config=DistributedConfig(...) "
-                                 "to from_pretrained instead")
+                ctx.marker(node, "Pass distributed_config=DistributedConfig(...) to from_pretrained: lazy_load_for_parallelism "
+                                 "is gone.")
             return
         func = node.func
         if not isinstance(func, cst.Attribute) or func.attr.value not in LOADERS:
@@ -346,8 +351,7 @@ class LazyLoadForParallelism(PythonRule):
             return
         if func.attr.value == "from_config":
             state.setdefault("from_config", {})[id(owner)] = True
-            ctx.marker(node, "from_config takes no distributed_config: load the model with "
-                             "from_pretrained(..., distributed_config=DistributedConfig(...)) to shard it")
+            ctx.marker(node, FROM_CONFIG_MARKER)
             return
         kw = keywords(node)
         state["loads"][id(owner)] += 1
@@ -365,7 +369,7 @@ class LazyLoadForParallelism(PythonRule):
                 environ = ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")
             dist = ctx.name_for(DISTRIBUTED_CONFIG, anchor=anchor)
         except NameClash as exc:
-            ctx.marker(node, f"add distributed_config=DistributedConfig(...) by hand ({exc})")
+            ctx.marker(node, "Add distributed_config=DistributedConfig(...) to this load by hand.", detail=str(exc))
             return
         code = ctx.module.code_for_node
         indent = statement_indent(ctx)
