@@ -227,3 +227,18 @@ def test_migrated_script_that_reuses_its_artifact_runs_twice(tmp_path: Path):
     assert artifact.stat().st_mtime_ns == saved  # the second run did not compile and save again
     for out in (first, second):
         assert out.splitlines()[-2:] == ["torch.Size([1, 8, 32, 32])", "true"], out
+
+
+def test_a_compiled_model_shares_its_module_unless_built_from_a_copy():
+    """Why NM410 compiles a copy where the code changes the module after the trace
+    (fixture NM410/trace_then_moved): torch.compile wraps the module itself."""
+    import copy
+
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    shared = torch.compile(model, backend="eager")
+    own = torch.compile(copy.deepcopy(model), backend="eager")
+    model.to(torch.float64)  # what `model.cpu()` / `.half()` after the trace does to the compiled model
+    assert shared._orig_mod.weight.dtype == torch.float64
+    assert own._orig_mod.weight.dtype == torch.float32

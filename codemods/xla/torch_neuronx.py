@@ -70,6 +70,43 @@ TRACE_KEYWORDS = ("input_output_aliases", "compiler_workdir", "compiler_args", "
                   "inline_weights_to_neff", "cpu_backend", "state")
 
 
+#: methods that move or change a module in place: after one of them on the traced module, a compiled model
+#: that shares the module would change with it (the traced artifact did not)
+MUTATORS = frozenset({"cpu", "cuda", "to", "half", "float", "double", "bfloat16", "train", "load_state_dict",
+                      "requires_grad_", "apply", "register_forward_hook", "register_forward_pre_hook"})
+
+
+def _changed_later(ctx: PythonContext, name: str) -> bool:
+    """Whether a statement after the one being handled (in its block, or a later one of the module)
+    calls a :data:`MUTATORS` method on ``name``."""
+    stack = ctx.stack
+    for i in range(len(stack) - 1, 0, -1):
+        block = stack[i - 1]
+        if isinstance(block, (cst.Module, cst.IndentedBlock)):
+            body = list(block.body)
+            index = next((k for k, s in enumerate(body) if s is stack[i]), None)
+            if index is None:
+                continue
+            for later in body[index + 1:]:
+                for node in _calls(later):
+                    func = node.func
+                    if (isinstance(func, cst.Attribute) and func.attr.value in MUTATORS
+                            and isinstance(func.value, cst.Name) and func.value.value == name):
+                        return True
+            if isinstance(block, cst.Module) or isinstance(stack[i - 2] if i >= 2 else None, FUNCTION_DEFS):
+                return False
+    return False
+
+
+FUNCTION_DEFS = (cst.FunctionDef,)
+
+
+def _calls(node: cst.CSTNode):
+    import libcst.matchers as m
+
+    return m.findall(node, m.Call())
+
+
 class NeuronTrace(_XlaRule):
     id = "NM410"
     title = ("torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> "
@@ -195,6 +232,15 @@ class NeuronTrace(_XlaRule):
         torch = _torch(ctx, ctx.imports.binding_of(func))
         q = _quote(ctx)
         params = TRACE_PARAMS + TRACE_KEYWORDS
+        # the trace was a copy: where the code goes on to move or change the module itself, the compiled
+        # model (which shares the module) is built from a copy of it
+        root = _uneval(bound["func"].value)
+        copy = None
+        if isinstance(root, cst.Name) and _changed_later(ctx, root.value):
+            try:
+                copy = _code(ctx.name_for("copy.deepcopy", style="module"))
+            except NameClash:
+                return "the module is changed after the trace and `copy` is taken"
 
         def build(updated: cst.Call) -> cst.BaseExpression:
             b = _bind_args(updated, params)
@@ -205,12 +251,14 @@ class NeuronTrace(_XlaRule):
                 and model.func.attr.value == "eval" and not model.args
             ):
                 model = model.func.value  # model.eval() -> model.to("neuron").eval()
-            return _expr(f"{torch}.compile({_code(_atomic(model))}.to({q}neuron{q}).eval(), "
+            module = f"{copy}({_code(model)})" if copy else _code(_atomic(model))
+            return _expr(f"{torch}.compile({module}.to({q}neuron{q}).eval(), "
                          f"backend={q}neuron{q}, fullgraph=True, dynamic=False)")
 
         ctx.replace(call, build)
         ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
-                          "backend=\"neuron\")")
+                          "backend=\"neuron\")" + (" of a copy of the module (the code changes it after the trace)"
+                                                   if copy else ""))
         if _in_model_fn(ctx):
             ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
         target = _assigned_name(call, ctx)
