@@ -38,6 +38,7 @@ from codemods.inference.causal_lm import (
     _quote_style,
 )
 from codemods.xla.base import _atomic, _expression_statement, _is_reference
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 NX = "transformers_neuronx"
@@ -257,6 +258,12 @@ class TransformersNeuronxSampling(PythonRule):
             origin = "tp_degree" if "tp_degree" in kw else "the default tp_degree"
             markers.append(f"{origin}={tp} dropped ({MODEL_TYPES[cls]} has no tensor-parallel plan in Transformers): "
                            "check that the model fits one NeuronCore")
+        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and tp & (tp - 1):
+            # not a power of two: transformers-neuronx padded the heads, Transformers' tensor-parallel plan
+            # shards them evenly (get_kv_heads_per_rank: None where tp_size does not divide them)
+            placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+            markers.append(f"Load with DistributedConfig(tp_size=N), N dividing the model's attention heads, under "
+                           f"torchrun: tp_degree={tp} may not.")
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
             dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
             placement = ("distributed_config", cst.Call(func=dc, args=[
@@ -268,8 +275,10 @@ class TransformersNeuronxSampling(PythonRule):
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
             if not (isinstance(tp, int) and not isinstance(tp, bool)):
                 code = ctx.module.code_for_node(kw["tp_degree"].value)
-                markers.append(f"tp_degree={code} was dropped: when it is > 1, load with distributed_config="
-                               f"DistributedConfig(tp_size={code}) instead of device_map and launch with torchrun")
+                markers.append(fitted(f"If {code} > 1, load with DistributedConfig(tp_size={code}) under torchrun; it must "
+                                      "divide the model's heads.",
+                                      "If tp_degree > 1, load with DistributedConfig(tp_size=...) under torchrun; it must "
+                                      "divide the model's heads."))
 
         if "neuron_config" in kw:
             markers.append("neuron_config= (a transformers-neuronx NeuronConfig) was dropped: map what it set "
