@@ -32,6 +32,11 @@ def old_stack(qualified: str) -> bool:
     return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
+#: what torch-neuron (Inf1) put on torch.neuron; the native torch.neuron (is_available, device_count...) stays
+INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model"})
+INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
+
+
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
@@ -46,7 +51,7 @@ class OldStackLeftovers(PythonRule):
     title = "Old-stack import or name with no automatic native replacement"
     fix = "manual"
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
-                "libneuronxla")
+                "libneuronxla", "torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -63,7 +68,10 @@ class OldStackLeftovers(PythonRule):
     caveats = """
         Names owned by a specific rule, and names of the rename table, are not flagged here.
     """
-    markers = tuple(zip((text for _, text in ADVICE), (
+    markers = ((INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
+        and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
+        device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
+        model for the neuron device with torch.compile instead."""),) + tuple(zip((text for _, text in ADVICE), (
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
@@ -144,6 +152,11 @@ class OldStackLeftovers(PythonRule):
         if isinstance(parent, (cst.ImportFrom, cst.Import)):
             return  # `from a.b import c`: the module path is not a use
         qual = ctx.qualname(node)
+        if qual is not None and qual in INF1_API:
+            # `import torch_neuron` registered these on torch.neuron (Inferentia 1); on TorchNeuron torch.neuron is
+            # the native device module, which has none of them
+            ctx.marker(node, INF1_MARKER.format(name=qual))
+            return
         if qual is None or not old_stack(qual):
             return
         if self._covered(ctx, qual):
