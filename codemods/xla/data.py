@@ -21,6 +21,7 @@ import libcst as cst
 
 from codemods.common.statements import with_blank_line
 from codemods.project.xla_env import BF16_VARS
+from codemods.xla.env_writes import bf16_on, drop_entry, environment_subscript, mapping_entries, removable, update_statement
 from codemods.xla.environment import launcher_sets_bf16, mark_reads
 from codemods.xla.base import (
     _XlaRule,
@@ -487,7 +488,10 @@ class XlaPrecisionAndMetrics(_XlaRule):
         metrics reports (`met.metrics_report()`, `met.short_metrics_report()`) do not exist: a
         statement that only prints or logs one is deleted. `os.environ["XLA_USE_BF16"] = "1"`
         (and `XLA_DOWNCAST_BF16`) no longer does anything: the statement is deleted and a marker
-        carries the bf16 intent to the model's dtype or to autocast. A READ of these variables
+        carries the bf16 intent to the model's dtype or to autocast; the same in a mapping
+        (`os.environ.update({...})`, `env={**os.environ, "XLA_USE_BF16": "1"}` of a subprocess,
+        Ray's `env_vars`, through `codemods/xla/env_writes.py` as NM416): the entry goes, the marker
+        stays on the statement. A READ of these variables
         (`if os.environ.get("XLA_USE_BF16"):`) becomes the launcher's value where the run's
         launchers set it (NM415); elsewhere it gets a marker, since the migrated launchers no
         longer set it and the test would silently choose float32.
@@ -523,7 +527,37 @@ class XlaPrecisionAndMetrics(_XlaRule):
         table[cst.Assign] = self._on_assign
         table[cst.Subscript] = self._on_read
         table[cst.Comparison] = self._on_read
+        table[cst.Dict] = self._on_mapping
         return table
+
+    # ---- bf16 switches in a mapping: os.environ.update({...}), env={**os.environ, ...}, Ray env_vars
+    def _on_mapping(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        found = mapping_entries(node, ctx)
+        if found is None:
+            return
+        entries, known = found
+        mine = [e for e in entries if e.name in BF16_VARS]
+        if not mine:
+            return
+        if not known:
+            ctx.marker(node, "if this dict is a process environment, drop XLA_USE_BF16 and set bf16 in the code it runs")
+            return
+        on = any(bf16_on(e) for e in mine)
+        line = update_statement(node, ctx)
+        if line is not None and all(removable(e) for e in entries):
+            if on:  # nothing would be left to carry the marker: keep the setting, marked
+                ctx.marker(node, f"{mine[0].name} has no effect on TorchNeuron: remove it and load the model in bfloat16 "
+                                 "or use torch.autocast")
+                return
+            ctx.remove_statement(line[0])
+            ctx.finding(node, "removed the settings of " + ", ".join(e.name for e in mine) + " (no effect on TorchNeuron)")
+            return
+        for entry in mine:
+            drop_entry(entry, node, ctx)
+            ctx.finding(entry.node, f"removed the setting of {entry.name} (no effect on TorchNeuron)")
+        if on:
+            ctx.marker(node, f"{mine[0].name}=1 was dropped here (no effect on TorchNeuron): load the model in bfloat16 "
+                             "or use torch.autocast")
 
     def _on_read(self, node: cst.CSTNode, ctx: PythonContext) -> None:
         """XLA_USE_BF16/XLA_DOWNCAST_BF16 read: NM415 rewrites it where the run's launchers set it,
@@ -608,6 +642,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
 
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
         self._on_read(call, ctx)
+        self._on_mapping(call, ctx)
         func = call.func
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return
@@ -669,8 +704,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         if len(node.targets) != 1:
             return
         target = node.targets[0].target
-        if not (isinstance(target, cst.Subscript) and ctx.qualname(target.value) == "os.environ"
-                and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)):
+        if environment_subscript(target, ctx) is None:  # os.environ["K"], env["K"] of env = os.environ.copy()
             return
         self._env(node, target.slice[0].slice.value, node.value, ctx)
 
