@@ -82,6 +82,7 @@ from codemods.training.sources import (
     SFT_TRAINER_SOURCES,
     TRAINER_SOURCES,
 )
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 
@@ -134,6 +135,11 @@ ZERO_1_MAPPED = (
 ZERO_1_UNKNOWN = ("If {name}={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) "
                   "instead.")
 BF16_WHOLE = "Load the model with dtype=torch.bfloat16 to keep the old bf16 training: bf16=True is autocast now."
+BF16_MAYBE = "If {value} is true, load the model with dtype=torch.bfloat16 to keep the old bf16 training."
+BF16_MAYBE_SHORT = "If bf16 is true here, load the model with dtype=torch.bfloat16 to keep the old bf16 training."
+BF16_PARSED = "If the launch or config sets bf16, load the model with dtype=torch.bfloat16: bf16 is autocast now."
+#: the argument parsers whose dataclasses take their bf16 from the command line or a JSON/YAML file
+PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser")
 STATIC_MARKER = "Set {fields} unless **kwargs does: Neuron needs static shapes."
 #: NM201's markers and their long forms
 ARGUMENT_MARKERS = (
@@ -151,6 +157,13 @@ ARGUMENT_MARKERS = (
     ("Set warmup_steps to the warmup you want: transformers v5 dropped warmup_ratio={value}.",
      """transformers v5 removed warmup_ratio; warmup_steps takes a ratio when it is < 1. Both were given, so
      the rule cannot tell which one the run should keep."""),
+    (BF16_MAYBE,
+     """bf16 comes from a value the rule cannot read: where it is true, optimum-neuron trained the whole model in
+     bf16 (without use_autocast=True) and natively bf16=True is autocast over fp32 weights."""),
+    (BF16_PARSED,
+     """The training arguments are parsed from the command line or a JSON/YAML file (`--bf16 True`,
+     `"bf16": true`): where bf16 is on, optimum-neuron trained the whole model in bf16 and natively it is
+     autocast over fp32 weights."""),
     (STATIC_MARKER,
      """On Neuron the Trainer should compile the model (torch_compile=True) and keep every batch the same
      shape (dataloader_drop_last=True), or each new shape is a new compilation; the call passes **kwargs,
@@ -189,6 +202,17 @@ SFT_TRAINER_CONFIG_KWARGS = ("dataset_text_field", "max_seq_length", "packing", 
 
 def _class_name(ctx: PythonContext, call: cst.Call) -> str:
     return (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
+
+
+def parser_bf16(call: cst.Call, ctx: PythonContext, sources) -> None:
+    """``HfArgumentParser((ModelArguments, NeuronTrainingArguments))``: bf16 comes from the launch line or a
+    config file, where the old stack's bf16 trained the whole model in bf16: a marker."""
+    if not call.args or call.args[0].keyword is not None or call.args[0].star:
+        return
+    first = call.args[0].value
+    items = [e.value for e in first.elements] if isinstance(first, (cst.Tuple, cst.List)) else [first]
+    if any(ctx.class_qualname(item) in sources for item in items if isinstance(item, (cst.Name, cst.Attribute))):
+        ctx.marker(call, BF16_PARSED)
 
 
 def _known_literal(expr: cst.BaseExpression, ctx: PythonContext):
@@ -279,6 +303,9 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             ctx.finding(kw[name], f"{cls}: dropped {name} (bf16=True is autocast mixed precision natively)")
     if val.get("bf16") is True and not amp:
         ctx.marker(call, BF16_WHOLE)
+    elif "bf16" in kw and not amp and _known_literal(kw["bf16"].value, ctx) is NOT_LITERAL:
+        # bf16=args.bf16: the old stack trained the whole model in bf16 whenever the value is true
+        ctx.marker(call, fitted(BF16_MAYBE.format(value=_code(ctx, kw["bf16"].value)), BF16_MAYBE_SHORT))
 
     # transformers v5 renames
     if "warmup_ratio" in kw:
@@ -535,6 +562,8 @@ class TrainingArgumentsFields(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
         _track_call(node, qual, ctx)
+        if qual in PARSERS:
+            parser_bf16(node, ctx, ARGS_SOURCES)
         if qual not in ARGS_SOURCES:
             return
         plan = ArgPlan()
@@ -727,6 +756,8 @@ class SFTConfigFields(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
         _track_call(node, qual, ctx)
+        if qual in PARSERS:
+            parser_bf16(node, ctx, SFT_CONFIG_SOURCES)
         if qual in SFT_TRAINER_SOURCES:
             kw = keywords(node)
             moved = [k for k in SFT_TRAINER_CONFIG_KWARGS if k in kw]
