@@ -21,6 +21,7 @@ rules own those names and rewrite their CALLS (source facts: shared/reference/so
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import libcst as cst
@@ -140,6 +141,9 @@ BF16_MAYBE_SHORT = "If bf16 is true here, load the model with dtype=torch.bfloat
 BF16_PARSED = "If the launch or config sets bf16, load the model with dtype=torch.bfloat16: bf16 is autocast now."
 #: the argument parsers whose dataclasses take their bf16 from the command line or a JSON/YAML file
 PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser")
+REPORT_TO_MARKER = "Set report_to=\"all\" unless **kwargs does: Transformers 5 no longer logs to TensorBoard/W&B by default."
+#: the unit logs to an integration that Transformers 4.x's default report_to="all" fed
+_LOGS_TO = re.compile(r"tensorboard|TENSORBOARD|SummaryWriter|\bwandb\b|WANDB_|mlflow|MLFLOW_")
 STATIC_MARKER = "Set {fields} unless **kwargs does: Neuron needs static shapes."
 #: NM201's markers and their long forms
 ARGUMENT_MARKERS = (
@@ -323,6 +327,15 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             else:
                 plan.rename[old] = new
             ctx.finding(kw[old], f"{cls}: {old} -> {new} (deprecated in transformers v5)")
+
+    # report_to: "all" (every installed integration) by default in Transformers 4.x, "none" in 5.x
+    if "report_to" not in kw and "report_to" not in present and _LOGS_TO.search(ctx.code):
+        if isinstance(call, cst.Call) and has_star_kwargs(call):
+            ctx.marker(call, REPORT_TO_MARKER)
+        elif static:
+            q = _quote(call)
+            plan.add.append(("report_to", lambda: cst.SimpleString(f"{q}all{q}")))
+            ctx.finding(call, f"{cls}: added report_to=\"all\" (the 4.x default; 5.x reports to nothing)")
 
     # static shapes
     missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw and k not in present] if static else []
@@ -524,6 +537,11 @@ class TrainingArgumentsFields(PythonRule):
         args = TrainingArguments(output_dir="out", bf16=True, torch_compile=True, dataloader_drop_last=True)
     """
     caveats = """
+        `report_to` defaulted to "all" (every installed integration) in Transformers 4.x and is "none" in 5.x:
+        where the unit logs to TensorBoard/W&B/MLflow and the call does not set it, `report_to="all"` is
+        added (a marker when `**kwargs` may set it). `bf16` from a value the rule cannot read
+        (`bf16=args.bf16`) or from a parser (`HfArgumentParser`, `--bf16 True`, a JSON/YAML config) gets
+        the bf16 marker as a literal `bf16=True` does.
         Constructor calls are rewritten here; for arguments parsed from the command line the
         flags are the shell rules' business (NM515), the model load gets the launch layout
         (NM203 does the same for a parsed SFT config; NM207 handles `dataclasses.replace` and
