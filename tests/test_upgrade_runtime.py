@@ -263,3 +263,29 @@ def test_hub_keywords_rewritten_by_nm617_are_accepted():
                 assert kw.arg in params, (getattr(func, "id", getattr(func, "attr", "")), kw.arg)
             checked += 1
     assert checked >= 5
+
+
+def test_apply_chat_template_rewrite_gives_generate_the_tensor_it_took_in_v4():
+    """NM618: in transformers 5 apply_chat_template(..., return_tensors="pt") returns a BatchEncoding (ids.shape and
+    model.generate(ids) fail); the migrated call (return_dict=False) returns the token-id tensor v4 returned."""
+    from transformers import AutoModelForCausalLM, BatchEncoding
+
+    from migrator.engine import RuleSelection, RuleSet
+    from tests.test_fixtures import migrate
+
+    tok = _tokenizer()
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}")
+    model = AutoModelForCausalLM.from_pretrained(MODEL)
+    messages = [{"role": "user", "content": "Hello, world!"}]
+    before = (FIX / "NM618" / "tensor_reads.before.py").read_text()
+    after, _ = migrate(before.encode(), "python", RuleSet.from_selection(RuleSelection()))
+    old, new = {}, {}
+    exec(compile(before, "before", "exec"), old)
+    exec(compile(after.decode(), "after", "exec"), new)
+    assert isinstance(tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt"), BatchEncoding)
+    with pytest.raises(Exception):
+        old["chat"](model, tok, messages)  # the v4 code on v5
+    text = new["chat"](model, tok, messages)
+    assert isinstance(text, str)
+    assert isinstance(new["chat_inline"](model, tok, messages), torch.Tensor)

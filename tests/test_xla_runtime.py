@@ -208,3 +208,48 @@ def test_string_reduce_types_reduce_like_the_constants(tmp_path: Path, rules: Ru
     assert [r["total"] for r in reports] == [[3.0, 30.0], [3.0, 30.0]]
     assert [r["biggest"] for r in reports] == [[1.0, 10.0], [1.0, 10.0]]
     assert [r["value"] for r in reports] == [[1.0, 10.0], [2.0, 20.0]]  # the input is left as it was
+
+
+# --------------------------------------------------------------------------- xm.mesh_reduce inline (NM412)
+
+MESH_REDUCE = """
+import json
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+class Tracker:
+    def update(self, value):
+        self.best = xm.mesh_reduce("best", value, max)
+        xm.mesh_reduce("sync", 0, lambda xs: xs)
+        return xm.mesh_reduce("values", value, lambda xs: sorted(xs))
+
+
+dist.init_process_group("xla")
+rank = xm.get_ordinal()
+loss = torch.tensor(float(rank + 1))
+tracker = Tracker()
+gathered = tracker.update(10 * (rank + 1))
+if xm.mesh_reduce("loss", loss.item(), np.mean) > 1.0:
+    mean = "above"
+print(json.dumps({"rank": rank, "best": tracker.best, "gathered": gathered, "mean": mean,
+                  "printed": float(xm.mesh_reduce("loss2", loss.item(), np.mean))}))
+"""
+
+
+def test_mesh_reduce_inside_expressions_reduces_the_values_of_every_rank(tmp_path: Path, rules: RuleSet):
+    # torch-xla: mesh_reduce(tag, data, reduce_fn) returns reduce_fn([data of rank 0, rank 1, ...]) on every rank
+    text = _migrated(MESH_REDUCE, rules)
+    assert text.count("all_gather_object") == 5, text
+    script = tmp_path / "mesh_reduce.py"
+    script.write_text(_on_cpu(text))
+    proc = _torchrun(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert [r["best"] for r in reports] == [20, 20]
+    assert [r["gathered"] for r in reports] == [[10, 20], [10, 20]]
+    assert [r["mean"] for r in reports] == ["above", "above"]
+    assert [r["printed"] for r in reports] == [1.5, 1.5]

@@ -13,6 +13,7 @@ is left to a person (or to NM306 for the launch-flag lists it edits).
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import libcst as cst
@@ -165,4 +166,82 @@ def _message(line: str, new: str, rules: list[str], manual: bool) -> str:
     return f"migrate this command as {ids} would in a shell script (see `neuron-migrate explain {rules[0]}`)"
 
 
-RULES = (PythonShellCommands,)
+#: keywords whose string is shown to a person as the script's usage (argparse, click, typer)
+HELP_KEYWORDS = ("help", "description", "epilog", "usage")
+#: words that start a command line a docstring or a --help text shows
+_COMMAND_HEADS = ("torchrun", "python", "python3", "optimum-cli", "neuron_parallel_compile", "accelerate", "export",
+                  "srun", "mpirun", "bash", "pip")
+
+
+def _is_docstring(ctx: PythonContext) -> bool:
+    """Whether the string being handled is the docstring of the module, a class or a function."""
+    stack = ctx.stack
+    if len(stack) < 3 or not isinstance(stack[-2], cst.Expr):
+        return False
+    line, block = stack[-3], stack[-4] if len(stack) > 3 else None
+    body = getattr(block, "body", None)
+    if isinstance(block, cst.IndentedBlock):
+        owner = stack[-5] if len(stack) > 4 else None
+        if not isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+            return False
+    return isinstance(line, cst.SimpleStatementLine) and isinstance(body, (list, tuple)) and bool(body) and body[0] is line
+
+
+class LaunchLinesInText(PythonRule):
+    id = "NM525"
+    title = "Docstrings and --help texts that show old-stack launch lines: a marker on the text"
+    fix = "manual"
+    triggers = _triggers()
+    why = """
+        A script's docstring or its argparse `help=`/`description=`/`epilog=` text often shows how to
+        launch it (`XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py`, `neuron_parallel_compile
+        torchrun ...`, `optimum-cli export neuron ...`). After the migration those lines launch the
+        old stack: each command line of the text is checked by the shell rules (as NM517 does for
+        commands Python runs) and the text gets ONE marker naming the rules that would change it.
+    """
+    before = """
+        \"\"\"Fine-tune on Trainium.
+
+        Usage: XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py
+        \"\"\"
+    """
+    after = """
+        # TODO(neuron-migrate NM525): Update the launch lines this text shows as NM512 would migrate them.
+        \"\"\"Fine-tune on Trainium.
+
+        Usage: XLA_USE_BF16=1 torchrun --nproc_per_node=2 train.py
+        \"\"\"
+    """
+    caveats = """
+        Only docstrings and the usage keywords of a call are read; a command line is a line (after an
+        optional `Usage:`/`$ ` prefix) that starts with a launcher word. The text itself is left as it is.
+    """
+
+    def handlers(self):
+        return {cst.SimpleString: self._on_string, cst.ConcatenatedString: self._on_string}
+
+    def _on_string(self, node: cst.BaseExpression, ctx: PythonContext) -> None:
+        if isinstance(ctx.parent, cst.ConcatenatedString):
+            return  # the whole concatenation is handled
+        parent = ctx.parent
+        shown = _is_docstring(ctx) or (isinstance(parent, cst.Arg) and parent.keyword is not None
+                                       and parent.keyword.value in HELP_KEYWORDS)
+        if not shown:
+            return
+        text = _string(node)
+        if text is None:
+            return
+        acted: set[str] = set()
+        for raw in text.splitlines():
+            line = re.sub(r"^\s*(?:usage:|example:|\$|>|e\.g\.,?)\s*", "", raw.strip(), flags=re.IGNORECASE)
+            words = line.split()
+            if not words or not any(w.rsplit("/", 1)[-1] in _COMMAND_HEADS for w in words[:4]):
+                continue
+            _, findings = run_text(line + "\n", "shell", [r() for r in SHELL_RULES])
+            acted.update(f.rule for f in findings)
+        if acted:
+            ids = "/".join(sorted(acted))
+            ctx.marker(node, f"Update the launch lines this text shows as {ids} would migrate them.")
+
+
+RULES = (PythonShellCommands, LaunchLinesInText)

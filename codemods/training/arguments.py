@@ -21,6 +21,7 @@ rules own those names and rewrite their CALLS (source facts: shared/reference/so
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import libcst as cst
@@ -81,6 +82,7 @@ from codemods.training.sources import (
     SFT_TRAINER_SOURCES,
     TRAINER_SOURCES,
 )
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 
@@ -133,6 +135,14 @@ ZERO_1_MAPPED = (
 ZERO_1_UNKNOWN = ("If {name}={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) "
                   "instead.")
 BF16_WHOLE = "Load the model with dtype=torch.bfloat16 to keep the old bf16 training: bf16=True is autocast now."
+BF16_MAYBE = "If {value} is true, load the model with dtype=torch.bfloat16 to keep the old bf16 training."
+BF16_MAYBE_SHORT = "If bf16 is true here, load the model with dtype=torch.bfloat16 to keep the old bf16 training."
+BF16_PARSED = "If the launch or config sets bf16, load the model with dtype=torch.bfloat16: bf16 is autocast now."
+#: the argument parsers whose dataclasses take their bf16 from the command line or a JSON/YAML file
+PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser")
+REPORT_TO_MARKER = "Set report_to=\"all\" unless **kwargs does: Transformers 5 no longer logs to TensorBoard/W&B by default."
+#: the unit logs to an integration that Transformers 4.x's default report_to="all" fed
+_LOGS_TO = re.compile(r"tensorboard|TENSORBOARD|SummaryWriter|\bwandb\b|WANDB_|mlflow|MLFLOW_")
 STATIC_MARKER = "Set {fields} unless **kwargs does: Neuron needs static shapes."
 #: NM201's markers and their long forms
 ARGUMENT_MARKERS = (
@@ -150,6 +160,13 @@ ARGUMENT_MARKERS = (
     ("Set warmup_steps to the warmup you want: transformers v5 dropped warmup_ratio={value}.",
      """transformers v5 removed warmup_ratio; warmup_steps takes a ratio when it is < 1. Both were given, so
      the rule cannot tell which one the run should keep."""),
+    (BF16_MAYBE,
+     """bf16 comes from a value the rule cannot read: where it is true, optimum-neuron trained the whole model in
+     bf16 (without use_autocast=True) and natively bf16=True is autocast over fp32 weights."""),
+    (BF16_PARSED,
+     """The training arguments are parsed from the command line or a JSON/YAML file (`--bf16 True`,
+     `"bf16": true`): where bf16 is on, optimum-neuron trained the whole model in bf16 and natively it is
+     autocast over fp32 weights."""),
     (STATIC_MARKER,
      """On Neuron the Trainer should compile the model (torch_compile=True) and keep every batch the same
      shape (dataloader_drop_last=True), or each new shape is a new compilation; the call passes **kwargs,
@@ -188,6 +205,17 @@ SFT_TRAINER_CONFIG_KWARGS = ("dataset_text_field", "max_seq_length", "packing", 
 
 def _class_name(ctx: PythonContext, call: cst.Call) -> str:
     return (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
+
+
+def parser_bf16(call: cst.Call, ctx: PythonContext, sources) -> None:
+    """``HfArgumentParser((ModelArguments, NeuronTrainingArguments))``: bf16 comes from the launch line or a
+    config file, where the old stack's bf16 trained the whole model in bf16: a marker."""
+    if not call.args or call.args[0].keyword is not None or call.args[0].star:
+        return
+    first = call.args[0].value
+    items = [e.value for e in first.elements] if isinstance(first, (cst.Tuple, cst.List)) else [first]
+    if any(ctx.class_qualname(item) in sources for item in items if isinstance(item, (cst.Name, cst.Attribute))):
+        ctx.marker(call, BF16_PARSED)
 
 
 def _known_literal(expr: cst.BaseExpression, ctx: PythonContext):
@@ -277,6 +305,9 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             ctx.finding(kw[name], f"{cls}: dropped {name} (bf16=True is autocast mixed precision natively)")
     if val.get("bf16") is True and not amp:
         ctx.marker(call, BF16_WHOLE)
+    elif "bf16" in kw and not amp and _known_literal(kw["bf16"].value, ctx) is NOT_LITERAL:
+        # bf16=args.bf16: the old stack trained the whole model in bf16 whenever the value is true
+        ctx.marker(call, fitted(BF16_MAYBE.format(value=_code(ctx, kw["bf16"].value)), BF16_MAYBE_SHORT))
 
     # transformers v5 renames
     if "warmup_ratio" in kw:
@@ -294,6 +325,15 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
             else:
                 plan.rename[old] = new
             ctx.finding(kw[old], f"{cls}: {old} -> {new} (deprecated in transformers v5)")
+
+    # report_to: "all" (every installed integration) by default in Transformers 4.x, "none" in 5.x
+    if "report_to" not in kw and "report_to" not in present and _LOGS_TO.search(ctx.code):
+        if isinstance(call, cst.Call) and has_star_kwargs(call):
+            ctx.marker(call, REPORT_TO_MARKER)
+        elif static:
+            q = _quote(call)
+            plan.add.append(("report_to", lambda: cst.SimpleString(f"{q}all{q}")))
+            ctx.finding(call, f"{cls}: added report_to=\"all\" (the 4.x default; 5.x reports to nothing)")
 
     # static shapes
     missing = [(k, v) for k, v in STATIC_SHAPES if k not in kw and k not in present] if static else []
@@ -495,6 +535,11 @@ class TrainingArgumentsFields(PythonRule):
         args = TrainingArguments(output_dir="out", bf16=True, torch_compile=True, dataloader_drop_last=True)
     """
     caveats = """
+        `report_to` defaulted to "all" (every installed integration) in Transformers 4.x and is "none" in 5.x:
+        where the unit logs to TensorBoard/W&B/MLflow and the call does not set it, `report_to="all"` is
+        added (a marker when `**kwargs` may set it). `bf16` from a value the rule cannot read
+        (`bf16=args.bf16`) or from a parser (`HfArgumentParser`, `--bf16 True`, a JSON/YAML config) gets
+        the bf16 marker as a literal `bf16=True` does.
         Constructor calls are rewritten here; for arguments parsed from the command line the
         flags are the shell rules' business (NM515), the model load gets the launch layout
         (NM203 does the same for a parsed SFT config; NM207 handles `dataclasses.replace` and
@@ -533,6 +578,8 @@ class TrainingArgumentsFields(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
         _track_call(node, qual, ctx)
+        if qual in PARSERS:
+            parser_bf16(node, ctx, ARGS_SOURCES)
         if qual not in ARGS_SOURCES:
             return
         plan = ArgPlan()
@@ -725,6 +772,8 @@ class SFTConfigFields(PythonRule):
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
         _track_call(node, qual, ctx)
+        if qual in PARSERS:
+            parser_bf16(node, ctx, SFT_CONFIG_SOURCES)
         if qual in SFT_TRAINER_SOURCES:
             kw = keywords(node)
             moved = [k for k in SFT_TRAINER_CONFIG_KWARGS if k in kw]

@@ -3,10 +3,14 @@
 * NM609 ``tokenizer.encode_plus(...)`` / ``batch_encode_plus(...)`` (removed in v5) -> ``tokenizer(...)``;
 * NM610 ``use_flash_attention_2=True`` / ``attn_implementation="flash_attention_2"`` -> ``"sdpa"``;
 * NM611 training-argument fields the target removed (beyond NM602's two): renamed or dropped;
-* NM615 ``from_pretrained(torchscript=...)`` (removed in v5): dropped, a marker for ``True``.
+* NM615 ``from_pretrained(torchscript=...)`` (removed in v5): dropped, a marker for ``True``;
+* NM618 ``tok.apply_chat_template(msgs, return_tensors="pt")`` used as a tensor (v4's return): ``return_dict=False``
+  (v5 returns a BatchEncoding).
 """
 
 from __future__ import annotations
+
+import re
 
 import libcst as cst
 
@@ -284,4 +288,93 @@ class TorchscriptFlag(PythonRule):
         rewrite_call(ctx, node, ArgPlan(drop={"torchscript"}))
 
 
-RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag)
+CHAT_TEMPLATE_MARKER = "apply_chat_template returns a BatchEncoding in transformers 5: pass return_dict=False or read [\"input_ids\"]."
+#: reads of a name that take the v4 return (a tensor of token ids) / the v5 one (a BatchEncoding)
+_TENSOR_USE = r"\b{n}\.(shape|to|size|cuda|cpu|tolist|dim|numel|long)\b|\b{n}\s*\[\s*[:\d-]|generate\(\s*{n}\s*[,)]|input_ids\s*=\s*{n}\b"
+_DICT_USE = r"\b{n}\s*\[\s*['\"]|\*\*\s*{n}\b|\b{n}\.(input_ids|attention_mask|keys|items|data|get)\b"
+
+
+class ChatTemplateTensors(PythonRule):
+    id = "NM618"
+    title = "apply_chat_template(..., return_tensors=...) read as a tensor -> return_dict=False (v5 returns a BatchEncoding)"
+    fix = "mixed"
+    triggers = ("apply_chat_template(",)
+    markers = ((CHAT_TEMPLATE_MARKER,
+                """Transformers 4.x returned the token ids (a tensor with return_tensors=) unless return_dict=True;
+                5.x defaults to return_dict=True and returns a BatchEncoding, so `ids.shape` and
+                `model.generate(ids)` fail. The rule could not see how the result is read here."""),)
+    why = """
+        Transformers 4.x's `apply_chat_template(messages, tokenize=True, return_tensors="pt")`
+        returned the token ids as a tensor (return_dict defaulted to False); 5.x defaults to
+        `return_dict=True` and returns a BatchEncoding, so `ids.shape`, `ids.to(device)`,
+        `ids[:, n:]` and `model.generate(ids)` fail. Where the result is read as a tensor (passed
+        positionally to `generate`, or held in a name read that way in the unit), `return_dict=False`
+        restores the old return; where it is already read as a mapping (`ids["input_ids"]`,
+        `**ids`) nothing changes; elsewhere a marker.
+    """
+    before = """
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+        out = model.generate(ids, max_new_tokens=20)
+    """
+    after = """
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=False)
+        out = model.generate(ids, max_new_tokens=20)
+    """
+    caveats = """
+        The uses are found by name in the same unit; a name read both ways is left alone. Calls with
+        `tokenize=False`, an explicit `return_dict=` or `**kwargs` are left alone.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "apply_chat_template"):
+            return
+        kw = keywords(node)
+        if "return_tensors" not in kw or "return_dict" in kw or any(a.star for a in node.args):
+            return
+        if "tokenize" in kw and literal(kw["tokenize"].value) is not True:
+            return
+        verdict = self._read_as(node, ctx)
+        if verdict == "mapping":
+            return
+        if verdict != "tensor":
+            ctx.marker(node, CHAT_TEMPLATE_MARKER)
+            return
+
+        def add(updated: cst.Call) -> cst.Call:
+            args = list(updated.args)
+            last = args[-1]
+            if not isinstance(last.comma, cst.Comma):
+                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(cst.Arg(keyword=cst.Name("return_dict"), value=cst.Name("False"),
+                                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                      whitespace_after=cst.SimpleWhitespace("")),
+                                comma=last.comma if isinstance(last.comma, cst.Comma) else cst.MaybeSentinel.DEFAULT))
+            return updated.with_changes(args=args)
+
+        ctx.replace(node, add)
+        ctx.finding(node, "apply_chat_template(..., return_tensors=...) -> return_dict=False (v5 returns a BatchEncoding)")
+
+    @staticmethod
+    def _read_as(node: cst.Call, ctx: PythonContext) -> str | None:
+        """"tensor" / "mapping" as the unit reads the result; None when it cannot tell."""
+        parent, outer = ctx.parent, (ctx.stack[-3] if len(ctx.stack) > 2 else None)
+        if isinstance(parent, cst.Arg) and isinstance(outer, cst.Call) and isinstance(outer.func, cst.Attribute) \
+                and outer.func.attr.value == "generate" and (parent.keyword is None and outer.args[0] is parent
+                                                             or parent.keyword is not None and parent.keyword.value == "input_ids"):
+            return "tensor"
+        if isinstance(parent, cst.Attribute) and parent.attr.value in ("to", "shape", "size"):
+            return "tensor"
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+            return None
+        name = re.escape(parent.targets[0].target.value)
+        tensor = re.search(_TENSOR_USE.format(n=name), ctx.code)
+        mapping = re.search(_DICT_USE.format(n=name), ctx.code)
+        if mapping:
+            return "mapping" if not tensor else None
+        return "tensor" if tensor else None
+
+
+RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag, ChatTemplateTensors)

@@ -14,6 +14,7 @@ Shared spelling helpers (``dist``, ranks, imports) come from :mod:`codemods.xla.
 
 from __future__ import annotations
 
+import keyword
 import re
 
 import libcst as cst
@@ -111,7 +112,11 @@ class XlaCollectives(_XlaRule):
         `xm.all_reduce(op, [a, b])` (in place on a list) becomes one `dist.all_reduce` per tensor;
         `y = xm.all_gather(x, dim=d)` becomes a list filled by `dist.all_gather` then
         `torch.cat(y, dim=d)`; `y = xm.mesh_reduce(tag, data, fn)` becomes
-        `dist.all_gather_object` then `fn(y)`. `xm.REDUCE_*` become `dist.ReduceOp.*`
+        `dist.all_gather_object` then `fn(y)`; inside a larger statement (`print(xm.mesh_reduce(...))`,
+        `return ...`, `self.best = ...`, an `if` test, a statement of its own) the gather goes in two
+        statements above it and the call becomes `fn(values)` where it was, when the call runs once
+        each time the statement does (not under a lambda, comprehension, and/or, `x if c else y`,
+        a `while` test) and its data has no calls beyond `.item()`-like ones. `xm.REDUCE_*` become `dist.ReduceOp.*`
         (`REDUCE_MUL` -> `PRODUCT`, `REDUCE_AND`/`REDUCE_OR` -> `BAND`/`BOR`).
         `xm.reduce_gradients(optimizer)` gets a marker: wrap the model in DDP or FSDP2.
     """
@@ -276,11 +281,9 @@ class XlaCollectives(_XlaRule):
         if bound is None or len(bound) != 3:
             return "unsupported arguments"
         where = _line_of(ctx, call)
-        if where is None:
-            return "rewritten only as `name = xm.mesh_reduce(tag, data, reduce_fn)` on a line of its own"
+        if where is None or where[1] != "assign":
+            return self._mesh_reduce_inline(qual, call, func, bound, ctx)
         line, kind, target = where
-        if kind != "assign":
-            return "its result is not used: replace it with dist.barrier() or delete it"
         if _mentions(bound["reduce_fn"].value, target):
             return "`reduce_fn` refers to the assigned name"
         values = _list_name(ctx, target) if _mentions(bound["data"].value, target) else target
@@ -298,6 +301,42 @@ class XlaCollectives(_XlaRule):
             ])
 
         ctx.replace(line, build)
+        ctx.finding(call, f"{qual} -> dist.all_gather_object + reduce_fn")
+        self._group_note(call, ctx, "dist.all_gather_object")
+        return None
+
+    def _mesh_reduce_inline(self, qual, call, func, bound, ctx):
+        """``print(xm.mesh_reduce(tag, data, fn))``, ``return ...``, ``self.x = ...``, ``if ... > best:``: the
+        gather goes in statements above the statement, the call becomes ``fn(values)`` where it was."""
+        statement = _hoist_point(ctx, call)
+        if statement is None:
+            return "it sits where it may not run once (a lambda, loop test, and/or, a conditional expression)"
+        if not _pure(bound["data"].value):
+            return "its data has calls that must run in place; gather it with dist.all_gather_object by hand"
+        if _code(statement).count("mesh_reduce") != 1:
+            return "rewrite one mesh_reduce per statement"
+        tag = bound["tag"].value
+        base = tag.evaluated_value if isinstance(tag, cst.SimpleString) and isinstance(tag.evaluated_value, str) else ""
+        base = re.sub(r"\W+", "_", base).strip("_")
+        values = _list_name(ctx, base if base.isidentifier() and not keyword.iskeyword(base) else "values")
+        anchor = ctx.imports.binding_of(func)
+        d = _dist(ctx, anchor)
+        world = _world_size(ctx, anchor)
+        params = ("tag", "data", "reduce_fn")
+        data_code = _code(bound["data"].value)
+
+        def reduced(updated: cst.Call) -> cst.BaseExpression:
+            b = _bind_args(updated, params)
+            return cst.parse_expression(f"{_code(_paren(b['reduce_fn'].value))}({values})")
+
+        def hoist(updated):
+            first = [cst.parse_statement(f"{values} = [None] * {world}\n"),
+                     cst.parse_statement(f"{d}.all_gather_object({values}, {data_code})\n")]
+            first[0] = first[0].with_changes(leading_lines=updated.leading_lines)
+            return cst.FlattenSentinel([*first, updated.with_changes(leading_lines=())])
+
+        ctx.replace(call, reduced)
+        ctx.replace(statement, hoist)
         ctx.finding(call, f"{qual} -> dist.all_gather_object + reduce_fn")
         self._group_note(call, ctx, "dist.all_gather_object")
         return None
@@ -332,6 +371,58 @@ def _mentions(expr: cst.CSTNode, name: str) -> bool:
     finder = Finder()
     expr.visit(finder)
     return finder.found
+
+
+#: expressions on the way from a call up to its statement under which it may run zero or many times
+_NOT_ONCE = (cst.Lambda, cst.BooleanOperation, cst.IfExp, cst.ListComp, cst.SetComp, cst.DictComp,
+             cst.GeneratorExp, cst.NamedExpr)
+#: calls a gathered value may make and still be evaluated a statement earlier (no side effects)
+_PURE_METHODS = ("item", "detach", "cpu", "tolist", "clone", "numpy")
+_PURE_FUNCS = ("float", "int", "len", "round", "abs")
+
+
+def _hoist_point(ctx: PythonContext, call: cst.Call) -> cst.CSTNode | None:
+    """The statement line (or ``if``, not an ``elif``) above which ``call`` can be evaluated: it runs
+    exactly once each time the statement runs (not in a lambda, comprehension, and/or, ``x if c else y``)."""
+    i = _index_in_stack(ctx, call)
+    for j in range(i - 1, -1, -1):
+        node = ctx.stack[j]
+        if isinstance(node, _NOT_ONCE):
+            return None
+        if isinstance(node, cst.SimpleStatementLine):
+            ok = len(node.body) == 1 and isinstance(node.body[0], (cst.Expr, cst.Assign, cst.AugAssign,
+                                                                      cst.AnnAssign, cst.Return))
+            return node if ok else None
+        if isinstance(node, cst.If):
+            parent = ctx.stack[j - 1] if j else None
+            test_holds = j + 1 < len(ctx.stack) and ctx.stack[j + 1] is node.test
+            return node if test_holds and not isinstance(parent, cst.If) else None
+        if isinstance(node, (cst.BaseCompoundStatement, cst.BaseSuite)):
+            return None
+    return None
+
+
+def _pure(expr: cst.CSTNode) -> bool:
+    """Whether evaluating ``expr`` one statement earlier changes nothing: names, attributes,
+    subscripts, literals, operators and the calls of ``_PURE_METHODS``/``_PURE_FUNCS``."""
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        ok = (isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS and _pure(func.value)) or \
+             (isinstance(func, cst.Name) and func.value in _PURE_FUNCS)
+        return ok and all(not a.star and _pure(a.value) for a in expr.args)
+    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _pure(expr.value)
+    if isinstance(expr, cst.Subscript):
+        return _pure(expr.value) and all(isinstance(e.slice, cst.Index) and _pure(e.slice.value) for e in expr.slice)
+    if isinstance(expr, cst.BinaryOperation):
+        return _pure(expr.left) and _pure(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return _pure(expr.expression)
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return all(isinstance(e, cst.Element) and _pure(e.value) for e in expr.elements)
+    return False
 
 
 def _list_name(ctx: PythonContext, target: str) -> str:

@@ -21,6 +21,7 @@ import libcst as cst
 
 from codemods.common.statements import with_blank_line
 from codemods.project.xla_env import BF16_VARS
+from codemods.xla.env_writes import bf16_on, drop_entry, environment_subscript, mapping_entries, removable, update_statement
 from codemods.xla.environment import launcher_sets_bf16, mark_reads
 from codemods.xla.base import (
     _XlaRule,
@@ -188,7 +189,8 @@ class XlaDeviceLoader(_XlaRule):
         for a tuple, `batch = {k: v.to(device) for k, v in batch.items()}` for a dict batch (one
         read as `batch["..."]`, `batch.items()` or `**batch`), `batch = batch.to(device)` for a
         tensor. A wrapper variable used only by loops (and `len()`) is dropped and the loops
-        iterate the DataLoader itself.
+        iterate the DataLoader itself; so is `para = pl.ParallelLoader(loader, [device])` whose only
+        uses are loops over `para.per_device_loader(device)`.
     """
     before = """
         import torch_xla.distributed.parallel_loader as pl
@@ -208,7 +210,7 @@ class XlaDeviceLoader(_XlaRule):
         The loop must be in the same function as the wrapper (directly or through
         `enumerate(...)`) and the device a variable; otherwise the loader is unwrapped and a marker
         asks to move the batches where they are used. Nested or starred loop targets, batches read
-        with `next(iter(...))` and a `ParallelLoader` kept in a variable get a marker. The
+        with `next(iter(...))` and a `ParallelLoader` kept in a variable for other uses get a marker. The
         prefetching options (`loader_prefetch_size`, `device_prefetch_size`, ...) are dropped: use
         the DataLoader's `num_workers` / `pin_memory` / `prefetch_factor`.
     """
@@ -225,7 +227,58 @@ class XlaDeviceLoader(_XlaRule):
             base(node, ctx)
 
         table[cst.Name] = on_name
+        base_call = table.get(cst.Call)
+
+        def on_call(node: cst.Call, ctx: PythonContext) -> None:
+            pending = ctx.local_state().get("calls", {})
+            if id(node) in pending:  # `para.per_device_loader(device)` of a dropped ParallelLoader
+                ctx.replace(node, pending.pop(id(node)))
+            if base_call is not None:
+                base_call(node, ctx)
+
+        table[cst.Call] = on_call
         return table
+
+    def _parallel_loader_variable(self, qual, call, index, ctx) -> bool:
+        """``para = pl.ParallelLoader(loader, [device])`` whose every use in the function is a loop over
+        ``para.per_device_loader(device)``: the loops iterate the DataLoader and move each batch."""
+        parent, line = ctx.stack[index - 1], ctx.stack[index - 2]
+        if not (isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name)
+                and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            return False
+        params = ("cpu_loader", "devices", "batchdim", "batches_per_execution", "loader_prefetch_size",
+                  "device_prefetch_size", "host_to_device_transfer_threads", "input_sharding")
+        bound = _bind_args(call, params)
+        if bound is None or "cpu_loader" not in bound or "devices" not in bound:
+            return False
+        devices = bound["devices"].value
+        if not (isinstance(devices, cst.List) and len(devices.elements) == 1
+                and isinstance(devices.elements[0], cst.Element)):
+            return False
+        device = devices.elements[0].value
+        device_code = _code(device)
+        if dotted(device) is None or ctx.qualname(device) is not None:
+            return False
+        var = parent.targets[0].target.value
+        scope = _scope_of(ctx, index)
+        loops = _per_device_loops(scope, var, device_code)
+        if loops is None:
+            return False
+        loader = bound["cpu_loader"].value
+        state = ctx.local_state()
+        replacement = cst.Name(loader.value) if isinstance(loader, cst.Name) else cst.Name(var)
+        for loop, pdl_call, batch in loops:
+            state.setdefault("loops", {})[id(loop)] = (batch, device_code)
+            state.setdefault("calls", {})[id(pdl_call)] = replacement
+        if isinstance(loader, cst.Name):
+            _drop_statement(ctx, parent, line)
+            ctx.finding(call, f"ParallelLoader(...) removed: the loops iterate {loader.value} and move each batch to "
+                              f"{device_code}")
+        else:
+            ctx.replace(call, lambda u: _bind_args(u, params)["cpu_loader"].value)
+            ctx.finding(call, "ParallelLoader(loader, [device]) -> loader")
+        return True
 
     def _on_for(self, node: cst.For, ctx: PythonContext) -> None:
         loops = ctx.local_state().get("loops", {})
@@ -245,6 +298,8 @@ class XlaDeviceLoader(_XlaRule):
                 isinstance(attr, cst.Attribute) and attr.value is call and attr.attr.value == "per_device_loader"
                 and isinstance(outer, cst.Call) and outer.func is attr
             ):
+                if self._parallel_loader_variable(qual, call, i, ctx):
+                    return None
                 return "a ParallelLoader kept in a variable; iterate the DataLoader and move each batch with .to(device)"
             bound = _bind_args(call, ("cpu_loader", "devices", "batchdim", "batches_per_execution",
                                       "loader_prefetch_size", "device_prefetch_size",
@@ -350,6 +405,40 @@ class XlaDeviceLoader(_XlaRule):
 
         ctx.replace(loop, prepend)
         ctx.finding(loop, f"{kind} moved to {device} at the top of the loop: {code}")
+
+
+def _per_device_loops(scope: cst.CSTNode, var: str, device_code: str):
+    """[(loop, the ``var.per_device_loader(device)`` call, batch target)] when every other use of ``var`` in
+    ``scope`` (one assignment aside) is such a loop's iterable (directly or through ``enumerate``); else None."""
+    loops, seen = [], set()
+
+    class Finder(cst.CSTVisitor):
+        names = 0
+
+        def visit_For(self, node: cst.For) -> None:
+            it, target = node.iter, node.target
+            if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "enumerate" \
+                    and it.args and isinstance(node.target, cst.Tuple) and len(node.target.elements) == 2:
+                it, target = it.args[0].value, node.target.elements[1].value
+            if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) \
+                    and it.func.attr.value == "per_device_loader" and isinstance(it.func.value, cst.Name) \
+                    and it.func.value.value == var and len(it.args) == 1 and _code(it.args[0].value) == device_code \
+                    and node.asynchronous is None:
+                loops.append((node, it, target))
+                seen.add(id(it.func.value))
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == var:
+                self.names += 1
+
+    finder = Finder()
+    scope.visit(finder)
+    # the assignment's target and each loop's `var` are the only uses
+    return loops if loops and finder.names == len(loops) + 1 else None
 
 
 def _loader_arg(call: cst.Call) -> cst.BaseExpression:
@@ -487,7 +576,10 @@ class XlaPrecisionAndMetrics(_XlaRule):
         metrics reports (`met.metrics_report()`, `met.short_metrics_report()`) do not exist: a
         statement that only prints or logs one is deleted. `os.environ["XLA_USE_BF16"] = "1"`
         (and `XLA_DOWNCAST_BF16`) no longer does anything: the statement is deleted and a marker
-        carries the bf16 intent to the model's dtype or to autocast. A READ of these variables
+        carries the bf16 intent to the model's dtype or to autocast; the same in a mapping
+        (`os.environ.update({...})`, `env={**os.environ, "XLA_USE_BF16": "1"}` of a subprocess,
+        Ray's `env_vars`, through `codemods/xla/env_writes.py` as NM416): the entry goes, the marker
+        stays on the statement. A READ of these variables
         (`if os.environ.get("XLA_USE_BF16"):`) becomes the launcher's value where the run's
         launchers set it (NM415); elsewhere it gets a marker, since the migrated launchers no
         longer set it and the test would silently choose float32.
@@ -523,7 +615,37 @@ class XlaPrecisionAndMetrics(_XlaRule):
         table[cst.Assign] = self._on_assign
         table[cst.Subscript] = self._on_read
         table[cst.Comparison] = self._on_read
+        table[cst.Dict] = self._on_mapping
         return table
+
+    # ---- bf16 switches in a mapping: os.environ.update({...}), env={**os.environ, ...}, Ray env_vars
+    def _on_mapping(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        found = mapping_entries(node, ctx)
+        if found is None:
+            return
+        entries, known = found
+        mine = [e for e in entries if e.name in BF16_VARS]
+        if not mine:
+            return
+        if not known:
+            ctx.marker(node, "if this dict is a process environment, drop XLA_USE_BF16 and set bf16 in the code it runs")
+            return
+        on = any(bf16_on(e) for e in mine)
+        line = update_statement(node, ctx)
+        if line is not None and all(removable(e) for e in entries):
+            if on:  # nothing would be left to carry the marker: keep the setting, marked
+                ctx.marker(node, f"{mine[0].name} has no effect on TorchNeuron: remove it and load the model in bfloat16 "
+                                 "or use torch.autocast")
+                return
+            ctx.remove_statement(line[0])
+            ctx.finding(node, "removed the settings of " + ", ".join(e.name for e in mine) + " (no effect on TorchNeuron)")
+            return
+        for entry in mine:
+            drop_entry(entry, node, ctx)
+            ctx.finding(entry.node, f"removed the setting of {entry.name} (no effect on TorchNeuron)")
+        if on:
+            ctx.marker(node, f"{mine[0].name}=1 was dropped here (no effect on TorchNeuron): load the model in bfloat16 "
+                             "or use torch.autocast")
 
     def _on_read(self, node: cst.CSTNode, ctx: PythonContext) -> None:
         """XLA_USE_BF16/XLA_DOWNCAST_BF16 read: NM415 rewrites it where the run's launchers set it,
@@ -608,6 +730,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
 
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
         self._on_read(call, ctx)
+        self._on_mapping(call, ctx)
         func = call.func
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return
@@ -669,8 +792,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         if len(node.targets) != 1:
             return
         target = node.targets[0].target
-        if not (isinstance(target, cst.Subscript) and ctx.qualname(target.value) == "os.environ"
-                and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)):
+        if environment_subscript(target, ctx) is None:  # os.environ["K"], env["K"] of env = os.environ.copy()
             return
         self._env(node, target.slice[0].slice.value, node.value, ctx)
 

@@ -24,6 +24,8 @@ from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_c
 from codemods.project.launch_env import ENV_FACT, launch_env
 from codemods.project.xla_env import BF16_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
+from codemods.xla.env_writes import bf16_on, drop_entry, environment_subscript, mapping_entries, removable, update_statement
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 _READS = ("os.environ.get", "os.getenv")
@@ -372,7 +374,12 @@ class XlaEnvironmentWrites(PythonRule):
         from string literals (directly, through a variable assigned one literal, or appended to
         the inherited value) loses the XLA-era compiler flags (`--model-type`,
         `--distribution-strategy`, `--cache_dir`, `--retry_failed_compilation`); the other flags
-        are kept and flagged, as NM513 does.
+        are kept and flagged, as NM513 does. The same holds for the variables set through a mapping
+        (`codemods/xla/env_writes.py`, shared with NM409): `os.environ.update({...})` / `update(K=v)`,
+        a child's environment (`env={**os.environ, ...}`, `dict(os.environ, K=v)`, `env =
+        os.environ.copy(); env["K"] = v`, a dict later passed as `env=`), Ray's
+        `runtime_env={"env_vars": {...}}`: the entry is removed. A dict with such a key whose use
+        as an environment is not seen gets a marker.
     """
     before = """
         import os
@@ -395,7 +402,37 @@ class XlaEnvironmentWrites(PythonRule):
 
     def handlers(self):
         return {cst.Assign: self._on_assign, cst.AugAssign: self._on_assign, cst.Call: self._on_call,
-                cst.Name: self._on_name}
+                cst.Name: self._on_name, cst.Dict: self._on_mapping}
+
+    # ---- mappings: os.environ.update({...}), env={**os.environ, ...}, runtime_env={"env_vars": {...}}
+    def _on_mapping(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        found = mapping_entries(node, ctx)
+        if found is None:
+            return
+        entries, known = found
+        mine = [e for e in entries if e.name not in BF16_VARS
+                and (e.name == "NEURON_CC_FLAGS" or xla_only_reason(e.name) is not None)]
+        if not mine:
+            return
+        statement = ctx.statement()
+        if not known:
+            names = ", ".join(sorted({e.name for e in mine}))
+            ctx.marker(node, fitted(f"if this dict is a process environment, drop its XLA-era settings ({names})",
+                                    "if this dict is a process environment, drop its XLA-era settings"))
+            return
+        found_line = update_statement(node, ctx)
+        if found_line is not None and all(removable(e) for e in entries) and not any(bf16_on(e) for e in entries):
+            line, body = found_line
+            ctx.remove_statement(line)
+            ctx.local_state().setdefault("removed", []).append((line, body))
+            ctx.finding(node, "removed the XLA-only settings " + ", ".join(e.name for e in mine))
+            return
+        for entry in mine:
+            if entry.name == "NEURON_CC_FLAGS":
+                self._cc_flags(statement, entry.value, ctx, remove=lambda e=entry: _drop(e, node, ctx))
+                continue
+            drop_entry(entry, node, ctx)
+            ctx.finding(entry.node, f"removed the setting of {entry.name}: {xla_only_reason(entry.name)}")
 
     def finish(self, ctx: PythonContext) -> None:
         _blank_lines(ctx)
@@ -419,14 +456,12 @@ class XlaEnvironmentWrites(PythonRule):
             return
         else:
             target = node.targets[0].target
-        if not (isinstance(target, cst.Subscript) and ctx.qualname(target.value) == "os.environ"
-                and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)):
-            return
-        key = target.slice[0].slice.value
-        if isinstance(key, cst.SimpleString):
-            self._write(node, key.evaluated_value, node.value, ctx)
+        name = environment_subscript(target, ctx)  # os.environ["K"], env["K"] of env = os.environ.copy()
+        if name is not None:
+            self._write(node, name, node.value, ctx)
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        self._on_mapping(node, ctx)
         if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in ("setdefault", "putenv"):
             return
         if ctx.qualname(node.func) not in ("os.environ.setdefault", "os.putenv"):
@@ -452,7 +487,11 @@ class XlaEnvironmentWrites(PythonRule):
         else:
             ctx.marker(small, f"{name} is set for the XLA stack only ({reason}): remove this setting")
 
-    def _cc_flags(self, small: cst.BaseSmallStatement, value: cst.BaseExpression, ctx: PythonContext) -> None:
+    def _cc_flags(self, small: cst.CSTNode, value: cst.BaseExpression, ctx: PythonContext, remove=None) -> None:
+        """``remove``: removes the setting (default: the statement ``small``); False when it cannot."""
+        if remove is None:
+            def remove():
+                return _remove(small, ctx)
         literals = _strings_in(value)
         names = [n.value for n in _names_in(value)]
         held = ctx.local_state().get("literals", {})
@@ -471,7 +510,7 @@ class XlaEnvironmentWrites(PythonRule):
                                   f"({', '.join(CC_DROP_FLAGS)}) and check the others")
                 return
             kept, dropped = split
-            if dropped and not kept and lit is value and _remove(small, ctx):
+            if dropped and not kept and lit is value and remove():
                 ctx.finding(small, "removed the setting of NEURON_CC_FLAGS: it only held XLA-era compiler flags")
                 return
             kept_all.extend(kept)
@@ -491,6 +530,11 @@ class XlaEnvironmentWrites(PythonRule):
             return
         if check_seen:
             ctx.marker(small, cc_check_message(kept_all))
+
+
+def _drop(entry, mapping: cst.CSTNode, ctx: PythonContext) -> bool:
+    drop_entry(entry, mapping, ctx)
+    return True
 
 
 def _remove(small: cst.BaseSmallStatement, ctx: PythonContext) -> bool:
