@@ -423,7 +423,7 @@ class XlaStepMarkers(_XlaRule):
             # editing the whole module would hide which imports became unused: only a one-statement
             # body can take the place of a top-level `with`
             if len(with_stmt.body.body) != 1 or with_stmt.body.footer or with_stmt.body.header.comment:
-                return "a top-level `with` of several statements is unwrapped by hand"
+                return "unwrap this top-level `with` of several statements"
 
             def lift(updated: cst.With):
                 inner = updated.body.body[0] if updated.body.body else cst.SimpleStatementLine([cst.Pass()])
@@ -705,7 +705,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
         with a process group and outside a master-only block (where the other ranks never come)."""
         statement = _expression_statement(ctx, call)
         if statement is None or not isinstance(statement[1], cst.SimpleStatementLine) or len(statement[1].body) != 1:
-            return "master-only calls are rewritten only as a statement on a line of their own"
+            return "it is not a statement of its own; guard it with a rank-0 test"
         line = statement[1]
         anchor = ctx.imports.binding_of(func)
         guarded = _already_master_only(ctx, line, local)
@@ -741,7 +741,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
             return "unsupported arguments"
         replicas = bound.get("replicas")
         if replicas is not None and not (isinstance(replicas.value, cst.List) and not replicas.value.elements):
-            return "`replicas=` names a subgroup; use dist.barrier(group=dist.new_group(ranks))"
+            return "use dist.barrier(group=dist.new_group(replicas))"
         if _expression_statement(ctx, call) is None:
             return "its payloads are used; exchange them with dist.all_gather_object"
         anchor = ctx.imports.binding_of(func)

@@ -103,7 +103,7 @@ class XlaOptimizerStep(_XlaRule):
             return "unsupported arguments"
         groups = bound.get("groups")
         if groups is not None and not (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
-            return "`groups=` restricted the gradient all-reduce to replica groups; use DDP with a process_group"
+            return "use DDP with a process_group for the replica groups of `groups=`"
         params = self.PARAMS
 
         def build(updated: cst.Call) -> cst.BaseExpression:
@@ -124,9 +124,7 @@ class XlaOptimizerStep(_XlaRule):
                 bound["optimizer"].value, call, ctx):
             ctx.marker(
                 call,
-                "xm.optimizer_step also averaged the gradients over all processes and nothing does that "
-                "now: wrap the model in torch.nn.parallel.DistributedDataParallel (or fully_shard) or "
-                "all-reduce the gradients before the step",
+                "Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients.",
             )
         _drop_old_comment(call, ctx)
         return None
