@@ -249,8 +249,7 @@ def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
         f"replace the test by the precision you want ({_INTENT})"))
 
 
-BF16_READ_MARKER = ("Replace this XLA_USE_BF16 test by the precision you want: it now reads as unset, so the run "
-                    "is float32.")
+BF16_READ_MARKER = "Replace the XLA_USE_BF16 tests here by the precision you want: the variable now reads as unset."
 
 
 class XlaPrecisionReads(PythonRule):
