@@ -92,6 +92,12 @@ def _updated_call(line: cst.SimpleStatementLine) -> cst.Call:
 
 class XlaCollectives(_XlaRule):
     id = "NM412"
+    markers = (
+        ("Wrap the model in DistributedDataParallel or fully_shard, then delete this reduce_gradients call.",
+         """xm.reduce_gradients all-reduced the gradients; DistributedDataParallel(model) or FSDP2
+         fully_shard(model) all-reduce them in backward(). By hand instead: dist.all_reduce(p.grad) then
+         p.grad /= world size for each parameter."""),
+    )
     title = "xm.all_reduce / all_gather / mesh_reduce -> torch.distributed collectives; reduce_gradients -> DDP/FSDP2"
     fix = "mixed"
     triggers = ("torch_xla",)

@@ -74,6 +74,12 @@ from migrator.rules import PythonContext
 
 class XlaDevice(_XlaRule):
     id = "NM401"
+    markers = (
+        ("Change `{name}` (the XLA device/backend \"xla\") and every test of it to \"neuron\" by hand.",
+         """The variable holds torch-xla's device/backend string "xla" and is used as a device or a process-group
+         backend in ways neuron-migrate cannot follow: on TorchNeuron the device is "neuron"
+         (torch.device("neuron", LOCAL_RANK) per process) and the process-group backend is "neuron"."""),
+    )
     title = "XLA device -> torch.device(\"neuron\") (per rank in multi-process scripts)"
     # the xla_device calls need a torch_xla import; "xla" device strings and the XLA compile
     # backends can sit in a helper module that never imports torch_xla itself

@@ -172,6 +172,12 @@ def _already_moved(body_code: str, target: cst.BaseExpression) -> bool:
 
 class XlaDeviceLoader(_XlaRule):
     id = "NM407"
+    markers = (
+        ("Move the batches read from {what} with .to(device) where used (the {name} did it).",
+         """The torch-xla device loader (MpDeviceLoader / ParallelLoader) moved every batch to the XLA device;
+         the plain DataLoader it becomes does not, so each batch read from it must be moved with
+         .to(device) where it is used (the rule does it itself at the top of the loops it can see)."""),
+    )
     title = "pl.MpDeviceLoader / ParallelLoader -> the plain DataLoader, batches moved to the device in the loop"
     fix = "mixed"
     triggers = ("parallel_loader",)
@@ -380,6 +386,12 @@ def _loop_over(ctx: PythonContext, index: int, call: cst.Call):
 
 class XlaSpawn(_XlaRule):
     id = "NM408"
+    markers = (
+        ("Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn).",
+         """xmp.spawn started one process per NeuronCore inside the script; natively torchrun starts them (and
+         sets RANK, LOCAL_RANK and WORLD_SIZE), so the script runs its function once per process and is
+         launched with torchrun --nproc_per_node=<number of NeuronCores>."""),
+    )
     title = "xmp.spawn(fn, args, nprocs) -> fn(LOCAL_RANK, *args) launched by torchrun"
     fix = "mixed"
     triggers = ("xla_multiprocessing",)

@@ -34,6 +34,13 @@ from migrator.rules import NameClash, PythonContext
 
 class XlaOptimizerStep(_XlaRule):
     id = "NM403"
+    markers = (
+        ("Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients.",
+         """xm.optimizer_step all-reduced (averaged) the gradients over all processes before the step, and nothing
+         does that after the rewrite to optimizer.step(): wrap the model in
+         torch.nn.parallel.DistributedDataParallel (or FSDP2 fully_shard), or all-reduce the gradients before
+         the step by hand."""),
+    )
     title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
     fix = "mixed"
     triggers = ("torch_xla",)

@@ -17,6 +17,7 @@ import libcst as cst
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
     _remove_small_statement, _torch)
+from codemods.common.statements import with_blank_line
 from codemods.xla.artifacts import (
     MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, plain, rebuildable, scope_of, unchain)
 from migrator.rules import NameClash, PythonContext
@@ -70,6 +71,21 @@ TRACE_KEYWORDS = ("input_output_aliases", "compiler_workdir", "compiler_args", "
 
 class NeuronTrace(_XlaRule):
     id = "NM410"
+    markers = (
+        ("Run one process per NeuronCore (torchrun) and shard the inputs, not torch_neuronx.DataParallel.",
+         """torch_neuronx.DataParallel ran one traced copy per NeuronCore and split the batch between them:
+         natively run one process per NeuronCore (torchrun), each on its own device
+         torch.device("neuron", LOCAL_RANK), and shard the inputs between the processes."""),
+        ("Move each tensor in the nested containers given to {name}(...) to the neuron device by hand.",
+         """The compiled model runs on the neuron device and the traced model took CPU tensors; the rule moves
+         tensors and flat containers of them, but a container of containers has no .to()."""),
+        ("Move each tensor unpacked into {name}(...) with * / ** to the neuron device by hand.",
+         """The compiled model runs on the neuron device; inputs unpacked with * / ** are not moved
+         automatically."""),
+        ("Move the inputs of model_fn's model to \"neuron\" here and its outputs back with .cpu().",
+         """The model model_fn returns is compiled for the neuron device once migrated; the SageMaker handler
+         that calls it (predict_fn) must move its inputs there and bring the outputs back to the CPU."""),
+    )
     title = ("torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> "
              "save_pretrained / state_dict, their loads compiled")
     fix = "mixed"
@@ -261,7 +277,16 @@ class NeuronTrace(_XlaRule):
                        detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
                               "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
         dropped = [k for k in TRACE_KEYWORDS if k in bound]
-        if "compiler_args" in bound and not _no_auto_cast(bound["compiler_args"].value):
+        args_value = bound["compiler_args"].value if "compiler_args" in bound else None
+        literal = _dead_literal(args_value, ctx) if isinstance(args_value, cst.Name) else None
+        if literal is not None:  # `compiler_args = [...]` used only here: dropped with the keyword
+            line, args_value, following = literal
+            ctx.remove_statement(line)
+            if following is not None and any(el.comment is None for el in line.leading_lines):
+                ctx.replace(following, with_blank_line)  # the blank line above the removed one stays
+            ctx.finding(line, f"{_code(bound['compiler_args'].value)} = ... removed: its only use was the "
+                              "trace's compiler_args=")
+        if args_value is not None and not _no_auto_cast(args_value):
             ctx.marker(call, "Express the trace's compiler_args (neuronx-cc options) as the model's dtype or torch.autocast.",
                        detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
                               "trace: express --auto-cast choices as the model's dtype or "
@@ -617,6 +642,41 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+def _dead_literal(name: cst.Name, ctx: PythonContext) -> tuple[cst.SimpleStatementLine, cst.BaseExpression, cst.CSTNode | None] | None:
+    """``name = <literal>`` on a line of its own in the body of the current scope, where the name occurs
+    nowhere else in the unit than there and at the call being handled: (that line, the literal, the next
+    statement)."""
+    scope = scope_of(ctx)
+    class Uses(cst.CSTVisitor):
+        count = 0
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)  # not the keyword
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # not the attribute name
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.count += node.value == name.value
+
+    uses = Uses()
+    ctx.module.visit(uses)
+    if uses.count != 2:
+        return None
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) and isinstance(scope.body, cst.IndentedBlock) \
+        else scope.body if isinstance(scope, cst.Module) else ()
+    literals = (cst.List, cst.Tuple, cst.Dict, cst.SimpleString, cst.ConcatenatedString)
+    for k, line in enumerate(body):
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(line.body[0], cst.Assign):
+            assign = line.body[0]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) \
+                    and assign.targets[0].target.value == name.value and isinstance(assign.value, literals):
+                return line, assign.value, (body[k + 1] if k + 1 < len(body) else None)
+    return None
 
 
 def _project_has(fact: str, probes: dict[str, tuple[str, ...]], ctx: PythonContext) -> bool:

@@ -82,6 +82,21 @@ def _shardable(cls: str) -> bool | None:
 
 class TransformersNeuronxSampling(PythonRule):
     id = "NM411"
+    markers = (
+        ("Launch with `torchrun --nproc_per_node={n}`: {origin}={n} became DistributedConfig(tp_size={n}).",
+         """transformers-neuronx sharded the model over tp_degree NeuronCores inside one process; natively
+         DistributedConfig(tp_size=N) runs one process per NeuronCore, started by torchrun."""),
+        ("Map what the dropped neuron_config= set (quantization, GQA, batching) to Transformers options.",
+         """neuron_config= took a transformers-neuronx NeuronConfig (quantization, grouped-query attention layout,
+         continuous batching); Transformers has its own options for these (quantization_config, the
+         model's attention settings, generation/serving options)."""),
+        ("Pass attention_mask= for the left-padded prompts: generate() has no start_ids=.",
+         """start_ids= gave the offsets of left-padded prompts to transformers-neuronx's sample();
+         Transformers' generate() reads the padding from attention_mask."""),
+        ("Replace {name} with transformers.AutoModelForCausalLM (device_map=\"neuron\").",
+         """transformers-neuronx model classes do not exist on TorchNeuron: load the model with
+         transformers.AutoModelForCausalLM.from_pretrained(path, dtype=..., device_map="neuron")."""),
+    )
     title = "transformers-neuronx *ForSampling -> AutoModelForCausalLM on 'neuron' with a static cache; sample -> generate"
     fix = "mixed"
     triggers = ("transformers_neuronx",)
