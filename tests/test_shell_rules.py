@@ -253,7 +253,7 @@ def test_heredoc_on_the_edited_command_line():
     # of the variable the launcher no longer sets gets NM409's marker)
     src = "XLA_USE_BF16=1 python - <<EOF\nimport os\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n"
     out = check(src)
-    assert out.startswith("python - <<EOF\nimport os\n# TODO(neuron-migrate NM409): XLA_USE_BF16")
+    assert out.startswith("python - <<EOF\nimport os\n# TODO(neuron-migrate NM409): Replace the XLA_USE_BF16 tests")
     assert out.endswith("\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n")
 
 

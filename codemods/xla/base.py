@@ -318,6 +318,13 @@ def _if_statement(line: cst.SimpleStatementLine, test: str, inner: cst.BaseSmall
 # --------------------------------------------------------------------------- base class
 
 
+def short_name(qual: str) -> str:
+    """``qual`` as a marker names it: its last two components (``xla_model.optimizer_step``), or the
+    last one where those are long."""
+    two = ".".join(qual.split(".")[-2:])
+    return two if len(two) <= 30 else qual.rsplit(".", 1)[-1]
+
+
 class _XlaRule(PythonRule):
     """Dispatches every reference to an owned name: calls go to ``rewrite``; any other use
     (the function passed around as a value) gets a marker."""
@@ -338,14 +345,16 @@ class _XlaRule(PythonRule):
             return
         native = self.natives.get(qual, "its native equivalent")
         if not (isinstance(parent, cst.Call) and parent.func is node):
-            ctx.marker(node, f"{qual} is used as a value here; replace it by hand with {native}")
+            ctx.marker(node, f"Replace this use of {short_name(qual)} as a value by hand.",
+                       detail=f"{qual} is used as a value here; native: {native}.")
             return
         try:
             problem = self.rewrite(qual, parent, node, ctx)
         except NameClash as exc:
             problem = str(exc)
         if problem:
-            ctx.marker(parent, f"rewrite this {qual} call by hand ({problem}); native: {native}")
+            ctx.marker(parent, f"Rewrite this {short_name(qual)} call by hand: {problem}.",
+                       detail=f"{qual} could not be rewritten here ({problem}); native: {native}.")
 
     def rewrite(self, qual: str, call: cst.Call, func: cst.CSTNode, ctx: PythonContext) -> str | None:
         """Ask for the edit of one call; returns why it could not, or None."""

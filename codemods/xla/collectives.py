@@ -47,6 +47,7 @@ REDUCE_OPS = {
 #: the values of those constants (torch_xla/core/xla_model.py: REDUCE_SUM = 'sum', ...), written as strings
 REDUCE_STRINGS = {"sum": "REDUCE_SUM", "mul": "REDUCE_MUL", "and": "REDUCE_AND", "or": "REDUCE_OR",
                   "min": "REDUCE_MIN", "max": "REDUCE_MAX"}
+REDUCE_GRADIENTS_MARKER = "Wrap the model in DistributedDataParallel or fully_shard, then delete this reduce_gradients call."
 _NEEDS_GROUP = ("{what} needs a process group: make sure dist.init_process_group(backend=\"neuron\") runs first "
                 "(torchrun)")
 
@@ -92,6 +93,12 @@ def _updated_call(line: cst.SimpleStatementLine) -> cst.Call:
 
 class XlaCollectives(_XlaRule):
     id = "NM412"
+    markers = (
+        ("Wrap the model in DistributedDataParallel or fully_shard, then delete this reduce_gradients call.",
+         """xm.reduce_gradients all-reduced the gradients; DistributedDataParallel(model) or FSDP2
+         fully_shard(model) all-reduce them in backward(). By hand instead: dist.all_reduce(p.grad) then
+         p.grad /= world size for each parameter."""),
+    )
     title = "xm.all_reduce / all_gather / mesh_reduce -> torch.distributed collectives; reduce_gradients -> DDP/FSDP2"
     fix = "mixed"
     triggers = ("torch_xla",)
@@ -197,12 +204,11 @@ class XlaCollectives(_XlaRule):
             return "the reduce type is not an xm.REDUCE_* constant"
         where = _line_of(ctx, call)
         if where is None:
-            return "its result is used inside an expression; all-reduce into a tensor in a statement of its own"
+            return "its result is used; all-reduce in place in a statement of its own"
         line, kind, target = where
         inputs = bound["inputs"].value
         if kind == "expr" and not isinstance(inputs, (cst.List, cst.Tuple)):
-            return ("without a list literal the call was in place on a list and had no effect on a tensor; "
-                    "write `dist.all_reduce(t, op=...)` for each tensor of the list")
+            return "call dist.all_reduce(t, op=...) on each tensor of this list"
         if kind == "expr" and any(not isinstance(e, cst.Element) or isinstance(e, cst.StarredElement)
                                   for e in inputs.elements):
             return "unsupported list"
@@ -248,7 +254,7 @@ class XlaCollectives(_XlaRule):
             return "`dim=` is not an integer literal"
         where = _line_of(ctx, call)
         if where is None or where[1] != "assign":
-            return "rewritten only as `name = xm.all_gather(tensor, dim=...)` on a line of its own"
+            return "write it as `name = xm.all_gather(t, dim=...)` on a line of its own"
         value = bound["value"].value
         if not isinstance(value, cst.Name):
             return "the gathered tensor is not a plain name (it would be evaluated twice)"
@@ -348,9 +354,7 @@ class XlaCollectives(_XlaRule):
             _remove_small_statement(ctx, *statement)
             ctx.finding(call, f"{qual}() removed: DDP / FSDP2 all-reduce the gradients in backward()")
             return None
-        ctx.marker(call, "xm.reduce_gradients: wrap the model in DistributedDataParallel(model) or FSDP2 "
-                         "fully_shard(model), which all-reduce the gradients in backward(), and delete this call "
-                         "(by hand: dist.all_reduce(p.grad) then p.grad /= world size for each parameter)")
+        ctx.marker(call, REDUCE_GRADIENTS_MARKER)
         return None
 
 
@@ -485,7 +489,7 @@ class XlaShardingWrappers(_XlaRule):
         # TODO(neuron-migrate NM992): Replace `FSDP` below with native code, then remove this import.
         from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
 
-        # TODO(neuron-migrate NM413): rewrite this torch_xla.distributed.fsdp.XlaFullyShardedDataParallel call by hand (FSDP2 shards per module; mixed precision goes through MixedPrecisionPolicy); native: FSDP2 `torch.distributed.fsdp.fully_shard(module)` on each block then on the model (for a transformers model: `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N))`)
+        # TODO(neuron-migrate NM413): Rewrite this XlaFullyShardedDataParallel call by hand: use FSDP2 fully_shard on each block, then on the model.
         model = FSDP(model, compute_dtype=torch.bfloat16)
     """
     caveats = """
@@ -496,8 +500,8 @@ class XlaShardingWrappers(_XlaRule):
 
     def rewrite(self, qual, call, func, ctx):
         if qual == ZERO:
-            return "ZeRO-1 sharding of the optimizer state"
-        return "FSDP2 shards per module; mixed precision goes through MixedPrecisionPolicy"
+            return "use the one of torch.distributed.optim, or FSDP2 fully_shard"
+        return "use FSDP2 fully_shard on each block, then on the model"
 
 
 RULES = (XlaCollectives, XlaShardingWrappers)

@@ -74,6 +74,12 @@ from migrator.rules import PythonContext
 
 class XlaDevice(_XlaRule):
     id = "NM401"
+    markers = (
+        ("Change `{name}` (the XLA device/backend \"xla\") and every test of it to \"neuron\" by hand.",
+         """The variable holds torch-xla's device/backend string "xla" and is used as a device or a process-group
+         backend in ways neuron-migrate cannot follow: on TorchNeuron the device is "neuron"
+         (torch.device("neuron", LOCAL_RANK) per process) and the process-group backend is "neuron"."""),
+    )
     title = "XLA device -> torch.device(\"neuron\") (per rank in multi-process scripts)"
     # the xla_device calls need a torch_xla import; "xla" device strings and the XLA compile
     # backends can sit in a helper module that never imports torch_xla itself
@@ -423,7 +429,7 @@ class XlaStepMarkers(_XlaRule):
             # editing the whole module would hide which imports became unused: only a one-statement
             # body can take the place of a top-level `with`
             if len(with_stmt.body.body) != 1 or with_stmt.body.footer or with_stmt.body.header.comment:
-                return "a top-level `with` of several statements is unwrapped by hand"
+                return "unwrap this top-level `with` of several statements"
 
             def lift(updated: cst.With):
                 inner = updated.body.body[0] if updated.body.body else cst.SimpleStatementLine([cst.Pass()])
@@ -705,7 +711,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
         with a process group and outside a master-only block (where the other ranks never come)."""
         statement = _expression_statement(ctx, call)
         if statement is None or not isinstance(statement[1], cst.SimpleStatementLine) or len(statement[1].body) != 1:
-            return "master-only calls are rewritten only as a statement on a line of their own"
+            return "it is not a statement of its own; guard it with a rank-0 test"
         line = statement[1]
         anchor = ctx.imports.binding_of(func)
         guarded = _already_master_only(ctx, line, local)
@@ -741,7 +747,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
             return "unsupported arguments"
         replicas = bound.get("replicas")
         if replicas is not None and not (isinstance(replicas.value, cst.List) and not replicas.value.elements):
-            return "`replicas=` names a subgroup; use dist.barrier(group=dist.new_group(ranks))"
+            return "use dist.barrier(group=dist.new_group(replicas))"
         if _expression_statement(ctx, call) is None:
             return "its payloads are used; exchange them with dist.all_gather_object"
         anchor = ctx.imports.binding_of(func)

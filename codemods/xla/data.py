@@ -173,6 +173,12 @@ def _already_moved(body_code: str, target: cst.BaseExpression) -> bool:
 
 class XlaDeviceLoader(_XlaRule):
     id = "NM407"
+    markers = (
+        ("Move the batches read from {what} with .to(device) where used (the {name} did it).",
+         """The torch-xla device loader (MpDeviceLoader / ParallelLoader) moved every batch to the XLA device;
+         the plain DataLoader it becomes does not, so each batch read from it must be moved with
+         .to(device) where it is used (the rule does it itself at the top of the loops it can see)."""),
+    )
     title = "pl.MpDeviceLoader / ParallelLoader -> the plain DataLoader, batches moved to the device in the loop"
     fix = "mixed"
     triggers = ("parallel_loader",)
@@ -300,7 +306,7 @@ class XlaDeviceLoader(_XlaRule):
             ):
                 if self._parallel_loader_variable(qual, call, i, ctx):
                     return None
-                return "a ParallelLoader kept in a variable; iterate the DataLoader and move each batch with .to(device)"
+                return "iterate the DataLoader and move each batch with .to(device)"
             bound = _bind_args(call, ("cpu_loader", "devices", "batchdim", "batches_per_execution",
                                       "loader_prefetch_size", "device_prefetch_size",
                                       "host_to_device_transfer_threads", "input_sharding"))
@@ -348,8 +354,7 @@ class XlaDeviceLoader(_XlaRule):
                 and isinstance(parent.targets[0].target, cst.Name)):
             ctx.replace(call, plain)
             ctx.finding(call, f"{name}(loader, device) -> loader")
-            ctx.marker(call, f"the {name} moved every batch to {device_code}: move the batches read from this "
-                             "loader with .to(device) where they are used")
+            ctx.marker(call, f"Move the batches read from this loader with .to(device) where used (the {name} did it).")
             return None
         var = parent.targets[0].target.value
         scope = _scope_of(ctx, index)
@@ -359,8 +364,7 @@ class XlaDeviceLoader(_XlaRule):
         if not uses.loops or not simple_device:
             ctx.replace(call, plain)
             ctx.finding(call, f"{name}(loader, device) -> loader")
-            ctx.marker(call, f"the {name} moved every batch to {device_code}: move the batches read from "
-                             f"`{var}` with .to(device) where they are used")
+            ctx.marker(call, f"Move the batches read from `{var}` with .to(device) where used (the {name} did it).")
             return None
         state = ctx.local_state()
         for loop_node, _name_node, batch in uses.loops:
@@ -471,6 +475,12 @@ def _loop_over(ctx: PythonContext, index: int, call: cst.Call):
 
 class XlaSpawn(_XlaRule):
     id = "NM408"
+    markers = (
+        ("Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn).",
+         """xmp.spawn started one process per NeuronCore inside the script; natively torchrun starts them (and
+         sets RANK, LOCAL_RANK and WORLD_SIZE), so the script runs its function once per process and is
+         launched with torchrun --nproc_per_node=<number of NeuronCores>."""),
+    )
     title = "xmp.spawn(fn, args, nprocs) -> fn(LOCAL_RANK, *args) launched by torchrun"
     fix = "mixed"
     triggers = ("xla_multiprocessing",)
@@ -493,7 +503,7 @@ class XlaSpawn(_XlaRule):
         import os
 
         if __name__ == "__main__":
-            # TODO(neuron-migrate NM408): launch this script with `torchrun --nproc_per_node=8 <script>`: torchrun starts the processes that xmp.spawn started and sets LOCAL_RANK
+            # TODO(neuron-migrate NM408): Launch this script with `torchrun --nproc_per_node=8 <script>` (it replaces xmp.spawn).
             _mp_fn(int(os.environ.get("LOCAL_RANK", 0)), flags)
     """
     caveats = """
@@ -538,8 +548,7 @@ class XlaSpawn(_XlaRule):
                 n = f"<value of {n}>"
         fn_name = _code(bound["fn"].value)
         ctx.finding(call, f"xmp.spawn({fn_name}, ...) -> {fn_name}(LOCAL_RANK, ...)")
-        ctx.marker(call, f"launch this script with `torchrun --nproc_per_node={n} <script>`: torchrun starts the "
-                         "processes that xmp.spawn started and sets LOCAL_RANK")
+        ctx.marker(call, f"Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn).")
         return None
 
 
@@ -784,8 +793,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
                 break
             if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement, cst.Lambda)):
                 break
-        return ("the XLA metrics report does not exist on TorchNeuron; drop it (TORCH_NEURONX_* "
-                "variables control TorchNeuron's profiling)")
+        return "drop it, TorchNeuron has no XLA metrics report"
 
     # ---- os.environ["XLA_USE_BF16"] = "1" / os.environ.setdefault("XLA_USE_BF16", "1")
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
@@ -816,14 +824,16 @@ class XlaPrecisionAndMetrics(_XlaRule):
         block = ctx.stack[i - 2] if i >= 2 else None
         body = getattr(block, "body", None)
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or not isinstance(body, (list, tuple)):
-            ctx.marker(node, f"{var} has no effect on TorchNeuron: remove it" + (f"; {_BF16_INTENT}" if on else ""))
+            ctx.marker(node, f"Remove {var} (no effect on TorchNeuron)" + (f" and {_BF16_SHORT}." if on else "."),
+                       detail=f"{var} has no effect on TorchNeuron: remove it; {_BF16_INTENT}" if on else None)
             return
         k = next((n for n, st in enumerate(body) if st is line), None)
         if k is None:
             return
         following = next((st for st in body[k + 1:] if not _is_bf16_line(st)), None)
         if on and following is None:
-            ctx.marker(node, f"{var} has no effect on TorchNeuron: remove it; {_BF16_INTENT}")
+            ctx.marker(node, f"Remove {var} (no effect on TorchNeuron) and {_BF16_SHORT}.",
+                       detail=f"{var} has no effect on TorchNeuron: remove it; {_BF16_INTENT}")
             return
         ctx.remove_statement(line)
         first_of_run = k == 0 or not _is_bf16_line(body[k - 1])
@@ -831,8 +841,9 @@ class XlaPrecisionAndMetrics(_XlaRule):
             ctx.replace(following, with_blank_line)
         ctx.finding(node, f"os.environ[{key.value}] setting removed ({var} has no effect on TorchNeuron)")
         if on:
-            ctx.marker(following, "XLA_USE_BF16/XLA_DOWNCAST_BF16 made torch-xla run float32 tensors in bfloat16 and "
-                                  f"do nothing on TorchNeuron: {_BF16_INTENT}")
+            ctx.marker(following, f"The removed XLA_USE_BF16 ran float32 in bf16: {_BF16_SHORT}.",
+                       detail="XLA_USE_BF16/XLA_DOWNCAST_BF16 made torch-xla run float32 tensors in bfloat16 and "
+                              f"do nothing on TorchNeuron: {_BF16_INTENT}")
 
 
 _BF16_RE = re.compile(
@@ -847,6 +858,7 @@ def _is_bf16_line(stmt: cst.CSTNode) -> bool:
     )
 
 
+_BF16_SHORT = 'load the model in bf16 or use torch.autocast("neuron")'
 _BF16_INTENT = ("load the model with dtype=torch.bfloat16 (or model.to(torch.bfloat16)) or wrap the forward pass "
                 "in torch.autocast(\"neuron\", dtype=torch.bfloat16)")
 

@@ -267,10 +267,7 @@ def finish(ctx: PythonContext) -> None:
         if var.other_store or "other" in kinds:
             for stmt in var.statements:
                 ctx.marker(stmt, (
-                    f"`{name}` holds the XLA device/backend string \"xla\" and is used as a device or process-group "
-                    "backend here and in ways neuron-migrate cannot follow: on TorchNeuron the device is \"neuron\" "
-                    "(torch.device(\"neuron\", LOCAL_RANK) per process) and the backend \"neuron\"; change the value "
-                    "and every test of it by hand"))
+                    f"Change `{name}` (the XLA device/backend \"xla\") and every test of it to \"neuron\" by hand."))
             continue
         per_rank = kinds == {"device"} and _multi_process(ctx)
         for literal in var.literals:

@@ -239,10 +239,19 @@ def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
     """NM409 where the launchers of the run are not known to set the variable: a marker."""
     if not _top_atom(node, ctx) or _in_write(ctx):
         return  # a write (`os.environ["XLA_USE_BF16"] = "1"`) has NM409's own marker
-    ctx.marker(node, (
+    # one marker per function: the same cause on every read of it there
+    scope = next((n for n in reversed(ctx.stack) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
+    seen = ctx.scratch.setdefault("NM409-bf16-reads", set())
+    if id(scope) in seen:
+        return
+    seen.add(id(scope))
+    ctx.marker(node, BF16_READ_MARKER, detail=(
         "XLA_USE_BF16/XLA_DOWNCAST_BF16 is read here: the old launchers set it for torch-xla, TorchNeuron ignores it and the migrated "
         "launchers no longer set it, so this reads as unset and the run silently falls back to float32: "
         f"replace the test by the precision you want ({_INTENT})"))
+
+
+BF16_READ_MARKER = "Replace the XLA_USE_BF16 tests here by the precision you want: the variable now reads as unset."
 
 
 class XlaPrecisionReads(PythonRule):

@@ -10,9 +10,11 @@ actionable marker naming them; ``move_model_to_device(model, device)`` becomes
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
-from codemods.xla.base import _XlaRule, _bind_args, _code, _device, _expr, _is_reference
+from codemods.xla.base import _XlaRule, _bind_args, _code, _device, _expr, _is_reference, short_name
 from migrator.rules import NameClash, PythonContext
 
 NXD = "neuronx_distributed"
@@ -174,6 +176,8 @@ _UTIL_NATIVE = {
         "torch.manual_seed(seed) (DTensor random ops keep sharded dropout consistent across the mesh)",
     f"{PL}.random.get_xla_rng_tracker": "torch.manual_seed / torch.random.fork_rng: there is no XLA RNG tracker",
 }
+UTIL_MARKER = "Replace the neuronx_distributed helpers used here with the plain torch calls they wrap."
+_SENTENCE_BREAK = re.compile(r"[.!?;]\s+[A-Z`\"'(]")
 _UTIL_DEFAULT = "the plain torch / torch.distributed API it wraps (DeviceMesh, DTensor, nn.Module methods)"
 _MOE_DEFAULT = (
     "the model's own MoE block from transformers (e.g. MixtralSparseMoeBlock), with expert parallelism from "
@@ -234,6 +238,36 @@ FAMILIES = (
 NATIVES = {**_OTHER_NATIVE, MOVE: "model.to(device)"}
 
 
+#: the few words a marker names the twin with, where the full form (``native_for``) is long
+_SHORT_NATIVE = {
+    "neuronx_distributed_config": "DistributedConfig(tp_size=..., fsdp_size=...) given to from_pretrained",
+    "initialize_parallel_model": "from_pretrained(..., distributed_config=DistributedConfig(...))",
+    "initialize_parallel_optimizer": "a plain torch.optim optimizer over model.parameters()",
+    "parallel_cross_entropy": "F.cross_entropy inside `with loss_parallel():`",
+    "ColumnParallelLinear": "an nn.Linear sharded with ColwiseParallel() by parallelize_module",
+    "RowParallelLinear": "an nn.Linear sharded with RowwiseParallel() by parallelize_module",
+    "ParallelEmbedding": "an nn.Embedding sharded with RowwiseParallel() by parallelize_module",
+    "GQAQKVColumnParallelLinear": "q/k/v nn.Linear layers, each sharded with ColwiseParallel()",
+    "requires_init_pg_override": "False and drop the branch",
+    "MoE": "the model's own transformers MoE block (e.g. MixtralSparseMoeBlock)",
+    "load_balancing_loss_func": "transformers' mixtral load_balancing_loss_func",
+    "NeuronXLAStrategy": "a standard Lightning strategy (DDP / FSDP / ModelParallelStrategy)",
+    "mark_step": "nothing (delete it: TorchNeuron runs eagerly)",
+    "<mapping>": 'a DTensor redistribution over mesh["tp"] (or the parallelize_module plan)',
+    "<trace>": "the model sharded with parallelize_module and compiled with torch.compile",
+}
+
+
+def _ps_marker(short: str, native: str) -> str:
+    """The one-line marker for a parallel-state query ``short`` (``native``: its long form)."""
+    if short == "initialize_model_parallel":
+        return 'Replace this with one init_device_mesh("neuron", (dp, tp)) call and pass the mesh where needed.'
+    if native.startswith(_MESH):
+        return f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh."
+    message = f"Replace {short} with {native}."
+    return message if len(message) <= 120 else f"Replace {short} with a query of a DeviceMesh (init_device_mesh)."
+
+
 def canonical(qual: str) -> str:
     """The defining NxD path of ``qual`` (a re-export resolves to where NxD defines the name)."""
     return ALIASES.get(qual, qual)
@@ -289,7 +323,7 @@ class NxdBuildingBlocks(_XlaRule):
         from neuronx_distributed.parallel_layers import parallel_state
 
         model.to(device)
-        # TODO(neuron-migrate NM414): neuronx_distributed.parallel_layers.parallel_state.get_tensor_model_parallel_size (NxD global parallel state): mesh = torch.distributed.device_mesh.init_device_mesh("neuron", (dp, tp), mesh_dim_names=("dp", "tp")) once, then mesh["tp"].size()
+        # TODO(neuron-migrate NM414): Replace get_tensor_model_parallel_size with mesh["tp"].size() of a DeviceMesh made once by init_device_mesh.
         tp = parallel_state.get_tensor_model_parallel_size()
     """
     caveats = """
@@ -312,7 +346,7 @@ class NxdBuildingBlocks(_XlaRule):
         if name.startswith(PS + "."):
             short = name[len(PS) + 1:]
             native = _PS_NATIVE.get(short, f"{_MESH} the matching mesh[...] query")
-            ctx.marker(node, f"{qual} (NxD global parallel state): {native}")
+            ctx.marker(node, _ps_marker(short, native), detail=f"{qual} (NxD global parallel state): {native}")
             return
         native = native_for(name)
         if native is None:
@@ -324,9 +358,26 @@ class NxdBuildingBlocks(_XlaRule):
             except NameClash as exc:
                 problem = str(exc)
             if problem:
-                ctx.marker(call, f"rewrite this {qual} call by hand ({problem}); native: {native}")
+                ctx.marker(call, f"Rewrite this {short_name(qual)} call by hand: {problem}.",
+                           detail=f"{qual} could not be rewritten here ({problem}); native: {native}.")
             return
-        ctx.marker(node, f"{qual} has no native twin: use {native}")
+        detail = f"{qual} has no native twin: use {native}"
+        if native == _UTIL_DEFAULT:
+            # one marker per function for the helpers without a specific twin (not one per line)
+            scope = next((n for n in reversed(ctx.stack) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
+            seen = ctx.local_state().setdefault("util_scopes", set())
+            if id(scope) in seen:
+                return
+            seen.add(id(scope))
+            ctx.marker(node, UTIL_MARKER, detail=detail)
+            return
+        last = qual.rsplit(".", 1)[-1]
+        short = _SHORT_NATIVE.get(last) or (_SHORT_NATIVE["<mapping>"] if name.startswith(MAPPINGS + ".") else None)
+        short = short or (_SHORT_NATIVE["<trace>"] if native == _TRACE_NATIVE else native)
+        message = f"Replace {last} with {short}."
+        if len(message) > 120 or _SENTENCE_BREAK.search(message.rstrip(".")):
+            message = f"Replace {last} by hand: it has no native twin (see `neuron-migrate explain NM414`)."
+        ctx.marker(node, message, detail=detail)
 
     def _get_device(self, call: cst.Call, func: cst.CSTNode, ctx: PythonContext, qual: str) -> str | None:
         if call.args:

@@ -34,6 +34,13 @@ from migrator.rules import NameClash, PythonContext
 
 class XlaOptimizerStep(_XlaRule):
     id = "NM403"
+    markers = (
+        ("Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients.",
+         """xm.optimizer_step all-reduced (averaged) the gradients over all processes before the step, and nothing
+         does that after the rewrite to optimizer.step(): wrap the model in
+         torch.nn.parallel.DistributedDataParallel (or FSDP2 fully_shard), or all-reduce the gradients before
+         the step by hand."""),
+    )
     title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
     fix = "mixed"
     triggers = ("torch_xla",)
@@ -103,7 +110,7 @@ class XlaOptimizerStep(_XlaRule):
             return "unsupported arguments"
         groups = bound.get("groups")
         if groups is not None and not (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
-            return "`groups=` restricted the gradient all-reduce to replica groups; use DDP with a process_group"
+            return "use DDP with a process_group for the replica groups of `groups=`"
         params = self.PARAMS
 
         def build(updated: cst.Call) -> cst.BaseExpression:
@@ -124,9 +131,7 @@ class XlaOptimizerStep(_XlaRule):
                 bound["optimizer"].value, call, ctx):
             ctx.marker(
                 call,
-                "xm.optimizer_step also averaged the gradients over all processes and nothing does that "
-                "now: wrap the model in torch.nn.parallel.DistributedDataParallel (or fully_shard) or "
-                "all-reduce the gradients before the step",
+                "Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients.",
             )
         _drop_old_comment(call, ctx)
         return None

@@ -17,6 +17,7 @@ import libcst as cst
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
     _remove_small_statement, _torch)
+from codemods.common.statements import with_blank_line
 from codemods.xla.artifacts import (
     MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, plain, rebuildable, scope_of, unchain)
 from migrator.rules import NameClash, PythonContext
@@ -25,11 +26,7 @@ NX = "torch_neuronx"
 
 #: owned names that only get a marker: what to do instead
 MANUAL = {
-    f"{NX}.DataParallel": (
-        "torch_neuronx.DataParallel ran one traced copy per NeuronCore and split the batch between them: run one "
-        "process per NeuronCore (torchrun) on its own device torch.device(\"neuron\", LOCAL_RANK) and shard the "
-        "inputs between the processes"
-    ),
+    f"{NX}.DataParallel": "Run one process per NeuronCore (torchrun) and shard the inputs, not torch_neuronx.DataParallel.",
     f"{NX}.dynamic_batch": "drop torch_neuronx.dynamic_batch: pad every batch to the compiled batch size instead",
     f"{NX}.async_load": "drop torch_neuronx.async_load: the model is on the neuron device once moved with .to()",
     f"{NX}.lazy_load": "drop torch_neuronx.lazy_load: the model is on the neuron device once moved with .to()",
@@ -55,9 +52,11 @@ MIGRATED_SAVES = ("._orig_mod.save_pretrained(", "._orig_mod.state_dict(),")
 #: the instruction both sides of a traced artifact get (the tracing script that saved it, the script that loads it)
 #: the start of the marker of a torch.jit.load left to a person (a unit that has it was migrated before: its
 #: trace, gone now, decided so, and a second run must decide the same)
-LOAD_MARKED = "torch.jit.load of a traced Neuron artifact"
+LOAD_MARKED = "Replace this load of a Neuron trace"
 #: ... that another file of the project saves: what it traced (a Transformers model or not) is not seen here
-ELSEWHERE = " that another file saves (what it traced is not seen here)"
+ELSEWHERE = " (saved in another file)"
+#: what a load marker asks for where what was saved is not known here
+LOAD_BY_HAND = " by from_pretrained or load_state_dict, then torch.compile."
 ARTIFACT_NOTE = (
     "TorchNeuron has no traced artifact to save or load: the tracing script saves a Transformers model with "
     "save_pretrained(path) (any other module: the state_dict of the module it compiles, "
@@ -109,6 +108,21 @@ def _calls(node: cst.CSTNode):
 
 class NeuronTrace(_XlaRule):
     id = "NM410"
+    markers = (
+        ("Run one process per NeuronCore (torchrun) and shard the inputs, not torch_neuronx.DataParallel.",
+         """torch_neuronx.DataParallel ran one traced copy per NeuronCore and split the batch between them:
+         natively run one process per NeuronCore (torchrun), each on its own device
+         torch.device("neuron", LOCAL_RANK), and shard the inputs between the processes."""),
+        ("Move each tensor in the nested containers given to {name}(...) to the neuron device by hand.",
+         """The compiled model runs on the neuron device and the traced model took CPU tensors; the rule moves
+         tensors and flat containers of them, but a container of containers has no .to()."""),
+        ("Move each tensor unpacked into {name}(...) with * / ** to the neuron device by hand.",
+         """The compiled model runs on the neuron device; inputs unpacked with * / ** are not moved
+         automatically."""),
+        ("Move the inputs of model_fn's model to \"neuron\" here and its outputs back with .cpu().",
+         """The model model_fn returns is compiled for the neuron device once migrated; the SageMaker handler
+         that calls it (predict_fn) must move its inputs there and bring the outputs back to the CPU."""),
+    )
     title = ("torch_neuronx.trace -> torch.compile(model.to('neuron').eval(), backend='neuron'); traced artifacts -> "
              "save_pretrained / state_dict, their loads compiled")
     fix = "mixed"
@@ -189,7 +203,8 @@ class NeuronTrace(_XlaRule):
         import torch
 
         example = torch.rand(1, 3, 224, 224)
-        # TODO(neuron-migrate NM410): the model now runs on the neuron device and compiles at its first call, once per input shape: its calls as `neuron_model(...)` in this scope get their inputs moved there with .to("neuron"); move inputs given to it anywhere else (the traced model took CPU tensors), pad them to the shapes of `example` to avoid recompiling, and bring outputs back with .cpu() where CPU tensors are needed
+        # TODO(neuron-migrate NM410): Move inputs given to `neuron_model` outside this scope to the neuron device, outputs back with .cpu().
+        # TODO(neuron-migrate NM410): Pad the inputs to the shapes of `example` to avoid a compile per input shape.
         neuron_model = torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)
         logits = neuron_model(images.to("neuron"))
     """
@@ -274,34 +289,56 @@ class NeuronTrace(_XlaRule):
             self._warm_up(call, target, bound.get("example_inputs"), ctx)
         example = bound.get("example_inputs")
         shapes = "the traced shapes"
+        sliced = False
         if example is not None:
             value = example.value
-            if isinstance(value, cst.Tuple) and value.elements:
-                shapes = "the shapes of " + ", ".join(f"`{_code(el.value)}`" for el in value.elements)
-            else:
-                shapes = f"the shapes of `{_code(value)}`"
+            parts = [el.value for el in value.elements] if isinstance(value, cst.Tuple) and value.elements else [value]
+            names = list(dict.fromkeys(_code(p) for p in parts))
+            shapes = "the shapes of " + ", ".join(f"`{n}`" for n in names)
+            # `trace(model, batch[:1])`: the example is a slice of the real batch, not the shape to pad to
+            scope_code = _code(scope_of(ctx))
+            sliced = any(isinstance(p, cst.Subscript) or (isinstance(p, cst.Name) and re.search(
+                rf"^[ \t]*{p.value}[ \t]*=[ \t]*[\w.]+\[[^\]\n]*:[^\]\n]*\][ \t]*(#.*)?$", scope_code, re.M))
+                for p in parts)
+        # one marker per action that applies here (device, shapes, precision); the long forms go to the report
         if target is not None:
-            moved = (f"its calls as `{target}(...)` in this scope get their inputs moved there with .to({q}neuron{q}); "
-                     "move inputs given to it anywhere else (the traced model took CPU tensors)")
+            ctx.marker(call, f"Move inputs given to `{target}` outside this scope to the neuron device, outputs back with .cpu().",
+                       detail=f"The model now runs on the neuron device: its calls as `{target}(...)` in this scope get "
+                              f"their inputs moved there with .to({q}neuron{q}); the traced model took CPU tensors, so "
+                              "inputs given to it anywhere else must be moved, and outputs brought back with .cpu() "
+                              "where CPU tensors are needed.")
         else:
-            moved = f"move its inputs there with .to({q}neuron{q}) (the traced model took CPU tensors)"
-        precision = ""
+            ctx.marker(call, f"Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
+                       detail="The model now runs on the neuron device; the traced model took CPU tensors.")
+        if sliced:
+            ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
+                       detail="torch.compile compiles once per input shape; the example given to the trace here is a "
+                              "slice of a batch, so pad the real inputs to the batch shape you run, not to the example.")
+        else:
+            message = f"Pad the inputs to {shapes} to avoid a compile per input shape."
+            ctx.marker(call, message if len(message) <= 120 else "Pad the inputs to the traced shapes to avoid a "
+                       "compile per input shape.",
+                       detail="torch.compile compiles the model at its first call, once per input shape.")
         if "compiler_args" not in bound:
             # neuronx-cc's default (its mixed-precision guide): FP32 matrix multiplications cast to BF16
-            precision = ("; the trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast), the compiled "
-                         "model computes them in its own dtype: outputs differ within bf16 rounding (load with "
-                         "dtype=torch.bfloat16 for the old speed)")
-        ctx.marker(call, (
-            f"the model now runs on the neuron device and compiles at its first call, once per input shape: {moved}, "
-            f"pad them to {shapes} to avoid recompiling, and bring outputs back with .cpu() where CPU tensors "
-            f"are needed{precision}"
-        ))
+            ctx.marker(call, "Load the model with dtype=torch.bfloat16 for the old speed: the trace auto-cast float32 matmuls to bf16.",
+                       detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
+                              "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
         dropped = [k for k in TRACE_KEYWORDS if k in bound]
-        if "compiler_args" in bound and not _no_auto_cast(bound["compiler_args"].value):
-            ctx.marker(call, (
-                f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the trace: "
-                "express --auto-cast choices as the model's dtype or torch.autocast(\"neuron\", dtype=...)"
-            ))
+        args_value = bound["compiler_args"].value if "compiler_args" in bound else None
+        literal = _dead_literal(args_value, ctx) if isinstance(args_value, cst.Name) else None
+        if literal is not None:  # `compiler_args = [...]` used only here: dropped with the keyword
+            line, args_value, following = literal
+            ctx.remove_statement(line)
+            if following is not None and any(el.comment is None for el in line.leading_lines):
+                ctx.replace(following, with_blank_line)  # the blank line above the removed one stays
+            ctx.finding(line, f"{_code(bound['compiler_args'].value)} = ... removed: its only use was the "
+                              "trace's compiler_args=")
+        if args_value is not None and not _no_auto_cast(args_value):
+            ctx.marker(call, "Express the trace's compiler_args (neuronx-cc options) as the model's dtype or torch.autocast.",
+                       detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
+                              "trace: express --auto-cast choices as the model's dtype or "
+                              "torch.autocast(\"neuron\", dtype=...)")
         if dropped:
             ctx.finding(call, f"trace options dropped: {', '.join(dropped)}")
         return None
@@ -351,10 +388,10 @@ class NeuronTrace(_XlaRule):
             saved = artifacts(ctx).saves.get(id(call))
             if saved is not None and saved[2].kind == TORCHSCRIPT:
                 return  # a torch.jit.trace / torch.jit.script: not a Neuron artifact
-            ctx.marker(call, (
-                "torch.jit.save of a traced Neuron model: TorchNeuron compiles at run time, so save the weights "
-                "instead (model.state_dict() with torch.save, or save_pretrained) and compile again after loading"
-            ))
+            ctx.marker(call, "Save the weights (state_dict or save_pretrained) here, not a traced Neuron model.",
+                       detail="torch.jit.save of a traced Neuron model: TorchNeuron compiles at run time, so save the "
+                              "weights instead (model.state_dict() with torch.save, or save_pretrained) and compile "
+                              "again after loading")
         elif qual == "torch.jit.load":
             self._load(call, func, own_unit, ctx)
 
@@ -389,8 +426,7 @@ class NeuronTrace(_XlaRule):
             if isinstance(node, cst.FunctionDef) and node.name.value == "predict_fn" \
                     and id(node) not in state.get("handler_calls", set()):
                 first = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) and node.body.body else node
-                ctx.marker(first, "the model of model_fn runs on the neuron device once migrated: move its inputs "
-                                  "here with .to(\"neuron\"), its outputs back with .cpu()")
+                ctx.marker(first, "Move the inputs of model_fn's model to \"neuron\" here and its outputs back with .cpu().")
 
     def _numpy(self, call: cst.Call, ctx: PythonContext) -> None:
         """``<output of the compiled model>.numpy()``: the output is on the neuron device now (the traced model
@@ -439,13 +475,15 @@ class NeuronTrace(_XlaRule):
             ctx.finding(call, f"the traced artifact of {name} -> {name}._orig_mod.save_pretrained({path_code}): a "
                               "compiled module has no TorchScript form; the Transformers model it wraps is saved")
             if not _project_has(JIT_LOADS, self.project_probes, ctx):
-                ctx.marker(call, f"{path_code} is now a save_pretrained directory, no TorchScript file: {ARTIFACT_NOTE}")
+                ctx.marker(call, f"Load {path_code} with from_pretrained where it is loaded: it is a save_pretrained directory now.",
+                           detail=ARTIFACT_NOTE)
             return
         torch = _torch(ctx, ctx.imports.binding_of(call.func))
         ctx.replace(call, _expr(f"{torch}.save({name}._orig_mod.state_dict(), {path_code})"))
         ctx.finding(call, f"the traced artifact of {name} -> torch.save({name}._orig_mod.state_dict(), {path_code})")
-        ctx.marker(call, f"{path_code} now holds the state_dict of the module that `{name}` compiles, no TorchScript "
-                         f"file (the module class is needed to load it): {ARTIFACT_NOTE}")
+        ctx.marker(call, f"Load {path_code} with load_state_dict where it is loaded: it holds the state_dict of `{name}` now.",
+                   detail=f"{path_code} now holds the state_dict of the module that `{name}` compiles, no TorchScript "
+                          f"file (the module class is needed to load it): {ARTIFACT_NOTE}")
 
     def _load(self, call: cst.Call, func: cst.Attribute, own_unit: bool, ctx: PythonContext) -> None:
         """``torch.jit.load(path)`` of a traced artifact -> what the migrated save of that path writes: the
@@ -464,7 +502,7 @@ class NeuronTrace(_XlaRule):
         facts = (TRACES, SAVED_PRETRAINED, SAVED_STATE)
         if not saved and not any(_project_has(f, self.project_probes, ctx) for f in facts):
             if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
-                ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE}")
+                ctx.marker(call, f"{LOAD_MARKED}{LOAD_BY_HAND}", detail=ARTIFACT_NOTE)
                 if _in_model_fn(ctx):
                     ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too
             return  # not an artifact of this project's traces: left alone
@@ -472,7 +510,7 @@ class NeuronTrace(_XlaRule):
             # the save is in another file, or not one of this path: a Transformers load of a state dict (or the
             # reverse) would fail at run time
             unseen = not saved and not artifacts(ctx).traces
-            ctx.marker(call, f"{LOAD_MARKED}{ELSEWHERE if unseen else ''}: {ARTIFACT_NOTE}")
+            ctx.marker(call, f"{LOAD_MARKED}{ELSEWHERE if unseen else ''}{LOAD_BY_HAND}", detail=ARTIFACT_NOTE)
             if _in_model_fn(ctx):
                 ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too
             return
@@ -490,11 +528,9 @@ class NeuronTrace(_XlaRule):
             return
         models = ", ".join(f"`{m}`" for m in sorted({t.model for t in saved}))
         if kinds == {MODULE}:
-            ctx.marker(call, f"{LOAD_MARKED}: {p} now holds the state_dict of {models} (traced here): build that "
-                             f"module, then load_state_dict(torch.load({p})) and compile it")
+            ctx.marker(call, f"{LOAD_MARKED}: build {models}, then load_state_dict(torch.load({p})) and compile it.")
         else:
-            ctx.marker(call, f"{LOAD_MARKED}: {p} is saved here as a Transformers model and as a state_dict: load "
-                             "what the save that ran wrote")
+            ctx.marker(call, f"{LOAD_MARKED}: load what the save that ran wrote at {p} (a model or a state_dict).")
 
     def _load_pretrained(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression,
                          ctx: PythonContext) -> None:
@@ -506,7 +542,7 @@ class NeuronTrace(_XlaRule):
             transformers = _module_local(ctx, "transformers", near)
             torch = _torch(ctx, anchor)
         except NameClash as exc:
-            ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE} ({exc})")
+            ctx.marker(call, f"{LOAD_MARKED}{LOAD_BY_HAND}", detail=f"{ARTIFACT_NOTE} ({exc})")
             return
         q = _quote(ctx)
         p = _code(path)
@@ -518,7 +554,8 @@ class NeuronTrace(_XlaRule):
                           "save_pretrained (its class from config.json), compiled with torch.compile")
         if _in_model_fn(ctx):
             ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
-        ctx.marker(call, f"this loads what the migrated tracing script of this project saves at {p}: {ARTIFACT_NOTE}")
+        ctx.marker(call, f"Run the migrated tracing script of this project first: it saves the model loaded here at {p}.",
+                   detail=ARTIFACT_NOTE)
         self._loaded(call, ctx)
 
     def _load_state_dict(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression, saved: Traced,
@@ -532,13 +569,12 @@ class NeuronTrace(_XlaRule):
         line = ctx.stack[-3] if len(ctx.stack) > 2 else None
         if target is None or not isinstance(ctx.parent, cst.Assign) or not isinstance(line, cst.SimpleStatementLine) \
                 or len(line.body) != 1 or not rebuildable(ctor, ctx):
-            ctx.marker(call, f"{LOAD_MARKED}: {p} now holds the state_dict of {built}: build it, then "
-                             f"load_state_dict(torch.load({p})) and compile it")
+            ctx.marker(call, f"{LOAD_MARKED}: build {built}, then load_state_dict(torch.load({p})) and compile it.")
             return
         try:
             torch = _torch(ctx, ctx.imports.binding_of(func))
         except NameClash as exc:
-            ctx.marker(call, f"{LOAD_MARKED}: {ARTIFACT_NOTE} ({exc})")
+            ctx.marker(call, f"{LOAD_MARKED}{LOAD_BY_HAND}", detail=f"{ARTIFACT_NOTE} ({exc})")
             return
         q = _quote(ctx)
         ctx.replace(call, ctor.deep_clone())
@@ -571,10 +607,10 @@ class NeuronTrace(_XlaRule):
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
         args = _example_call_args(example.value, id(scope), ctx) if example is not None else None
         if line is None or args is None or len(getattr(line, "body", ())) != 1:
-            ctx.marker(call, (
-                f"`{name}` is never called here, and torch.compile compiles at the first call (the trace compiled "
-                f"at this line): call {name}(...) once under torch.no_grad() with inputs of the traced shapes moved "
-                "to the neuron device, so that the graph is compiled (and cached) here as before"))
+            ctx.marker(call, f"Call {name}(...) once under torch.no_grad() with inputs of the traced shapes to compile it here.",
+                       detail=f"`{name}` is never called here, and torch.compile compiles at the first call (the trace "
+                              "compiled at this line): one call with inputs of the traced shapes moved to the neuron "
+                              "device compiles (and caches) the graph here as before.")
             return
         torch = _torch(ctx, ctx.imports.binding_of(call.func))
         statement = cst.parse_statement(
@@ -610,7 +646,7 @@ class NeuronTrace(_XlaRule):
         for t in node.targets:
             target = _code(t.target)
             if isinstance(t.target, cst.Attribute) and target.startswith(wrapped + "."):
-                ctx.marker(node, (
+                ctx.marker(node, f"Compile a copy of `{wrapped}` (copy.deepcopy) or the callable forward uses: it would contain itself.", detail=(
                     f"`{target} = {node.value.value}` puts the compiled model inside the module it compiles: "
                     f"torch.compile keeps the live `{wrapped}` (a trace was a separate artifact), so `{wrapped}` would "
                     f"contain itself and a forward that calls `{target}` recurses; compile the callable that forward "
@@ -623,8 +659,7 @@ class NeuronTrace(_XlaRule):
         containers = {k[1] for k in state.get("tuples", set()) if k[0] == scope}
         nested = {k[1] for k in state.get("nested", set()) if k[0] == scope}
         if any(isinstance(a.value, cst.Name) and a.value.value in nested for a in call.args):
-            ctx.marker(call, f"{name}(...) gets a container of containers: move each tensor in it to the neuron device "
-                             "with .to(\"neuron\") (a tuple has no .to())")
+            ctx.marker(call, f"Move each tensor in the nested containers given to {name}(...) to the neuron device by hand.")
             return
         if any(arg.star for arg in call.args):
             if len(call.args) == 1 and call.args[0].star == "*" and isinstance(call.args[0].value, cst.Name) \
@@ -635,10 +670,7 @@ class NeuronTrace(_XlaRule):
                 ctx.replace(call.args[0], lambda updated: updated.with_changes(value=moved))
                 ctx.finding(call, f"each example input of {name}(*{example}) moved to the neuron device")
                 return
-            ctx.marker(call, (
-                f"the inputs unpacked into {name}(...) with * / ** are not moved automatically: move each tensor "
-                "to the neuron device with .to(\"neuron\") (the compiled model runs there)"
-            ))
+            ctx.marker(call, f"Move each tensor unpacked into {name}(...) with * / ** to the neuron device by hand.")
             return
         if not any(_movable(arg.value) for arg in call.args):
             return
@@ -658,6 +690,41 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+def _dead_literal(name: cst.Name, ctx: PythonContext) -> tuple[cst.SimpleStatementLine, cst.BaseExpression, cst.CSTNode | None] | None:
+    """``name = <literal>`` on a line of its own in the body of the current scope, where the name occurs
+    nowhere else in the unit than there and at the call being handled: (that line, the literal, the next
+    statement)."""
+    scope = scope_of(ctx)
+    class Uses(cst.CSTVisitor):
+        count = 0
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)  # not the keyword
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # not the attribute name
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.count += node.value == name.value
+
+    uses = Uses()
+    ctx.module.visit(uses)
+    if uses.count != 2:
+        return None
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) and isinstance(scope.body, cst.IndentedBlock) \
+        else scope.body if isinstance(scope, cst.Module) else ()
+    literals = (cst.List, cst.Tuple, cst.Dict, cst.SimpleString, cst.ConcatenatedString)
+    for k, line in enumerate(body):
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(line.body[0], cst.Assign):
+            assign = line.body[0]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) \
+                    and assign.targets[0].target.value == name.value and isinstance(assign.value, literals):
+                return line, assign.value, (body[k + 1] if k + 1 < len(body) else None)
+    return None
 
 
 def _project_has(fact: str, probes: dict[str, tuple[str, ...]], ctx: PythonContext) -> bool:

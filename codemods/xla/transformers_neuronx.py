@@ -83,6 +83,21 @@ def _shardable(cls: str) -> bool | None:
 
 class TransformersNeuronxSampling(PythonRule):
     id = "NM411"
+    markers = (
+        ("Launch with `torchrun --nproc_per_node={n}`: {origin}={n} became DistributedConfig(tp_size={n}).",
+         """transformers-neuronx sharded the model over tp_degree NeuronCores inside one process; natively
+         DistributedConfig(tp_size=N) runs one process per NeuronCore, started by torchrun."""),
+        ("Map what the dropped neuron_config= set (quantization, GQA, batching) to Transformers options.",
+         """neuron_config= took a transformers-neuronx NeuronConfig (quantization, grouped-query attention layout,
+         continuous batching); Transformers has its own options for these (quantization_config, the
+         model's attention settings, generation/serving options)."""),
+        ("Pass attention_mask= for the left-padded prompts: generate() has no start_ids=.",
+         """start_ids= gave the offsets of left-padded prompts to transformers-neuronx's sample();
+         Transformers' generate() reads the padding from attention_mask."""),
+        ("Replace {name} with transformers.AutoModelForCausalLM (device_map=\"neuron\").",
+         """transformers-neuronx model classes do not exist on TorchNeuron: load the model with
+         transformers.AutoModelForCausalLM.from_pretrained(path, dtype=..., device_map="neuron")."""),
+    )
     title = "transformers-neuronx *ForSampling -> AutoModelForCausalLM on 'neuron' with a static cache; sample -> generate"
     fix = "mixed"
     triggers = ("transformers_neuronx",)
@@ -165,8 +180,8 @@ class TransformersNeuronxSampling(PythonRule):
             return
         qual = ctx.qualname(node)
         if qual in CLASSES:
-            ctx.marker(node, f"{qual} does not exist on TorchNeuron: use transformers.AutoModelForCausalLM "
-                             "(from_pretrained(path, dtype=..., device_map=\"neuron\"))")
+            ctx.marker(node, f"Replace {qual.rsplit('.', 1)[-1]} with transformers.AutoModelForCausalLM "
+                             "(device_map=\"neuron\").")
 
     # ---------------------------------------------------------------- calls
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
@@ -269,8 +284,7 @@ class TransformersNeuronxSampling(PythonRule):
             placement = ("distributed_config", cst.Call(func=dc, args=[
                 cst.Arg(keyword=cst.Name("tp_size"), value=cst.Integer(str(tp)), equal=_EQ)]))
             origin = "tp_degree" if "tp_degree" in kw else "the default tp_degree"
-            markers.append(f"launch with `torchrun --nproc_per_node={tp}`: {origin}={tp} became "
-                           f"DistributedConfig(tp_size={tp}), one process per NeuronCore")
+            markers.append(f"Launch with `torchrun --nproc_per_node={tp}`: {origin}={tp} became DistributedConfig(tp_size={tp}).")
         else:
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
             if not (isinstance(tp, int) and not isinstance(tp, bool)):
@@ -281,8 +295,7 @@ class TransformersNeuronxSampling(PythonRule):
                                       "divide the model's heads."))
 
         if "neuron_config" in kw:
-            markers.append("neuron_config= (a transformers-neuronx NeuronConfig) was dropped: map what it set "
-                           "(quantization, grouped-query layout, continuous batching) to Transformers options by hand")
+            markers.append("Map what the dropped neuron_config= set (quantization, GQA, batching) to Transformers options.")
         dropped = [k for k in kw if k not in ("amp", "tp_degree", "n_positions", "neuron_config")]
         if dropped:
             applied.append(f"compile options dropped: {', '.join(dropped)}")
@@ -341,8 +354,7 @@ class TransformersNeuronxSampling(PythonRule):
         if "input_ids" not in bound or "sequence_length" not in bound:
             return
         if "start_ids" in bound:
-            ctx.marker(call, "start_ids= (the offsets of left-padded prompts) has no generate() argument: pass "
-                             "attention_mask= for the padded prompts instead")
+            ctx.marker(call, "Pass attention_mask= for the left-padded prompts: generate() has no start_ids=.")
         if "stopping_criteria_list" in bound:
             ctx.marker(call, "stopping_criteria_list= becomes generate(stopping_criteria=StoppingCriteriaList([...])) "
                              "with transformers stopping criteria")
