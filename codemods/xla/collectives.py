@@ -316,9 +316,9 @@ class XlaCollectives(_XlaRule):
         gather goes in statements above the statement, the call becomes ``fn(values)`` where it was."""
         statement = _hoist_point(ctx, call)
         if statement is None:
-            return "it sits where it may not run once (a lambda, loop test, and/or, a conditional expression)"
+            return "it may not run exactly once here (a lambda, loop test, and/or)"
         if not _pure(bound["data"].value):
-            return "its data has calls that must run in place; gather it with dist.all_gather_object by hand"
+            return "its data has calls that must run in place"
         if _code(statement).count("mesh_reduce") != 1:
             return "rewrite one mesh_reduce per statement"
         tag = bound["tag"].value
