@@ -363,14 +363,15 @@ class XlaEnvironmentWrites(PythonRule):
     fix = "mixed"
     triggers = ("NEURON_CC_FLAGS", "NEURON_PARALLEL_COMPILE", "NEURON_IGNORE_TRAINING_SCRIPT_ERROR", "XLA_IR_DEBUG",
                 "XLA_HLO_DEBUG", "PJRT_DEVICE", "NEURON_FUSE_SOFTMAX", "XLA_FLAGS", "NEURON_NUM_RECENT_MODELS",
-                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS")
+                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS",
+                "NEURON_CUSTOM_SILU", "NEURONCORE_NUM_DEVICES", "TPU_NUM_DEVICES", "TPU_CHIPS_PER_HOST_BOUNDS")
     why = """
         What the shell rules do to launchers (NM512, NM513), done to the same settings written from
         Python: `os.environ["NEURON_FUSE_SOFTMAX"] = "1"`, `os.environ["PJRT_DEVICE"] = "NEURON"`,
         `os.environ.setdefault("NEURON_PARALLEL_COMPILE_MAX_RETRIES", "1")` and the other variables
         only the XLA stack (or neuron_parallel_compile) reads are removed. `NEURON_CC_FLAGS` set
         from string literals (directly, through a variable assigned one literal, or appended to
-        the inherited value) loses the XLA-era compiler flags (`--model-type`,
+        the inherited value) loses the XLA-era compiler flags (
         `--distribution-strategy`, `--cache_dir`, `--retry_failed_compilation`); the other flags
         are kept and flagged, as NM513 does.
     """
@@ -378,7 +379,7 @@ class XlaEnvironmentWrites(PythonRule):
         import os
 
         os.environ["NEURON_FUSE_SOFTMAX"] = "1"
-        flags = " --model-type=transformer -O1 "
+        flags = " --distribution-strategy=llm-training -O1 "
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     after = """
