@@ -415,13 +415,6 @@ class PythonContext:
         anc, deep = self._ancestors_of(node)
         self._edits.append(_Edit(self.rule_id, node, new, anc, deep))
 
-    def expression_replaced_around(self, ancestors: Sequence[cst.CSTNode]) -> bool:
-        """Whether some rule has asked (so far) to replace an expression among ``ancestors`` (a node's
-        ancestors, as :meth:`references` gives them): what lies inside it may not be in the output.
-        Statement-level edits (an insertion after, a removal) are not counted."""
-        ids = {id(a) for a in ancestors if not isinstance(a, (cst.BaseStatement, cst.BaseSmallStatement))}
-        return any(id(e.node) in ids for e in self._edits)
-
     def insert_after(
         self,
         statement: cst.BaseStatement,

@@ -132,17 +132,13 @@ class OldStackLeftovers(PythonRule):
         checked on its own, and an import nothing refers to is the self-check's (NM992). A bare
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
-        those, would otherwise add the marker the first one did not. Each bare use gets the marker
-        as well, at its own statement."""
+        those, would otherwise add the marker the first one did not."""
         for node, qual, local in ctx.local_state().get("aliases", ()):
             refs = ctx.references(local)
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
             ctx.marker(node, _advice(qual, local), detail=self._detail(qual, local))
-            for n, anc in refs:  # each bare use too: the import's marker alone leaves the uses below it unexplained
-                if any(n is b for b in bare) and not ctx.expression_replaced_around(anc):
-                    ctx.marker(n, _advice(qual, local), detail=self._detail(qual, local))
 
     def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:
         stmt = ctx.parent
