@@ -371,7 +371,7 @@ class XlaEnvironmentWrites(PythonRule):
         `os.environ.setdefault("NEURON_PARALLEL_COMPILE_MAX_RETRIES", "1")` and the other variables
         only the XLA stack (or neuron_parallel_compile) reads are removed. `NEURON_CC_FLAGS` set
         from string literals (directly, through a variable assigned one literal, or appended to
-        the inherited value) loses the XLA-era compiler flags (
+        the inherited value) loses the XLA-era compiler flags (`--model-type`,
         `--distribution-strategy`, `--cache_dir`, `--retry_failed_compilation`); the other flags
         are kept and flagged, as NM513 does.
     """
@@ -379,7 +379,7 @@ class XlaEnvironmentWrites(PythonRule):
         import os
 
         os.environ["NEURON_FUSE_SOFTMAX"] = "1"
-        flags = " --distribution-strategy=llm-training -O1 "
+        flags = " --model-type=transformer -O1 "
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     after = """
