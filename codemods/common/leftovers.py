@@ -19,6 +19,11 @@ OLD_STACK = (
     "neuronx_distributed",
     "neuronx_distributed_training",
     "libneuronxla",
+    "neuronx_distributed_inference",
+    "neuronxcc.nki",
+    "optimum.commands.neuron",
+    "optimum.commands.export.neuron",
+    "optimum.commands.export.neuronx",
 )
 
 
@@ -41,7 +46,8 @@ INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.com
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
-    (("transformers_neuronx",), "Replace `{name}`: load the model with AutoModelForCausalLM and device_map=\"neuron\"."),
+    (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
+    (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with AutoModelForCausalLM and device_map=\"neuron\"."),
     ((), "Replace `{name}` with DTensor, DistributedConfig or torch.distributed code."),
 )
 
@@ -51,7 +57,8 @@ class OldStackLeftovers(PythonRule):
     title = "Old-stack import or name with no automatic native replacement"
     fix = "manual"
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
-                "libneuronxla", "torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model")
+                "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
+                "torch.neuron.analyze_model")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -78,6 +85,8 @@ class OldStackLeftovers(PythonRule):
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
+        """`neuronxcc.nki` is the NKI namespace of the XLA-era compiler package; NKI kernels called from
+        TorchNeuron are written against the standalone `nki` package (`import nki`, `@nki.jit`).""",
         """transformers-neuronx is not part of TorchNeuron: Transformers loads the model with
         device_map="neuron" and generates with a static KV cache; compiled artifacts are not reused.""",
         """neuronx-distributed is not part of TorchNeuron: parallelism is DTensor/DeviceMesh (tensor-parallel

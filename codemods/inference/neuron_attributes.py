@@ -39,7 +39,11 @@ NEURON_CONFIG_FIELDS = {
     "auto_cast_type": "`{m}.dtype`",
     "torch_dtype": "`{m}.dtype`",
     "checkpoint_id": "the original checkpoint id you now load",
+    "on_device_sampling": "`{m}.generate(do_sample=True, ...)` (sampling runs in generate)",
 }
+#: keywords of the optimum-neuron (NxD) decoders' forward that a native model's forward does not accept
+FORWARD_ONLY = ("seq_ids", "sampling_params")
+FORWARD_MARKER = "Drop `{kw}=`: an optimum-neuron forward argument; a native model samples through `{m}.generate(...)`."
 #: field read -> the load keywords that gave it (first found wins)
 LOAD_KEYWORDS = {
     "sequence_length": ("sequence_length", "n_positions"),
@@ -125,11 +129,26 @@ class NeuronConfigReads(PythonRule):
         `input_static_shapes` reads are NM107's. The runtime attributes of the optimum-neuron model
         classes (`max_length`, `batch_size`, `prepare_inputs_for_prefill`, `prepare_inputs_for_decode`,
         `reset_generation`) on such a model: the literal the load passed (`sequence_length`,
-        `batch_size`), else a marker.
+        `batch_size`), else a marker. A call of such a model (or its `forward`) with the NxD decoders'
+        `seq_ids=` / `sampling_params=` keywords gets a marker (the native forward rejects them).
     """
 
     def handlers(self):
-        return {cst.Assign: self._on_assign, cst.Attribute: self._on_attribute}
+        return {cst.Assign: self._on_assign, cst.Attribute: self._on_attribute, cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        """``model(ids, seq_ids=..., sampling_params=...)`` / ``model.forward(...)`` on a model the unit
+        loaded through optimum.neuron: the native forward raises TypeError on these keywords."""
+        kws = [a.keyword.value for a in node.args if a.keyword is not None and a.keyword.value in FORWARD_ONLY]
+        if not kws or not self._active(ctx):
+            return
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        model = ctx.module.code_for_node(func)
+        if model not in ctx.local_state()["models"]:
+            return  # not a model this unit loaded through optimum.neuron
+        ctx.marker(node, FORWARD_MARKER.format(kw="=`, `".join(kws), m=model))
 
     def _active(self, ctx: PythonContext) -> bool:
         state = ctx.local_state()

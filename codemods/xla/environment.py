@@ -374,7 +374,8 @@ class XlaEnvironmentWrites(PythonRule):
     fix = "mixed"
     triggers = ("NEURON_CC_FLAGS", "NEURON_PARALLEL_COMPILE", "NEURON_IGNORE_TRAINING_SCRIPT_ERROR", "XLA_IR_DEBUG",
                 "XLA_HLO_DEBUG", "PJRT_DEVICE", "NEURON_FUSE_SOFTMAX", "XLA_FLAGS", "NEURON_NUM_RECENT_MODELS",
-                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS")
+                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS",
+                "NEURON_CUSTOM_SILU", "NEURONCORE_NUM_DEVICES", "TPU_NUM_DEVICES", "TPU_CHIPS_PER_HOST_BOUNDS")
     why = """
         What the shell rules do to launchers (NM512, NM513), done to the same settings written from
         Python: `os.environ["NEURON_FUSE_SOFTMAX"] = "1"`, `os.environ["PJRT_DEVICE"] = "NEURON"`,

@@ -81,6 +81,14 @@ def _shardable(cls: str) -> bool | None:
     return api().has_tp_plan(model_type)
 
 
+#: transformers-neuronx's compiled-artifact calls (a directory of NEFFs): a Transformers model has
+#: ``save``/``load`` of neither kind (AttributeError), and TorchNeuron compiles at the first call
+ARTIFACT_CALLS = {
+    "save": "`{m}.save(...)` wrote transformers-neuronx compiled artifacts: drop it, or use `{m}.save_pretrained(dir)`.",
+    "load": "`{m}.load(...)` read transformers-neuronx compiled artifacts: drop it (TorchNeuron compiles at first call).",
+}
+
+
 class TransformersNeuronxSampling(PythonRule):
     id = "NM411"
     markers = (
@@ -225,6 +233,9 @@ class TransformersNeuronxSampling(PythonRule):
             return
         if method == "sample" and receiver in ctx.local_state().get("models", set()):
             self._sample(call, receiver, ctx)
+            return
+        if method in ARTIFACT_CALLS and call.args and receiver in ctx.local_state().get("models", set()):
+            ctx.marker(call, ARTIFACT_CALLS[method].format(m=receiver))
 
     def _split_save(self, call: cst.Call, ctx: PythonContext) -> None:
         """``save_pretrained_split(model, path)`` wrote a Transformers model's weights as one file per
