@@ -70,6 +70,12 @@ def _first_divergence(a: list, b: list) -> int:
 LOW_PRECISION = {"bfloat16": 2 ** -8, "float16": 2 ** -11}
 
 
+SAMPLED_NOTE = ("generate() samples (do_sample): the tokens are random draws, equal only when both sides draw "
+                "the same numbers in the same order; likely causes: --no-seed, a seed the script sets elsewhere, "
+                "another number of draws before generate() (dropout, shuffling), or another sampling setting "
+                "(temperature, top_k, top_p)")
+
+
 def _dtype_note(run: dict, ref: dict) -> str | None:
     a, b = run.get("dtype"), ref.get("dtype")
     if a and b and a != b:
@@ -149,6 +155,9 @@ def compare_generate(run: list, ref: list, atol: float = 1e-5, rtol: float = 1e-
         if len(rt) != len(gt):
             checks.append(Check(name, False, f"batch size {len(rt)}, reference {len(gt)}"))
             continue
+        if (r.get("sampled") or g.get("sampled")) and not (r.get("dtype") and g.get("dtype")
+                                                            and r.get("dtype") != g.get("dtype")):
+            note = SAMPLED_NOTE
         for row, (a, b) in enumerate(zip(rt, gt)):
             if a != b:
                 pos = _first_divergence(a, b)

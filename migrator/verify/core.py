@@ -49,6 +49,9 @@ class Options:
     original_cache: Path | None = None    # reuse the original's observations (cache.py)
     allow_dtype_change: bool = False      # a dtype difference between the sides is intended
     before: list[str] = field(default_factory=list)  # --before "SCRIPT [ARGS...]": steps run first (before.py)
+    seed: int | None = 0                  # both sides seeded at start (None: --no-seed)
+    dropout: str = "auto"                 # auto (off on a real device) | on | off
+    child_env: dict = field(default_factory=dict)  # set by _run: what seed/dropout mean for the children
 
 
 SELF_NOTE = ("note: no original given (--against): this compares the migrated script with a second run of "
@@ -58,6 +61,12 @@ SELF_NOTE = ("note: no original given (--against): this compares the migrated sc
              "revision such as HEAD)")
 DEFAULT_HEAD_NOTE = ("note: no --against given: {script} differs from its committed version, so it is "
                      "compared with git HEAD's version (--against HEAD)")
+SEED_NOTE = ("note: both sides start seeded with {seed} (Python random, NumPy, torch: as transformers.set_seed); "
+             "--no-seed runs the script's own randomness")
+DROPOUT_NOTE = ("note: dropout disabled on both sides (every torch.nn.functional dropout and SDPA's dropout_p are "
+                "the identity): on {device} dropout draws from the device's own generator, which no CPU run "
+                "reproduces; --dropout on keeps it")
+DROPOUTS = ("auto", "on", "off")
 NOTHING_COMPARED = ("nothing compared: no output of the script was compared with the reference (a compile "
                     "audit alone proves nothing about the results)")
 
@@ -134,6 +143,8 @@ def _validate(opts: Options) -> None:
         raise VerifyError("--nproc and --original-nproc must be at least 1")
     if opts.timeout <= 0:
         raise VerifyError("--timeout must be positive")
+    if opts.dropout not in DROPOUTS:
+        raise VerifyError(f"--dropout must be one of {', '.join(DROPOUTS)}, not {opts.dropout!r}")
     if not opts.script.is_file():
         raise VerifyError(f"script not found: {opts.script}")
     if opts.against is not None and opts.baseline is not None:
@@ -178,6 +189,7 @@ def _run(opts: Options, report: dict, out, err) -> int:
             raise VerifyError(str(exc)) from None
     device = resolve_device(opts.device)
     report["device"] = device
+    _child_env(opts, report, device)
     mode = _mode(opts, report)
     report["mode"] = mode
     if opts.original_python is not None and mode != "against":
@@ -203,6 +215,23 @@ def _run(opts: Options, report: dict, out, err) -> int:
         raise VerifyError(str(exc)) from None
     finally:
         _drop_scratch(opts, report, root)
+
+
+def _child_env(opts: Options, report: dict, device: str) -> None:
+    """The seed and the dropout policy, the same for every run (both sides), said in the report."""
+    from migrator.verify.child import DROPOUT_ENV, SEED_ENV
+
+    env = {SEED_ENV: "off" if opts.seed is None else str(opts.seed)}
+    report["seed"] = opts.seed
+    if opts.seed is not None:
+        report["notes"].append(SEED_NOTE.format(seed=opts.seed))
+    # on cpu/emulate both sides draw from the same (seeded) CPU generator: dropout compares as it is
+    off = opts.dropout == "off" or (opts.dropout == "auto" and device in ("neuron", "cuda"))
+    report["dropout"] = "off" if off else "on"
+    if off:
+        env[DROPOUT_ENV] = "off"
+        report["notes"].append(DROPOUT_NOTE.format(device=device if device in ("neuron", "cuda") else "a device"))
+    opts.child_env = env
 
 
 def _drop_scratch(opts: Options, report: dict, root: Path) -> None:
@@ -244,7 +273,7 @@ def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_
                          stderr=err, report=report)
     main = run_child(place.script if place else opts.script, opts.script_args, device, nproc=opts.nproc,
                      timeout=opts.timeout, stdout=child_out, stderr=err, label=f"{device} run",
-                     cwd=place.cwd if place else None)
+                     cwd=place.cwd if place else None, env_extra=opts.child_env)
     if not _take_main(opts, report, main):
         return 2
     obs = main.data.get("observations") or {}
@@ -269,7 +298,7 @@ def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_
                              stdout=child_out, stderr=err, report=report)
         ref = run_child(place.script if place else opts.script, opts.script_args, "cpu", nproc=opts.nproc,
                         timeout=opts.timeout, stdout=child_out, stderr=err, label="cpu reference run",
-                        cwd=place.cwd if place else None)
+                        cwd=place.cwd if place else None, env_extra=opts.child_env)
         report["reference_wall_time_s"] = ref.data.get("wall_time_s")
         if not ref.ok:
             report["reason"] = ref.reason
@@ -319,7 +348,7 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
             raise VerifyError(str(exc)) from None
         main = run_child(mig_place.script, opts.script_args, device, nproc=opts.nproc, timeout=opts.timeout,
                          stdout=child_out, stderr=err, label=f"migrated run ({device})", side="migrated",
-                         cwd=mig_place.cwd)
+                         cwd=mig_place.cwd, env_extra=opts.child_env)
         if not _take_main(opts, report, main):
             return 2
         obs = main.data.get("observations") or {}
@@ -340,7 +369,7 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
         # before the before-steps run: what they write into the copy is not part of the key
         key = cache.key(place.script.parent, place.script.name, opts.script_args, user_cwd,
                         opts.original_python or sys.executable, nproc,
-                        before=before.cache_entries(steps, place.script.parent))
+                        before=before.cache_entries(steps, place.script.parent), env=opts.child_env)
         data = cache.load(Path(opts.original_cache), key)
         if data is not None:
             report["reference"] += " (observations from the cache)"
@@ -353,7 +382,7 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
                      stdout=child_out, stderr=err, report=report)
     ref = run_child(place.script, opts.script_args, "cpu", nproc=nproc, timeout=opts.timeout, stdout=child_out,
                     stderr=err, label="original run (cpu)", side="original", cwd=place.cwd,
-                    python=opts.original_python)
+                    python=opts.original_python, env_extra=opts.child_env)
     report["reference_wall_time_s"] = ref.data.get("wall_time_s")
     if ref.ok and key is not None:
         cache.store(Path(opts.original_cache), key, ref.data)
