@@ -80,3 +80,35 @@ def test_divergent_sampled_generation_names_sampling_not_the_dtype():
     # a real dtype change still says so
     run[0]["dtype"] = "float32"
     assert "dtype change is the likely cause" in cmp.compare_generate(run, ref)[0].detail
+
+
+# ----------------------------------------------------------------------------- §6 the neuron device
+
+def test_migrated_run_that_never_reached_neuron_fails():
+    orig = str(FIX / "xla_original.py")
+    proc = run_verify(str(FIX / "xla_migrated_cpu.py"), "--against", orig, "--device", "emulate")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "nothing ran on neuron" in proc.stdout
+    proc = run_verify(str(FIX / "xla_migrated.py"), "--against", orig, "--device", "emulate")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nothing ran on neuron" not in proc.stdout
+
+
+def test_neuron_check_only_where_the_run_was_meant_for_neuron(tmp_path):
+    assert core.neuron_check({"reached_neuron": False}, True)[0].ok is False
+    assert core.neuron_check({"reached_neuron": True}, True) == []
+    assert core.neuron_check({"reached_neuron": False}, False) == []
+    assert core.neuron_check({}, True) == []  # real neuron: no emulated device to ask
+    script = tmp_path / "s.py"
+    script.write_text("# neuron-migrate: a marker\nx = 1\n")
+    assert not core._mentions_neuron(script)
+    script.write_text('model.to("neuron")\n')
+    assert core._mentions_neuron(script)
+
+
+def test_cpu_batch_into_a_neuron_compiled_model_is_device_mixing():
+    import io
+
+    lines = _lines(run_child(FIX / "compile_mix.py", [], "emulate", stdout=io.StringIO()))
+    assert lines[0] == "True"
+    assert lines[1].startswith("error: Expected all tensors to be on the same device")

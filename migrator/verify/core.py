@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -286,7 +287,7 @@ def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_
             raise VerifyError(f"cannot write golden file {opts.record}: {exc.strerror or exc}") from None
         report["recorded"] = str(opts.record)
 
-    checks: list[Check] = []
+    checks: list[Check] = neuron_check(main.data, _mentions_neuron(opts.script))
     if golden is not None:
         checks += compare(obs, golden["observations"], opts.atol, opts.rtol,
                           allow_dtype_change=opts.allow_dtype_change)
@@ -354,6 +355,7 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
         obs = main.data.get("observations") or {}
         checks = compare(obs, ref.data.get("observations") or {}, opts.atol, opts.rtol,
                          allow_dtype_change=opts.allow_dtype_change)
+        checks += neuron_check(main.data, bool(ref.data.get("old_stack")))
         return _verdict(opts, report, checks, obs, comparing=True)
     finally:
         _drop_scratch(opts, report, root)
@@ -387,6 +389,31 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
     if ref.ok and key is not None:
         cache.store(Path(opts.original_cache), key, ref.data)
     return ref
+
+
+NOTHING_ON_NEURON = ("nothing ran on neuron: no model and no tensor of the migrated run was placed on the neuron "
+                     "device, so it ran on CPU (a device_map=\"auto\" load, a device variable left at \"cpu\", a "
+                     "fallback branch now always taken); place the model and its inputs on \"neuron\"")
+
+
+def neuron_check(data: dict, expected: bool) -> list[Check]:
+    """A failed "neuron device" check when the run was meant for Neuron (``expected``: the original used the
+    old stack, or the script names the device) and the emulated device saw nothing (real Neuron, cpu: no
+    check)."""
+    if expected and data.get("reached_neuron") is False:
+        return [Check("neuron device", False, NOTHING_ON_NEURON, compared=False)]
+    return []
+
+
+_NEURON_LITERAL = re.compile(r"""["']neuron(?::\d+)?["']""")
+
+
+def _mentions_neuron(script: Path) -> bool:
+    """The script names the device in a string ("neuron", 'neuron:0'; a marker comment does not count)."""
+    try:
+        return bool(_NEURON_LITERAL.search(script.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return False
 
 
 def _take_main(opts: Options, report: dict, main: RunResult) -> bool:
