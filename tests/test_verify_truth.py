@@ -112,3 +112,29 @@ def test_cpu_batch_into_a_neuron_compiled_model_is_device_mixing():
     lines = _lines(run_child(FIX / "compile_mix.py", [], "emulate", stdout=io.StringIO()))
     assert lines[0] == "True"
     assert lines[1].startswith("error: Expected all tensors to be on the same device")
+
+
+# ----------------------------------------------------------------------------- §5 printed output
+
+def test_inf2_is_a_word_and_inf_a_number():
+    assert cmp.normalise_line("instance inf2.xlarge, 2 cores") == ("instance inf2.xlarge, # cores", [2.0])
+    assert cmp.normalise_line("loss inf")[1] == [float("inf")]
+
+
+@pytest.mark.parametrize("line", ["time_avg_ms 12.3", "latency: 4.5", "throughput 100", "12.5 samples/s",
+                                  "p50_ms=3", "generation_time 0.4", "tokens/s: 88"])
+def test_latency_and_timing_lines_are_ignored(line):
+    assert cmp.normalise_line(line) is None
+    check = cmp.compare_stdout({"lines": ["done", line]}, {"lines": ["done", line.replace("1", "9")]}, 1e-5, 1e-4)
+    assert check[-1].ok
+
+
+def test_printed_old_class_vs_new_one_is_renamed_not_a_difference():
+    ref = {"lines": ["NeuronTrainingArguments(output_dir=out, lr=0.001)", "NeuronModelForCausalLM(", "  x: 4"]}
+    run = {"lines": ["TrainingArguments(output_dir=out, lr=0.001)", "LlamaForCausalLM(", "  x: 4"]}
+    check = cmp.compare_stdout(run, ref, 1e-5, 1e-4)[-1]
+    assert check.ok and "renamed" in check.detail and "'NeuronTrainingArguments' -> 'TrainingArguments'" in check.detail
+    # another value, or two new classes, are still differences
+    run["lines"][0] = "TrainingArguments(output_dir=out, lr=0.002)"
+    assert not cmp.compare_stdout(run, ref, 1e-5, 1e-4)[-1].ok
+    assert not cmp.compare_stdout({"lines": ["GPT2ForCausalLM("]}, {"lines": ["LlamaForCausalLM("]}, 1e-5, 1e-4)[-1].ok
