@@ -67,7 +67,7 @@ def test_dropout_policy_is_off_on_a_real_device_and_said_in_the_report(tmp_path,
     core._child_env(opts, report, device)
     assert report["dropout"] == ("off" if off else "on")
     assert (opts.child_env.get(DROPOUT_ENV) == "off") is off
-    assert any("dropout disabled on both sides" in n for n in report["notes"]) is off
+    assert any("dropout disabled on both sides" in n for n in report["determinism"]) is off
     assert opts.child_env[SEED_ENV] == "0"
 
 
@@ -138,3 +138,39 @@ def test_printed_old_class_vs_new_one_is_renamed_not_a_difference():
     run["lines"][0] = "TrainingArguments(output_dir=out, lr=0.002)"
     assert not cmp.compare_stdout(run, ref, 1e-5, 1e-4)[-1].ok
     assert not cmp.compare_stdout({"lines": ["GPT2ForCausalLM("]}, {"lines": ["LlamaForCausalLM("]}, 1e-5, 1e-4)[-1].ok
+
+
+# ----------------------------------------------------------------------------- §4 the same model on both sides
+
+def test_wrapped_model_is_named_as_the_model_it_wraps():
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from migrator.verify import observe
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.q(x)
+
+    class FullyShardedDataParallel(torch.nn.Module):  # the wrapper's shape: .module
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    m = Tiny()
+    assert observe._model_name(torch.compile(m)) == "Tiny"
+    assert observe._model_name(torch.nn.DataParallel(m)) == "Tiny"
+    assert observe._model_name(FullyShardedDataParallel(torch.compile(m))) == "Tiny"
+    assert observe._model_name(peft.get_peft_model(Tiny(), peft.LoraConfig(target_modules=["q"]))) == "Tiny"
+
+
+def test_eager_modules_are_observed_beside_a_compiled_one():
+    import io
+
+    result = run_child(FIX / "eager_and_compiled.py", [], "cpu", stdout=io.StringIO())
+    assert result.ok, result.reason
+    calls = [(f["model"], f["call"]) for f in result.data["observations"]["forward"]]
+    assert calls == [("Linear", 0), ("Sequential", 0), ("Linear", 1), ("Sequential", 1)]

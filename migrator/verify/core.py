@@ -62,9 +62,9 @@ SELF_NOTE = ("note: no original given (--against): this compares the migrated sc
              "revision such as HEAD)")
 DEFAULT_HEAD_NOTE = ("note: no --against given: {script} differs from its committed version, so it is "
                      "compared with git HEAD's version (--against HEAD)")
-SEED_NOTE = ("note: both sides start seeded with {seed} (Python random, NumPy, torch: as transformers.set_seed); "
+SEED_NOTE = ("both sides start seeded with {seed} (Python random, NumPy, torch: as transformers.set_seed); "
              "--no-seed runs the script's own randomness")
-DROPOUT_NOTE = ("note: dropout disabled on both sides (every torch.nn.functional dropout and SDPA's dropout_p are "
+DROPOUT_NOTE = ("dropout disabled on both sides (every torch.nn.functional dropout and SDPA's dropout_p are "
                 "the identity): on {device} dropout draws from the device's own generator, which no CPU run "
                 "reproduces; --dropout on keeps it")
 DROPOUTS = ("auto", "on", "off")
@@ -190,7 +190,6 @@ def _run(opts: Options, report: dict, out, err) -> int:
             raise VerifyError(str(exc)) from None
     device = resolve_device(opts.device)
     report["device"] = device
-    _child_env(opts, report, device)
     mode = _mode(opts, report)
     report["mode"] = mode
     if opts.original_python is not None and mode != "against":
@@ -201,6 +200,7 @@ def _run(opts: Options, report: dict, out, err) -> int:
         steps = before.parse(opts.before, opts.script, Path.cwd())
     except before.BeforeError as exc:
         raise VerifyError(str(exc)) from None
+    _child_env(opts, report, device)  # after the mode's note: that one comes first
     # the script's stdout must not corrupt a JSON report printed on stdout
     child_out = err if (opts.fmt == "json" and opts.output is None) else out
 
@@ -224,14 +224,16 @@ def _child_env(opts: Options, report: dict, device: str) -> None:
 
     env = {SEED_ENV: "off" if opts.seed is None else str(opts.seed)}
     report["seed"] = opts.seed
+    said = []
     if opts.seed is not None:
-        report["notes"].append(SEED_NOTE.format(seed=opts.seed))
+        said.append(SEED_NOTE.format(seed=opts.seed))
     # on cpu/emulate both sides draw from the same (seeded) CPU generator: dropout compares as it is
     off = opts.dropout == "off" or (opts.dropout == "auto" and device in ("neuron", "cuda"))
     report["dropout"] = "off" if off else "on"
     if off:
         env[DROPOUT_ENV] = "off"
-        report["notes"].append(DROPOUT_NOTE.format(device=device if device in ("neuron", "cuda") else "a device"))
+        said.append(DROPOUT_NOTE.format(device=device if device in ("neuron", "cuda") else "a device"))
+    report["determinism"] = said
     opts.child_env = env
 
 
@@ -473,6 +475,8 @@ def render_text(report: dict) -> str:
     lines.append(f"neuron-migrate verify {report['script']}")
     if report.get("device"):
         lines.append(f"device: {report['device']}    reference: {report.get('reference', '-')}")
+    for line in report.get("determinism") or []:
+        lines.append(f"{line}")
     checks = report.get("checks") or []
     if checks:
         width = max(len(c["name"]) for c in checks)
