@@ -174,3 +174,17 @@ def test_eager_modules_are_observed_beside_a_compiled_one():
     assert result.ok, result.reason
     calls = [(f["model"], f["call"]) for f in result.data["observations"]["forward"]]
     assert calls == [("Linear", 0), ("Sequential", 0), ("Linear", 1), ("Sequential", 1)]
+
+
+# ----------------------------------------------------------------------------- §7 originals that must run
+
+@pytest.mark.parametrize("script,args,expected", [
+    ("old_apis.py", [str(FIX.parent / "tiny-llama")], ["token set False", "ids True 2"]),
+    ("trace_gpt2.py", [], ["logits (1, 8, 64) cache layers 1"]),
+])
+def test_originals_of_the_old_era_run(script, args, expected):
+    import io
+
+    result = run_child(FIX / script, args, "cpu", side="original", stdout=io.StringIO(), stderr=io.StringIO(),
+                       env_extra={"HF_TOKEN": "", "HF_HOME": str(FIX / "no-hf-home")})
+    assert _lines(result) == expected
