@@ -342,7 +342,7 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
         try:
             ref = _run_original(opts, report, orig_place, user_cwd, child_out, err, steps)
             if not ref.ok:
-                report["reason"] = ref.reason
+                report["reason"] = ref.reason + original_hint(ref.data)
                 return 2
             before.run_steps(steps, mig_place.script.parent, side="migrated", side_label="migrated",
                              device=device, nproc=opts.nproc, timeout=opts.timeout, cwd=mig_place.cwd,
@@ -391,6 +391,20 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
     if ref.ok and key is not None:
         cache.store(Path(opts.original_cache), key, ref.data)
     return ref
+
+
+OLD_LIBRARIES_HINT = ("; the original may use an API of the libraries it was written for that today's lack "
+                      "(Transformers 4.x, TRL 0.x, huggingface_hub 0.x): run it with --original-python PATH, the "
+                      "interpreter of an environment with those versions")
+
+
+def original_hint(data: dict) -> str:
+    """What to do when the original failed on an ImportError/AttributeError (not an old-stack API: those
+    are "not emulated")."""
+    error = str(data.get("error") or "")
+    if not data.get("not_emulated") and error.startswith(("ImportError", "AttributeError", "ModuleNotFoundError")):
+        return OLD_LIBRARIES_HINT
+    return ""
 
 
 NOTHING_ON_NEURON = ("nothing ran on neuron: no model and no tensor of the migrated run was placed on the neuron "
