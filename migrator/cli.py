@@ -429,6 +429,12 @@ def _build_app():
         allow_dtype_change: bool = typer.Option(
             False, "--allow-dtype-change",
             help="A dtype that differs from the reference's (bf16 vs fp32) is intended: compare the values only."),
+        seed: int = typer.Option(0, "--seed", help="Both sides start with random, NumPy and torch seeded with this."),
+        no_seed: bool = typer.Option(False, "--no-seed", help="Do not seed: the script's own randomness."),
+        dropout: str = typer.Option(
+            "auto", "--dropout",
+            help="auto (disabled on both sides when the migrated run is on a real device, whose generator no CPU "
+                 "run reproduces), on or off."),
     ) -> None:
         from migrator.verify import Options, run_verify
 
@@ -441,7 +447,7 @@ def _build_app():
             max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
             against=against, original_python=original_python, original_nproc=original_nproc,
             keep_scratch=keep_scratch, original_cache=original_cache, allow_dtype_change=allow_dtype_change,
-            before=list(before or []),
+            before=list(before or []), seed=None if no_seed else seed, dropout=dropout,
         )
         code, _report = run_verify(opts, out=sys.stdout, err=sys.stderr)
         raise typer.Exit(code)

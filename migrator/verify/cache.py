@@ -76,11 +76,13 @@ def _python_version(python: str) -> str:
 
 
 def key(project_copy: Path, script_name: str, args: list[str], user_cwd: Path, python: str, nproc: int,
-        before: list[list] | None = None) -> str:
-    """``before``: the ``--before`` steps, each [script path in the project, its arguments, content digest]."""
+        before: list[list] | None = None, env: dict | None = None) -> str:
+    """``before``: the ``--before`` steps, each [script path in the project, its arguments, content digest];
+    ``env``: the child's environment settings of verify (seed, dropout policy)."""
     h = hashlib.sha256()
     h.update(json.dumps({"script": script_name, "args": args, "python": python, "nproc": nproc,
-                         "version": _python_version(python), "before": before or []}).encode())
+                         "version": _python_version(python), "before": before or [],
+                         "env": env or {}}, sort_keys=True).encode())
     _walk(project_copy, h, "project")
     for i, p in enumerate(_arg_paths(args, user_cwd)):
         _walk(p, h, f"arg{i}")

@@ -19,6 +19,47 @@ import time
 OUT_ENV = "NEURON_MIGRATE_VERIFY_OUT"
 DEVICE_ENV = "NEURON_MIGRATE_VERIFY_DEVICE"
 INSTRUMENT_ENV = "NEURON_MIGRATE_VERIFY_INSTRUMENT"  # "0" = device layer only (benchmarks)
+SEED_ENV = "NEURON_MIGRATE_VERIFY_SEED"        # an int: seed random/numpy/torch at start; "off": do not
+DROPOUT_ENV = "NEURON_MIGRATE_VERIFY_DROPOUT"  # "off": every dropout (and SDPA's dropout_p) is the identity
+
+
+def seed_everything(seed: int) -> None:
+    """What ``transformers.set_seed(seed)`` does (random, NumPy, torch and with it every device
+    generator), without importing anything: Python's generator now, NumPy's and torch's the moment each is
+    first imported (a post-import hook: a script that sets its environment before ``import torch`` keeps
+    that order). The same start on both sides, so an unseeded script compares by design, not by chance."""
+    import random
+
+    from migrator.verify import instrument
+
+    random.seed(seed)
+    instrument.on_import("numpy", lambda m: m.random.seed(seed))
+    # torch.manual_seed also seeds the CUDA/XLA/neuron generators where they exist (lazily)
+    instrument.on_import("torch", lambda m: m.manual_seed(seed))
+
+
+def disable_dropout(torch) -> None:
+    """Dropout draws from the device's generator, which differs by device by design (CPU, torch-xla,
+    neuron): with NEURON_MIGRATE_VERIFY_DROPOUT=off both sides run every dropout as the identity
+    (``nn.Dropout`` and the models call ``torch.nn.functional`` at call time), and SDPA with dropout_p=0."""
+    F = torch.nn.functional
+
+    def identity(input, p=0.5, training=True, inplace=False):
+        return input
+
+    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"):
+        if hasattr(F, name):
+            setattr(F, name, identity)
+    sdpa = F.scaled_dot_product_attention
+
+    def scaled_dot_product_attention(*args, **kwargs):
+        if len(args) > 4:
+            args = (*args[:4], 0.0, *args[5:])
+        else:
+            kwargs["dropout_p"] = 0.0
+        return sdpa(*args, **kwargs)
+
+    F.scaled_dot_product_attention = scaled_dot_product_attention
 
 
 def _peak_rss_mb() -> float | None:
@@ -65,6 +106,11 @@ def main(argv: list[str]) -> int:
     instrument.install(device)
     side.track_process_group()
     side.install_emulation()  # the original side: the old stack emulated on CPU (migrator.verify.oldstack)
+    seed = os.environ.get(SEED_ENV, "off")
+    if seed != "off":
+        seed_everything(int(seed))
+    if os.environ.get(DROPOUT_ENV) == "off":
+        instrument.on_import("torch", disable_dropout)
 
     sys.argv = [script, *args]
     # as `python SCRIPT` does: the script's folder first (``-m`` put the cwd there instead)

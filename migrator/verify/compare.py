@@ -70,6 +70,12 @@ def _first_divergence(a: list, b: list) -> int:
 LOW_PRECISION = {"bfloat16": 2 ** -8, "float16": 2 ** -11}
 
 
+SAMPLED_NOTE = ("generate() samples (do_sample): the tokens are random draws, equal only when both sides draw "
+                "the same numbers in the same order; likely causes: --no-seed, a seed the script sets elsewhere, "
+                "another number of draws before generate() (dropout, shuffling), or another sampling setting "
+                "(temperature, top_k, top_p)")
+
+
 def _dtype_note(run: dict, ref: dict) -> str | None:
     a, b = run.get("dtype"), ref.get("dtype")
     if a and b and a != b:
@@ -149,6 +155,9 @@ def compare_generate(run: list, ref: list, atol: float = 1e-5, rtol: float = 1e-
         if len(rt) != len(gt):
             checks.append(Check(name, False, f"batch size {len(rt)}, reference {len(gt)}"))
             continue
+        if (r.get("sampled") or g.get("sampled")) and not (r.get("dtype") and g.get("dtype")
+                                                            and r.get("dtype") != g.get("dtype")):
+            note = SAMPLED_NOTE
         for row, (a, b) in enumerate(zip(rt, gt)):
             if a != b:
                 pos = _first_divergence(a, b)
@@ -513,11 +522,13 @@ def compare_models(kind: str, what: str, run: dict, ref: dict, atol: float, rtol
 
 # printed output: timing and progress lines are left out, device names and addresses normalised
 _TIMING = re.compile(r"it/s|s/it|\d%\||\bseconds?\b|\bsecs?\b|\btime\b|\belapsed\b|runtime|per_second|"
-                     r"\btook\b|\b\d+:\d\d(?::\d\d)?\b|\d(?:\.\d+)?\s?(?:ms|s|sec|min)\b", re.IGNORECASE)
+                     r"\btook\b|\b\d+:\d\d(?::\d\d)?\b|\d(?:\.\d+)?\s?(?:ms|s|sec|min)\b|"
+                     r"latency|throughput|samples?/s(?:ec)?\b|tokens?/s(?:ec)?\b|\bQPS\b|"
+                     r"(?<![A-Za-z])time_\w+|\w_time\b|_(?:ms|us|ns|secs?)\b", re.IGNORECASE)
 _DEVICE = re.compile(r"\b(?:xla|neuron|cpu|cuda|privateuseone)(?::\d+)?\b")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
-                     r"|(?<![A-Za-z_])(?:nan|inf)(?![A-Za-z_])")
+                     r"|(?<![A-Za-z_\d])(?:nan|inf)(?![A-Za-z_\d])")
 
 
 def normalise_line(line: str) -> tuple[str, list[float]] | None:
@@ -531,6 +542,30 @@ def normalise_line(line: str) -> tuple[str, list[float]] | None:
 
 def _same_line(a, b, atol: float, rtol: float) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(_close(x, y, atol, rtol) for x, y in zip(a[1], b[1]))
+
+
+_WORD = re.compile(r"[A-Za-z_][\w.]*|\S")
+#: a class or module name of the old stack (NeuronTrainingArguments, NeuronModelForCausalLM, XlaFoo...)
+_OLD_NAME = re.compile(r"Neuron|neuronx|optimum\.neuron|[Xx]la[A-Z_.]|torch_xla")
+
+
+def renamed(a, b, atol: float, rtol: float) -> tuple[str, str] | None:
+    """(old name, new name) when two normalised lines differ only where the reference names a class or
+    module of the old stack and this run one identifier (a printed repr or config naming the migrated
+    class): a rename, not another behaviour. None otherwise."""
+    if len(a[1]) != len(b[1]) or not all(_close(x, y, atol, rtol) for x, y in zip(a[1], b[1])):
+        return None
+    ta, tb = _WORD.findall(a[0]), _WORD.findall(b[0])
+    if len(ta) != len(tb):
+        return None
+    pair = None
+    for x, y in zip(ta, tb):
+        if x == y:
+            continue
+        if not (_OLD_NAME.search(y) and re.fullmatch(r"[A-Za-z_][\w.]*", x)):
+            return None
+        pair = pair or (y, x)
+    return pair
 
 
 def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check]:
@@ -549,9 +584,15 @@ def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check
     na = [(line, n, soft) for line, n, soft in na if n is not None]
     nb = [(line, n) for line, n in ((line, normalise_line(line)) for line in rb) if n is not None]
     ignored = len(ra) - len(na)
-    j, extra = 0, []
+    j, extra, renames = 0, [], []
     for i, (lb, b) in enumerate(nb):
         k = next((k for k in range(j, len(na)) if _same_line(na[k][1], b, atol, rtol)), None)
+        if k is None and j < len(na):
+            # the next line of this run names the migrated class where the reference names the old one
+            pair = renamed(na[j][1], b, atol, rtol)
+            if pair is not None:
+                k = j
+                renames.append(pair)
         if k is None:
             if j < len(na):
                 what = f"printed line {j + 1}: {na[j][0]!r}, reference {lb!r}"
@@ -564,6 +605,9 @@ def compare_stdout(run: dict, ref: dict, atol: float, rtol: float) -> list[Check
     extra += [line for line, _, soft in na[j:] if not soft]
     ignored += sum(soft for _, _, soft in na[j:])
     note = f" ({ignored} timing/progress line(s) ignored)" if ignored else ""
+    if renames:
+        note += (f"; {len(renames)} line(s) name the migrated class where the reference names the old one "
+                 f"(renamed, e.g. {renames[0][0]!r} -> {renames[0][1]!r})")
     if extra:
         note += f"; {len(extra)} more line(s) printed by this run (e.g. {extra[0]!r})"
     return checks + [Check("printed output", True, f"{len(nb)} printed lines equal{note}")]

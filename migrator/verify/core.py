@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -49,6 +50,9 @@ class Options:
     original_cache: Path | None = None    # reuse the original's observations (cache.py)
     allow_dtype_change: bool = False      # a dtype difference between the sides is intended
     before: list[str] = field(default_factory=list)  # --before "SCRIPT [ARGS...]": steps run first (before.py)
+    seed: int | None = 0                  # both sides seeded at start (None: --no-seed)
+    dropout: str = "auto"                 # auto (off on a real device) | on | off
+    child_env: dict = field(default_factory=dict)  # set by _run: what seed/dropout mean for the children
 
 
 SELF_NOTE = ("note: no original given (--against): this compares the migrated script with a second run of "
@@ -58,6 +62,12 @@ SELF_NOTE = ("note: no original given (--against): this compares the migrated sc
              "revision such as HEAD)")
 DEFAULT_HEAD_NOTE = ("note: no --against given: {script} differs from its committed version, so it is "
                      "compared with git HEAD's version (--against HEAD)")
+SEED_NOTE = ("both sides start seeded with {seed} (Python random, NumPy, torch: as transformers.set_seed); "
+             "--no-seed runs the script's own randomness")
+DROPOUT_NOTE = ("dropout disabled on both sides (every torch.nn.functional dropout and SDPA's dropout_p are "
+                "the identity): on {device} dropout draws from the device's own generator, which no CPU run "
+                "reproduces; --dropout on keeps it")
+DROPOUTS = ("auto", "on", "off")
 NOTHING_COMPARED = ("nothing compared: no output of the script was compared with the reference (a compile "
                     "audit alone proves nothing about the results)")
 
@@ -134,6 +144,8 @@ def _validate(opts: Options) -> None:
         raise VerifyError("--nproc and --original-nproc must be at least 1")
     if opts.timeout <= 0:
         raise VerifyError("--timeout must be positive")
+    if opts.dropout not in DROPOUTS:
+        raise VerifyError(f"--dropout must be one of {', '.join(DROPOUTS)}, not {opts.dropout!r}")
     if not opts.script.is_file():
         raise VerifyError(f"script not found: {opts.script}")
     if opts.against is not None and opts.baseline is not None:
@@ -188,6 +200,7 @@ def _run(opts: Options, report: dict, out, err) -> int:
         steps = before.parse(opts.before, opts.script, Path.cwd())
     except before.BeforeError as exc:
         raise VerifyError(str(exc)) from None
+    _child_env(opts, report, device)  # after the mode's note: that one comes first
     # the script's stdout must not corrupt a JSON report printed on stdout
     child_out = err if (opts.fmt == "json" and opts.output is None) else out
 
@@ -203,6 +216,25 @@ def _run(opts: Options, report: dict, out, err) -> int:
         raise VerifyError(str(exc)) from None
     finally:
         _drop_scratch(opts, report, root)
+
+
+def _child_env(opts: Options, report: dict, device: str) -> None:
+    """The seed and the dropout policy, the same for every run (both sides), said in the report."""
+    from migrator.verify.child import DROPOUT_ENV, SEED_ENV
+
+    env = {SEED_ENV: "off" if opts.seed is None else str(opts.seed)}
+    report["seed"] = opts.seed
+    said = []
+    if opts.seed is not None:
+        said.append(SEED_NOTE.format(seed=opts.seed))
+    # on cpu/emulate both sides draw from the same (seeded) CPU generator: dropout compares as it is
+    off = opts.dropout == "off" or (opts.dropout == "auto" and device in ("neuron", "cuda"))
+    report["dropout"] = "off" if off else "on"
+    if off:
+        env[DROPOUT_ENV] = "off"
+        said.append(DROPOUT_NOTE.format(device=device if device in ("neuron", "cuda") else "a device"))
+    report["determinism"] = said
+    opts.child_env = env
 
 
 def _drop_scratch(opts: Options, report: dict, root: Path) -> None:
@@ -244,7 +276,7 @@ def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_
                          stderr=err, report=report)
     main = run_child(place.script if place else opts.script, opts.script_args, device, nproc=opts.nproc,
                      timeout=opts.timeout, stdout=child_out, stderr=err, label=f"{device} run",
-                     cwd=place.cwd if place else None)
+                     cwd=place.cwd if place else None, env_extra=opts.child_env)
     if not _take_main(opts, report, main):
         return 2
     obs = main.data.get("observations") or {}
@@ -257,7 +289,7 @@ def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_
             raise VerifyError(f"cannot write golden file {opts.record}: {exc.strerror or exc}") from None
         report["recorded"] = str(opts.record)
 
-    checks: list[Check] = []
+    checks: list[Check] = neuron_check(main.data, _mentions_neuron(opts.script))
     if golden is not None:
         checks += compare(obs, golden["observations"], opts.atol, opts.rtol,
                           allow_dtype_change=opts.allow_dtype_change)
@@ -269,7 +301,7 @@ def _run_one(opts: Options, report: dict, device: str, mode: str, golden, child_
                              stdout=child_out, stderr=err, report=report)
         ref = run_child(place.script if place else opts.script, opts.script_args, "cpu", nproc=opts.nproc,
                         timeout=opts.timeout, stdout=child_out, stderr=err, label="cpu reference run",
-                        cwd=place.cwd if place else None)
+                        cwd=place.cwd if place else None, env_extra=opts.child_env)
         report["reference_wall_time_s"] = ref.data.get("wall_time_s")
         if not ref.ok:
             report["reason"] = ref.reason
@@ -310,7 +342,7 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
         try:
             ref = _run_original(opts, report, orig_place, user_cwd, child_out, err, steps)
             if not ref.ok:
-                report["reason"] = ref.reason
+                report["reason"] = ref.reason + original_hint(ref.data)
                 return 2
             before.run_steps(steps, mig_place.script.parent, side="migrated", side_label="migrated",
                              device=device, nproc=opts.nproc, timeout=opts.timeout, cwd=mig_place.cwd,
@@ -319,12 +351,13 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
             raise VerifyError(str(exc)) from None
         main = run_child(mig_place.script, opts.script_args, device, nproc=opts.nproc, timeout=opts.timeout,
                          stdout=child_out, stderr=err, label=f"migrated run ({device})", side="migrated",
-                         cwd=mig_place.cwd)
+                         cwd=mig_place.cwd, env_extra=opts.child_env)
         if not _take_main(opts, report, main):
             return 2
         obs = main.data.get("observations") or {}
         checks = compare(obs, ref.data.get("observations") or {}, opts.atol, opts.rtol,
                          allow_dtype_change=opts.allow_dtype_change)
+        checks += neuron_check(main.data, bool(ref.data.get("old_stack")))
         return _verdict(opts, report, checks, obs, comparing=True)
     finally:
         _drop_scratch(opts, report, root)
@@ -340,7 +373,7 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
         # before the before-steps run: what they write into the copy is not part of the key
         key = cache.key(place.script.parent, place.script.name, opts.script_args, user_cwd,
                         opts.original_python or sys.executable, nproc,
-                        before=before.cache_entries(steps, place.script.parent))
+                        before=before.cache_entries(steps, place.script.parent), env=opts.child_env)
         data = cache.load(Path(opts.original_cache), key)
         if data is not None:
             report["reference"] += " (observations from the cache)"
@@ -353,11 +386,50 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
                      stdout=child_out, stderr=err, report=report)
     ref = run_child(place.script, opts.script_args, "cpu", nproc=nproc, timeout=opts.timeout, stdout=child_out,
                     stderr=err, label="original run (cpu)", side="original", cwd=place.cwd,
-                    python=opts.original_python)
+                    python=opts.original_python, env_extra=opts.child_env)
     report["reference_wall_time_s"] = ref.data.get("wall_time_s")
     if ref.ok and key is not None:
         cache.store(Path(opts.original_cache), key, ref.data)
     return ref
+
+
+OLD_LIBRARIES_HINT = ("; the original may use an API of the libraries it was written for that today's lack "
+                      "(Transformers 4.x, TRL 0.x, huggingface_hub 0.x): run it with --original-python PATH, the "
+                      "interpreter of an environment with those versions")
+
+
+def original_hint(data: dict) -> str:
+    """What to do when the original failed on an ImportError/AttributeError (not an old-stack API: those
+    are "not emulated")."""
+    error = str(data.get("error") or "")
+    if not data.get("not_emulated") and error.startswith(("ImportError", "AttributeError", "ModuleNotFoundError")):
+        return OLD_LIBRARIES_HINT
+    return ""
+
+
+NOTHING_ON_NEURON = ("nothing ran on neuron: no model and no tensor of the migrated run was placed on the neuron "
+                     "device, so it ran on CPU (a device_map=\"auto\" load, a device variable left at \"cpu\", a "
+                     "fallback branch now always taken); place the model and its inputs on \"neuron\"")
+
+
+def neuron_check(data: dict, expected: bool) -> list[Check]:
+    """A failed "neuron device" check when the run was meant for Neuron (``expected``: the original used the
+    old stack, or the script names the device) and the emulated device saw nothing (real Neuron, cpu: no
+    check)."""
+    if expected and data.get("reached_neuron") is False:
+        return [Check("neuron device", False, NOTHING_ON_NEURON, compared=False)]
+    return []
+
+
+_NEURON_LITERAL = re.compile(r"""["']neuron(?::\d+)?["']""")
+
+
+def _mentions_neuron(script: Path) -> bool:
+    """The script names the device in a string ("neuron", 'neuron:0'; a marker comment does not count)."""
+    try:
+        return bool(_NEURON_LITERAL.search(script.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return False
 
 
 def _take_main(opts: Options, report: dict, main: RunResult) -> bool:
@@ -417,6 +489,8 @@ def render_text(report: dict) -> str:
     lines.append(f"neuron-migrate verify {report['script']}")
     if report.get("device"):
         lines.append(f"device: {report['device']}    reference: {report.get('reference', '-')}")
+    for line in report.get("determinism") or []:
+        lines.append(f"{line}")
     checks = report.get("checks") or []
     if checks:
         width = max(len(c["name"]) for c in checks)

@@ -96,6 +96,14 @@ class suspended:
         return False
 
 
+_reached = [False]  # whether anything of the run was put on the (emulated) neuron device
+
+
+def reached_neuron() -> bool | None:
+    """Whether a tensor or a model of this run was placed on ``neuron`` (None: no emulated device here)."""
+    return _reached[0] if "device" in _installed else None
+
+
 def _target_device(mode: str) -> str:
     return "cuda" if mode == "cuda" else "cpu"
 
@@ -122,6 +130,7 @@ def install_device_mode(mode: str) -> None:
 
     def remap(value):
         if _is_neuron(value):
+            _reached[0] = True
             index = None
             if isinstance(value, str):
                 _, _, idx = value.partition(":")
@@ -615,6 +624,15 @@ def _install_fake_neuron_module(torch) -> None:
     torch._C._get_accelerator = lambda check=False: torch.device("cpu")
 
 
+def _mode_on_stack() -> bool:
+    """Whether this thread's device mode is active (not suspended, e.g. inside generate())."""
+    import torch
+
+    cls = _mode_cls
+    n = torch._C._len_torch_function_stack()
+    return cls is not None and any(isinstance(torch._C._get_function_stack_at(i), cls) for i in range(n))
+
+
 def register_compile_backend() -> None:
     """Register a ``neuron`` torch.compile backend that runs the captured graph eagerly."""
     if "backend" in _installed:
@@ -641,8 +659,23 @@ def register_compile_backend() -> None:
         # the graph was traced with the neuron device mapped to cpu (its device constants are cpu):
         # it runs untracked, and its outputs are on neuron when one of its inputs was
         local = _tracking["local"]
+        tensor = _tracking["tensor"]
 
         def run(*args):
+            if not local.__dict__.get("paused") and _mode_on_stack():
+                # as on Trainium: a graph whose inputs are on neuron (the parameters) and on cpu (a batch
+                # the script forgot to move) fails; inside generate() (mode suspended) nothing is checked
+                on = off = False
+                for a in args:
+                    if isinstance(a, tensor):
+                        if a._neuron_migrate_on_neuron:
+                            on = True
+                        elif a.dim() > 0 and a.device.type == "cpu":
+                            off = True
+                if on and off:
+                    module = sys.modules.get("torch.neuron")
+                    index = module.current_device() if module is not None else 0
+                    raise RuntimeError(DEVICE_MISMATCH.format(f"neuron:{index or 0}"))
             paused = local.__dict__.get("paused")
             local.paused = True
             try:
@@ -669,6 +702,7 @@ _MARK = "__neuron_migrate_on_neuron__"
 
 
 def _mark_neuron(module) -> None:
+    _reached[0] = True
     try:
         object.__setattr__(module, _MARK, True)
     except Exception:  # pragma: no cover

@@ -345,6 +345,12 @@ def _record_generate(args, kwargs, result):
     dtype = getattr(args[0], "dtype", None) if args else None
     if dtype is not None:
         entry["dtype"] = str(dtype).replace("torch.", "")
+    sample = kwargs.get("do_sample")
+    if sample is None:
+        config = kwargs.get("generation_config") or (getattr(args[0], "generation_config", None) if args else None)
+        sample = getattr(config, "do_sample", None)
+    if sample:
+        entry["sampled"] = True
     OBS["generate"].append(entry)
 
 

@@ -389,9 +389,35 @@ def capturing() -> bool:
     return bool(_STATE["capturing"])
 
 
+#: wrappers that are the same model as the module they wrap: (class name, attribute of the wrapped one)
+WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module", "FullyShardedDataParallel": "module",
+            "OptimizedModule": "_orig_mod"}
+
+
+def unwrap(model):
+    """The model a DDP/FSDP/``torch.compile``/PEFT wrapper wraps (the model itself when it is none)."""
+    for _ in range(6):
+        cls = type(model).__name__
+        attr = WRAPPERS.get(cls)
+        inner = None
+        try:
+            if attr is not None:
+                inner = getattr(model, attr, None)
+            elif cls.startswith("PeftModel"):
+                inner = getattr(getattr(model, "base_model", None), "model", None)
+        except Exception:
+            inner = None
+        if inner is None or inner is model:
+            return model
+        model = inner
+    return model
+
+
 def _model_name(model) -> str:
-    """A model's class name; a module traced by the emulated old stack (also once saved and reloaded)
-    carries the class name of the model it traced (``neuron_migrate_model``)."""
+    """A model's class name (of the model a DDP/FSDP/compile/PEFT wrapper wraps: the same model on both
+    sides); a module traced by the emulated old stack (also once saved and reloaded) carries the class
+    name of the model it traced (``neuron_migrate_model``)."""
+    model = unwrap(model)
     try:
         name = getattr(model, "neuron_migrate_model", None)
     except Exception:

@@ -90,6 +90,7 @@ def run_child(script: Path, script_args: list[str], device: str, *, nproc: int =
     env["NEURON_MIGRATE_VERIFY_INSTRUMENT"] = "1" if instrument else "0"
     env[SIDE_ENV] = side
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    env.setdefault("PYTHONHASHSEED", "0")  # the same set/dict-of-str order on both sides
     if env_extra:
         env.update(env_extra)
     # the child must import this very migrator package

@@ -119,6 +119,13 @@ def write_json(path: str, payload: dict) -> None:
 def payload_fields(error_exc: BaseException | None) -> dict:
     """The side's fields of the child's payload."""
     fields = {"side": current(), "emulation": _state["emulation"], "process_group": process_group_started()}
+    emulate = sys.modules.get("migrator.verify.emulate")
+    reached = emulate.reached_neuron() if emulate is not None else None
+    if reached is not None:
+        fields["reached_neuron"] = reached
+    if current() == "original":
+        # the old stack's device APIs the original imported (it was meant to run on Neuron)
+        fields["old_stack"] = sorted(r for r in OLD_ROOTS if r in sys.modules)
     api = not_emulated(error_exc)
     raised = getattr(sys.modules.get("migrator.verify.oldstack"), "RAISED", None)
     if not api and raised and current() == "original":

@@ -88,6 +88,41 @@ def _cast_module(cast: str, cast_type: str):
     return AutoCast
 
 
+def legacy_outputs(out):
+    """What a traced Transformers 4.x model returned: tuples (``torchscript=True``), the KV cache as a tuple
+    of (key, value) per layer. Transformers 5 returns a ``ModelOutput`` holding a ``DynamicCache``, which
+    ``torch.jit.trace`` cannot return."""
+    if isinstance(out, (list, tuple)):
+        return type(out)(legacy_outputs(o) for o in out) if type(out) in (list, tuple) else tuple(
+            legacy_outputs(o) for o in out)
+    layers = getattr(out, "layers", None)
+    if isinstance(layers, list) and hasattr(out, "get_seq_length"):  # a transformers Cache
+        return tuple((layer.keys, layer.values) for layer in layers)
+    if isinstance(out, dict) and hasattr(out, "to_tuple"):  # a ModelOutput
+        return tuple(legacy_outputs(v) for v in out.to_tuple())
+    return out
+
+
+def _needs_legacy(out) -> bool:
+    if isinstance(out, (list, tuple)):
+        return any(_needs_legacy(o) for o in out)
+    return hasattr(out, "get_seq_length") or (isinstance(out, dict) and hasattr(out, "to_tuple"))
+
+
+def _legacy_module(func):
+    import torch
+
+    class LegacyOutputs(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *xs):
+            return legacy_outputs(self.inner(*xs))
+
+    return LegacyOutputs(func)
+
+
 def trace(func, example_inputs, *_, input_output_aliases=None, compiler_workdir=None, compiler_args=None,
           partitioner_config=None, inline_weights_to_neff=True, **kwargs):
     import torch
@@ -104,12 +139,15 @@ def trace(func, example_inputs, *_, input_output_aliases=None, compiler_workdir=
         if cast == "all" and isinstance(func, torch.nn.Module):
             inner = copy.deepcopy(func).to(getattr(torch, _CAST_TYPES[cast_type]))
         module = _cast_module(cast, cast_type)(inner)
+    prefix = "inner.inner." if module is not func else "inner."
     with torch.no_grad():
+        if isinstance(func, torch.nn.Module) and _needs_legacy(func(*inputs)):
+            module = _legacy_module(module)  # a ModelOutput / DynamicCache: what 4.x's traced model returned
+            prefix = "inner." + prefix
         traced = torch.jit.trace(module, inputs, strict=False, check_trace=False)
     name = type(func).__name__ if isinstance(func, torch.nn.Module) else getattr(func, "__name__", "function")
     keys = list(func.state_dict()) if isinstance(func, torch.nn.Module) else []
-    guarded = _static.guard(traced, [list(t.shape) for t in inputs], name,
-                            "inner.inner." if module is not func else "inner.", keys)
+    guarded = _static.guard(traced, [list(t.shape) for t in inputs], name, prefix, keys)
     traced_run(func, guarded, inputs)
     return guarded
 

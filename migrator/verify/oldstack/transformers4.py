@@ -8,6 +8,10 @@ on a 4.x interpreter is left as it is).
   Transformers 5 rejects the keyword; here the model is loaded with ``return_dict=False``. The copies
   of tied weights are not modelled: they hold the same values.
 
+* ``tokenizer.encode_plus(text, ...)`` / ``batch_encode_plus(texts, ...)``: the tokenizer's ``__call__``.
+* ``from huggingface_hub import HfFolder`` (huggingface_hub 0.x): ``get_token``/``save_token``/
+  ``delete_token`` over the hub's ``get_token``/``login``/``logout`` of today.
+
 The training-argument fields of 4.x are mapped by ``optimum_training`` (they reach the Trainer through
 the emulated ``NeuronTrainingArguments``).
 """
@@ -54,8 +58,48 @@ def patch(modeling_utils) -> None:
     cls.from_pretrained = classmethod(from_pretrained)
 
 
+def patch_tokenizers(tokenization_utils_base) -> None:
+    """``encode_plus``/``batch_encode_plus`` (removed in Transformers 5): the tokenizer's ``__call__``."""
+    cls = getattr(tokenization_utils_base, "PreTrainedTokenizerBase", None)
+    if cls is None:
+        return
+    if not hasattr(cls, "encode_plus"):
+        def encode_plus(self, text, text_pair=None, **kwargs):
+            return self(text, text_pair=text_pair, **kwargs)
+
+        cls.encode_plus = encode_plus
+    if not hasattr(cls, "batch_encode_plus"):
+        def batch_encode_plus(self, batch_text_or_text_pairs, **kwargs):
+            return self(list(batch_text_or_text_pairs), **kwargs)
+
+        cls.batch_encode_plus = batch_encode_plus
+
+
+def patch_hub(huggingface_hub) -> None:
+    """``HfFolder`` (huggingface_hub 0.x) over the token functions of today."""
+    if "HfFolder" in getattr(huggingface_hub, "__dict__", {}) or hasattr(huggingface_hub, "HfFolder"):
+        return
+
+    class HfFolder:
+        @staticmethod
+        def get_token():
+            return huggingface_hub.get_token()
+
+        @staticmethod
+        def save_token(token):
+            huggingface_hub.login(token=token, add_to_git_credential=False)
+
+        @staticmethod
+        def delete_token():
+            huggingface_hub.logout()
+
+    huggingface_hub.HfFolder = HfFolder
+
+
 def install() -> None:
     """Patch Transformers now if it is imported, else the moment it is (verify's post-import hooks)."""
     from migrator.verify.instrument import on_import
 
     on_import("transformers.modeling_utils", patch)
+    on_import("transformers.tokenization_utils_base", patch_tokenizers)
+    on_import("huggingface_hub", patch_hub)
