@@ -361,6 +361,15 @@ PUSH_KEEP = ("private", "token", "revision")
 
 class NeuronModelHubCalls(PythonRule):
     id = "NM107"
+    markers = (
+        ("Remove {args} from push_to_hub() and pass the repository id first.", """The native push_to_hub
+        (Transformers PreTrainedModel or diffusers DiffusionPipeline) takes the repository id as its first
+        argument and pushes the object itself; these optimum-neuron arguments have no equivalent there
+        (DiffusionPipeline.push_to_hub(repo_id, commit_message, private, token, ...) takes no revision)."""),
+        ("Replace {attribute} by the batch size and length you pad the inputs to.", """A native model has no
+        compiled input shapes (optimum-neuron's input_static_shapes): TorchNeuron compiles one graph per input
+        shape, so the shapes are the ones you pad the inputs to."""),
+    )
     title = "optimum-neuron push_to_hub(local_dir, repository_id=X) -> push_to_hub(X); input_static_shapes reads"
     fix = "mixed"
     # both only matter on a model loaded through an optimum.neuron class (`push_to_hub` alone is in
@@ -457,8 +466,7 @@ class NeuronModelHubCalls(PythonRule):
         allowed = PUSH_KEEP if owner != "DiffusionPipeline" else ("private", "token")
         unknown = [k for k in kw if k not in ("save_directory", "repository_id", "use_auth_token", *allowed)]
         if unknown:
-            ctx.marker(node, f"push_to_hub(): {', '.join(unknown)} has no equivalent in {owner} "
-                             "push_to_hub(repo_id, ...): remove it, then pass the repository id first")
+            ctx.marker(node, f"Remove {', '.join(unknown)} from push_to_hub() and pass the repository id first.")
             return
         if "use_auth_token" in kw and "token" in kw:
             ctx.marker(node, f"push_to_hub(): {owner} push_to_hub rejects use_auth_token (use token=): drop it")
@@ -505,8 +513,7 @@ class NeuronModelHubCalls(PythonRule):
             ctx.finding(parent, f"{ctx.module.code_for_node(parent)} -> {value.value}, the shape the model was "
                                 "compiled for (pad the inputs to it)")
             return
-        ctx.marker(node, f"{ctx.module.code_for_node(node)}: a native model has no compiled input shapes; use the "
-                         "batch size and sequence length you pad the inputs to")
+        ctx.marker(node, f"Replace {ctx.module.code_for_node(node)} by the batch size and length you pad the inputs to.")
 
 
 RULES = (DeviceMapAuto, GenerationInputsOnCpu, NeuronModelHubCalls)

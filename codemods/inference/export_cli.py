@@ -21,6 +21,11 @@ from migrator.rules import PythonContext, PythonRule
 
 class ExportCliFromPython(PythonRule):
     id = "NM112"
+    markers = (
+        ("Delete this Neuron export and load {model} {where}.", """`optimum-cli export neuron` compiled a Neuron
+        artifact ahead of time; TorchNeuron has no such step (the model compiles on first use), so the export
+        goes and the code that loaded its output loads the original checkpoint with device_map="neuron"."""),
+    )
     title = "optimum-cli export neuron run through subprocess / os.system: obsolete (marker)"
     fix = "manual"
     triggers = ("optimum-cli",)
@@ -40,7 +45,7 @@ class ExportCliFromPython(PythonRule):
     after = """
         import subprocess
 
-        # TODO(neuron-migrate NM112): Neuron export (obsolete on TorchNeuron): delete it; load 'bert-base-uncased' wherever 'bert_neuron/' was loaded
+        # TODO(neuron-migrate NM112): Delete this Neuron export and load 'bert-base-uncased' wherever 'bert_neuron/' was loaded.
         subprocess.run(["optimum-cli", "export", "neuron", "--model", "bert-base-uncased", "--sequence_length", "128", "bert_neuron/"], check=True)
     """
     caveats = """
@@ -58,9 +63,9 @@ class ExportCliFromPython(PythonRule):
             return
         model = cli.model or "the original checkpoint"
         where = f"wherever {cli.output} was loaded" if cli.output else "where its output was loaded"
-        model = model if len(model) <= 40 else model[:37] + "..."
-        where = where if len(where) <= 60 else where[:57] + "..."
-        ctx.marker(node, f"Neuron export (obsolete on TorchNeuron): delete it; load {model} {where}")
+        model = model if len(model) <= 36 else model[:33] + "..."
+        where = where if len(where) <= 50 else where[:47] + "..."
+        ctx.marker(node, f"Delete this Neuron export and load {model} {where}.")
 
 
 RULES = (ExportCliFromPython,)

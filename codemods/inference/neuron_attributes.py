@@ -87,6 +87,15 @@ def _field(node: cst.Attribute, parent: cst.CSTNode | None) -> str | None:
 
 class NeuronConfigReads(PythonRule):
     id = "NM110"
+    markers = (
+        ("Replace `{read}` by {instead}.", """Models loaded through optimum.neuron classes carried their compile
+        settings (`model.neuron_config`, `model.config.neuron`); a native Transformers model has neither. The
+        marker names the native value that says the same: generation_config.max_cache_len for the sequence
+        length, model.dtype for auto_cast_type, model.tp_size (None when not sharded) for the core count, and
+        the batch size you pad the prompts to for the batch size."""),
+        ("Remove `{read}`: a native model has no optimum-neuron compile settings.", """This optimum-neuron
+        compile setting has no native counterpart; the code reading it has to go or read a value of its own."""),
+    )
     title = ("model.neuron_config.* / model.config.neuron[...] / model.max_length... -> the literal the load "
              "passed, else a marker")
     fix = "mixed"
@@ -236,11 +245,13 @@ class NeuronConfigReads(PythonRule):
             instead = NEURON_CONFIG_FIELDS.get(key)
             if instead is None and model not in models:
                 return  # an unknown field on an unknown object: maybe not optimum-neuron's
-            hint = f": use {instead.format(m=model)}" if instead else ""
+            hint = instead.format(m=model) if instead else ""
         else:
-            hint = (f": read `{model}.generation_config.max_cache_len`, `{model}.dtype` or `{model}.tp_size` "
-                    "instead, and the batch size you pad to")
-        ctx.marker(node, f"`{what}` (optimum-neuron compile settings) does not exist on a native model{hint}")
+            hint = "generation_config.max_cache_len, dtype, tp_size or your padded batch size"
+        if hint:
+            ctx.marker(node, f"Replace `{what}` by {hint}.")
+        else:
+            ctx.marker(node, f"Remove `{what}`: a native model has no optimum-neuron compile settings.")
 
     def _runtime(self, node: cst.Attribute, ctx: PythonContext) -> None:
         """``model.max_length``, ``model.prepare_inputs_for_prefill(...)``...: attributes of the

@@ -27,6 +27,12 @@ def _factory_sources() -> dict[str, str]:
 
 class AutoFactorySubclass(PythonRule):
     id = "NM111"
+    markers = (
+        ("Derive {name} from the checkpoint's own class (e.g. {example}).", """The
+        class derives from an optimum-neuron NeuronModelFor... class whose native equivalent (AutoModelFor...) is
+        a factory: from_pretrained returns the concrete class of the checkpoint (e.g. LlamaForCausalLM), never
+        the subclass, so its overrides would not be called. Derive it from that concrete class instead."""),
+    )
     title = "class X(NeuronModelFor...) -> a marker: its Auto* equivalent is a factory that never returns X"
     fix = "manual"
     triggers = ("NeuronModel",)
@@ -48,7 +54,7 @@ class AutoFactorySubclass(PythonRule):
     after = """
         from transformers import AutoModelForCausalLM
 
-        # TODO(neuron-migrate NM111): MyModel derives from NeuronModelForCausalLM, whose native equivalent AutoModelForCausalLM is a factory: from_pretrained returns the concrete class of the checkpoint (e.g. LlamaForCausalLM), never MyModel, so its overrides are not called: derive MyModel from that concrete class
+        # TODO(neuron-migrate NM111): Derive MyModel from the checkpoint's own class (e.g. LlamaForCausalLM).
         class MyModel(AutoModelForCausalLM):
             def generate(self, *args, **kwargs):
                 return super().generate(*args, **kwargs)
@@ -76,9 +82,7 @@ class AutoFactorySubclass(PythonRule):
         new = target.rpartition(".")[2]
         example = new.replace("AutoModel", "Llama") if new.startswith("AutoModelFor") else "LlamaModel"
         name = node.name.value
-        ctx.marker(node, f"{name} derives from {old}, whose native equivalent {new} is a factory: from_pretrained "
-                         f"returns the concrete class of the checkpoint (e.g. {example}), never {name}, so its "
-                         f"overrides are not called: derive {name} from that concrete class")
+        ctx.marker(node, f"Derive {name} from the checkpoint's own class (e.g. {example}).")
 
 
 RULES = (AutoFactorySubclass,)
