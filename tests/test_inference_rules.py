@@ -288,7 +288,7 @@ def test_nm103_tokenizer_in_other_function_is_not_touched(rules):
     ''')
     new, findings = _migrate(src, rules)
     assert 'tok(text, return_tensors="pt")' in new
-    assert any("pad the inputs of this model to sequence_length=32" in f.message for f in findings)
+    assert any("Pad this model's inputs to max_length=32" in f.message for f in findings)
 
 
 # ---------------------------------------------------------------------- NM104 (diffusion)

@@ -7,7 +7,7 @@ As a user would, on a COPY of ``examples/optimum_neuron_project`` (never the com
    --record golden.json``, with the TEST DOUBLE ``verify_fixtures/optimum_double_example`` (the journey's
    ``optimum.neuron`` double plus ``NeuronModelForSequenceClassification``) on PYTHONPATH.
 2. Migrate the copy with the CLI (``neuron-migrate COPY --write``): exit 1, because one manual-action
-   marker is left in ``inference.py``: "launch with ``torchrun --nproc_per_node=2``" (num_cores=2 became
+   marker is left in ``inference.py``: "Launch with ``torchrun --nproc_per_node=2``" (num_cores=2 became
    ``DistributedConfig(tp_size=2)``).
 3. Follow the marker: ``verify COPY/inference.py --against original/inference.py --device emulate
    --nproc 2`` (the README command: the original runs on CPU with the old stack EMULATED
@@ -144,8 +144,7 @@ def test_cli_migrates_the_copy_and_leaves_the_torchrun_marker(example):
     assert re.search(r"6 files scanned: 6 files changed, \d+ fixes, \d+ manual actions, 0 errors", proc.stdout)
     text = (example["project"] / "inference.py").read_text()
     assert "optimum" not in text.split('"""', 2)[2]
-    assert ("# TODO(neuron-migrate NM101): launch with `torchrun --nproc_per_node=2`: num_cores=2 became "
-            "DistributedConfig(tp_size=2), one process per NeuronCore") in text
+    assert "# TODO(neuron-migrate NM101): Launch with `torchrun --nproc_per_node=2`: one process per NeuronCore." in text
     assert "dtype=torch.bfloat16,\n        distributed_config=DistributedConfig(tp_size=2)," in text
     assert 'model.generation_config.cache_implementation = "static"' in text
     assert "model.generation_config.max_cache_len = 512" in text

@@ -32,6 +32,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from migrator.model import fitted
+
 SAVES = ("save_pretrained", "push_to_hub")
 MODEL_ID_KEYWORDS = ("model_id", "model_name_or_path", "pretrained_model_name_or_path", "model")
 
@@ -271,9 +273,11 @@ def marker_text(item: ExportOnly) -> str:
     """The one sentence an export-only load gets (at most 120 characters for short names)."""
     model_id = _short(item.model_id, "the original checkpoint")
     if item.test:
-        return f"tests a Neuron export (no such step on TorchNeuron): delete it, or test from_pretrained({model_id})"
+        return fitted(f"Delete this test of a Neuron export, or test from_pretrained({model_id}) instead.",
+                      "Delete this test of a Neuron export, or test from_pretrained of the original checkpoint.")
     saved = _short(item.saved_to, "the export") if item.saved_to else "the export"
-    return f"Neuron export only (obsolete on TorchNeuron): delete it; load {model_id} wherever {saved} was loaded"
+    return fitted(f"Delete this Neuron export; load {model_id} wherever {saved} was loaded.",
+                  "Delete this Neuron export; load the original checkpoint wherever the export was loaded.")
 
 
 def mark_export_only(ctx, call: cst.Call) -> bool:

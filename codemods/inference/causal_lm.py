@@ -49,6 +49,7 @@ from codemods.common.export_only import inside_export_only, kept_names, mark_exp
 from codemods.common.renames import _is_reference
 from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 #: every import path of the inference class (the NM100 entry of renames.toml)
@@ -259,17 +260,18 @@ class CausalLMStaticCache(PythonRule):
 
     def _two_step(self, node: cst.Call, method: str, ctx: PythonContext) -> None:
         if method != "get_neuron_config" and "get_neuron_config" in ctx.source:
-            ctx.marker(node, (
-                f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot build "
-                "or load: it goes away with get_neuron_config() (see the marker there)"
-            ))
+            ctx.marker(node, f"Delete this {method}() call with the get_neuron_config() above (see its marker).",
+                       detail=f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot "
+                              "build or load")
             return
         if method != "get_neuron_config":
-            ctx.marker(node, (
-                f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot build "
-                f"or load: load the original checkpoint with {self.target_name}.from_pretrained(model_id, dtype=..., "
-                f"device_map=\"neuron\") and {self._after_load_advice('sequence_length')}"
-            ))
+            ctx.marker(node, fitted(f"Replace this {method}() by {self.target_name}.from_pretrained(model_id, "
+                                    "device_map=\"neuron\") of the original checkpoint.",
+                                    f"Replace this {method}() by a from_pretrained(..., device_map=\"neuron\") of the "
+                                    "original checkpoint."),
+                       detail=f"{self.class_name}.{method}() compiles a Neuron artifact that native Transformers cannot "
+                              f"build or load: load the original checkpoint with {self.target_name}.from_pretrained("
+                              f"model_id, dtype=..., device_map=\"neuron\") and {self._after_load_advice('sequence_length')}")
             return
         code = ctx.module.code_for_node
         kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
@@ -299,10 +301,10 @@ class CausalLMStaticCache(PythonRule):
         pad = f"; batch_size={code(kw['batch_size'])} is the batch you pad the prompts to" if "batch_size" in kw else ""
         if not self.static_cache and seq_text is not None:
             pad += f"; pad the inputs to sequence_length={seq_text} (tokenizer padding=\"max_length\")"
-        ctx.marker(node, (
-            "get_neuron_config() + export() compile a Neuron artifact that native Transformers cannot build or load: "
-            f"replace both by `{'; '.join(steps)}`{launch}{pad}"
-        ))
+        ctx.marker(node, fitted(f"Replace get_neuron_config() + export() by `{steps[0]}`{launch}.",
+                                "Replace get_neuron_config() + export() by a from_pretrained of the original checkpoint."),
+                   detail="get_neuron_config() + export() compile a Neuron artifact that native Transformers cannot "
+                          f"build or load: replace both by `{'; '.join(steps)}`{launch}{pad}")
 
     def _after_load_advice(self, seq: str) -> str:
         """What follows a native load, for a person (the load's own marker texts)."""
@@ -328,25 +330,27 @@ class CausalLMStaticCache(PythonRule):
         pre_exported = export_value is False or (export is None and not has_shapes)
         if pre_exported and star_vars:
             names = ", ".join(f"**{ctx.module.code_for_node(a.value)}" for a in star_vars)
-            ctx.marker(node, f"the arguments in {names} are not seen: with export=True, {self._kwargs_advice()}; "
-                       f"without it, {self._pre_exported_advice()}")
+            ctx.marker(node, f"Check the arguments in {_short(names)}: export, shapes and compiler options do not carry over.",
+                       detail=f"the arguments in {names} are not seen: with export=True, {self._kwargs_advice()}; "
+                              f"without it, {self._pre_exported_advice()}")
             return
 
         quote = quote_style(node)
-        extra_markers: list[str] = []
+        extra_markers: list = []  # messages, or (message, long form)
         applied: list[str] = []
         if pre_exported:
             # still placed on the device with its static cache: only the checkpoint is left to a person
-            extra_markers.append(self._pre_exported_placed_advice())
+            extra_markers.append((PRE_EXPORTED_MARKER, self._pre_exported_placed_advice()))
         elif export is not None and export_value is not True:
-            extra_markers.append(
-                f"export={ctx.module.code_for_node(export.value)}: when it is false this loads a pre-exported "
-                f"Neuron model; {self._pre_exported_advice()}"
-            )
+            extra_markers.append((
+                f"Point this load at the original checkpoint where export={_short(ctx.module.code_for_node(export.value))} "
+                "is false.",
+                f"when it is false this loads a pre-exported Neuron model; {self._pre_exported_advice()}"))
         for a in star_vars:
-            extra_markers.append(
-                f"the arguments in **{ctx.module.code_for_node(a.value)} are not seen: {self._kwargs_advice()}"
-            )
+            extra_markers.append((
+                f"Check the arguments in **{_short(ctx.module.code_for_node(a.value))}: export, shapes and compiler "
+                "options do not carry over.",
+                f"the arguments are not seen: {self._kwargs_advice()}"))
 
         # ---- dtype
         dtype_expr: cst.BaseExpression | None = None
@@ -396,35 +400,34 @@ class CausalLMStaticCache(PythonRule):
                 try:
                     dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))
                 except NameClash as exc:
-                    extra_markers.append(f"pass distributed_config=DistributedConfig(tp_size={code}) ({exc})")
+                    extra_markers.append((f"Pass distributed_config=DistributedConfig(tp_size={_short(code)}) by hand.",
+                                          str(exc)))
                     placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
                 else:
                     # one NeuronCore when the size is 1 (a DistributedConfig of size 1 places nothing), sharded else
                     placement = ("device_map", cst.parse_expression(f"None if {code} > 1 else {quote}neuron{quote}"))
                     placed_too.append(("distributed_config", cst.Call(func=dc, args=[
                         cst.Arg(keyword=cst.Name("tp_size"), value=tp_expr.deep_clone(), equal=EQ)])))
-                    extra_markers.append(
-                        f"{tp_kw.keyword.value}={code} became DistributedConfig(tp_size={code}): when it is > 1 "  # type: ignore[union-attr]
-                        "launch the script with torchrun --nproc_per_node=<that number>, one process per NeuronCore "
-                        "(device_map=\"neuron\" places the model on one NeuronCore otherwise)"
-                    )
+                    extra_markers.append((
+                        fitted(f"Launch with torchrun --nproc_per_node={code} when {code} > 1: one process per NeuronCore.",
+                               "Launch with torchrun, one process per NeuronCore, when the tensor-parallel size is > 1."),
+                        f"{tp_kw.keyword.value}={code} became DistributedConfig(tp_size={code}); device_map=\"neuron\" "  # type: ignore[union-attr]
+                        "places the model on one NeuronCore when it is 1"))
         if placement is None and not any(k in keywords for k in PLACEMENT_KWARGS):
             if tp_size is not None and tp_size > 1:
                 try:
                     dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))
                 except NameClash as exc:
-                    extra_markers.append(f"pass distributed_config=DistributedConfig(tp_size={tp_size}) ({exc})")
+                    extra_markers.append((f"Pass distributed_config=DistributedConfig(tp_size={tp_size}) by hand.", str(exc)))
                 else:
                     placement = ("distributed_config", cst.Call(
                         func=dc,
                         args=[cst.Arg(keyword=cst.Name("tp_size"), value=cst.Integer(str(tp_size)),
                                       equal=EQ)],
                     ))
-                    extra_markers.append(
-                        f"launch with `torchrun --nproc_per_node={tp_size}`: "
-                        f"{tp_kw.keyword.value}={tp_size} became DistributedConfig(tp_size={tp_size}), "  # type: ignore[union-attr]
-                        "one process per NeuronCore"
-                    )
+                    extra_markers.append((
+                        f"Launch with `torchrun --nproc_per_node={tp_size}`: one process per NeuronCore.",
+                        f"{tp_kw.keyword.value}={tp_size} became DistributedConfig(tp_size={tp_size})"))  # type: ignore[union-attr]
             else:
                 placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
 
@@ -436,11 +439,10 @@ class CausalLMStaticCache(PythonRule):
                            "generation_config.max_cache_len (the tokens, prompt + generated, it compiled for)")
         estimate = keywords.get("context_length_estimate")
         if estimate is not None:
-            extra_markers.append(
+            extra_markers.append((
+                f"Pad the prompts to one fixed length (padding={quote}max_length{quote}) so one prefill graph compiles.",
                 f"context_length_estimate={ctx.module.code_for_node(estimate.value)} was dropped: it was the prompt "
-                "length(s) the old stack compiled the context encoding for; pad the prompts to one fixed length "
-                f"(tokenizer(..., padding={quote}max_length{quote}, max_length=N)) so that one prefill graph is compiled"
-            )
+                "length(s) the old stack compiled the context encoding for"))
         batch = keywords.get("batch_size")
         if batch is not None:
             applied.append(
@@ -502,7 +504,8 @@ class CausalLMStaticCache(PythonRule):
             lines = f"`{model}.generation_config.cache_implementation = {quote}static{quote}`"
             if max_len_text is not None:
                 lines += f" and `{model}.generation_config.max_cache_len = {max_len_text}`"
-            extra_markers.append(f"set a static cache on this model after loading it: {lines}")
+            extra_markers.append((f"Set a static cache on `{_short(model)}` after loading it (generation_config).",
+                                  f"set a static cache on this model after loading it: {lines}"))
         elif seq is None and self.static_cache:
             applied.append(
                 "no sequence_length: the static cache is sized by each generate() call; set "
@@ -522,8 +525,9 @@ class CausalLMStaticCache(PythonRule):
                           + (f", dtype from {dtype_from}" if dtype_from else ""))
         for message in applied:
             ctx.finding(node, message)
-        for message in extra_markers:
-            ctx.marker(node, message)
+        for message in extra_markers:  # a message, or (message, its long form)
+            text, detail = message if isinstance(message, tuple) else (message, None)
+            ctx.marker(node, text, detail=detail)
 
     # ---------------------------------------------------------- texts subclasses change
     def _kwargs_advice(self) -> str:
@@ -541,9 +545,18 @@ class CausalLMStaticCache(PythonRule):
                 "Transformers cannot load: point it to the original checkpoint (config.json \"neuron\" -> "
                 "\"checkpoint_id\" or neuron_config.json \"checkpoint_id\") and add its dtype=; " + then)
 
-    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
+    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list:
         """Markers for a model without a static cache (subclasses that do not generate)."""
         return []
+
+
+PRE_EXPORTED_MARKER = "Point this load at the original checkpoint: Transformers cannot load a pre-exported Neuron model."
+
+
+def _short(code: str, width: int = 30) -> str:
+    """Code as a marker names it: one line, at most ``width`` characters."""
+    code = " ".join(code.split())
+    return code if len(code) <= width else code[: width - 3] + "..."
 
 
 _KWARGS_ADVICE = (
@@ -709,8 +722,8 @@ class EmbeddingModel(CausalLMStaticCache):
         from transformers import AutoModel
 
         def load(model_id):
-            # TODO(neuron-migrate NM109): pad the inputs to sequence_length=512 (the compiled shape): tokenizer(..., padding="max_length", max_length=512, truncation=True); each new input length compiles a new graph
-            # TODO(neuron-migrate NM109): AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last position's: pool `outputs.last_hidden_state` yourself (last non-padding token, then normalize if your model expects it) or load the model with sentence_transformers.SentenceTransformer(model_id, device="neuron")
+            # TODO(neuron-migrate NM109): Pad the inputs to max_length=512 (padding="max_length", truncation=True).
+            # TODO(neuron-migrate NM109): Pool the last non-padding token of outputs.last_hidden_state yourself, unless the code already does.
             model = AutoModel.from_pretrained(model_id, device_map="neuron")
             return model
     """
@@ -739,20 +752,18 @@ class EmbeddingModel(CausalLMStaticCache):
             "hidden state yourself"
         )
 
-    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list[str]:
+    def _no_cache_markers(self, target, max_len_text, ctx, quote) -> list:
         markers = []
         if max_len_text is not None:
-            markers.append(
-                f"pad the inputs to sequence_length={max_len_text} (the compiled shape): tokenizer(..., "
-                f"padding={quote}max_length{quote}, max_length={max_len_text}, truncation=True); each new input "
-                "length compiles a new graph"
-            )
-        markers.append(
+            markers.append((
+                fitted(f"Pad the inputs to max_length={max_len_text} (padding={quote}max_length{quote}, truncation=True).",
+                       "Pad the inputs to the compiled sequence length (padding=\"max_length\", truncation=True)."),
+                "each new input length compiles a new graph"))
+        markers.append((
+            "Pool the last non-padding token of outputs.last_hidden_state yourself, unless the code already does.",
             "AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last "
-            "position's: pool `outputs.last_hidden_state` yourself (last non-padding token, then normalize if your "
-            "model expects it) or load the model with sentence_transformers.SentenceTransformer(model_id, "
-            f"device={quote}neuron{quote})"
-        )
+            "position's: pool them (then normalize if your model expects it) or load the model with "
+            f"sentence_transformers.SentenceTransformer(model_id, device={quote}neuron{quote})"))
         return markers
 
 

@@ -38,6 +38,7 @@ from codemods.inference.args import (
 )
 from codemods.common.renames import load_table
 from migrator.imports import build_dotted
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 
@@ -87,6 +88,13 @@ NO_TP = ("device_map", "low_cpu_mem_usage", "use_safetensors", "quantization_con
 CONTROLNET = "diffusers.ControlNetModel"
 KNOBS = tuple(dict.fromkeys((*COMPILER_KNOBS, *FILE_NAMES, "export", "auto_cast_type", "output_attentions",
                              "output_hidden_states")))
+
+
+
+def _short(code: str, width: int = 30) -> str:
+    """Code as a marker names it: one line, at most ``width`` characters."""
+    code = " ".join(code.split())
+    return code if len(code) <= width else code[: width - 3] + "..."
 
 
 class DiffusionPipelinesOnNeuron(PythonRule):
@@ -196,23 +204,27 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                       and name not in info["used"])
 
         for a in star:
-            markers.append(f"the arguments in **{code(a.value)} are not seen: drop export and the compiler options, "
-                           "pass the shapes (height, width, num_images_per_prompt) to the pipeline call")
+            markers.append((f"Pass the shapes in **{_short(code(a.value))} to the pipeline call; drop export and compiler options.",
+                            "the arguments in **kwargs are not seen: drop export and the compiler options, pass the "
+                            "shapes (height, width, num_images_per_prompt) to the pipeline call"))
         if export is not None and export_value not in (True, False):
-            markers.append(f"export={code(export.value)}: when it is false this loads a pre-exported Neuron pipeline, "
-                           "which diffusers cannot load; point it to the original checkpoint")
+            markers.append((f"Point this load at the original checkpoint where export={_short(code(export.value))} is false.",
+                            "when export is false this loads a pre-exported Neuron pipeline (compiled NEFFs), which "
+                            "diffusers cannot load"))
         elif export_value is not True:
             saver = _saved_by_sibling_branch(ctx, node)
             if saver is not None:
-                markers.append(
-                    f"this branch loads the directory the branch above saves with {saver}: after the migration that "
-                    "is a plain diffusers checkpoint, which this load reads; delete directories compiled by "
-                    "the Neuron export before (diffusers cannot load their compiled NEFFs)")
+                markers.append((
+                    "Delete directories the old Neuron export filled: the branch above now saves a plain checkpoint here.",
+                    f"this branch loads the directory the branch above saves with {saver}: after the migration that is "
+                    "a plain diffusers checkpoint, which this load reads; directories compiled by the Neuron export "
+                    "before hold NEFFs diffusers cannot load"))
             else:
-                markers.append(
-                    "this loads a pre-exported Neuron pipeline (compiled NEFFs), which diffusers cannot load: point it "
-                    "to the original checkpoint (model_index.json / the \"neuron\" entries of the component configs "
-                    "name it) and pass the compiled height/width/num_images_per_prompt to the pipeline call")
+                markers.append((
+                    "Point this load at the original checkpoint: diffusers cannot load a pre-exported Neuron pipeline.",
+                    "this loads a pre-exported Neuron pipeline (compiled NEFFs): model_index.json / the \"neuron\" "
+                    "entries of the component configs name the original checkpoint; pass the compiled "
+                    "height/width/num_images_per_prompt to the pipeline call"))
 
         # ---- dtype
         dtype_expr: cst.BaseExpression | None = None
@@ -226,29 +238,29 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]}")
             elif not (isinstance(value, str) and value in DTYPES):
-                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass dtype=torch.bfloat16 "
-                               "for 'bf16'")
+                markers.append(f"Pass dtype=torch.bfloat16 where auto_cast_type={_short(code(acast.value))} is 'bf16'.")
 
         if export_value is not True and not has_dtype and dtype_expr is None:
-            markers.append("the compiled pipeline computed its matmuls in bf16 unless it was exported with "
-                           "auto_cast=None or auto_cast_type=\"fp32\"; this load runs in float32: pass "
-                           "dtype=torch.bfloat16 to keep that precision")
+            markers.append(("Pass dtype=torch.bfloat16 to keep the compiled pipeline's bf16 matmuls: this load is float32.",
+                            "the compiled pipeline computed its matmuls in bf16 unless it was exported with "
+                            "auto_cast=None or auto_cast_type=\"fp32\"; a pipeline saved in bf16 needs the dtype too "
+                            "(mat1 and mat2 must have the same dtype)"))
         elif export_value is True and not has_dtype and dtype_expr is None and auto_cast is None and acast is None:
-            markers.append("the Neuron export compiled this pipeline with matmuls cast to bf16 (its default "
-                           "auto_cast=\"matmul\", auto_cast_type=\"bf16\"); it now runs in float32: pass "
-                           "dtype=torch.bfloat16 to keep that precision")
+            markers.append(("Pass dtype=torch.bfloat16 to keep the Neuron export's bf16 matmuls: this load is float32.",
+                            "the Neuron export compiled this pipeline with matmuls cast to bf16 (its default "
+                            "auto_cast=\"matmul\", auto_cast_type=\"bf16\")"))
 
         # ---- parallelism
         for k in PARALLEL:
             if k in kw:
-                markers.append(
-                    f"{k}={code(kw[k].value)} was dropped: the Neuron pipeline split each request's batch (the conditional "
-                    "and unconditional halves of classifier-free guidance) across these NeuronCores; the diffusers "
-                    "pipeline runs on one. To use more cores, load one pipeline per core (.to(\"neuron:1\"), ...) or "
-                    "serve one process per core (a server's worker/replica count, or torchrun with each rank on "
-                    "f\"neuron:{LOCAL_RANK}\"); tensor parallelism of the denoiser goes through "
-                    "parallel_config=TensorParallelConfig(...) where diffusers supports it"
-                )
+                markers.append((
+                    f"Load one pipeline per NeuronCore to use the cores of {k}: diffusers runs a pipeline on one.",
+                    f"{k}={code(kw[k].value)} was dropped: the Neuron pipeline split each request's batch (the "
+                    "conditional and unconditional halves of classifier-free guidance) across these NeuronCores; to "
+                    "use more cores, load one pipeline per core (.to(\"neuron:1\"), ...) or serve one process per core "
+                    "(a server's worker/replica count, or torchrun with each rank on f\"neuron:{LOCAL_RANK}\"); "
+                    "tensor parallelism of the denoiser goes through parallel_config=TensorParallelConfig(...) where "
+                    "diffusers supports it"))
         tp = kw.get("tensor_parallel_size")
         sharded: list[cst.SimpleStatementLine] = []  # the process group and the sharded transformer load
         if tp is not None and literal(tp.value) != 1:
@@ -258,15 +270,19 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 transformer = TP_TRANSFORMERS[_family(class_name)]
                 applied.append(f"tensor_parallel_size={nproc} becomes transformer={transformer}.from_pretrained(..., "
                                f"parallel_config=TensorParallelConfig(tp_degree={nproc})), loaded before the pipeline")
-                markers.append(
-                    f"the transformer is sharded over {nproc} NeuronCores: launch with torchrun --nproc_per_node="
-                    f"{nproc}, pass the same generator on every rank (generator=torch.Generator(\"cpu\")"
-                    ".manual_seed(0)) and save the images on rank 0 only (torch.distributed.get_rank() == 0)"
-                    + ("" if len(sharded) == 2 else "; initialize the process group (init_process_group(backend="
-                       "\"neuron\")) before the transformer load")
-                )
+                markers.append((
+                    f"Launch with torchrun --nproc_per_node={_short(nproc, 12)}, one generator seed on every rank, images "
+                    "saved on rank 0.",
+                    f"the transformer is sharded over {nproc} NeuronCores: pass the same generator on every rank "
+                    "(generator=torch.Generator(\"cpu\").manual_seed(0)) and save the images on rank 0 only "
+                    "(torch.distributed.get_rank() == 0)"))
+                if len(sharded) != 2:
+                    markers.append("Initialize the process group (init_process_group(backend=\"neuron\")) before the "
+                                   "transformer load.")
             else:
-                markers.append(f"tensor_parallel_size={nproc} was dropped: {why}")
+                markers.append((fitted(f"Shard the denoiser by hand: {why}.", "Shard the denoiser by hand under torchrun: "
+                                       "tensor_parallel_size was dropped."),
+                                f"tensor_parallel_size={nproc} was dropped: {why}"))
         controlnet: cst.BaseExpression | None = None
         if "controlnet_ids" in kw:
             controlnet = self._controlnet(kw["controlnet_ids"].value, kw, ctx, quote)
@@ -286,8 +302,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         size = [k for k in ("height", "width") if k in shapes and k not in _call_shapes(class_name)]
         if size:
             listed = ", ".join(f"{k}={code(shapes[k])}" for k in size)
-            markers.append(f"{listed} dropped: this pipeline's output size follows its input image; resize the "
-                           "input images to that size to keep one compiled shape")
+            markers.append((f"Resize the input images to {_short(listed, 40)}: this pipeline's output follows its input size.",
+                            "the static shapes were dropped; one input size keeps one compiled shape"))
         if call_shapes and not saved_only:
             listed = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
             if called:
@@ -419,8 +435,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                     + " -> diffusers from_pretrained(...)" + ("" if moved else ".to(\"neuron\")"))
         for message in applied:
             ctx.finding(node, message)
-        for message in markers:
-            ctx.marker(node, message)
+        for message in markers:  # a message, or (message, its long form)
+            text, detail = message if isinstance(message, tuple) else (message, None)
+            ctx.marker(node, text, detail=detail)
 
     # ------------------------------------------------------------------ tensor parallelism
     @staticmethod
@@ -435,8 +452,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         tp = kw["tensor_parallel_size"].value
         transformer = TP_TRANSFORMERS.get(_family(class_name))
         if transformer is None:
-            return ("diffusers has no tensor-parallel plan (_tp_plan) for this pipeline's denoiser; it runs on one "
-                    "NeuronCore")
+            return "diffusers has no tensor-parallel plan for this denoiser, it runs on one NeuronCore"
         hint = (f"under torchrun --nproc_per_node={code(tp)}, load `{TP_NAME} = {transformer}.from_pretrained("
                 f"model_id, subfolder=\"transformer\", dtype=..., parallel_config=TensorParallelConfig("
                 f"tp_degree={code(tp)}))` (from diffusers) after dist.init_process_group(backend=\"neuron\"), "

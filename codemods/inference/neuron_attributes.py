@@ -25,6 +25,7 @@ import libcst as cst
 from codemods.common.export_only import inside_export_only
 from codemods.common.statements import called_statement, remove_small_statement
 from codemods.inference.args import literal
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 #: what to read instead of model.neuron_config.<field> / model.config.neuron[<field>]
@@ -283,8 +284,11 @@ class NeuronConfigReads(PythonRule):
                 return
         if node.attr.value in BATCH_FIELDS and not written and self._prompt_count(node, ctx):
             return
-        ctx.marker(node, f"`{what}` (an optimum-neuron model attribute) does not exist on a native model: "
-                         f"use {instead.format(m=model)}")
+        advice = instead.format(m=model)
+        ctx.marker(node, fitted(f"Use {advice.split(' (')[0]} instead of `{what}`: a native model has no such attribute.",
+                                f"Replace `{what}` by {advice.split(' (')[0]}.",
+                                f"Replace this optimum-neuron attribute by {advice.split(' (')[0]}."),
+                   detail=f"`{what}` (an optimum-neuron model attribute) does not exist on a native model: use {advice}")
 
     def _prompt_count(self, read: cst.BaseExpression, ctx: PythonContext) -> bool:
         """A batch-size read where the load passed no literal: ``len(prompts)`` when this scope holds

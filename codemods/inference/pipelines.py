@@ -62,6 +62,13 @@ TP_KWARGS = ("num_cores", "tensor_parallel_size")
 SHAPE_KWARGS = ("batch_size", "sequence_length")
 
 
+
+def _short(code: str, width: int = 30) -> str:
+    """Code as a marker names it: one line, at most ``width`` characters."""
+    code = " ".join(code.split())
+    return code if len(code) <= width else code[: width - 3] + "..."
+
+
 class PipelineStaticShapes(PythonRule):
     id = "NM102"
     title = "optimum.neuron pipeline(export=True, input_shapes=...) -> transformers.pipeline(device='neuron') with padding"
@@ -163,11 +170,10 @@ class PipelineStaticShapes(PythonRule):
         export = kw.get("export")
         export_value = literal(export.value) if export is not None else None
         for a in star:
-            markers.append(f"the arguments in {a.star}{code(a.value)} are not seen: drop export, input_shapes and "
-                           "compiler_args, and pad the inputs to the compiled shapes")
+            markers.append((f"Drop export, input_shapes and compiler_args from {a.star}{_short(code(a.value))}, and pad the "
+                            "inputs instead.", "the arguments in the unpacked mapping are not seen by the rule"))
         if export is not None and export_value is not True and export_value is not False:
-            markers.append(f"export={code(export.value)}: when it is false this loads a compiled Neuron model; "
-                           "point model= to the original checkpoint")
+            markers.append(f"Point model= at the original checkpoint where export={_short(code(export.value))} is false.")
 
         added: list[tuple[str, cst.BaseExpression]] = []
         # ---- shapes: input_shapes={...} and the text-generation keywords
@@ -180,8 +186,9 @@ class PipelineStaticShapes(PythonRule):
                 for e in value.elements:
                     shapes[literal(e.key)] = e.value  # type: ignore[index]
             else:
-                markers.append(f"input_shapes={code(value)} was dropped: pad the inputs to its sequence_length "
-                               "(tokenizer padding=\"max_length\", max_length=N, truncation=True)")
+                markers.append((f"Pad the inputs to the sequence_length of input_shapes={_short(code(value), 20)} (padding="
+                                "\"max_length\").", "input_shapes was dropped: tokenizer(..., padding=\"max_length\", "
+                                "max_length=N, truncation=True) keeps one compiled shape"))
         for name in SHAPE_KWARGS:
             if name in kw:
                 shapes.setdefault(name, kw[name].value)
@@ -196,8 +203,8 @@ class PipelineStaticShapes(PythonRule):
                 added.append(("dtype", torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))))
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]}")
             else:
-                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass dtype=torch.bfloat16 for 'bf16' "
-                               "or torch.float16 for 'fp16'")
+                markers.append(f"Pass dtype=torch.bfloat16 ('bf16') or torch.float16 ('fp16') for auto_cast_type="
+                               f"{_short(code(acast.value), 20)}.")
         knobs = [k for k in kw if k in KNOBS]
         if knobs:
             applied.append(f"compiler options dropped: {', '.join(knobs)}")
@@ -205,13 +212,14 @@ class PipelineStaticShapes(PythonRule):
         # ---- tensor parallelism
         tp_kw = next((kw[k] for k in TP_KWARGS if k in kw), None)
         if tp_kw is not None and literal(tp_kw.value) != 1:
-            markers.append(
+            markers.append((
+                f"Load the model with distributed_config=DistributedConfig(tp_size={_short(code(tp_kw.value), 12)}) and "
+                "pass it as model= to shard it.",
                 f"{tp_kw.keyword.value}={code(tp_kw.value)} was dropped: to shard the model over "  # type: ignore[union-attr]
                 f"{code(tp_kw.value)} NeuronCores, load it with "
                 f"{'AutoModelForCausalLM' if task in GENERATION_TASKS else 'AutoModelFor<Task>'}.from_pretrained(..., "
                 f"distributed_config=DistributedConfig(tp_size={code(tp_kw.value)})), pass it as model= and launch with "
-                f"torchrun --nproc_per_node={code(tp_kw.value)}"
-            )
+                f"torchrun --nproc_per_node={code(tp_kw.value)}"))
 
         # ---- what the call gets
         replace_kw: dict[str, tuple[str, cst.BaseExpression]] = {}
@@ -225,14 +233,12 @@ class PipelineStaticShapes(PythonRule):
             added.append(("device", neuron))
 
         if task in REMOVED_TASKS:
-            markers.append(f"transformers 5.23 has no {task!r} pipeline: load the model with "
-                           f"{REMOVED_TASKS[task]}.from_pretrained(..., device_map=\"neuron\") and run it directly")
+            markers.append((f"Load {REMOVED_TASKS[task]}.from_pretrained(..., device_map=\"neuron\") and run it directly.",
+                            f"transformers 5.23 has no {task!r} pipeline"))
         if export_value is not True and model_is_id and not star:
-            markers.append(
-                "without export=True this pipeline loaded a compiled Neuron model: point model= to the original "
-                "checkpoint (config.json \"neuron\" -> \"checkpoint_id\") and pad the inputs to the shapes it was "
-                "compiled for"
-            )
+            markers.append((
+                "Point model= at the original checkpoint: without export=True this loaded a compiled Neuron model.",
+                "config.json \"neuron\" -> \"checkpoint_id\" names it; pad the inputs to the shapes it was compiled for"))
 
         seq = shapes.get("sequence_length")
         batch = shapes.get("batch_size")
@@ -261,16 +267,16 @@ class PipelineStaticShapes(PythonRule):
                     ])))
                 applied.append(f"sequence_length={code(seq)} becomes tokenizer padding to max_length={code(seq)}")
             else:
-                markers.append(
+                markers.append((
+                    f"Run the model yourself on inputs padded to {_short(code(seq), 16)} to keep one compiled shape.",
                     f"sequence_length={code(seq)} was dropped: this pipeline takes no padding arguments, so each new "
-                    f"input length compiles a new graph; to keep one shape, run the model yourself on "
-                    f"tokenizer(..., padding=\"max_length\", max_length={code(seq)}, truncation=True)"
-                )
+                    f"input length compiles a new graph; tokenizer(..., padding=\"max_length\", max_length="
+                    f"{code(seq)}, truncation=True)"))
         other = [k for k in shapes if k not in SHAPE_KWARGS]
         if other:
             listed = ", ".join(f"{k}={code(shapes[k])}" for k in other)
-            markers.append(f"static input shapes {listed} were dropped: feed inputs of these shapes to avoid "
-                           "recompiles")
+            markers.append((f"Feed inputs of the static shapes {_short(listed, 50)} to avoid recompiles.",
+                            f"static input shapes {listed} were dropped"))
 
         indent, prefix = indent_of(ctx), prefix_len(ctx, node)
 
@@ -295,8 +301,9 @@ class PipelineStaticShapes(PythonRule):
                     + (", export/input_shapes dropped" if export is not None or "input_shapes" in kw else ""))
         for message in applied:
             ctx.finding(node, message)
-        for message in markers:
-            ctx.marker(node, message)
+        for message in markers:  # a message, or (message, its long form)
+            text, detail = message if isinstance(message, tuple) else (message, None)
+            ctx.marker(node, text, detail=detail)
 
 
 def _keywordize(args: list[cst.Arg]) -> list[cst.Arg]:

@@ -42,6 +42,7 @@ from codemods.inference.args import (
 )
 from codemods.common.renames import load_table
 from codemods.common.arg_plan import ArgPlan, apply_plan
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 #: traced (NeuronTracedModel) classes whose calls this rule owns, by class name
@@ -83,6 +84,13 @@ DTYPE_KWARGS = ("torch_dtype", "dtype")
 CALL_TIME = ("output_attentions", "output_hidden_states")
 TOKENIZER_SUFFIXES = ("Tokenizer", "TokenizerFast")
 PAD_KEYS = ("padding", "max_length", "truncation")
+
+
+
+def _short(code: str, width: int = 30) -> str:
+    """Code as a marker names it: one line, at most ``width`` characters."""
+    code = " ".join(code.split())
+    return code if len(code) <= width else code[: width - 3] + "..."
 
 
 class TracedModelsOnNeuron(PythonRule):
@@ -179,18 +187,16 @@ class TracedModelsOnNeuron(PythonRule):
         fed = model_name is not None and model_name in info["fed"]
 
         for a in star:
-            markers.append(f"the arguments in **{code(a.value)} are not seen: drop export, the compiler options and "
-                           "the static shapes (pad the inputs to them instead)")
+            markers.append((f"Drop export, compiler options and static shapes from **{_short(code(a.value))}; pad the inputs "
+                            "instead.", "the arguments in the unpacked mapping are not seen by the rule"))
         pre_exported = export_value is not True and not shapes
         if pre_exported and not star:
-            markers.append(
-                "this loads a pre-exported Neuron model (compiled NEFFs), which Transformers cannot load: point it to "
-                "the original checkpoint (config.json \"neuron\" -> \"checkpoint_id\") and pad the inputs to the "
-                "shapes it was compiled for (config.json \"neuron\" -> \"static_sequence_length\")"
-            )
+            markers.append((
+                "Point this load at the original checkpoint: Transformers cannot load a pre-exported Neuron model.",
+                "config.json \"neuron\" -> \"checkpoint_id\" names it; pad the inputs to the shapes it was compiled "
+                "for (config.json \"neuron\" -> \"static_sequence_length\")"))
         elif export is not None and export_value not in (True, False):
-            markers.append(f"export={code(export.value)}: when it is false this loads a pre-exported Neuron model; "
-                           "point it to the original checkpoint")
+            markers.append(f"Point this load at the original checkpoint where export={_short(code(export.value))} is false.")
 
         # ---- dtype
         dtype_expr: cst.BaseExpression | None = None
@@ -204,16 +210,15 @@ class TracedModelsOnNeuron(PythonRule):
                 applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]} "
                                "(the whole model, not only the matmuls, runs in that dtype)")
             elif not (isinstance(value, str) and value in DTYPES):
-                markers.append(f"auto_cast_type={code(acast.value)} was dropped: pass dtype=torch.bfloat16 for "
-                               "'bf16' or torch.float16 for 'fp16'")
+                markers.append(f"Pass dtype=torch.bfloat16 ('bf16') or torch.float16 ('fp16') for auto_cast_type="
+                               f"{_short(code(acast.value), 20)}.")
         explicit_dtype = next((kw[k] for k in DTYPE_KWARGS if k in kw), None)
 
         # ---- tensor parallelism
         tp = kw.get("tensor_parallel_size")
         if tp is not None and literal(tp.value) != 1:
-            markers.append(f"tensor_parallel_size={code(tp.value)} was dropped: load with "
-                           "distributed_config=DistributedConfig(tp_size=N) instead of device_map under "
-                           "torchrun --nproc_per_node=N if the model does not fit one NeuronCore")
+            markers.append((f"Load with DistributedConfig(tp_size=N) under torchrun if the model does not fit one "
+                            "NeuronCore.", f"tensor_parallel_size={code(tp.value)} was dropped"))
 
         # ---- shapes
         seq = shapes.get("sequence_length")
@@ -221,22 +226,25 @@ class TracedModelsOnNeuron(PythonRule):
             if fed and _copyable(seq):
                 applied.append(f"sequence_length={code(seq)} becomes tokenizer padding to max_length={code(seq)}")
             elif st:
-                markers.append(f"sequence_length={code(seq)} was dropped: SentenceTransformer pads each batch to its "
-                               f"longest sentence; set `model.max_seq_length = {code(seq)}` and encode batches of "
-                               "similar length to limit recompiles")
+                markers.append((f"Set `model.max_seq_length = {_short(code(seq), 16)}` and encode batches of similar length "
+                                "to limit recompiles.", f"sequence_length={code(seq)} was dropped: SentenceTransformer "
+                                "pads each batch to its longest sentence"))
             else:
-                markers.append(
-                    f"pad the inputs of this model to sequence_length={code(seq)} (the compiled shape): "
-                    f"tokenizer(..., padding=\"max_length\", max_length={code(seq)}, truncation=True), and move them "
-                    f"to the model with .to({model_name or 'model'}.device)"
-                )
+                markers.append((
+                    fitted(f"Pad this model's inputs to max_length={code(seq)} (padding=\"max_length\") and move them to "
+                           f"{_short(model_name or 'model', 20)}.device.",
+                           "Pad this model's inputs to the compiled length (padding=\"max_length\") and move them to "
+                           "its device."),
+                    f"sequence_length={code(seq)} is the compiled shape: tokenizer(..., padding=\"max_length\", "
+                    f"max_length={code(seq)}, truncation=True), then .to({model_name or 'model'}.device)"))
         batch = shapes.get("batch_size")
         if batch is not None:
             if literal(batch) == 1:
                 applied.append("batch_size=1 dropped")
             else:
-                markers.append(f"batch_size={code(batch)} was dropped: feed batches of exactly {code(batch)} "
-                               "(pad the last one) to avoid a recompilation per batch size")
+                markers.append(fitted(f"Feed batches of exactly {code(batch)} (pad the last one) to avoid a compile per "
+                                      "batch size.",
+                                      "Feed batches of the compiled size (pad the last one) to avoid a compile per batch size."))
         beams = shapes.get("num_beams")
         if beams is not None:
             gens = info["generates"].get(model_name) if model_name is not None else None
@@ -251,8 +259,8 @@ class TracedModelsOnNeuron(PythonRule):
         other = [k for k in shapes if k not in ("sequence_length", "batch_size", "num_beams")]
         if other:
             listed = ", ".join(f"{k}={code(shapes[k])}" for k in other)
-            markers.append(f"static input shapes {listed} were dropped: feed inputs of these shapes to avoid a "
-                           "recompilation per shape")
+            markers.append((f"Feed inputs of the static shapes {_short(listed, 50)} to avoid a compile per shape.",
+                            f"static input shapes {listed} were dropped"))
         knobs = [k for k in kw if k in KNOBS and k not in ("export", "auto_cast_type", "tensor_parallel_size")]
         if knobs:
             applied.append(f"compiler options dropped: {', '.join(knobs)}")
@@ -323,8 +331,9 @@ class TracedModelsOnNeuron(PythonRule):
             applied.append("SentenceTransformer takes sentences (model.encode(sentences)), not tokenizer outputs")
         for message in applied:
             ctx.finding(node, message)
-        for message in markers:
-            ctx.marker(node, message)
+        for message in markers:  # a message, or (message, its long form)
+            text, detail = message if isinstance(message, tuple) else (message, None)
+            ctx.marker(node, text, detail=detail)
 
     # ------------------------------------------------------------------ the tokenizer call feeding it
     def _tokenizer_call(self, node: cst.Call, feed: dict, ctx: PythonContext) -> None:
