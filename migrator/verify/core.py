@@ -421,11 +421,12 @@ def neuron_check(data: dict, expected: bool) -> list[Check]:
     return []
 
 
-_NEURON_LITERAL = re.compile(r"""["']neuron(?::\d+)?["']""")
+_NEURON_LITERAL = re.compile(r"""(?<!backend=)["']neuron(?::\d+)?["']""")
 
 
 def _mentions_neuron(script: Path) -> bool:
-    """The script names the device in a string ("neuron", 'neuron:0'; a marker comment does not count)."""
+    """The script names the device in a string ("neuron", 'neuron:0'; not the compile backend
+    `backend="neuron"`, and a marker comment does not count)."""
     try:
         return bool(_NEURON_LITERAL.search(script.read_text(encoding="utf-8", errors="replace")))
     except OSError:
