@@ -113,7 +113,7 @@ def test_only_simple_loads_are_rewritten(rules):
     ''')
     new, findings = _migrate(src, rules)
     assert "TensorParallelConfig" not in _code(new) and "init_process_group" not in _code(new)
-    assert sum("tensor_parallel_size=2 was dropped" in f.message for f in findings) == 5
+    assert sum("tensor_parallel_size=2 was dropped" in (f.detail or "") for f in findings) == 5
 
 
 def test_existing_process_group_is_not_initialized_twice(rules):
@@ -127,7 +127,7 @@ def test_existing_process_group_is_not_initialized_twice(rules):
     new, findings = _migrate(src, rules)
     assert _code(new).count("init_process_group") == 1
     assert "parallel_config=TensorParallelConfig(tp_degree=2)" in new
-    assert any("initialize the process group" in f.message for f in findings if f.rule == "NM104")
+    assert any("Initialize the process group" in f.message for f in findings if f.rule == "NM104")
 
 
 # ---------------------------------------------------------------------- runtime, 2 ranks on CPU

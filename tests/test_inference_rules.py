@@ -466,7 +466,7 @@ def test_migrated_stable_diffusion_runs_like_diffusers(tiny_sd, tmp_path, rules)
     # the one thing left to a person: the export's default bf16 matmuls (the load now runs in float32,
     # which is what this test compares with)
     manual = [f.message for f in findings if f.fix == "manual"]
-    assert len(manual) == 1 and "runs in float32: pass dtype=torch.bfloat16" in manual[0]
+    assert len(manual) == 1 and "Pass dtype=torch.bfloat16" in manual[0] and "this load is float32" in manual[0]
 
     # the compiled UNet blocks run through dynamo's "eager" backend on CPU (the same graphs, no neuronx-cc)
     runnable = migrated.replace('backend="neuron"', 'backend="eager"').replace('"neuron"', '"cpu"')
