@@ -206,7 +206,7 @@ def test_push_to_hub_positional_and_untracked(rules):
     """, rules)
     assert 'model.push_to_hub("me/repo", token="t")' in new
     assert 'plain.push_to_hub("me/plain", private=True)' in new
-    assert "TODO(neuron-migrate NM107): push_to_hub(): endpoint" in new
+    assert "TODO(neuron-migrate NM107): Remove endpoint from push_to_hub() and pass the repository id first." in new
     assert_idempotent(new, rules)
 
 

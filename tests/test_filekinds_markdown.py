@@ -214,7 +214,7 @@ def test_doctest_blocks_are_one_program_with_prompts_and_outputs_kept(rec):
     new, findings = migrate_text(text, "markdown", rules)
     lines = new.splitlines()
     assert lines[1] == ">>> from transformers import AutoModelForSequenceClassification"
-    assert lines[2].startswith(">>> # TODO(neuron-migrate NM103): pad the inputs")  # a marker, prompted
+    assert lines[2].startswith(">>> # TODO(neuron-migrate NM103): Pad this model's inputs to max_length=64")  # a marker, prompted
     assert lines[3].startswith(">>> model = AutoModelForSequenceClassification.from_pretrained(")
     assert all(ln.startswith((">>>", "...")) for ln in lines[1:-3])
     assert lines[-3:] == [">>> model.config.num_labels", "2", "```"]

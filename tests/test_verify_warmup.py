@@ -65,7 +65,7 @@ def test_diffusion_regional_compilation_warms_up_and_a_new_size_recompiles(tmp_p
     # exit 1: one manual action, the export's default bf16 matmuls (the migrated pipeline runs in
     # float32, which this test keeps)
     assert mig.returncode == 1 and mig.stdout.count("[manual]") == 1, out(mig)
-    assert "pass dtype=torch.bfloat16 to keep that precision" in mig.stdout
+    assert "Pass dtype=torch.bfloat16 to keep the Neuron export's bf16 matmuls: this load is float32." in mig.stdout
     text = migrated.read_text()
     assert "from diffusers import StableDiffusionPipeline" in text and "optimum" not in text.split('"""')[2]
     assert 'StableDiffusionPipeline.from_pretrained(model_dir).to("neuron")' in text
