@@ -6,7 +6,7 @@ import libcst as cst
 
 from codemods.common.renames import load_table
 from migrator.model import fitted
-from migrator.imports import import_gate
+from migrator.imports import falls_back, import_gate
 from migrator.rules import PythonContext, PythonRule
 
 #: top-level packages of the old stack; none of them exists under TorchNeuron
@@ -42,6 +42,9 @@ INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.
 INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
 
 
+#: an old-stack import in a ``try`` that only tolerates its absence (``except ImportError: pass``)
+GATE_MARKER = "Remove this old-stack import from the try: TorchNeuron lacks it, so the rest of the try body never runs."
+
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
@@ -75,7 +78,10 @@ class OldStackLeftovers(PythonRule):
     caveats = """
         Names owned by a specific rule, and names of the rename table, are not flagged here.
     """
-    markers = ((INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
+    markers = ((GATE_MARKER, """A `try:` whose handler only passes, logs or re-raises keeps its imports (they decide
+        whether the body runs); the old-stack package is not installed on TorchNeuron, so the import raises and every
+        statement after it in the try body (often the Neuron set-up itself) is skipped silently."""),
+               (INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
         and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
         device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
         model for the neuron device with torch.compile instead."""),) + tuple(zip((text for _, text in ADVICE), (
@@ -128,10 +134,11 @@ class OldStackLeftovers(PythonRule):
         )
         line = next((i for i in range(len(ctx.stack) - 1, -1, -1) if isinstance(ctx.stack[i], cst.SimpleStatementLine)),
                     None)
-        if line is not None and import_gate(ctx.stack[:line]) is not None:
-            return  # an availability gate (`try: import torch_xla ... except ImportError:`): marked as the gate
+        gate = import_gate(ctx.stack[:line]) if line is not None else None
+        if gate is not None and falls_back(gate):
+            return  # an availability gate (`try: import torch_xla ... except ImportError: <other path>`): NM420's
         if old_stack(qual) and not self._covered(ctx, qual):
-            ctx.local_state().setdefault("aliases", []).append((node, qual, local))
+            ctx.local_state().setdefault("aliases", []).append((node, qual, local, gate is not None))
 
     def finish(self, ctx: PythonContext) -> None:
         """Mark the imports of old-stack names that the code uses other than as ``mod.name``.
@@ -142,8 +149,13 @@ class OldStackLeftovers(PythonRule):
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
-        for node, qual, local in ctx.local_state().get("aliases", ()):
+        for node, qual, local, in_try in ctx.local_state().get("aliases", ()):
             refs = ctx.references(local)
+            if in_try:
+                # the engine keeps a try's imports (they decide whether its body runs): on TorchNeuron this
+                # one fails, and the rest of the try body is skipped without a word
+                ctx.marker(node, _advice(qual, local) if refs else GATE_MARKER, detail=self._detail(qual, local))
+                continue
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
