@@ -193,7 +193,8 @@ _LIGHTNING_NATIVE = {
     f"{NXD}.lightning.logger.NeuronTensorBoardLogger": "lightning.pytorch.loggers.TensorBoardLogger",
     f"{NXD}.lightning.progress_bar.NeuronTQDMProgressBar": "lightning.pytorch.callbacks.TQDMProgressBar",
     f"{NXD}.lightning.checkpoint_io.NeuronCheckpointIO": "Lightning's default checkpoint IO (drop the argument)",
-    f"{NXD}.lightning.precision_plugin.NeuronXLAPrecisionPlugin": 'Trainer(precision="bf16-mixed")',
+    f"{NXD}.lightning.precision_plugin.NeuronXLAPrecisionPlugin":
+        'nothing (fp32, its default), or Trainer(precision="bf16-mixed") where it had mixed_precision_enabled=True',
     f"{NXD}.lightning.neuron_hooks_callback.NeuronHooksCallback": "no callback (drop it)",
 }
 _LIGHTNING_DEFAULT = (
@@ -251,11 +252,16 @@ _SHORT_NATIVE = {
     "requires_init_pg_override": "False and drop the branch",
     "MoE": "the model's own transformers MoE block (e.g. MixtralSparseMoeBlock)",
     "load_balancing_loss_func": "transformers' mixtral load_balancing_loss_func",
+    "NeuronXLAPrecisionPlugin": 'nothing (fp32), or precision="bf16-mixed" if it had mixed_precision_enabled=True',
     "NeuronXLAStrategy": "a standard Lightning strategy (DDP / FSDP / ModelParallelStrategy)",
     "mark_step": "nothing (delete it: TorchNeuron runs eagerly)",
     "<mapping>": 'a DTensor redistribution over mesh["tp"] (or the parallelize_module plan)',
     "<trace>": "the model sharded with parallelize_module and compiled with torch.compile",
 }
+
+
+#: the layers whose keyword, set to True, makes their output whole (gathered) on every rank
+_GATHERED = {"ColumnParallelLinear": "gather_output", "ParallelEmbedding": "shard_across_embedding"}
 
 
 def _ps_marker(short: str, native: str) -> str:
@@ -372,6 +378,14 @@ class NxdBuildingBlocks(_XlaRule):
             ctx.marker(node, UTIL_MARKER, detail=detail)
             return
         last = qual.rsplit(".", 1)[-1]
+        gathered = _GATHERED.get(last)
+        if gathered and call is not None and any(
+                a.keyword is not None and a.keyword.value == gathered and isinstance(a.value, cst.Name)
+                and a.value.value == "True" for a in call.args):
+            # the layer's output is whole on every rank: the plan must replicate it too
+            ctx.marker(node, f"Replace {last} with an nn.{'Linear' if 'Linear' in last else 'Embedding'} sharded by "
+                             "ColwiseParallel(output_layouts=Replicate()).", detail=detail)
+            return
         short = _SHORT_NATIVE.get(last) or (_SHORT_NATIVE["<mapping>"] if name.startswith(MAPPINGS + ".") else None)
         short = short or (_SHORT_NATIVE["<trace>"] if native == _TRACE_NATIVE else native)
         message = f"Replace {last} with {short}."
