@@ -155,7 +155,9 @@ _UTIL_NATIVE = {
     f"{NXD}.utils.get_device": 'torch.device("neuron") (per rank: torch.device("neuron", LOCAL_RANK))',
     f"{NXD}.utils.mark_step": "no call at all (delete it: TorchNeuron runs eagerly, there is no graph to cut)",
     f"{NXD}.utils.master_print": "print(...) under `if dist.get_rank() == 0:`",
-    f"{NXD}.utils.cpu_mode": "False (NXD_CPU_MODE only chose between the CPU and the XLA device): drop the branch",
+    f"{NXD}.utils.cpu_mode":
+        "the branch that runs plain torch ops, on the neuron device (NXD_CPU_MODE chose between that path and the "
+        "XLA device's custom calls, which TorchNeuron does not have)",
     f"{NXD}.utils.model_utils.init_on_device":
         '`with torch.device("meta"):` to build the model without memory, then model.to_empty(device=...)',
     f"{NXD}.utils.model_utils.get_platform_lnc": "no call (the logical NeuronCore config is not set from Python)",
@@ -218,6 +220,9 @@ _OTHER_NATIVE.update({f"{MAPPINGS}.{n}": v for n, v in _MAPPING_NATIVE.items()})
 _OTHER_NATIVE.update({
     f"{NXD}.kernels.flash_attn.nki_flash_attn_func":
         "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...) (attn_implementation=\"sdpa\")",
+    f"{NXD}.trace.mock_torchdist.mock_distributed":
+        'a fake process group: torch.distributed.init_process_group("fake", store=FakeStore(), rank=r, world_size=n) '
+        "with FakeStore from torch.testing._internal.distributed.fake_pg (it records no collective)",
     f"{NXD}.ModelBuilder": _TRACE_NATIVE,
     f"{NXD}.shard_checkpoint": _TRACE_NATIVE,
     f"{NXD}.NxDModel": _TRACE_NATIVE,
@@ -252,6 +257,8 @@ _SHORT_NATIVE = {
     "requires_init_pg_override": "False and drop the branch",
     "MoE": "the model's own transformers MoE block (e.g. MixtralSparseMoeBlock)",
     "load_balancing_loss_func": "transformers' mixtral load_balancing_loss_func",
+    "cpu_mode": "the branch running plain torch ops, on the neuron device (the other one was NxD's XLA path)",
+    "mock_distributed": 'init_process_group("fake", store=FakeStore(), ...) (a fake process group)',
     "NeuronXLAPrecisionPlugin": 'nothing (fp32), or precision="bf16-mixed" if it had mixed_precision_enabled=True',
     "NeuronXLAStrategy": "a standard Lightning strategy (DDP / FSDP / ModelParallelStrategy)",
     "mark_step": "nothing (delete it: TorchNeuron runs eagerly)",
@@ -262,6 +269,9 @@ _SHORT_NATIVE = {
 
 #: the layers whose keyword, set to True, makes their output whole (gathered) on every rank
 _GATHERED = {"ColumnParallelLinear": "gather_output", "ParallelEmbedding": "shard_across_embedding"}
+
+
+MOVE_MARKER = "Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them."
 
 
 def _ps_marker(short: str, native: str) -> str:
@@ -328,12 +338,15 @@ class NxdBuildingBlocks(_XlaRule):
         # TODO(neuron-migrate NM992): Replace `parallel_state` below with native code, then remove this import.
         from neuronx_distributed.parallel_layers import parallel_state
 
+        # TODO(neuron-migrate NM414): Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them.
         model.to(device)
         # TODO(neuron-migrate NM414): Replace get_tensor_model_parallel_size with mesh["tp"].size() of a DeviceMesh made once by init_device_mesh.
         tp = parallel_state.get_tensor_model_parallel_size()
     """
     caveats = """
-        Only `move_model_to_device(model, device)` and `utils.get_device()` are rewritten. The
+        Only `move_model_to_device(model, device)` and `utils.get_device()` are rewritten; the move gets a
+        marker: the helper kept shared parameters shared through it, and a plain `.to()` onto a device whose
+        tensors cannot take a CPU tensor's storage in place makes new Parameter objects. The
         parallel-state queries are not derived from the world size: with tensor parallelism the data-parallel size is
         `world // tp`, which only a mesh knows. Uses of `neuronx_distributed` names no entry
         covers are flagged by NM900.
@@ -414,6 +427,9 @@ class NxdBuildingBlocks(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"{qual}(model, device) -> model.to(device)")
+        # the helper kept shared parameters shared (and NxD's parameter attributes) through the move; a
+        # device whose tensors cannot take a CPU tensor's storage in place gets new Parameter objects
+        ctx.marker(call, MOVE_MARKER)
         return None
 
 
