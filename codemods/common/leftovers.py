@@ -138,7 +138,7 @@ class OldStackLeftovers(PythonRule):
         if gate is not None and falls_back(gate):
             return  # an availability gate (`try: import torch_xla ... except ImportError: <other path>`): NM420's
         if old_stack(qual) and not self._covered(ctx, qual):
-            ctx.local_state().setdefault("aliases", []).append((node, qual, local, gate is not None))
+            ctx.local_state().setdefault("aliases", []).append((node, qual, local, gate is not None, id(stmt)))
 
     def finish(self, ctx: PythonContext) -> None:
         """Mark the imports of old-stack names that the code uses other than as ``mod.name``.
@@ -149,17 +149,25 @@ class OldStackLeftovers(PythonRule):
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
-        for node, qual, local, in_try in ctx.local_state().get("aliases", ()):
+        # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
+        grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}
+        for node, qual, local, in_try, stmt in ctx.local_state().get("aliases", ()):
             refs = ctx.references(local)
             if in_try:
                 # the engine keeps a try's imports (they decide whether its body runs): on TorchNeuron this
                 # one fails, and the rest of the try body is skipped without a word
-                ctx.marker(node, _advice(qual, local) if refs else GATE_MARKER, detail=self._detail(qual, local))
-                continue
-            bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
-            if not bare and (refs or "NM992" in ctx.checks):
-                continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
-            ctx.marker(node, _advice(qual, local), detail=self._detail(qual, local))
+                if not refs:
+                    ctx.marker(node, GATE_MARKER, detail=self._detail(qual, local))
+                    continue
+            else:
+                bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
+                if not bare and (refs or "NM992" in ctx.checks):
+                    continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
+            grouped.setdefault((stmt, _template(qual)), []).append((node, qual, local))
+        for names in grouped.values():
+            node, qual, local = names[0]
+            message = _advice(qual, local) if len(names) == 1 else _list_advice(qual, [n for _, _, n in names])
+            ctx.marker(node, message, detail=" ".join(self._detail(q, n) for _, q, n in names))
 
     def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:
         stmt = ctx.parent
@@ -192,9 +200,30 @@ def _dotted(node) -> str:
     return dotted(node) or ""
 
 
+def _template(qual: str) -> str:
+    """The advice (a template of :data:`ADVICE`) for the package of ``qual``."""
+    return next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+
+
+def _listed(names: list[str]) -> str:
+    """```A`, `B` and `C``` (```A`, `B` and 3 more`` past three names): the names one import marker covers."""
+    quoted = [f"`{n}`" for n in names]
+    if len(names) > 3:
+        return f"{', '.join(quoted[:2])} and {len(names) - 2} more"
+    return f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
+def _list_advice(qual: str, names: list[str]) -> str:
+    """The marker for several names of one import statement (same advice)."""
+    text = _template(qual)
+    listed = _listed(names)
+    return fitted(text.replace("`{name}`", listed), text.replace("`{name}`", f"`{names[0]}` and {len(names) - 1} more"),
+                  text.replace("`{name}`", "these names"))
+
+
 def _advice(qual: str, written: str) -> str:
     """The marker for an old-stack name left in the code: one sentence naming the use as written."""
-    text = next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+    text = _template(qual)
     last = qual.rsplit(".", 1)[-1]
     return fitted(text.format(name=written if len(written) <= 40 else last), text.format(name=last),
                   text.replace("`{name}`", "this name"))
