@@ -48,6 +48,8 @@ GATE_MARKER = "Replace or remove this old-stack import: TorchNeuron lacks it, so
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
+    (("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
+     "Replace `{name}` with `nki.jit` from the `nki` package: TorchNeuron calls NKI kernels directly."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
     (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with AutoModelForCausalLM and device_map=\"neuron\"."),
@@ -88,6 +90,9 @@ class OldStackLeftovers(PythonRule):
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
+        """torch-neuronx's XLA-era `nki_jit` wrapped an NKI kernel for the XLA graph; TorchNeuron runs kernels
+        decorated with `@nki.jit` (the standalone `nki` package) on neuron tensors directly, in eager mode or
+        under torch.compile.""",
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
