@@ -15,6 +15,8 @@ Shared spelling helpers (local rank, quotes, imports) come from :mod:`codemods.x
 
 from __future__ import annotations
 
+from migrator.model import fitted
+
 import re
 
 import libcst as cst
@@ -548,7 +550,8 @@ class XlaSpawn(_XlaRule):
                 n = f"<value of {n}>"
         fn_name = _code(bound["fn"].value)
         ctx.finding(call, f"xmp.spawn({fn_name}, ...) -> {fn_name}(LOCAL_RANK, ...)")
-        ctx.marker(call, f"Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn).")
+        launch = "Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn)."
+        ctx.marker(call, fitted(launch.format(n=n), launch.format(n="<number of processes>")))
         return None
 
 

@@ -10,6 +10,8 @@ actionable marker naming them; ``move_model_to_device(model, device)`` becomes
 
 from __future__ import annotations
 
+from migrator.model import fitted
+
 import re
 
 import libcst as cst
@@ -279,9 +281,12 @@ def _ps_marker(short: str, native: str) -> str:
     if short == "initialize_model_parallel":
         return 'Replace this with one init_device_mesh("neuron", (dp, tp)) call and pass the mesh where needed.'
     if native.startswith(_MESH):
-        return f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh."
+        return fitted(f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh.",
+                      f"Replace {short} with a query of a DeviceMesh (init_device_mesh).",
+                      "Replace this with a query of a DeviceMesh (init_device_mesh).")
     message = f"Replace {short} with {native}."
-    return message if len(message) <= 120 else f"Replace {short} with a query of a DeviceMesh (init_device_mesh)."
+    return fitted(message, f"Replace {short} with a query of a DeviceMesh (init_device_mesh).",
+                  "Replace this with a query of a DeviceMesh (init_device_mesh).")
 
 
 def canonical(qual: str) -> str:
@@ -377,7 +382,8 @@ class NxdBuildingBlocks(_XlaRule):
             except NameClash as exc:
                 problem = str(exc)
             if problem:
-                ctx.marker(call, f"Rewrite this {short_name(qual)} call by hand: {problem}.",
+                ctx.marker(call, fitted(f"Rewrite this {short_name(qual)} call by hand: {problem}.",
+                                        f"Rewrite this {short_name(qual)} call by hand (see the report for why)."),
                            detail=f"{qual} could not be rewritten here ({problem}); native: {native}.")
             return
         detail = f"{qual} has no native twin: use {native}"
@@ -403,7 +409,8 @@ class NxdBuildingBlocks(_XlaRule):
         short = short or (_SHORT_NATIVE["<trace>"] if native == _TRACE_NATIVE else native)
         message = f"Replace {last} with {short}."
         if len(message) > 120 or _SENTENCE_BREAK.search(message.rstrip(".")):
-            message = f"Replace {last} by hand: it has no native twin (see `neuron-migrate explain NM414`)."
+            message = fitted(f"Replace {last} by hand: it has no native twin (see `neuron-migrate explain NM414`).",
+                             "Replace this by hand: it has no native twin (see `neuron-migrate explain NM414`).")
         ctx.marker(node, message, detail=detail)
 
     def _get_device(self, call: cst.Call, func: cst.CSTNode, ctx: PythonContext, qual: str) -> str | None:
