@@ -241,7 +241,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 markers.append(f"Pass dtype=torch.bfloat16 where auto_cast_type={_short(code(acast.value))} is 'bf16'.")
 
         if export_value is not True and not has_dtype and dtype_expr is None:
-            markers.append(("Pass dtype=torch.bfloat16 to keep the compiled pipeline's bf16 matmuls: this load is float32.",
+            markers.append(("Pass dtype=torch.bfloat16: a pipeline saved in bf16 fails to run in float32, and the compiled one ran bf16 matmuls.",
                             "the compiled pipeline computed its matmuls in bf16 unless it was exported with "
                             "auto_cast=None or auto_cast_type=\"fp32\"; a pipeline saved in bf16 needs the dtype too "
                             "(mat1 and mat2 must have the same dtype)"))
