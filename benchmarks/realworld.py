@@ -272,19 +272,13 @@ class _Part:
         if _marked(self.lines, first, last):
             return True
         # an import in the body of a ``try`` (an availability gate): the marker on the ``try`` is its
-        up = self.parents.get(id(stmt))
-        while isinstance(stmt, (ast.Import, ast.ImportFrom)) and up is not None and not isinstance(up, ast.Module):
-            if isinstance(up, ast.Try) and any(stmt is s or self._inside(stmt, s) for s in up.body):
+        if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return False
+        child, up = stmt, self.parents.get(id(stmt))
+        while up is not None and not isinstance(up, ast.Module):
+            if isinstance(up, ast.Try) and any(child is s for s in up.body):
                 return _marked(self.lines, up.lineno, up.lineno)
-            up = self.parents.get(id(up))
-        return False
-
-    def _inside(self, node: ast.AST, ancestor: ast.AST) -> bool:
-        up = self.parents.get(id(node))
-        while up is not None:
-            if up is ancestor:
-                return True
-            up = self.parents.get(id(up))
+            child, up = up, self.parents.get(id(up))
         return False
 
     def references(self, extra: dict[str, str] | None = None) -> list[tuple[int, str, bool]]:

@@ -157,17 +157,16 @@ class OldStackLeftovers(PythonRule):
         # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
         grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}
         for node, qual, local, in_try, stmt in ctx.local_state().get("aliases", ()):
-            refs = ctx.references(local)
             if in_try:
                 # the engine keeps a try's imports (they decide whether its body runs): on TorchNeuron this
                 # one fails, and the rest of the try body is skipped without a word. One text whether uses are
                 # left or not: the rules may rewrite them away, and a second run must find the same marker
                 ctx.marker(node, GATE_MARKER, detail=self._detail(qual, local))
                 continue
-            else:
-                bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
-                if not bare and (refs or "NM992" in ctx.checks):
-                    continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
+            refs = ctx.references(local)
+            bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
+            if not bare and (refs or "NM992" in ctx.checks):
+                continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
             grouped.setdefault((stmt, _template(qual)), []).append((node, qual, local))
         for names in grouped.values():
             node, qual, local = names[0]
@@ -211,7 +210,7 @@ def _template(qual: str) -> str:
 
 
 def _listed(names: list[str]) -> str:
-    """```A`, `B` and `C``` (```A`, `B` and 3 more`` past three names): the names one import marker covers."""
+    """The names one import marker covers, each in backticks: "`A`, `B` and `C`" ("`A`, `B` and 3 more" past three)."""
     quoted = [f"`{n}`" for n in names]
     if len(names) > 3:
         return f"{', '.join(quoted[:2])} and {len(names) - 2} more"

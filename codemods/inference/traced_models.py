@@ -215,8 +215,8 @@ class TracedModelsOnNeuron(PythonRule):
         explicit_dtype = next((kw[k] for k in DTYPE_KWARGS if k in kw), None)
         if dtype_expr is not None and "Whisper" in class_name:
             # generate() does not cast float32 audio features to a bf16/fp16 model's dtype (the conv raises)
-            markers.append(f"Move the audio features with .to({_short(model_name or 'model', 20)}.device, "
-                           f"{_short(model_name or 'model', 20)}.dtype): generate() does not cast them.")
+            named = _short(model_name or "model", 20)
+            markers.append(f"Move the audio features with .to({named}.device, {named}.dtype): generate() does not cast them.")
 
         # ---- tensor parallelism
         tp = kw.get("tensor_parallel_size")

@@ -15,8 +15,6 @@ Shared spelling helpers (local rank, quotes, imports) come from :mod:`codemods.x
 
 from __future__ import annotations
 
-from migrator.model import fitted
-
 import re
 
 import libcst as cst
@@ -41,6 +39,7 @@ from codemods.xla.base import (
     _torch,
 )
 from migrator.imports import dotted
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
 PL = "torch_xla.distributed.parallel_loader"

@@ -10,13 +10,12 @@ actionable marker naming them; ``move_model_to_device(model, device)`` becomes
 
 from __future__ import annotations
 
-from migrator.model import fitted
-
 import re
 
 import libcst as cst
 
 from codemods.xla.base import _XlaRule, _bind_args, _code, _device, _expr, _is_reference, short_name
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
 NXD = "neuronx_distributed"

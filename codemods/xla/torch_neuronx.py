@@ -10,7 +10,6 @@ shape; ``dynamic=True`` is unsupported). Facts: source-apis §4.3.
 
 from __future__ import annotations
 
-from migrator.model import fitted
 import re
 
 import libcst as cst
@@ -21,6 +20,7 @@ from codemods.xla.base import (
 from codemods.common.statements import with_blank_line
 from codemods.xla.artifacts import (
     MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, plain, rebuildable, scope_of, unchain)
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
 NX = "torch_neuronx"
