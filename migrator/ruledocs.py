@@ -102,11 +102,12 @@ def _indent(text: str) -> str:
 
 
 def rules_markdown(rules, link: bool = False) -> str:
-    """The rules table (``neuron-migrate rules --format markdown``); ``link``: each id links to its page
-    (a path relative to ``docs/rules/``: the table of the rules index page)."""
+    """The rules table (``neuron-migrate rules --format markdown``; the titles escaped so that they render
+    literally); ``link``: each id links to its page (a path relative to ``docs/rules/``: the table of the
+    rules index page)."""
     lines = ["| id | title | fix | files |", "|---|---|---|---|"]
     for r in rules:
-        title = r.title.replace("|", "\\|")
+        title = markdown_text(r.title).replace("|", "\\|")  # rendered literally, even in a table cell
         rid = f"[{r.id}]({r.id}.md)" if link else r.id
         lines.append(f"| {rid} | {title} | {r.fix} | {', '.join(r.kinds)} |")
     return "\n".join(lines) + "\n"
@@ -142,7 +143,8 @@ def _escape_paragraph(text: str) -> str:
 
 
 def _escape_plain(text: str) -> str:
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # ``<`` would open an HTML tag and ``&name;`` is an entity; ``>`` is markup only at the start of a line
+    text = re.sub(r"&(?=#?\w+;)", "&amp;", text).replace("<", "&lt;")
     return _MARKUP.sub(r"\\\1", text)
 
 

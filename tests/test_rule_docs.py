@@ -99,11 +99,12 @@ def test_explain_command_prints_the_page_path():
 
 
 def test_markdown_text_renders_prose_literally():
-    assert markdown_text("a_b *c* <d> & [e] `f_g*` x\\y") == r"a\_b \*c\* &lt;d&gt; &amp; \[e\] `f_g*` x\\y"
+    assert markdown_text("a_b *c* <d> & [e] `f_g*` x\\y -> &lt;") == r"a\_b \*c\* &lt;d> & \[e\] `f_g*` x\\y -> &amp;lt;"
     # hard-wrapped lines join; paragraphs stay; a paragraph that looks like a list item is not one
     assert markdown_text("one\ntwo\n\n- three\n") == "one two\n\n\\- three"
     # a backtick without its pair is escaped, not the start of a code span
     assert markdown_text("quote it (<<'EOF'): $ and ` expand") == "quote it (&lt;&lt;'EOF'): $ and \\` expand"
+    assert markdown_text("> quoted") == "\\> quoted"
 
 
 def test_page_url():
