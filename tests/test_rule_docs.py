@@ -31,7 +31,7 @@ def test_rule_pages_are_fresh():
     assert not stale, f"stale rule docs {stale}: run `python tools/gen_rule_docs.py`"
 
 
-def test_check_command_exit_status(tmp_path, monkeypatch):
+def test_check_command_exit_status():
     assert gen_rule_docs.main(["--check"]) == 0
 
 
