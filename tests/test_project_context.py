@@ -358,3 +358,31 @@ def test_a_crashing_fact_extractor_does_not_stop_the_run(tmp_path):
                                 "train.py": ("python", BF16_SCRIPT)})
     results = run(cands, RuleSelection("tests.test_project_context:broken_facts_rules"), jobs=1)
     assert [r.status for r in results] == ["unchanged", "unchanged"]
+
+
+# --torch_compile true is added to a launch only where the launched script accepts it: a Trainer script
+# (TrainingArguments from the command line); a plain argparse loop exits on the unknown flag
+LAUNCHER = "export NEURON_CC_FLAGS=\"--cache_dir=/tmp/cc\"\ntorchrun --nproc_per_node=2 train.py --output_dir out\n"
+TRAINER_SCRIPT = """\
+from transformers import HfArgumentParser, TrainingArguments
+args, = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+"""
+ARGPARSE_SCRIPT = """\
+import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--output_dir")
+args = p.parse_args()
+"""
+
+
+@pytest.mark.parametrize("script,added", [(TRAINER_SCRIPT, True), (ARGPARSE_SCRIPT, False), (None, False)])
+def test_torch_compile_only_for_a_script_that_parses_training_arguments(tmp_path, script, added):
+    launcher = tmp_path / "run.sh"
+    launcher.write_text(LAUNCHER)
+    if script is not None:
+        (tmp_path / "train.py").write_text(script)
+    result = process(Candidate(launcher, "run.sh", "shell"), RuleSet.from_selection(RuleSelection()),
+                     launcher.read_bytes())
+    out = (result.new_bytes or launcher.read_bytes()).decode()
+    assert ("--torch_compile true" in out) is added
+    assert "torchrun --nproc_per_node=2 train.py --output_dir out" in out

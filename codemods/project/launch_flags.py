@@ -442,7 +442,9 @@ class LaunchFlags(ShellRule):
         are removed. A launch whose process count is not a multiple of TP_SIZE x FSDP_SIZE gets
         a marker, and so does one with data-parallel replicas whose zero_1 is not given (it was
         on by default in optimum-neuron 0.4: FSDP_SIZE would shard them). `--torch_compile true` is added to launches of a `.py` script that writes to
-        `--output_dir` (a Trainer script): on Trainium torch.compile picks the Neuron backend.
+        `--output_dir` and is a Trainer script (it was given optimum-neuron's training flags, or it
+        sits beside the launcher and parses TrainingArguments): on Trainium torch.compile picks the
+        Neuron backend.
     """
     before = """
         torchrun --nproc_per_node=32 train.py --tensor_parallel_size 8 --zero_1 true --async_save --output_dir out
@@ -647,7 +649,8 @@ class LaunchFlags(ShellRule):
         if flags:
             plan.edited_launches.add(id(s))
 
-        if ((neuron or flags) and editable and launch.script_name.endswith(".py")
+        if ((flags or (neuron and _parses_training_arguments(ctx, launch.script_name))) and editable
+                and launch.script_name.endswith(".py")
                 and any(w == "--output_dir" or w.startswith("--output_dir=")
                         for w in [u.text(i) for i in launch.args] + held_words)
                 and not any(w.split("=", 1)[0] in ("--torch_compile", "--torch-compile")
@@ -714,6 +717,23 @@ class LaunchFlags(ShellRule):
         plan.edited_launches.add(id(s))
         self.finding(ctx, plan, s.words[launch.script], f"added --torch_compile true to the launch of "
                      f"{launch.script_name}: on Trainium the Trainer compiles the model with the Neuron backend")
+
+
+#: what a script that parses TrainingArguments from its command line contains
+_TRAINER_PARSERS = ("HfArgumentParser", "TrlParser", "TrainingArguments", "parse_args_into_dataclasses")
+
+
+def _parses_training_arguments(ctx, script: str) -> bool:
+    """Whether the launched script, read beside the launcher, parses TrainingArguments (so it accepts
+    ``--torch_compile``): a plain argparse loop exits on an unknown flag. False when it cannot be read."""
+    path = getattr(ctx, "path", None)
+    if path is None or "$" in script:
+        return False
+    try:
+        text = (path.parent / script).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(name in text for name in _TRAINER_PARSERS)
 
 
 def _mark(plan: ShellPlan, ctx, group: int, message: str) -> None:
