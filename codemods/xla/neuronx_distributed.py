@@ -404,6 +404,17 @@ class NxdBuildingBlocks(_XlaRule):
             ctx.marker(node, f"Replace {last} with an nn.{'Linear' if 'Linear' in last else 'Embedding'} sharded by "
                              "ColwiseParallel(output_layouts=Replicate()).", detail=detail)
             return
+        if last == "RowParallelLinear" and call is not None:
+            # input_is_parallel defaults to False: the layer takes the whole input and slices it itself, where
+            # RowwiseParallel() expects it sharded (input_layouts=Shard(-1)): the matmul fails on shape
+            given = next((a.value for a in call.args if a.keyword is not None
+                          and a.keyword.value == "input_is_parallel"), None)
+            if not (isinstance(given, cst.Name) and given.value == "True"):
+                layouts = ("" if given is None or isinstance(given, cst.Name) and given.value == "False"
+                           else " unless input_is_parallel")
+                ctx.marker(node, "Replace RowParallelLinear with an nn.Linear sharded by "
+                                 f"RowwiseParallel(input_layouts=Replicate()){layouts}.", detail=detail)
+                return
         short = _SHORT_NATIVE.get(last) or (_SHORT_NATIVE["<mapping>"] if name.startswith(MAPPINGS + ".") else None)
         short = short or (_SHORT_NATIVE["<trace>"] if native == _TRACE_NATIVE else native)
         message = f"Replace {last} with {short}."
