@@ -70,7 +70,10 @@ comments stripped (a line starting with ``#``, or the text after `` #``), that m
 A reference is *marked* when a ``# TODO(neuron-migrate NMxxx): ...`` marker (or a
 ``# neuron-migrate: ignore`` comment) is on the lines of its statement (for a compound statement:
 its header up to the reference; for a text line: the line and the backslash-continued lines of its
-command) or in the contiguous comment lines right above them; otherwise it is *silent*.
+command) or in the contiguous comment lines right above them; an import in the body of a ``try``
+(an availability gate) is also marked by a marker on its ``try``. A use of a name whose import
+statement is marked is *covered by its import's marker* (one marker per cause: the import names what
+to replace, and its uses go with it), counted on a row of its own; otherwise it is *silent*.
 
 ``--list`` prints, per file, what each figure counted: crashes, errors, non-idempotent files (with
 the first lines of the project second run's diff), broken syntax, introduced violations and old-stack
@@ -153,6 +156,7 @@ ROWS = (
     ("old_imports_left", "old-stack imports w/o marker: left"),
     ("refs_original", "old-stack references: original"),
     ("refs_marked", "  left in output, marked"),
+    ("refs_covered", "  left, covered by import marker"),
     ("refs_silent", "  left in output, silent"),
     ("refs_done_pct", "  rewritten or marked %"),
     ("applied", "fixes applied"),
@@ -175,6 +179,10 @@ def target_api_available() -> bool:
 
 def _old(qual: str) -> bool:
     return any(qual == p or qual.startswith(p + ".") for p in _OLD_PREFIXES)
+
+
+#: the third state of a reference: a use of a name whose import statement carries a marker
+COVERED = "covered"
 
 
 def _marked(lines: list[str], first: int, last: int) -> bool:
@@ -211,6 +219,7 @@ class _Part:
         self.parents: dict[int, ast.AST] = {}
         self.nodes: list[ast.AST] = []
         self.bindings: dict[str, str] = {}  # local name -> qualified name (the first binding wins)
+        self.binders: dict[str, ast.stmt] = {}  # local name -> the import statement that binds it
         self.docstrings: set[int] = set()
         todo: list[ast.AST] = [tree]
         while todo:
@@ -221,14 +230,14 @@ class _Part:
                 todo.append(child)
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    if a.asname:
-                        self.bindings.setdefault(a.asname, a.name)
-                    else:
-                        self.bindings.setdefault(a.name.split(".")[0], a.name.split(".")[0])
+                    local = a.asname or a.name.split(".")[0]
+                    self.bindings.setdefault(local, a.name if a.asname else local)
+                    self.binders.setdefault(local, node)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 for a in node.names:
                     if a.name != "*":
                         self.bindings.setdefault(a.asname or a.name, f"{node.module}.{a.name}")
+                        self.binders.setdefault(a.asname or a.name, node)
             elif isinstance(node, _DOC_OWNERS) and node.body:
                 first = node.body[0]
                 if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
@@ -260,7 +269,17 @@ class _Part:
             last = stmt.end_lineno or stmt.lineno
         for d in getattr(stmt, "decorator_list", None) or ():
             first = min(first, d.lineno)
-        return _marked(self.lines, first, last)
+        if _marked(self.lines, first, last):
+            return True
+        # an import in the body of a ``try`` (an availability gate): the marker on the ``try`` is its
+        if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return False
+        child, up = stmt, self.parents.get(id(stmt))
+        while up is not None and not isinstance(up, ast.Module):
+            if isinstance(up, ast.Try) and any(child is s for s in up.body):
+                return _marked(self.lines, up.lineno, up.lineno)
+            child, up = up, self.parents.get(id(up))
+        return False
 
     def references(self, extra: dict[str, str] | None = None) -> list[tuple[int, str, bool]]:
         """The old-stack references: (line, what, marked) each (see the module docstring).
@@ -292,7 +311,11 @@ class _Part:
             elif isinstance(node, ast.Constant) and id(node) not in self.docstrings and _constant_ref(node.value):
                 what = repr(node.value)
             if what is not None:
-                out.append((node.lineno, what, self._is_marked(node)))  # type: ignore[attr-defined]
+                marked: bool | str = self._is_marked(node)
+                binder = self.binders.get(node.id) if isinstance(node, ast.Name) else None
+                if not marked and binder is not None and self._is_marked(binder):
+                    marked = COVERED  # one marker per cause: the import's marker covers its uses
+                out.append((node.lineno, what, marked))  # type: ignore[attr-defined]
         return out
 
 
@@ -406,7 +429,8 @@ def measure_file(kind: str, original: str, migrated: str) -> dict:
         "old_imports_left_names": sorted(v.name for v in after if v.kind == OLD_STACK),
         "old_imports_original": sum(1 for v in before if v.kind == OLD_STACK),
         "refs_original": len(refs_before),
-        "refs_marked": sum(1 for r in refs_after if r[2]),
+        "refs_marked": sum(1 for r in refs_after if r[2] is True),
+        "refs_covered": sum(1 for r in refs_after if r[2] == COVERED),
         "silent": [f"{where}: {what}" for where, what, marked in refs_after if not marked],
         # the markers of the output (new and kept ones): (rule, text after the prefix)
         "marker_texts": [(m.group(1), m.group(2)) for line in _text_lines(kind, migrated)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import textwrap
 import time
 from collections.abc import Mapping
 from enum import Enum
@@ -96,24 +95,29 @@ def error_line(message: str) -> str:
     return f"neuron-migrate: error: {message}"
 
 
-def rule_infos() -> dict[str, RuleInfo]:
+def rule_infos(docs_url: str | None = None) -> dict[str, RuleInfo]:
+    """What the reports say of each rule; ``docs_url``: where the docs site is published (``--docs-url``)."""
+    from migrator.ruledocs import page_path, page_url
+
     _load()
     infos = {}
     for rule in RuleSelection(rule_loader()).load_all():
         doc = rule.doc()
-        infos[rule.id] = RuleInfo(rule.id, rule.title, rule.fix, doc.why)
+        infos[rule.id] = RuleInfo(rule.id, rule.title, rule.fix, doc.why, page=page_path(rule.id),
+                                  url=page_url(rule.id, docs_url))
     return infos
 
 
 class _RuleInfos(Mapping):
     """:func:`rule_infos`, computed when a report first reads it (a run with no finding never does)."""
 
-    def __init__(self) -> None:
+    def __init__(self, docs_url: str | None = None) -> None:
         self._infos: dict[str, RuleInfo] | None = None
+        self._docs_url = docs_url
 
     def _get(self) -> dict[str, RuleInfo]:
         if self._infos is None:
-            self._infos = rule_infos()
+            self._infos = rule_infos(self._docs_url)
         return self._infos
 
     def __getitem__(self, key: str) -> RuleInfo:
@@ -140,6 +144,7 @@ def run_migrate(
     allow_dirty: bool = False,
     no_progress: bool = False,
     exclude: Sequence[str] | None = None,
+    docs_url: str | None = None,
 ) -> int:
     """``neuron-migrate PATH...``: migrate, print (or --output) the report, return the exit code.
 
@@ -160,6 +165,11 @@ def run_migrate(
         selection.chosen_ids()
     except SelectionError as exc:
         raise UsageError(str(exc))
+    from migrator.config import is_docs_url
+
+    if docs_url is not None and not is_docs_url(docs_url):
+        raise UsageError(f"--docs-url: expected an absolute URL (https://...), got {docs_url!r}")
+    docs_url = docs_url or config.docs_url
     excludes = list(config.exclude) + list(exclude or [])
     skipped_dirs: list[str] = []
     candidates, errors = discover(list(paths), excludes, skipped=skipped_dirs)
@@ -176,7 +186,7 @@ def run_migrate(
     mode = "write" if write else ("check" if check else "dry-run")
     show_diff = diff if diff is not None else mode == "dry-run"
     run_result = RunResult(results, time.perf_counter() - started, wrote=write, skipped_dirs=sorted(skipped_dirs))
-    report = render(run_result, fmt, rules=_RuleInfos(), show_diff=show_diff, mode=mode)
+    report = render(run_result, fmt, rules=_RuleInfos(docs_url), show_diff=show_diff, mode=mode)
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")
@@ -233,30 +243,24 @@ def _progress(disabled: bool, total: int):
 
 
 def rules_markdown(rules) -> str:
-    lines = ["| id | title | fix | files |", "|---|---|---|---|"]
-    for r in rules:
-        title = r.title.replace("|", "\\|")
-        lines.append(f"| {r.id} | {title} | {r.fix} | {', '.join(r.kinds)} |")
-    return "\n".join(lines) + "\n"
+    """``neuron-migrate rules --format markdown`` (see :func:`migrator.ruledocs.rules_markdown`)."""
+    from migrator.ruledocs import rules_markdown as table
+
+    return table(rules)
 
 
 def explain_text(doc) -> str:
-    parts = [f"{doc.id}: {doc.title}", f"fix: {doc.fix}; files: {', '.join(doc.kinds)}", "", doc.why]
-    if doc.before:
-        parts += ["", "Before:", "", _indent(doc.before)]
-    if doc.after:
-        parts += ["", "After:", "", _indent(doc.after)]
-    if doc.caveats:
-        parts += ["", "Caveats:", "", doc.caveats]
-    if doc.markers:
-        parts += ["", "Markers:"]
-        for marker, explanation in doc.markers:
-            parts += ["", f"  {marker}", textwrap.fill(explanation, 96, initial_indent="      ", subsequent_indent="      ")]
-    return "\n".join(parts) + "\n"
+    """What ``neuron-migrate explain`` prints before the page's path (:func:`migrator.ruledocs.explain_text`)."""
+    from migrator.ruledocs import explain_text as text
+
+    return text(doc)
 
 
-def _indent(text: str) -> str:
-    return "\n".join(("    " + line) if line else "" for line in text.splitlines())
+def explain_output(doc) -> str:
+    """``neuron-migrate explain RULE_ID``: the rule's text, then where its page is."""
+    from migrator.ruledocs import page_path
+
+    return explain_text(doc) + f"\nPage: {page_path(doc.id)} (neuron-migrate's documentation)\n"
 
 
 # --------------------------------------------------------------------------- the typer app
@@ -346,11 +350,15 @@ def _build_app():
         allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Permit --write on files with uncommitted changes."),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
         exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Skip paths matching this glob (repeatable)."),
+        docs_url: Optional[str] = typer.Option(
+            None, "--docs-url", metavar="URL",
+            help="Where the docs site is published: the reports link each rule to its page there."),
     ) -> None:
         try:
             code = run_migrate(
                 paths, write=write, check=check, diff=diff, fmt=fmt.value, output=output, select=select,
                 ignore=ignore, jobs=jobs, allow_dirty=allow_dirty, no_progress=no_progress, exclude=exclude,
+                docs_url=docs_url,
             )
         except UsageError as exc:
             raise _fail(str(exc))
@@ -384,7 +392,7 @@ def _build_app():
         wanted = rule_id.strip().upper()
         for rule in RuleSelection(rule_loader()).load_all():
             if rule.id == wanted:
-                typer.echo(explain_text(rule.doc()), nl=False)
+                typer.echo(explain_output(rule.doc()), nl=False)
                 return
         raise _fail(f"unknown rule {rule_id!r}; `neuron-migrate rules` lists them")
 
@@ -476,7 +484,7 @@ _FLAGS = {
     "--allow-dirty": ("allow_dirty", True),
     "--no-progress": ("no_progress", True),
 }
-_VALUED = {"--format": "fmt", "--output": "output", "--jobs": "jobs"}  # the last one wins
+_VALUED = {"--format": "fmt", "--output": "output", "--jobs": "jobs", "--docs-url": "docs_url"}  # the last one wins
 _REPEATED = {"--select": "select", "--ignore": "ignore", "--exclude": "exclude"}  # each one counts
 
 
@@ -547,6 +555,8 @@ def parse_migrate_argv(args: Sequence[str]) -> dict | None:
                 if not (value.isascii() and value.isdigit()) or int(value) < 1:
                     return None
                 kw["jobs"] = int(value)
+            elif name == "--docs-url":
+                kw["docs_url"] = value
             else:
                 kw["output"] = Path(value)
             continue

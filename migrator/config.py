@@ -6,6 +6,7 @@ select = ["NM1", "NM2"]        # or "NM1,NM2"
 ignore = "NM901"
 exclude = ["tests/fixtures", "legacy/**"]
 jobs = 4
+docs-url = "https://example.org/neuron-migrate/"   # where the docs site is published: reports link rule pages
 ```
 
 Command-line options win over these (the CLI merges them).
@@ -25,7 +26,7 @@ __all__ = ["Config", "ConfigError", "load_config", "TABLE"]
 
 TABLE = "neuron-migrate"
 _LIST_KEYS = ("select", "ignore", "exclude")
-_KEYS = _LIST_KEYS + ("jobs",)
+_KEYS = _LIST_KEYS + ("jobs", "docs-url")
 
 
 @dataclass
@@ -34,6 +35,8 @@ class Config:
     ignore: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     jobs: int | None = None
+    #: the URL the docs site is published at (``docs-url``): the reports link each rule's page under it
+    docs_url: str | None = None
     source: Path | None = None  # the pyproject.toml it came from
 
 
@@ -104,7 +107,23 @@ def _parse_table(table: object, path: Path) -> Config:
                 "jobs",
             )
         cfg.jobs = jobs
+    if "docs-url" in table:
+        url = table["docs-url"]
+        if not isinstance(url, str) or not is_docs_url(url):
+            raise ConfigError(
+                f"{path}: [tool.{TABLE}] docs-url: expected an absolute URL (https://...), got {_describe(url)}",
+                path,
+                "docs-url",
+            )
+        cfg.docs_url = url
     return cfg
+
+
+def is_docs_url(value: str) -> bool:
+    """A usable ``docs-url`` / ``--docs-url``: an absolute URL (a scheme, then something)."""
+    from migrator.ruledocs import is_absolute_url
+
+    return is_absolute_url(value) and not any(c.isspace() for c in value)
 
 
 def load_config(start: Path) -> Config:

@@ -56,6 +56,19 @@ def import_gate(ancestors) -> cst.Try | None:
     return gate if any(catches_import_error(h) for h in gate.handlers) else None
 
 
+def falls_back(gate: cst.Try) -> bool:
+    """Whether a handler of the gate that catches ImportError does something other than ``pass``,
+    re-raising or a bare expression (a log line): the gate then chooses between two code paths (a
+    device switch), rather than only tolerating a missing optional import."""
+    for handler in gate.handlers:
+        if not catches_import_error(handler):
+            continue
+        if not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Pass, cst.Raise, cst.Expr))
+                                                                  for x in s.body) for s in handler.body.body):
+            return True
+    return False
+
+
 def build_dotted(path: str) -> cst.BaseExpression:
     parts = path.split(".")
     expr: cst.BaseExpression = cst.Name(parts[0])

@@ -216,12 +216,12 @@ def test_parsed_keywords() -> None:
     kw = cli.parse_migrate_argv(
         ["a", "--write", "--no-diff", "--format=json", "--output", "r.json", "--select", "NM1",
          "--select=NM2", "--ignore", "NM3", "--jobs", "3", "--allow-dirty", "--no-progress",
-         "--exclude", "x/*", "b", "--", "-c", "--d"]
+         "--exclude", "x/*", "--docs-url", "https://d.example/nm", "b", "--", "-c", "--d"]
     )
     assert kw == {
         "paths": [Path("a"), Path("b"), Path("-c"), Path("--d")], "write": True, "diff": False,
         "fmt": "json", "output": Path("r.json"), "select": ["NM1", "NM2"], "ignore": ["NM3"],
-        "jobs": 3, "allow_dirty": True, "no_progress": True, "exclude": ["x/*"],
+        "jobs": 3, "allow_dirty": True, "no_progress": True, "exclude": ["x/*"], "docs_url": "https://d.example/nm",
     }
 
 

@@ -132,3 +132,14 @@ def test_invalid_utf8(repo: Path) -> None:
     (repo / "pyproject.toml").write_bytes(b"[tool.neuron-migrate]\nselect = \"\xff\"\n")
     with pytest.raises(ConfigError, match="pyproject.toml"):
         load_config(repo)
+
+
+def test_docs_url(repo: Path) -> None:
+    write(repo / "pyproject.toml", '[tool.neuron-migrate]\ndocs-url = "https://docs.example.org/nm/"\n')
+    assert load_config(repo).docs_url == "https://docs.example.org/nm/"
+    for bad in ('"docs/rules"', '3', '"https://x y"', '"https:"'):
+        write(repo / "pyproject.toml", f"[tool.neuron-migrate]\ndocs-url = {bad}\n")
+        with pytest.raises(ConfigError, match="docs-url: expected an absolute URL") as info:
+            load_config(repo)
+        assert info.value.key == "docs-url"
+

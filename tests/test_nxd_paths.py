@@ -116,6 +116,7 @@ VERIFIED = (
     ("neuronx_distributed.pipeline.model.NxDPPModel", "defined", "neuronx_distributed/pipeline/model.py"),
     ("neuronx_distributed.save_checkpoint", "re-export", "neuronx_distributed/__init__.py"),
     ("neuronx_distributed.shard_checkpoint", "re-export", "neuronx_distributed/__init__.py"),
+    ("neuronx_distributed.trace.mock_torchdist.mock_distributed", "defined", "neuronx_distributed/trace/mock_torchdist.py"),
     ("neuronx_distributed.trace.parallel_model_load", "re-export", "neuronx_distributed/trace/__init__.py"),
     ("neuronx_distributed.trace.parallel_model_save", "re-export", "neuronx_distributed/trace/__init__.py"),
     ("neuronx_distributed.trace.parallel_model_trace", "re-export", "neuronx_distributed/trace/__init__.py"),

@@ -129,6 +129,35 @@ def test_python_references_and_markers():
     assert rw.python_references("def f(:\n") is None
 
 
+def test_uses_of_a_marked_import_are_covered_and_a_marked_try_marks_its_imports():
+    source = (
+        "# TODO(neuron-migrate NM900): Replace `helper` by hand.\n"
+        "from neuronx_distributed.utils import helper\n"
+        "import torch_xla.core.xla_model as xm\n"
+        "# TODO(neuron-migrate NM420): gate on torch.neuron.is_available() instead.\n"
+        "try:\n"
+        "    import torch_xla.runtime as xr\n"
+        "except ImportError:\n"
+        "    xr = None\n"
+        "try:\n"
+        "    import torch_xla.debug.metrics as met\n"
+        "except ImportError:\n"
+        "    met = None\n"
+        "def f():\n"
+        "    return helper(1), xm.xla_device()\n"
+    )
+    assert rw.python_references(source) == [
+        (2, "from neuronx_distributed.utils import helper", True),
+        (3, "import torch_xla.core.xla_model", False),
+        (6, "import torch_xla.runtime", True),  # the gate's marker is on its ``try``
+        (10, "import torch_xla.debug.metrics", False),  # an unmarked gate
+        (14, "neuronx_distributed.utils.helper", rw.COVERED),
+        (14, "torch_xla.core.xla_model.xla_device", False),  # its import has no marker
+    ]
+    m = rw.measure_file("python", source, source)
+    assert (m["refs_marked"], m["refs_covered"], m["refs_silent"]) == (2, 1, 3)
+
+
 def test_text_references():
     text = (
         "# install torch-xla first (a comment: not counted)\n"
@@ -165,7 +194,8 @@ def test_measure_file_clean_marked_and_broken_syntax():
     original = "import torch_xla.core.xla_model as xm\nxm.mark_step()\n"
     marked = "# TODO(neuron-migrate NM900): by hand\nimport torch_xla.core.xla_model as xm\nxm.mark_step()\n"
     m = rw.measure_file("python", original, marked)
-    assert m["refs_original"] == 2 and m["refs_marked"] == 1 and m["refs_silent"] == 1
+    assert m["refs_original"] == 2 and m["refs_marked"] == 1 and m["refs_silent"] == 0
+    assert m["refs_covered"] == 1  # the use of the marked import
     assert m["old_imports_left"] == 0 and m["undefined_introduced"] == 0
     m = rw.measure_file("python", original, "import torch\n")
     assert (m["refs_silent"], m["refs_marked"], m["undefined_introduced"]) == (0, 0, 0)

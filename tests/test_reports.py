@@ -82,8 +82,9 @@ def render_all(run: RunResult, fmt: str, mode: str = "dry-run", show_diff: bool 
 def test_public_api():
     assert FORMATS == ("text", "json", "markdown", "sarif", "github")
     assert MODES == ("dry-run", "write", "check")
-    assert [f.name for f in dataclasses.fields(RuleInfo)] == ["id", "title", "fix", "help_text"]
+    assert [f.name for f in dataclasses.fields(RuleInfo)] == ["id", "title", "fix", "help_text", "page", "url"]
     info = RULES["NM101"]
+    assert (info.page, info.url) == ("", None)  # where the rule's page is: optional
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.title = "x"  # type: ignore[misc]
 
@@ -301,6 +302,70 @@ def test_sarif_validates_against_official_schema():
         log = json.loads(render_all(run, "sarif"))
         errors = sorted(validator.iter_errors(log), key=lambda e: list(e.path))
         assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]
+
+
+# --------------------------------------------------------------------------- links to the rule pages
+
+PAGED = {rid: dataclasses.replace(info, page=f"docs/rules/{rid}.md") for rid, info in RULES.items()}
+LINKED = {rid: dataclasses.replace(info, url=f"https://docs.example.org/nm/rules/{rid}/") for rid, info in PAGED.items()}
+
+
+def test_sarif_links_each_rule_to_its_page():
+    for rules, uri in ((PAGED, False), (LINKED, True)):
+        log = json.loads(render(make_run(), "sarif", rules=rules, show_diff=False, mode="check"))
+        check_sarif_structure(log)
+        run = log["runs"][0]
+        for descriptor in run["tool"]["driver"]["rules"]:
+            rid = descriptor["id"]
+            assert descriptor["properties"]["docs"] == f"docs/rules/{rid}.md"
+            # helpUri only as an absolute URL (SARIF's "format": "uri"; code scanning rejects a relative one)
+            if uri:
+                assert descriptor["helpUri"] == f"https://docs.example.org/nm/rules/{rid}/"
+            else:
+                assert "helpUri" not in descriptor
+        for result in run["results"]:  # every finding reaches its rule's descriptor, hence its page
+            assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["properties"]["docs"].endswith(
+                result["ruleId"] + ".md")
+    # without a page (a rule set of one's own) nothing is invented
+    log = json.loads(render_all(make_run(), "sarif"))
+    assert all("docs" not in d["properties"] and "helpUri" not in d for d in log["runs"][0]["tool"]["driver"]["rules"])
+
+
+def test_markdown_links_each_finding_to_its_rule_page():
+    out = render(make_run(), "markdown", rules=LINKED, show_diff=False, mode="check")
+    link = "[NM101](<https://docs.example.org/nm/rules/NM101/>)"
+    assert f"| {link} | NeuronModelForCausalLM -> AutoModelForCausalLM | 2 | 0 |" in out  # the rules table
+    assert "| 3 | [NM101](<https://docs.example.org/nm/rules/NM101/>) | applied |" in out  # a file's findings
+    assert "- **[NM901](<https://docs.example.org/nm/rules/NM901/>)** xm.mark\\_step" in out  # manual actions
+    assert "Each rule's page" not in out
+    # no URL: the ids stay plain and the report says where the pages are
+    out = render(make_run(), "markdown", rules=PAGED, show_diff=False, mode="check")
+    assert "| NM101 | NeuronModelForCausalLM -> AutoModelForCausalLM | 2 | 0 |" in out and "](<" not in out
+    assert ("_Each rule's page: `neuron-migrate explain RULE_ID` prints it; it is `docs/rules/RULE_ID.md` in "
+            "neuron-migrate's documentation") in out
+
+
+def test_cli_docs_url_reaches_the_reports(tmp_path, monkeypatch, capsys):
+    from migrator.cli import run_migrate
+
+    (tmp_path / "a.py").write_text("from optimum.neuron import NeuronModelForCausalLM\n"
+                                   "m = NeuronModelForCausalLM.from_pretrained('x', export=True)\n")
+    monkeypatch.chdir(tmp_path)
+    assert run_migrate([tmp_path], check=True, fmt="sarif", jobs=1, docs_url="https://d.example/nm/") == 1
+    log = json.loads(capsys.readouterr().out)
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert rules and all(r["helpUri"] == f"https://d.example/nm/rules/{r['id']}/" for r in rules)
+    # docs-url from the configuration, the option winning over it
+    (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ndocs-url = "https://cfg.example/{rule}.html"\n')
+    assert run_migrate([tmp_path], check=True, fmt="sarif", jobs=1) == 1
+    rules = json.loads(capsys.readouterr().out)["runs"][0]["tool"]["driver"]["rules"]
+    assert all(r["helpUri"] == f"https://cfg.example/{r['id']}.html" for r in rules)
+    assert run_migrate([tmp_path], check=True, fmt="markdown", jobs=1, docs_url="https://o.example") == 1
+    assert "](<https://o.example/rules/NM101/>)" in capsys.readouterr().out
+    from migrator.cli import UsageError
+
+    with pytest.raises(UsageError, match="--docs-url: expected an absolute URL"):
+        run_migrate([tmp_path], check=True, docs_url="docs/rules")
 
 
 # --------------------------------------------------------------------------- Markdown

@@ -350,7 +350,7 @@ def test_prefix_removed():
     ("neuron_parallel_compile XLA_DOWNCAST_BF16=1 torchrun --nproc_per_node=32 \\\n    train.py \\\n    --bf16\n",
      "torchrun --nproc_per_node=32 \\\n    train.py \\\n    --bf16\n"),
     ("FOO=1 neuron_parallel_compile XLA_USE_BF16=1 PJRT_DEVICE=NEURON BAR=2 python t.py\n", "FOO=1 BAR=2 python t.py\n"),
-    ("neuron_parallel_compile NEURON_CC_FLAGS='--model-type transformer' torchrun t.py\n", "torchrun t.py\n"),
+    ("neuron_parallel_compile NEURON_CC_FLAGS='--distribution-strategy llm-training' torchrun t.py\n", "torchrun t.py\n"),
     # an operand of srun is not an assignment, before or after the wrapper goes
     ("srun neuron_parallel_compile XLA_USE_BF16=1 torchrun t.py\n", "srun XLA_USE_BF16=1 torchrun t.py\n"),
 ])
@@ -392,14 +392,14 @@ def test_echo_of_the_name_not_touched():
 @pytest.mark.parametrize(
     "raw,expected",
     [
-        ('"--model-type transformer"', ("remove", None)),
-        ('"$NEURON_CC_FLAGS --model-type=transformer --retry_failed_compilation"', ("remove", None)),
-        ('"--model-type=transformer -O1"', ("rewrite", '"-O1"')),
+        ('"--distribution-strategy llm-training"', ("remove", None)),
+        ('"$NEURON_CC_FLAGS --distribution-strategy=llm-training --retry_failed_compilation"', ("remove", None)),
+        ('"--distribution-strategy=llm-training -O1"', ("rewrite", '"-O1"')),
         ("'--cache_dir=/c -O1 --enable-saturate-infinity'", ("rewrite", "'-O1 --enable-saturate-infinity'")),
-        ("--model-type=transformer", ("remove", None)),
+        ("--distribution-strategy=llm-training", ("remove", None)),
         ('"--auto-cast=none"', ("mark", None)),
         ('"-O1"', None),
-        ('"$(cat f) --model-type transformer"', ("mark", None)),
+        ('"$(cat f) --distribution-strategy llm-training"', ("mark", None)),
     ],
 )
 def test_cc_flags_plan(raw, expected):
@@ -408,15 +408,15 @@ def test_cc_flags_plan(raw, expected):
 
 
 def test_cc_flags_combined_with_other_rules_on_one_line():
-    src = 'NEURON_CC_FLAGS="--model-type transformer -O1" XLA_USE_BF16=1 neuron_parallel_compile torchrun t.py\n'
+    src = 'NEURON_CC_FLAGS="--distribution-strategy llm-training -O1" XLA_USE_BF16=1 neuron_parallel_compile torchrun t.py\n'
     out = check(src)
     assert out.splitlines()[-1] == 'NEURON_CC_FLAGS="-O1" torchrun t.py'
     assert out.startswith("# TODO(neuron-migrate NM513)")
 
 
 def test_cc_flags_and_xla_var_in_one_export():
-    assert check("export XLA_USE_BF16=1 NEURON_CC_FLAGS=--model-type=transformer\npython t.py\n") == "python t.py\n"
-    assert check("env XLA_USE_BF16=1 NEURON_CC_FLAGS=--model-type=transformer python t.py\n") == "python t.py\n"
+    assert check("export XLA_USE_BF16=1 NEURON_CC_FLAGS=--distribution-strategy=llm-training\npython t.py\n") == "python t.py\n"
+    assert check("env XLA_USE_BF16=1 NEURON_CC_FLAGS=--distribution-strategy=llm-training python t.py\n") == "python t.py\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,14 +433,14 @@ def test_extract_graphs_only_marked_once_per_statement():
 # ---------------------------------------------------------------------------------------------
 # Rule selection and ignore comments on lines several rules edit
 
-COMBINED = 'XLA_USE_BF16=1 NEURON_CC_FLAGS="--model-type transformer" neuron_parallel_compile torchrun t.py\n'
+COMBINED = 'XLA_USE_BF16=1 NEURON_CC_FLAGS="--distribution-strategy llm-training" neuron_parallel_compile torchrun t.py\n'
 
 
 @pytest.mark.parametrize(
     "select,expected",
     [
-        (("NM511",), 'XLA_USE_BF16=1 NEURON_CC_FLAGS="--model-type transformer" torchrun t.py\n'),
-        (("NM512",), 'NEURON_CC_FLAGS="--model-type transformer" neuron_parallel_compile torchrun t.py\n'),
+        (("NM511",), 'XLA_USE_BF16=1 NEURON_CC_FLAGS="--distribution-strategy llm-training" torchrun t.py\n'),
+        (("NM512",), 'NEURON_CC_FLAGS="--distribution-strategy llm-training" neuron_parallel_compile torchrun t.py\n'),
         (("NM513",), "XLA_USE_BF16=1 neuron_parallel_compile torchrun t.py\n"),
         (("NM511", "NM513"), "XLA_USE_BF16=1 torchrun t.py\n"),
         (None, "torchrun t.py\n"),
@@ -509,7 +509,7 @@ DOCKER_CASES = [
     ("ENV A=1 \\\n    XLA_USE_BF16=1 \\\n    B=2\n", "ENV A=1 \\\n    B=2\n"),
     ("ENV A=1 \\\n    XLA_USE_BF16=1\nRUN true\n", "ENV A=1\nRUN true\n"),
     ("ENV XLA_USE_BF16=1 \\\n    PJRT_DEVICE=NEURON\nRUN true\n", "RUN true\n"),
-    ('ENV NEURON_CC_FLAGS="--model-type=transformer" A=1\n', "ENV A=1\n"),
+    ('ENV NEURON_CC_FLAGS="--distribution-strategy=llm-training" A=1\n', "ENV A=1\n"),
     ("RUN <<EOF\nexport XLA_USE_BF16=1\nEOF\nENV XLA_USE_BF16=1\n", "RUN <<EOF\nEOF\n"),
     ("COPY <<EOF /x.sh\nexport XLA_USE_BF16=1\nEOF\nENV XLA_USE_BF16=1\n", "COPY <<EOF /x.sh\nexport XLA_USE_BF16=1\nEOF\n"),
     ("RUN bash <<-'SH'\n\tif true; then\n\t  export XLA_USE_BF16=1\n\tfi\n\tSH\n",
@@ -553,7 +553,7 @@ def test_dockerfile_xla_dlc_marked():
 
 
 def test_dockerfile_cc_flags_rewrite_marked():
-    out = check('ENV NEURON_CC_FLAGS="--model-type transformer --auto-cast=none" A=1\n', "dockerfile")
+    out = check('ENV NEURON_CC_FLAGS="--distribution-strategy llm-training --auto-cast=none" A=1\n', "dockerfile")
     assert out.splitlines() == [
         "# TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS --auto-cast=none only if TorchNeuron's "
         "compiler still needs them.",
@@ -621,8 +621,8 @@ TARGETS = [
     "unset PJRT_DEVICE",
     "XLA_USE_BF16=1",
     "neuron_parallel_compile torchrun --nproc_per_node=2 t.py",
-    "NEURON_CC_FLAGS=\"--model-type transformer\" neuron_parallel_compile torchrun t.py",
-    "export NEURON_CC_FLAGS=\"--model-type=transformer -O1\"",
+    "NEURON_CC_FLAGS=\"--distribution-strategy llm-training\" neuron_parallel_compile torchrun t.py",
+    "export NEURON_CC_FLAGS=\"--distribution-strategy=llm-training -O1\"",
     "optimum-cli export neuron -m gpt2 --batch_size 1 --sequence_length 64 out/",
     "optimum-cli neuron cache synchronize",
     "optimum-cli neuron consolidate a b",

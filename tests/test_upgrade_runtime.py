@@ -289,3 +289,15 @@ def test_apply_chat_template_rewrite_gives_generate_the_tensor_it_took_in_v4():
     text = new["chat"](model, tok, messages)
     assert isinstance(text, str)
     assert isinstance(new["chat_inline"](model, tok, messages), torch.Tensor)
+
+
+def test_the_removed_fields_nm602_marks_on_reads_are_gone_from_training_arguments(tmp_path):
+    """NM602's read markers say these attributes are gone: a read raises AttributeError in 5.23."""
+    transformers = pytest.importorskip("transformers")
+    from codemods.upgrade.transformers_v5 import READ_MARKERS
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    for name in READ_MARKERS:
+        with pytest.raises(AttributeError):
+            getattr(args, name)
+    assert args.eval_strategy is not None  # the field the marker names instead

@@ -6,7 +6,7 @@ import libcst as cst
 
 from codemods.common.renames import load_table
 from migrator.model import fitted
-from migrator.imports import import_gate
+from migrator.imports import falls_back, import_gate
 from migrator.rules import PythonContext, PythonRule
 
 #: top-level packages of the old stack; none of them exists under TorchNeuron
@@ -42,9 +42,14 @@ INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.
 INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
 
 
+#: an old-stack import in a ``try`` that only tolerates its absence (``except ImportError: pass``)
+GATE_MARKER = "Replace or remove this old-stack import: TorchNeuron lacks it, so the rest of the try body never runs."
+
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
+    (("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
+     "Replace `{name}` with `nki.jit` from the `nki` package: TorchNeuron calls NKI kernels directly."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
     (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with AutoModelForCausalLM and device_map=\"neuron\"."),
@@ -75,13 +80,19 @@ class OldStackLeftovers(PythonRule):
     caveats = """
         Names owned by a specific rule, and names of the rename table, are not flagged here.
     """
-    markers = ((INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
+    markers = ((GATE_MARKER, """A `try:` whose handler only passes, logs or re-raises keeps its imports (they decide
+        whether the body runs); the old-stack package is not installed on TorchNeuron, so the import raises and every
+        statement after it in the try body (often the Neuron set-up itself) is skipped silently."""),
+               (INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
         and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
         device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
         model for the neuron device with torch.compile instead."""),) + tuple(zip((text for _, text in ADVICE), (
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
+        """torch-neuronx's XLA-era `nki_jit` wrapped an NKI kernel for the XLA graph; TorchNeuron runs kernels
+        decorated with `@nki.jit` (the standalone `nki` package) on neuron tensors directly, in eager mode or
+        under torch.compile.""",
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
@@ -128,10 +139,11 @@ class OldStackLeftovers(PythonRule):
         )
         line = next((i for i in range(len(ctx.stack) - 1, -1, -1) if isinstance(ctx.stack[i], cst.SimpleStatementLine)),
                     None)
-        if line is not None and import_gate(ctx.stack[:line]) is not None:
-            return  # an availability gate (`try: import torch_xla ... except ImportError:`): marked as the gate
+        gate = import_gate(ctx.stack[:line]) if line is not None else None
+        if gate is not None and falls_back(gate):
+            return  # an availability gate (`try: import torch_xla ... except ImportError: <other path>`): NM420's
         if old_stack(qual) and not self._covered(ctx, qual):
-            ctx.local_state().setdefault("aliases", []).append((node, qual, local))
+            ctx.local_state().setdefault("aliases", []).append((node, qual, local, gate is not None, id(stmt)))
 
     def finish(self, ctx: PythonContext) -> None:
         """Mark the imports of old-stack names that the code uses other than as ``mod.name``.
@@ -142,12 +154,24 @@ class OldStackLeftovers(PythonRule):
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
-        for node, qual, local in ctx.local_state().get("aliases", ()):
+        # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
+        grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}
+        for node, qual, local, in_try, stmt in ctx.local_state().get("aliases", ()):
+            if in_try:
+                # the engine keeps a try's imports (they decide whether its body runs): on TorchNeuron this
+                # one fails, and the rest of the try body is skipped without a word. One text whether uses are
+                # left or not: the rules may rewrite them away, and a second run must find the same marker
+                ctx.marker(node, GATE_MARKER, detail=self._detail(qual, local))
+                continue
             refs = ctx.references(local)
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
-            ctx.marker(node, _advice(qual, local), detail=self._detail(qual, local))
+            grouped.setdefault((stmt, _template(qual)), []).append((node, qual, local))
+        for names in grouped.values():
+            node, qual, local = names[0]
+            message = _advice(qual, local) if len(names) == 1 else _list_advice(qual, [n for _, _, n in names])
+            ctx.marker(node, message, detail=" ".join(self._detail(q, n) for _, q, n in names))
 
     def _on_star(self, node: cst.ImportStar, ctx: PythonContext) -> None:
         stmt = ctx.parent
@@ -180,9 +204,30 @@ def _dotted(node) -> str:
     return dotted(node) or ""
 
 
+def _template(qual: str) -> str:
+    """The advice (a template of :data:`ADVICE`) for the package of ``qual``."""
+    return next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+
+
+def _listed(names: list[str]) -> str:
+    """The names one import marker covers, each in backticks: "`A`, `B` and `C`" ("`A`, `B` and 3 more" past three)."""
+    quoted = [f"`{n}`" for n in names]
+    if len(names) > 3:
+        return f"{', '.join(quoted[:2])} and {len(names) - 2} more"
+    return f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
+def _list_advice(qual: str, names: list[str]) -> str:
+    """The marker for several names of one import statement (same advice)."""
+    text = _template(qual)
+    listed = _listed(names)
+    return fitted(text.replace("`{name}`", listed), text.replace("`{name}`", f"`{names[0]}` and {len(names) - 1} more"),
+                  text.replace("`{name}`", "these names"))
+
+
 def _advice(qual: str, written: str) -> str:
     """The marker for an old-stack name left in the code: one sentence naming the use as written."""
-    text = next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+    text = _template(qual)
     last = qual.rsplit(".", 1)[-1]
     return fitted(text.format(name=written if len(written) <= 40 else last), text.format(name=last),
                   text.replace("`{name}`", "this name"))

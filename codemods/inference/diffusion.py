@@ -241,7 +241,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 markers.append(f"Pass dtype=torch.bfloat16 where auto_cast_type={_short(code(acast.value))} is 'bf16'.")
 
         if export_value is not True and not has_dtype and dtype_expr is None:
-            markers.append(("Pass dtype=torch.bfloat16 to keep the compiled pipeline's bf16 matmuls: this load is float32.",
+            markers.append(("Pass dtype=torch.bfloat16: a pipeline saved in bf16 fails to run in float32, and the compiled one ran bf16 matmuls.",
                             "the compiled pipeline computed its matmuls in bf16 unless it was exported with "
                             "auto_cast=None or auto_cast_type=\"fp32\"; a pipeline saved in bf16 needs the dtype too "
                             "(mat1 and mat2 must have the same dtype)"))
@@ -306,9 +306,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                             "the static shapes were dropped; one input size keeps one compiled shape"))
         if call_shapes and not saved_only:
             listed = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
-            if called:
-                applied.append(f"{listed} passed to the pipeline call")
-            else:
+            if not called:  # a call of it reports (or marks) the shapes it is given where that edit lands
                 markers.append(f"pass {listed} to every call of this pipeline (fixed shapes avoid recompiles)")
         batch = shapes.get("batch_size")
         if batch is not None:
@@ -589,6 +587,12 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 else:
                     found[k] = value if ok else None
         add = [(k, v) for k, v in found.items() if v is not None]
+        declined = [k for k, v in found.items() if v is None]
+        if declined and not add:
+            ctx.marker(node, f"Pass {', '.join(f'{k}=' for k in declined)} of the compiled pipeline to this call to keep "
+                             "one compiled shape.",
+                       detail="the Neuron pipeline was compiled for static shapes that this call cannot be given "
+                              "automatically (not a literal, or the loads disagree); a call with other shapes compiles again")
         if not add:
             return
         indent = indent_of(ctx)

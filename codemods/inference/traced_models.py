@@ -213,6 +213,10 @@ class TracedModelsOnNeuron(PythonRule):
                 markers.append(f"Pass dtype=torch.bfloat16 ('bf16') or torch.float16 ('fp16') for auto_cast_type="
                                f"{_short(code(acast.value), 20)}.")
         explicit_dtype = next((kw[k] for k in DTYPE_KWARGS if k in kw), None)
+        if dtype_expr is not None and "Whisper" in class_name:
+            # generate() does not cast float32 audio features to a bf16/fp16 model's dtype (the conv raises)
+            named = _short(model_name or "model", 20)
+            markers.append(f"Move the audio features with .to({named}.device, {named}.dtype): generate() does not cast them.")
 
         # ---- tensor parallelism
         tp = kw.get("tensor_parallel_size")
@@ -222,7 +226,12 @@ class TracedModelsOnNeuron(PythonRule):
 
         # ---- shapes
         seq = shapes.get("sequence_length")
-        if seq is not None:
+        if seq is not None and "Whisper" in class_name:
+            # Whisper's compiled sequence_length bounded the decoder's tokens: its inputs are audio features
+            markers.append((f"Pass max_length={_short(code(seq), 16)} to generate() if needed; do not pad the audio "
+                            "features to it.", f"sequence_length={code(seq)} was the decoder's compiled length; the "
+                            "feature extractor's max_length counts audio samples"))
+        elif seq is not None:
             if fed and _copyable(seq):
                 applied.append(f"sequence_length={code(seq)} becomes tokenizer padding to max_length={code(seq)}")
             elif st:

@@ -88,7 +88,13 @@ class PythonShellCommands(PythonRule):
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Assign: self._on_assign}
+        return {cst.Call: self._on_call, cst.Assign: self._on_assign, cst.AugAssign: self._on_extend}
+
+    def _on_extend(self, node: cst.AugAssign, ctx: PythonContext) -> None:
+        """``cmd += [...]`` extends a command list: its first words (the program) stay known."""
+        if isinstance(node.target, cst.Name) and isinstance(node.operator, cst.AddAssign):
+            extended = ctx.local_state().setdefault("extended", set())
+            extended.add(node.target.value)
 
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -118,9 +124,23 @@ class PythonShellCommands(PythonRule):
                 and not node.args:
             found = self._command(node.func.value, ctx, depth)
             return (found[0], False) if found is not None and not found[1] else None
+        if isinstance(node, cst.Call) and ctx.qualname(node.func) == "shlex.split" and len(node.args) == 1:
+            found = self._command(node.args[0].value, ctx, depth)
+            return (found[0], False) if found is not None and not found[1] else None
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+            # "neuron_parallel_compile ... " + cmd: the literal words, then the rest as {code}
+            left = self._command(node.left, ctx, depth)
+            if left is not None and not left[1]:
+                right = self._command(node.right, ctx, depth)
+                tail = right[0] if right is not None and not right[1] else "{" + code(node.right) + "}"
+                return left[0] + tail, False
+            return None
         if isinstance(node, cst.Name) and depth == 0:
             value = ctx.local_state().get("assigned", {}).get(node.value)
-            return self._command(value, ctx, 1) if value is not None else None
+            found = self._command(value, ctx, 1) if value is not None else None
+            if found is not None and found[1] and node.value in ctx.local_state().get("extended", ()):
+                return found[0] + " {" + node.value + " extended}", True  # `cmd += [...]` added words after these
+            return found
         return None
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
@@ -138,6 +158,9 @@ class PythonShellCommands(PythonRule):
         line, from_list = found
         words = line.split()
         if len(words) >= 3 and words[0].rsplit("/", 1)[-1] == "optimum-cli" and words[1] == "export":
+            if isinstance(arg.value, cst.Name):  # a command built in a variable, which NM112 does not follow
+                ctx.marker(node, "Delete this Neuron export (optimum-cli export neuron) and load the original "
+                                 "checkpoint where its output was loaded.")
             return  # NM112's (codemods/inference/export_cli.py): it says what the export's consumer loads instead
         rules = [r() for r in SHELL_RULES if not (from_list and r.id in LIST_EXCLUDED)]
         new, findings = run_text(line + "\n", "shell", rules)

@@ -58,6 +58,8 @@ _OPTIMUM_NEURON_EXTRAS: dict[str, tuple[str, ...]] = {
     "neuronx": ("torch-neuronx",),
     "neuron": ("torch-neuronx",),
 }
+#: extras of optimum 1.x that only installed a library (optimum setup.py); optimum 2.x dropped them
+_OPTIMUM_LIBRARY_EXTRAS: dict[str, tuple[str, ...]] = {"diffusers": ("diffusers",)}
 #: the ``uses:`` fact of a run with old-stack code in it (see USES_PROBES)
 OLD_STACK_CODE = "old-stack-code"
 #: libraries the migrated code may import, as project facts (``Rule.project_probes``): found in any
@@ -327,10 +329,14 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
         return _Decision("NM501", "replace", shown,
                          implied=tuple(dict.fromkeys(implied)), marker=VLLM_MARKER if "vllm" in e.extras else None)
     if name == "optimum" and e.extras & {"neuron", "neuronx"}:
-        keep = frozenset(e.extras - {"neuron", "neuronx"})
+        # an extra that only installs a library (`optimum[diffusers]`) becomes that library: optimum 2.x has no
+        # such extra, and the 1.x that has it requires transformers 4
+        libs = [lib for x in sorted(e.extras) for lib in _OPTIMUM_LIBRARY_EXTRAS.get(x, ())]
+        keep = frozenset(e.extras - {"neuron", "neuronx"} - set(_OPTIMUM_LIBRARY_EXTRAS))
         return _Decision("NM501", "replace", f"the Neuron extra of optimum[{','.join(sorted(e.extras))}]",
                          keep_extras=keep or None,
-                         implied=("torch-neuronx", *_OPTIMUM_NEURON_BASE, *sorted(_USES.get() & set(MINIMUMS))))
+                         implied=tuple(dict.fromkeys(("torch-neuronx", *_OPTIMUM_NEURON_BASE, *libs,
+                                                      *sorted(_USES.get() & set(MINIMUMS))))))
     if name == "transformers-neuronx":
         return _Decision("NM501", "replace", name,
                          implied=("torch-neuronx", "transformers"))

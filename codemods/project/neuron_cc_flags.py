@@ -15,13 +15,13 @@ from migrator.model import fitted
 
 #: neuronx-cc flags that only made sense for the XLA training pipeline (removed); value: takes an argument
 CC_DROP_FLAGS = {
-    "--model-type": True,
     "--distribution-strategy": True,
     "--cache_dir": True,
     "--retry_failed_compilation": False,
 }
 #: neuronx-cc flags of the XLA era that change numerics: kept, and flagged for a person to check
 CC_CHECK_FLAGS = (
+    "--model-type",  # selects the compiler's model-specific passes; its effect on TorchNeuron is not established
     "--auto-cast",
     "--auto-cast-type",
     "--enable-saturate-infinity",
@@ -127,17 +127,17 @@ class NeuronCcFlags(ShellRule):
     fix = "mixed"
     triggers = ("NEURON_CC_FLAGS",)
     why = """
-        `NEURON_CC_FLAGS` passed neuronx-cc options to the XLA stack's compiler. `--model-type`,
+        `NEURON_CC_FLAGS` passed neuronx-cc options to the XLA stack's compiler.
         `--distribution-strategy`, `--cache_dir` and `--retry_failed_compilation` belonged to that
         pipeline (optimum-neuron and neuron_parallel_compile set them) and are removed; an
-        assignment left empty is removed. Flags that change numerics (`--auto-cast`,
-        `--auto-cast-type`, `--enable-saturate-infinity`, `--enable-mixed-precision-accumulation`)
-        and any other flag are kept and flagged: whether TorchNeuron's `torch.compile` path honours
-        them is not established.
+        assignment left empty is removed. `--model-type` (the compiler's model-specific passes),
+        flags that change numerics (`--auto-cast`, `--auto-cast-type`, `--enable-saturate-infinity`,
+        `--enable-mixed-precision-accumulation`) and any other flag are kept and flagged: whether
+        TorchNeuron's `torch.compile` path honours them is not established.
     """
     before = """
-        export NEURON_CC_FLAGS="--model-type transformer --distribution-strategy=llm-training"
-        export NEURON_CC_FLAGS="--model-type=transformer -O1"
+        export NEURON_CC_FLAGS="--distribution-strategy=llm-training --retry_failed_compilation"
+        export NEURON_CC_FLAGS="--distribution-strategy llm-training -O1"
     """
     after = """
         # TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS -O1 only if TorchNeuron's compiler still needs them.

@@ -14,6 +14,8 @@ is renamed only where the target rejects the old one and accepts the new one.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.arg_plan import (
@@ -218,6 +220,15 @@ class AdamWToTorch(PythonRule):
         rewrite_call(ctx, node, plan)
 
 
+#: the names that build a Transformers/TRL arguments object in a script
+_ARGUMENT_SOURCES = ("TrainingArguments", "HfArgumentParser", "TrlParser", "SFTConfig", "parse_args_into_dataclasses")
+#: a read of a field removed in transformers v5 -> its marker
+READ_MARKERS = {
+    "overwrite_output_dir": "Remove this read of overwrite_output_dir: Transformers 5's TrainingArguments has no such field.",
+    "evaluation_strategy": "Read eval_strategy here: Transformers 5's TrainingArguments has no evaluation_strategy.",
+}
+
+
 class TrainingArgumentsFields(PythonRule):
     id = "NM602"
     title = "TrainingArguments / TRL configs: evaluation_strategy= -> eval_strategy=, overwrite_output_dir= dropped"
@@ -243,13 +254,32 @@ class TrainingArgumentsFields(PythonRule):
     caveats = """
         The Trainer itself never read `overwrite_output_dir`: only scripts did (the example
         scripts' `get_last_checkpoint` logic), and 5.23 writes its checkpoints into `output_dir`
-        whether it exists or not. A script that reads `args.overwrite_output_dir` must be changed
-        by hand (the attribute is gone). A value that is not a literal gets a marker. The
+        whether it exists or not. A script that reads `args.overwrite_output_dir` (or
+        `args.evaluation_strategy`) gets a marker there (the attribute is gone), unless it declares a
+        field or option of that name itself. A value that is not a literal gets a marker. The
         command-line flags (`--evaluation_strategy` parsed by HfArgumentParser) are not rewritten.
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call}
+        return {cst.Call: self._on_call, cst.Attribute: self._on_attribute}
+
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        """A read of a removed field (``training_args.overwrite_output_dir``) on the arguments a
+        Transformers parser or constructor made: an AttributeError in 5.23, so a marker. The script's own
+        field or option of that name (a dataclass field, an ``add_argument``) is its own business."""
+        name = node.attr.value
+        if name not in READ_MARKERS:
+            return
+        parent = ctx.parent
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (
+                isinstance(parent, cst.Attribute) and parent.value is not node):
+            return
+        code = ctx.code
+        if not any(h in code for h in _ARGUMENT_SOURCES):
+            return
+        if re.search(rf"^\s*{name}\s*:|[\"']--{name}[\"']|\b{name}\s*=\s*field\(", code, re.M):
+            return  # the script declares the field or option itself
+        ctx.marker(node, READ_MARKERS[name])
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)

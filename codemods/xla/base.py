@@ -54,8 +54,13 @@ def _multi_process(ctx: PythonContext) -> bool:
     return st["multi"]
 
 
+#: code that creates the process group under torchrun: an explicit init, TrainingArguments / a Trainer (their
+#: accelerate state initializes it) or a load with distributed_config=DistributedConfig(...)
+_GROUP_MAKERS = ("init_process_group", "TrainingArguments(", "Trainer(", "DistributedConfig(", "NeuronTrainingArguments(")
+
+
 def _has_process_group(ctx: PythonContext) -> bool:
-    return "init_process_group" in ctx.code
+    return any(h in ctx.code for h in _GROUP_MAKERS)
 
 
 def _quote(ctx: PythonContext) -> str:

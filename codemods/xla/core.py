@@ -100,7 +100,8 @@ class XlaDevice(_XlaRule):
         kind (Neuron is the only kind there) and is dropped. The torch-xla `torch.compile`
         backends (`"openxla"`, `"openxla_eval"`, `"aot_torchxla_trace_once"`,
         `"torchxla_trace_once"`) become `backend="neuron"`, and device-type tests
-        (`x.device.type == "xla"`, `dev.type in ("xla", "cuda")`) test for `"neuron"`.
+        (`x.device.type == "xla"`, `dev.type in ("xla", "cuda")`, `"xla" in str(p.device)`) test
+        for `"neuron"`.
     """
     before = """
         import torch_xla.core.xla_model as xm
@@ -212,6 +213,8 @@ class XlaDevice(_XlaRule):
                     for el in right.elements:
                         if _is_xla_type(el.value):
                             self._rename_type(el.value, ctx)
+            elif isinstance(target.operator, (cst.In, cst.NotIn)) and _is_xla_type(left) and _is_device_text(right):
+                self._rename_type(left, ctx)  # `"xla" in str(t.device)`: a neuron tensor's reads "neuron:0"
             left = right
 
     def _is_device_call(self, node: cst.BaseExpression, ctx: PythonContext) -> bool:
@@ -288,6 +291,13 @@ def _is_device_type(node: cst.BaseExpression) -> bool:
     """``<expr>.type`` (``x.device.type``, ``dev.type``, ``torch.device(d).type``): compared with
     the literal ``"xla"`` this is a device-type test (``torch.device.type``)."""
     return isinstance(node, cst.Attribute) and node.attr.value == "type"
+
+
+def _is_device_text(node: cst.BaseExpression) -> bool:
+    """``str(<expr>.device)``: the text of a tensor's or parameter's device (``"xla:0"``)."""
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "str"
+            and len(node.args) == 1 and node.args[0].keyword is None and node.args[0].star == ""
+            and isinstance(node.args[0].value, cst.Attribute) and node.args[0].value.attr.value == "device")
 
 
 def _is_xla_type(node: cst.BaseExpression) -> bool:

@@ -39,6 +39,7 @@ from codemods.xla.base import (
     _torch,
 )
 from migrator.imports import dotted
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
 PL = "torch_xla.distributed.parallel_loader"
@@ -548,7 +549,8 @@ class XlaSpawn(_XlaRule):
                 n = f"<value of {n}>"
         fn_name = _code(bound["fn"].value)
         ctx.finding(call, f"xmp.spawn({fn_name}, ...) -> {fn_name}(LOCAL_RANK, ...)")
-        ctx.marker(call, f"Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn).")
+        launch = "Launch this script with `torchrun --nproc_per_node={n} <script>` (it replaces xmp.spawn)."
+        ctx.marker(call, fitted(launch.format(n=n), launch.format(n="<number of processes>")))
         return None
 
 

@@ -382,8 +382,8 @@ class XlaEnvironmentWrites(PythonRule):
         `os.environ.setdefault("NEURON_PARALLEL_COMPILE_MAX_RETRIES", "1")` and the other variables
         only the XLA stack (or neuron_parallel_compile) reads are removed. `NEURON_CC_FLAGS` set
         from string literals (directly, through a variable assigned one literal, or appended to
-        the inherited value) loses the XLA-era compiler flags (`--model-type`,
-        `--distribution-strategy`, `--cache_dir`, `--retry_failed_compilation`); the other flags
+        the inherited value) loses the XLA-era compiler flags (`--distribution-strategy`,
+        `--cache_dir`, `--retry_failed_compilation`); the other flags (`--model-type` among them)
         are kept and flagged, as NM513 does. The same holds for the variables set through a mapping
         (`codemods/xla/env_writes.py`, shared with NM409): `os.environ.update({...})` / `update(K=v)`,
         a child's environment (`env={**os.environ, ...}`, `dict(os.environ, K=v)`, `env =
@@ -395,7 +395,7 @@ class XlaEnvironmentWrites(PythonRule):
         import os
 
         os.environ["NEURON_FUSE_SOFTMAX"] = "1"
-        flags = " --model-type=transformer -O1 "
+        flags = " --distribution-strategy=llm-training -O1 "
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     after = """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.leftovers import old_stack
-from migrator.imports import catches_import_error
+from migrator.imports import falls_back
 from migrator.rules import PythonContext, PythonRule
 
 #: functions of the target libraries that report whether torch-xla is usable: False on TorchNeuron
@@ -96,18 +96,11 @@ class OldStackAvailabilityGates(PythonRule):
         old = [m for m in modules if old_stack(m)]
         if not old or "torch_neuronx" in modules:
             return  # the gate also imports the TorchNeuron plugin: the engine keeps that import, which decides it
-        for handler in node.handlers:
-            if not catches_import_error(handler):
-                continue
-            body = handler.body.body
-            trivial = all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Pass, cst.Raise, cst.Expr))
-                                                                      for x in s.body) for s in body)
-            if not trivial:
-                # one text whatever the gate still imports (the migration may remove some of them): a
-                # second run finds it above the gate
-                ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
-                                 f"gate on {NATIVE_TEST} instead")
-                return
+        if falls_back(node):
+            # one text whatever the gate still imports (the migration may remove some of them): a
+            # second run finds it above the gate
+            ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
+                             f"gate on {NATIVE_TEST} instead")
 
 
 RULES = (OldStackAvailabilityGates,)

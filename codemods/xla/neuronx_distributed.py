@@ -15,6 +15,7 @@ import re
 import libcst as cst
 
 from codemods.xla.base import _XlaRule, _bind_args, _code, _device, _expr, _is_reference, short_name
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
 NXD = "neuronx_distributed"
@@ -155,7 +156,9 @@ _UTIL_NATIVE = {
     f"{NXD}.utils.get_device": 'torch.device("neuron") (per rank: torch.device("neuron", LOCAL_RANK))',
     f"{NXD}.utils.mark_step": "no call at all (delete it: TorchNeuron runs eagerly, there is no graph to cut)",
     f"{NXD}.utils.master_print": "print(...) under `if dist.get_rank() == 0:`",
-    f"{NXD}.utils.cpu_mode": "False (NXD_CPU_MODE only chose between the CPU and the XLA device): drop the branch",
+    f"{NXD}.utils.cpu_mode":
+        "the branch that runs plain torch ops, on the neuron device (NXD_CPU_MODE chose between that path and the "
+        "XLA device's custom calls, which TorchNeuron does not have)",
     f"{NXD}.utils.model_utils.init_on_device":
         '`with torch.device("meta"):` to build the model without memory, then model.to_empty(device=...)',
     f"{NXD}.utils.model_utils.get_platform_lnc": "no call (the logical NeuronCore config is not set from Python)",
@@ -193,7 +196,8 @@ _LIGHTNING_NATIVE = {
     f"{NXD}.lightning.logger.NeuronTensorBoardLogger": "lightning.pytorch.loggers.TensorBoardLogger",
     f"{NXD}.lightning.progress_bar.NeuronTQDMProgressBar": "lightning.pytorch.callbacks.TQDMProgressBar",
     f"{NXD}.lightning.checkpoint_io.NeuronCheckpointIO": "Lightning's default checkpoint IO (drop the argument)",
-    f"{NXD}.lightning.precision_plugin.NeuronXLAPrecisionPlugin": 'Trainer(precision="bf16-mixed")',
+    f"{NXD}.lightning.precision_plugin.NeuronXLAPrecisionPlugin":
+        'nothing (fp32, its default), or Trainer(precision="bf16-mixed") where it had mixed_precision_enabled=True',
     f"{NXD}.lightning.neuron_hooks_callback.NeuronHooksCallback": "no callback (drop it)",
 }
 _LIGHTNING_DEFAULT = (
@@ -217,6 +221,9 @@ _OTHER_NATIVE.update({f"{MAPPINGS}.{n}": v for n, v in _MAPPING_NATIVE.items()})
 _OTHER_NATIVE.update({
     f"{NXD}.kernels.flash_attn.nki_flash_attn_func":
         "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...) (attn_implementation=\"sdpa\")",
+    f"{NXD}.trace.mock_torchdist.mock_distributed":
+        'a fake process group: torch.distributed.init_process_group("fake", store=FakeStore(), rank=r, world_size=n) '
+        "with FakeStore from torch.testing._internal.distributed.fake_pg (it records no collective)",
     f"{NXD}.ModelBuilder": _TRACE_NATIVE,
     f"{NXD}.shard_checkpoint": _TRACE_NATIVE,
     f"{NXD}.NxDModel": _TRACE_NATIVE,
@@ -251,6 +258,9 @@ _SHORT_NATIVE = {
     "requires_init_pg_override": "False and drop the branch",
     "MoE": "the model's own transformers MoE block (e.g. MixtralSparseMoeBlock)",
     "load_balancing_loss_func": "transformers' mixtral load_balancing_loss_func",
+    "cpu_mode": "the branch running plain torch ops, on the neuron device (the other one was NxD's XLA path)",
+    "mock_distributed": 'init_process_group("fake", store=FakeStore(), ...) (a fake process group)',
+    "NeuronXLAPrecisionPlugin": 'nothing (fp32), or precision="bf16-mixed" if it had mixed_precision_enabled=True',
     "NeuronXLAStrategy": "a standard Lightning strategy (DDP / FSDP / ModelParallelStrategy)",
     "mark_step": "nothing (delete it: TorchNeuron runs eagerly)",
     "<mapping>": 'a DTensor redistribution over mesh["tp"] (or the parallelize_module plan)',
@@ -258,14 +268,24 @@ _SHORT_NATIVE = {
 }
 
 
+#: the layers whose keyword, set to True, makes their output whole (gathered) on every rank
+_GATHERED = {"ColumnParallelLinear": "gather_output", "ParallelEmbedding": "shard_across_embedding"}
+
+
+MOVE_MARKER = "Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them."
+
+
 def _ps_marker(short: str, native: str) -> str:
     """The one-line marker for a parallel-state query ``short`` (``native``: its long form)."""
     if short == "initialize_model_parallel":
         return 'Replace this with one init_device_mesh("neuron", (dp, tp)) call and pass the mesh where needed.'
     if native.startswith(_MESH):
-        return f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh."
+        return fitted(f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh.",
+                      f"Replace {short} with a query of a DeviceMesh (init_device_mesh).",
+                      "Replace this with a query of a DeviceMesh (init_device_mesh).")
     message = f"Replace {short} with {native}."
-    return message if len(message) <= 120 else f"Replace {short} with a query of a DeviceMesh (init_device_mesh)."
+    return fitted(message, f"Replace {short} with a query of a DeviceMesh (init_device_mesh).",
+                  "Replace this with a query of a DeviceMesh (init_device_mesh).")
 
 
 def canonical(qual: str) -> str:
@@ -322,12 +342,15 @@ class NxdBuildingBlocks(_XlaRule):
         # TODO(neuron-migrate NM992): Replace `parallel_state` below with native code, then remove this import.
         from neuronx_distributed.parallel_layers import parallel_state
 
+        # TODO(neuron-migrate NM414): Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them.
         model.to(device)
         # TODO(neuron-migrate NM414): Replace get_tensor_model_parallel_size with mesh["tp"].size() of a DeviceMesh made once by init_device_mesh.
         tp = parallel_state.get_tensor_model_parallel_size()
     """
     caveats = """
-        Only `move_model_to_device(model, device)` and `utils.get_device()` are rewritten. The
+        Only `move_model_to_device(model, device)` and `utils.get_device()` are rewritten; the move gets a
+        marker: the helper kept shared parameters shared through it, and a plain `.to()` onto a device whose
+        tensors cannot take a CPU tensor's storage in place makes new Parameter objects. The
         parallel-state queries are not derived from the world size: with tensor parallelism the data-parallel size is
         `world // tp`, which only a mesh knows. Uses of `neuronx_distributed` names no entry
         covers are flagged by NM900.
@@ -358,7 +381,8 @@ class NxdBuildingBlocks(_XlaRule):
             except NameClash as exc:
                 problem = str(exc)
             if problem:
-                ctx.marker(call, f"Rewrite this {short_name(qual)} call by hand: {problem}.",
+                ctx.marker(call, fitted(f"Rewrite this {short_name(qual)} call by hand: {problem}.",
+                                        f"Rewrite this {short_name(qual)} call by hand (see the report for why)."),
                            detail=f"{qual} could not be rewritten here ({problem}); native: {native}.")
             return
         detail = f"{qual} has no native twin: use {native}"
@@ -372,11 +396,20 @@ class NxdBuildingBlocks(_XlaRule):
             ctx.marker(node, UTIL_MARKER, detail=detail)
             return
         last = qual.rsplit(".", 1)[-1]
+        gathered = _GATHERED.get(last)
+        if gathered and call is not None and any(
+                a.keyword is not None and a.keyword.value == gathered and isinstance(a.value, cst.Name)
+                and a.value.value == "True" for a in call.args):
+            # the layer's output is whole on every rank: the plan must replicate it too
+            ctx.marker(node, f"Replace {last} with an nn.{'Linear' if 'Linear' in last else 'Embedding'} sharded by "
+                             "ColwiseParallel(output_layouts=Replicate()).", detail=detail)
+            return
         short = _SHORT_NATIVE.get(last) or (_SHORT_NATIVE["<mapping>"] if name.startswith(MAPPINGS + ".") else None)
         short = short or (_SHORT_NATIVE["<trace>"] if native == _TRACE_NATIVE else native)
         message = f"Replace {last} with {short}."
         if len(message) > 120 or _SENTENCE_BREAK.search(message.rstrip(".")):
-            message = f"Replace {last} by hand: it has no native twin (see `neuron-migrate explain NM414`)."
+            message = fitted(f"Replace {last} by hand: it has no native twin (see `neuron-migrate explain NM414`).",
+                             "Replace this by hand: it has no native twin (see `neuron-migrate explain NM414`).")
         ctx.marker(node, message, detail=detail)
 
     def _get_device(self, call: cst.Call, func: cst.CSTNode, ctx: PythonContext, qual: str) -> str | None:
@@ -400,6 +433,9 @@ class NxdBuildingBlocks(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"{qual}(model, device) -> model.to(device)")
+        # the helper kept shared parameters shared (and NxD's parameter attributes) through the move; a
+        # device whose tensors cannot take a CPU tensor's storage in place gets new Parameter objects
+        ctx.marker(call, MOVE_MARKER)
         return None
 
 

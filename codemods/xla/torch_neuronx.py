@@ -20,6 +20,7 @@ from codemods.xla.base import (
 from codemods.common.statements import with_blank_line
 from codemods.xla.artifacts import (
     MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, plain, rebuildable, scope_of, unchain)
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
 NX = "torch_neuronx"
@@ -302,7 +303,8 @@ class NeuronTrace(_XlaRule):
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
         if target is not None:
-            ctx.marker(call, f"Move inputs given to `{target}` outside this scope to the neuron device, outputs back with .cpu().",
+            ctx.marker(call, fitted(f"Move inputs given to `{target}` outside this scope to the neuron device, outputs back with .cpu().",
+                                    "Move this model's inputs outside this scope to the neuron device, outputs back with .cpu()."),
                        detail=f"The model now runs on the neuron device: its calls as `{target}(...)` in this scope get "
                               f"their inputs moved there with .to({q}neuron{q}); the traced model took CPU tensors, so "
                               "inputs given to it anywhere else must be moved, and outputs brought back with .cpu() "
@@ -475,13 +477,16 @@ class NeuronTrace(_XlaRule):
             ctx.finding(call, f"the traced artifact of {name} -> {name}._orig_mod.save_pretrained({path_code}): a "
                               "compiled module has no TorchScript form; the Transformers model it wraps is saved")
             if not _project_has(JIT_LOADS, self.project_probes, ctx):
-                ctx.marker(call, f"Load {path_code} with from_pretrained where it is loaded: it is a save_pretrained directory now.",
+                ctx.marker(call, fitted(f"Load {path_code} with from_pretrained where it is loaded: it is a save_pretrained directory now.",
+                                       "Load this path with from_pretrained where it is loaded: it is a save_pretrained directory now."),
                            detail=ARTIFACT_NOTE)
             return
         torch = _torch(ctx, ctx.imports.binding_of(call.func))
         ctx.replace(call, _expr(f"{torch}.save({name}._orig_mod.state_dict(), {path_code})"))
         ctx.finding(call, f"the traced artifact of {name} -> torch.save({name}._orig_mod.state_dict(), {path_code})")
-        ctx.marker(call, f"Load {path_code} with load_state_dict where it is loaded: it holds the state_dict of `{name}` now.",
+        ctx.marker(call, fitted(f"Load {path_code} with load_state_dict where it is loaded: it holds the state_dict of `{name}` now.",
+                               f"Load {path_code} with load_state_dict where it is loaded: it holds a state_dict now.",
+                               "Load this path with load_state_dict where it is loaded: it holds a state_dict now."),
                    detail=f"{path_code} now holds the state_dict of the module that `{name}` compiles, no TorchScript "
                           f"file (the module class is needed to load it): {ARTIFACT_NOTE}")
 
@@ -528,9 +533,12 @@ class NeuronTrace(_XlaRule):
             return
         models = ", ".join(f"`{m}`" for m in sorted({t.model for t in saved}))
         if kinds == {MODULE}:
-            ctx.marker(call, f"{LOAD_MARKED}: build {models}, then load_state_dict(torch.load({p})) and compile it.")
+            ctx.marker(call, fitted(f"{LOAD_MARKED}: build {models}, then load_state_dict(torch.load({p})) and compile it.",
+                                    f"{LOAD_MARKED}: build {models}, then load_state_dict(torch.load(path)) and compile it.",
+                                    f"{LOAD_MARKED}: build the model, then load_state_dict(torch.load(path)) and compile it."))
         else:
-            ctx.marker(call, f"{LOAD_MARKED}: load what the save that ran wrote at {p} (a model or a state_dict).")
+            ctx.marker(call, fitted(f"{LOAD_MARKED}: load what the save that ran wrote at {p} (a model or a state_dict).",
+                                    f"{LOAD_MARKED}: load what the save that ran wrote there (a model or a state_dict)."))
 
     def _load_pretrained(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression,
                          ctx: PythonContext) -> None:
@@ -569,7 +577,9 @@ class NeuronTrace(_XlaRule):
         line = ctx.stack[-3] if len(ctx.stack) > 2 else None
         if target is None or not isinstance(ctx.parent, cst.Assign) or not isinstance(line, cst.SimpleStatementLine) \
                 or len(line.body) != 1 or not rebuildable(ctor, ctx):
-            ctx.marker(call, f"{LOAD_MARKED}: build {built}, then load_state_dict(torch.load({p})) and compile it.")
+            ctx.marker(call, fitted(f"{LOAD_MARKED}: build {built}, then load_state_dict(torch.load({p})) and compile it.",
+                                f"{LOAD_MARKED}: build {built}, then load_state_dict(torch.load(path)) and compile it.",
+                                f"{LOAD_MARKED}: build the model, then load_state_dict(torch.load(path)) and compile it."))
             return
         try:
             torch = _torch(ctx, ctx.imports.binding_of(func))
@@ -607,7 +617,8 @@ class NeuronTrace(_XlaRule):
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
         args = _example_call_args(example.value, id(scope), ctx) if example is not None else None
         if line is None or args is None or len(getattr(line, "body", ())) != 1:
-            ctx.marker(call, f"Call {name}(...) once under torch.no_grad() with inputs of the traced shapes to compile it here.",
+            ctx.marker(call, fitted(f"Call {name}(...) once under torch.no_grad() with inputs of the traced shapes to compile it here.",
+                                    "Call this model once under torch.no_grad() with inputs of the traced shapes to compile it here."),
                        detail=f"`{name}` is never called here, and torch.compile compiles at the first call (the trace "
                               "compiled at this line): one call with inputs of the traced shapes moved to the neuron "
                               "device compiles (and caches) the graph here as before.")

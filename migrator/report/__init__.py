@@ -52,6 +52,10 @@ class RuleInfo:
     title: str  # one line, e.g. "NeuronModelForCausalLM -> AutoModelForCausalLM"
     fix: Literal["auto", "manual", "mixed"]
     help_text: str  # a paragraph or more: what it does, caveats
+    #: the rule's page, relative to the root of neuron-migrate's source tree (``docs/rules/NM101.md``)
+    page: str = ""
+    #: the rule's page on the published docs site (``--docs-url``), an absolute URL; None without one
+    url: str | None = None
 
 
 def render(

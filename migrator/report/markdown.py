@@ -57,6 +57,24 @@ def escape(text: str) -> str:
     return "".join(out)
 
 
+def rule_ref(rule_id: str, rules: dict[str, RuleInfo]) -> str:
+    """The rule id, escaped; a link to the rule's page where the docs site's URL is known (``--docs-url``)."""
+    info = rules.get(rule_id)
+    if info is not None and info.url:
+        return f"[{escape(rule_id)}](<{info.url.replace('>', '%3E')}>)"
+    return escape(rule_id)
+
+
+def _pages_note(rules: dict[str, RuleInfo], rule_ids) -> list[str]:
+    """Where the rules' pages are, when the ids cannot be links (no docs site URL)."""
+    pages = [rules[r].page for r in rule_ids if r in rules and rules[r].page and not rules[r].url]
+    if not pages:
+        return []
+    folder = pages[0].rsplit("/", 1)[0]
+    return [f"_Each rule's page: `neuron-migrate explain RULE_ID` prints it; it is `{folder}/RULE_ID.md` in "
+            "neuron-migrate's documentation (`--docs-url` makes the ids links to the published pages)._", ""]
+
+
 def _where(finding: Finding) -> str:
     if finding.cell is not None:
         return f"cell {finding.cell}, line {finding.line}"
@@ -103,7 +121,7 @@ def _rules_table(files: list[FileResult], rules: dict[str, RuleInfo]) -> list[st
     rows = []
     for rule_id in sorted(set(applied) | set(manual)):
         info = rules.get(rule_id)
-        rows.append([escape(rule_id), escape(info.title) if info else "", str(applied[rule_id]), str(manual[rule_id])])
+        rows.append([rule_ref(rule_id, rules), escape(info.title) if info else "", str(applied[rule_id]), str(manual[rule_id])])
     return _table(["Rule", "Title", "Applied", "Manual"], rows, ["---", "---", "---:", "---:"])
 
 
@@ -125,7 +143,7 @@ def _manual_section(run: RunResult, files: list[FileResult], rules: dict[str, Ru
     for rule in sorted(by_rule, key=lambda r: (-count[r], r)):
         info = rules.get(rule)
         title = f" {escape(info.title)}" if info else ""
-        lines.append(f"- **{escape(rule)}**{title}: {plural(count[rule], 'action')} in "
+        lines.append(f"- **{rule_ref(rule, rules)}**{title}: {plural(count[rule], 'action')} in "
                      f"{plural(len(in_files[rule]), 'file')}")
         actions = sorted(by_rule[rule].items(), key=lambda kv: (-len(kv[1]), kv[0]))
         for message, places in actions[:max_actions]:
@@ -147,7 +165,7 @@ def _file_line(run: RunResult, fr: FileResult) -> str:
             f"{plural(manual, 'manual action')}")
 
 
-def _file_section(run: RunResult, fr: FileResult, show_diff: bool) -> list[str]:
+def _file_section(run: RunResult, fr: FileResult, show_diff: bool, rules: dict[str, RuleInfo]) -> list[str]:
     path = display_path(fr.path)
     findings = sorted_findings(run, fr)
     lines = [f"#### {escape(path)}", ""]
@@ -156,7 +174,7 @@ def _file_section(run: RunResult, fr: FileResult, show_diff: bool) -> list[str]:
     if findings:
         table = _table(
             ["Line", "Rule", "Fix", "Message"],
-            [[escape(_where(f)), escape(f.rule), f.fix, escape(f.message)] for f in findings],
+            [[escape(_where(f)), rule_ref(f.rule, rules), f.fix, escape(f.message)] for f in findings],
             ["---:", "---", "---", "---"],
         )
         lines.append("")
@@ -209,6 +227,7 @@ def _render(run: RunResult, rules: dict, show_diff: bool, mode: str, *, files: s
         out += ["### Rules", ""]
         out += _rules_table(files, rules)
         out.append("")
+        out += _pages_note(rules, sorted({f.rule for fr in files for f in fr.findings}))
 
     out += _manual_section(run, files, rules, max_actions)
 
@@ -223,7 +242,7 @@ def _render(run: RunResult, rules: dict, show_diff: bool, mode: str, *, files: s
         out += ["### Files", ""]
         if shown == "tables":
             for fr in sections:
-                out += _file_section(run, fr, show_diff)
+                out += _file_section(run, fr, show_diff, rules)
         else:
             out += [_file_line(run, fr) for fr in sections] + [""]
 

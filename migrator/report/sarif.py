@@ -6,7 +6,9 @@ manual actions ``warning`` results.  Locations are relative POSIX URIs against
 ``%SRCROOT%``.  Notebook findings keep the line within the cell as ``startLine`` and carry
 the 0-based cell index in ``properties.cell`` (the location also gets
 ``properties.cell``).  Files that could not be processed become
-``toolExecutionNotifications`` and make ``executionSuccessful`` false.
+``toolExecutionNotifications`` and make ``executionSuccessful`` false.  A rule descriptor links
+the rule's page: ``helpUri`` (an absolute URL) when the docs site's URL is configured (``--docs-url``),
+and ``properties.docs``, the page's path in neuron-migrate's documentation (``docs/rules/NM101.md``).
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ def rule_descriptor(rule_id: str, info: RuleInfo | None) -> dict:
         "defaultConfiguration": {"level": RULE_LEVEL.get(info.fix, "warning") if info else "warning"},
     }
     if info is not None:
-        descriptor["properties"] = {"fix": info.fix}
+        # the rule's page: helpUri where the docs site's URL is known (--docs-url / docs-url; SARIF wants an
+        # absolute URI there), and always its path in neuron-migrate's documentation
+        if info.url:
+            descriptor["helpUri"] = info.url
+        descriptor["properties"] = {"fix": info.fix, **({"docs": info.page} if info.page else {})}
     return descriptor
 
 

@@ -30,6 +30,7 @@ OLD_STACK_ROOTS = (
     "neuronx_distributed_training",
     "neuronx_distributed_inference",
     "libneuronxla",
+    "torch_neuronx.xla_impl",  # the XLA-era implementation (custom ops, ops, hints): not in the plugin
 )
 
 #: names IPython defines in every notebook
