@@ -294,3 +294,38 @@ def test_real_old_environment(tmp_path):
     assert report["libraries"]["original"]["transformers"].startswith("4.57"), report["reason"]
     assert report["libraries"]["migrated"]["transformers"].startswith("5.")
     assert report["original_env"]["requirements"][-2].startswith("transformers==4.57")
+
+
+def test_auto_reuses_its_cached_environment_and_the_header_names_each_side(tmp_path, monkeypatch):
+    """--original-env auto end to end without a network: the environment its pins resolve to is already in
+    the cache (a stand-in Transformers 4.57.1), so nothing is installed; the report names the library
+    versions of each side, the environment, and the requirement lines that were not installed."""
+    import transformers
+
+    orig, mig = tmp_path / "orig", tmp_path / "mig"
+    orig.mkdir()
+    mig.mkdir()
+    (orig / "requirements.txt").write_text("transformers==4.57.1\ngit+https://example.com/lib.git\nnumpy==1.26.4\n")
+    (orig / "run.py").write_text("import transformers\nprint('major', transformers.__version__.split('.')[0])\n")
+    (mig / "run.py").write_text("import transformers\nprint('major', 4)\n")
+    monkeypatch.setenv("NEURON_MIGRATE_CACHE", str(tmp_path / "cache"))
+    plan = origenv.resolve(origenv.read_project(origenv.project_files(orig, orig)))
+    assert "transformers==4.57.1" in plan.requirements
+    env = tmp_path / "cache" / "envs" / plan.key(sys.executable)
+    _venv(env, {"transformers/__init__.py": "__version__ = '4.57.1'\n"}, {"transformers": "4.57.1"})
+    (env / origenv.MARKER).write_text(json.dumps({"requirements": plan.requirements, "built_s": 1.0}))
+    monkeypatch.chdir(tmp_path)
+    code, report = core.run_verify(core.Options(script=mig / "run.py", against=str(orig / "run.py"),
+                                                original_env="auto", device="cpu"),
+                                   out=io.StringIO(), err=io.StringIO())
+    assert code == 0, report["reason"]
+    assert report["libraries"]["original"]["transformers"] == "4.57.1"
+    assert report["libraries"]["migrated"]["transformers"] == transformers.__version__
+    assert not report["original_env"]["built_now"]
+    refused = " ".join(report["original_env"]["refused"])
+    assert "git+https://example.com/lib.git" in refused and "numpy==1.26.4" in refused
+    text = core.render_text(report)
+    assert "libraries (original): transformers 4.57.1" in text
+    assert f"libraries (migrated): transformers {transformers.__version__}" in text
+    assert f"original environment: {env}" in text
+    assert "not installed in the original's environment: numpy==1.26.4" in text
