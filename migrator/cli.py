@@ -412,6 +412,15 @@ def _build_app():
                                     "the script differs from it in a git work tree."),
         original_python: Optional[str] = typer.Option(
             None, "--original-python", help="Interpreter for the original (e.g. its old virtual environment)."),
+        original_env: Optional[str] = typer.Option(
+            None, "--original-env", metavar="auto|PATH",
+            help="The original's libraries: auto builds (once, cached) an environment with the Hugging Face "
+                 "library versions its project pins (else the last of the old era), reusing this torch; PATH: a "
+                 "prepared virtual environment or interpreter."),
+        original_env_allow_all: bool = typer.Option(
+            False, "--original-env-allow-all",
+            help="--original-env auto also installs the refused lines (URLs, VCS, paths, index options, other "
+                 "packages) as written."),
         original_nproc: Optional[int] = typer.Option(
             None, "--original-nproc", min=1,
             help="Processes of the original (default --nproc): 1 for an optimum-neuron script whose num_cores "
@@ -454,6 +463,7 @@ def _build_app():
             baseline=baseline, record=record, nproc=nproc, atol=atol, rtol=rtol,
             max_recompiles=max_recompiles, timeout=timeout, fmt=fmt, output=output,
             against=against, original_python=original_python, original_nproc=original_nproc,
+            original_env=original_env, original_env_allow_all=original_env_allow_all,
             keep_scratch=keep_scratch, original_cache=original_cache, allow_dtype_change=allow_dtype_change,
             before=list(before or []), seed=None if no_seed else seed, dropout=dropout,
         )

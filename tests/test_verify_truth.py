@@ -191,7 +191,7 @@ def test_originals_of_the_old_era_run(script, args, expected):
 
 
 def test_original_failing_on_a_missing_api_says_to_use_the_old_libraries():
-    assert "--original-python" in core.original_hint({"error": "ImportError: cannot import name 'X' from 'trl'"})
-    assert "--original-python" in core.original_hint({"error": "AttributeError: 'Tok' object has no attribute 'y'"})
+    assert "--original-env auto" in core.original_hint({"error": "ImportError: cannot import name 'X' from 'trl'"})
+    assert "--original-env auto" in core.original_hint({"error": "AttributeError: 'Tok' object has no attribute 'y'"})
     assert core.original_hint({"error": "ImportError: x", "not_emulated": "torch_xla.x"}) == ""
     assert core.original_hint({"error": "RuntimeError: boom"}) == ""

@@ -45,6 +45,8 @@ class Options:
     output: Path | None = None
     against: str | None = None            # the original: a path, or a git revision
     original_python: str | None = None    # the interpreter the original runs under
+    original_env: str | None = None       # "auto" (origenv.py builds it) or a prepared environment's path
+    original_env_allow_all: bool = False  # auto: install the refused requirement lines too
     original_nproc: int | None = None     # processes of the original (default: --nproc)
     keep_scratch: bool = False            # keep the sides' scratch working directories
     original_cache: Path | None = None    # reuse the original's observations (cache.py)
@@ -159,6 +161,18 @@ def _validate(opts: Options) -> None:
             raise VerifyError(f"--original-python {opts.original_python}: no such interpreter (give the path of "
                               "the python executable of the original's environment)")
         opts.original_python = os.path.abspath(exe)
+    if opts.original_env is not None:
+        from migrator.verify import origenv
+
+        if opts.original_python is not None:
+            raise VerifyError("--original-env and --original-python both name the original's interpreter: give one")
+        if opts.original_env != "auto":
+            try:
+                opts.original_python = origenv.prepared_python(opts.original_env)
+            except origenv.EnvError as exc:
+                raise VerifyError(str(exc)) from None
+    elif opts.original_env_allow_all:
+        raise VerifyError("--original-env-allow-all is an option of --original-env auto")
 
 
 def _mode(opts: Options, report: dict) -> str:
@@ -194,6 +208,8 @@ def _run(opts: Options, report: dict, out, err) -> int:
     report["mode"] = mode
     if opts.original_python is not None and mode != "against":
         raise VerifyError("--original-python runs the original: give it with --against")
+    if opts.original_env is not None and mode != "against":
+        raise VerifyError("--original-env runs the original: give it with --against")
     if opts.original_nproc is not None and mode != "against":
         raise VerifyError("--original-nproc runs the original: give it with --against")
     try:
@@ -337,12 +353,16 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
             raise VerifyError(str(exc)) from None
         except OSError as exc:
             raise VerifyError(f"cannot prepare the scratch working directories in {root}: {exc}") from None
+        if opts.original_env == "auto":
+            _build_original_env(opts, report, orig_place, err)
         if opts.original_python:
             report["original_python"] = opts.original_python
+        _probe_original(opts, report)
         try:
             ref = _run_original(opts, report, orig_place, user_cwd, child_out, err, steps)
             if not ref.ok:
-                report["reason"] = ref.reason + original_hint(ref.data)
+                report["libraries"] = {"original": ref.data.get("libraries") or {}}
+                report["reason"] = ref.reason + original_hint(ref.data, opts.original_env is not None)
                 return 2
             before.run_steps(steps, mig_place.script.parent, side="migrated", side_label="migrated",
                              device=device, nproc=opts.nproc, timeout=opts.timeout, cwd=mig_place.cwd,
@@ -354,6 +374,10 @@ def _run_against(opts: Options, report: dict, device: str, child_out, err, steps
                          cwd=mig_place.cwd, env_extra=opts.child_env)
         if not _take_main(opts, report, main):
             return 2
+        report["libraries"] = {"original": ref.data.get("libraries") or {},
+                               "migrated": main.data.get("libraries") or {}}
+        if ref.data.get("old_stack_used"):
+            report["old_stack"] = dict(ref.data["old_stack_used"])
         obs = main.data.get("observations") or {}
         checks = compare(obs, ref.data.get("observations") or {}, opts.atol, opts.rtol,
                          allow_dtype_change=opts.allow_dtype_change)
@@ -373,7 +397,8 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
         # before the before-steps run: what they write into the copy is not part of the key
         key = cache.key(place.script.parent, place.script.name, opts.script_args, user_cwd,
                         opts.original_python or sys.executable, nproc,
-                        before=before.cache_entries(steps, place.script.parent), env=opts.child_env)
+                        before=before.cache_entries(steps, place.script.parent),
+                        env={**opts.child_env, **original_env_extra(report)})
         data = cache.load(Path(opts.original_cache), key)
         if data is not None:
             report["reference"] += " (observations from the cache)"
@@ -386,7 +411,7 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
                      stdout=child_out, stderr=err, report=report)
     ref = run_child(place.script, opts.script_args, "cpu", nproc=nproc, timeout=opts.timeout, stdout=child_out,
                     stderr=err, label="original run (cpu)", side="original", cwd=place.cwd,
-                    python=opts.original_python, env_extra=opts.child_env)
+                    python=opts.original_python, env_extra={**opts.child_env, **original_env_extra(report)})
     report["reference_wall_time_s"] = ref.data.get("wall_time_s")
     if ref.ok and key is not None:
         cache.store(Path(opts.original_cache), key, ref.data)
@@ -394,17 +419,73 @@ def _run_original(opts: Options, report: dict, place: scratch.SidePlace, user_cw
 
 
 OLD_LIBRARIES_HINT = ("; the original may use an API of the libraries it was written for that today's lack "
-                      "(Transformers 4.x, TRL 0.x, huggingface_hub 0.x): run it with --original-python PATH, the "
-                      "interpreter of an environment with those versions")
+                      "(Transformers 4.x, TRL 0.x, huggingface_hub 0.x){api}: run it with --original-env auto (an "
+                      "environment with the versions its project pins, built once) or --original-env PATH")
+OLD_ENV_HINT = ("; the original's environment lacks that API{api}: check the versions the original's project "
+                "pins (the report's libraries line), or pass a prepared environment with --original-env PATH")
 
 
-def original_hint(data: dict) -> str:
+def original_hint(data: dict, own_env: bool = False) -> str:
     """What to do when the original failed on an ImportError/AttributeError (not an old-stack API: those
-    are "not emulated")."""
+    are "not emulated"); ``own_env``: it already ran in an environment of its own (--original-env)."""
+    from migrator.verify import origenv
+
     error = str(data.get("error") or "")
     if not data.get("not_emulated") and error.startswith(("ImportError", "AttributeError", "ModuleNotFoundError")):
-        return OLD_LIBRARIES_HINT
+        api = origenv.removed_api(error)
+        api = f": {api} is one" if api else ""
+        return (OLD_ENV_HINT if own_env else OLD_LIBRARIES_HINT).format(api=api)
     return ""
+
+
+def _build_original_env(opts: Options, report: dict, place: scratch.SidePlace, err) -> None:
+    """--original-env auto: the versions the original's project pins (origenv.py), its environment built once."""
+    from migrator.verify import origenv
+
+    original = Path(opts.against)
+    revision = None if original.is_file() else opts.against
+    real_dir = original.resolve().parent if original.is_file() else opts.script.resolve().parent
+    found = origenv.read_project(origenv.project_files(place.script.parent, real_dir, revision))
+    plan = origenv.resolve(found, allow_all=opts.original_env_allow_all)
+    try:
+        python, built = origenv.build(plan, log=err, timeout=max(opts.timeout, 600.0))
+    except origenv.EnvError as exc:
+        raise VerifyError(str(exc)) from None
+    opts.original_python = str(python)
+    report["original_env"] = {"mode": "auto", "path": str(Path(python).parent.parent), "era": plan.era,
+                              "requirements": plan.requirements, "origin": plan.origin,
+                              "emulated": found.emulated, "refused": origenv.describe_refused(found),
+                              "read": found.sources, "built_now": bool(built.get("built_now")),
+                              "built_s": built.get("built_s"), "size_mb": built.get("size_mb")}
+    if not opts.original_env_allow_all:
+        for line in origenv.describe_refused(found):
+            report["warnings"].append(f"not installed in the original's environment: {line} "
+                                      "(--original-env-allow-all installs it)")
+    report["notes"] += plan.notes
+
+
+def _probe_original(opts: Options, report: dict) -> None:
+    """Which old-stack packages import for real in the original's interpreter: those are used, not emulated."""
+    from migrator.verify import origenv
+
+    probed = origenv.probe(opts.original_python or sys.executable)
+    real = origenv.real_roots(probed)
+    report["_real_old_stack"] = real
+    broken = {r: v for r, v in (probed.get("real") or {}).items() if r not in real}
+    for root, why in sorted(broken.items()):
+        report["warnings"].append(f"{root} is installed in the original's environment but does not import "
+                                  f"({why[len('error: '):]}): emulated instead")
+
+
+def original_env_extra(report: dict) -> dict:
+    """The original's environment variables that say which old-stack packages are real."""
+    from migrator.verify.side import REAL_ENV
+
+    real = report.get("_real_old_stack") or []
+    extra = {REAL_ENV: ",".join(real)}
+    if "torch_xla" in real and "PJRT_DEVICE" not in os.environ:
+        extra["PJRT_DEVICE"] = "CPU"  # the real torch-xla on this CPU
+    return extra
 
 
 NOTHING_ON_NEURON = ("nothing ran on neuron: no model and no tensor of the migrated run was placed on the neuron "
@@ -490,6 +571,7 @@ def render_text(report: dict) -> str:
     lines.append(f"neuron-migrate verify {report['script']}")
     if report.get("device"):
         lines.append(f"device: {report['device']}    reference: {report.get('reference', '-')}")
+    lines += library_lines(report)
     for line in report.get("determinism") or []:
         lines.append(f"{line}")
     checks = report.get("checks") or []
@@ -534,6 +616,29 @@ def render_text(report: dict) -> str:
     else:
         lines.append(f"result: ERROR: {report.get('reason')}")
     return "\n".join(lines) + "\n"
+
+
+_LIBRARY_ORDER = ("transformers", "trl", "huggingface-hub", "tokenizers", "accelerate", "peft", "diffusers",
+                  "datasets", "sentence-transformers", "torch")
+
+
+def library_lines(report: dict) -> list[str]:
+    """The header's lines: the library versions each side ran with, and the old stack real or emulated."""
+    lines = []
+    libs = report.get("libraries") or {}
+    for side in ("original", "migrated"):
+        got = libs.get(side)
+        if got:
+            names = sorted(got, key=lambda d: (_LIBRARY_ORDER.index(d) if d in _LIBRARY_ORDER else 99, d))
+            lines.append(f"libraries ({side}): " + ", ".join(f"{d} {got[d]}" for d in names))
+    env = report.get("original_env")
+    if env:
+        how = f"built in {env['built_s']} s, {env['size_mb']} MB" if env.get("built_now") else "cached"
+        lines.append(f"original environment: {env['path']} ({how})")
+    old = report.get("old_stack")
+    if old:
+        lines.append("old stack (original): " + ", ".join(f"{root} {how}" for root, how in sorted(old.items())))
+    return lines
 
 
 def render_json(report: dict) -> str:

@@ -12,6 +12,13 @@ import re
 import sys
 
 SIDE_ENV = "NEURON_MIGRATE_VERIFY_SIDE"
+#: the old-stack packages that import for real in the original's environment (comma-separated roots,
+#: ``origenv.probe``): the emulation leaves them to the real package
+REAL_ENV = "NEURON_MIGRATE_VERIFY_REAL_OLDSTACK"
+#: distribution -> module: the libraries whose versions the report names (those the run imported)
+LIBRARIES = {"transformers": "transformers", "trl": "trl", "huggingface-hub": "huggingface_hub",
+             "tokenizers": "tokenizers", "accelerate": "accelerate", "peft": "peft", "diffusers": "diffusers",
+             "datasets": "datasets", "sentence-transformers": "sentence_transformers", "torch": "torch"}
 #: the old stack's import roots: an ImportError for one of them on the original side means "not emulated"
 OLD_ROOTS = ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx", "neuronx_distributed")
 
@@ -38,8 +45,41 @@ def install_emulation() -> str | None:
     return _state["emulation"]
 
 
+def real_old_stack() -> frozenset[str]:
+    return frozenset(r for r in os.environ.get(REAL_ENV, "").split(",") if r)
+
+
+def libraries_used() -> dict[str, str]:
+    """The versions of the libraries this run imported."""
+    import importlib.metadata
+
+    out = {}
+    for dist, module in LIBRARIES.items():
+        if module in sys.modules:
+            try:
+                out[dist] = importlib.metadata.version(dist)
+            except Exception:
+                out[dist] = str(getattr(sys.modules[module], "__version__", "?"))
+    return out
+
+
+def old_stack_used() -> dict[str, str]:
+    """Per old-stack package the run imported: "real X.Y" or "emulated"."""
+    out = {}
+    for root in OLD_ROOTS + ("libneuronxla",):
+        mod = sys.modules.get(root)
+        if mod is None:
+            continue
+        if getattr(mod, "__neuron_migrate_emulated__", False):
+            out[root] = "emulated"
+        else:
+            out[root] = f"real {getattr(mod, '__version__', '?')}"
+    return out
+
+
 def _old_module(name: str | None) -> bool:
-    return bool(name) and any(name == r or name.startswith(r + ".") for r in OLD_ROOTS)
+    return bool(name) and any((name == r or name.startswith(r + ".")) and r not in real_old_stack()
+                              for r in OLD_ROOTS)
 
 
 def not_emulated(exc: BaseException | None) -> str | None:
@@ -118,7 +158,8 @@ def write_json(path: str, payload: dict) -> None:
 
 def payload_fields(error_exc: BaseException | None) -> dict:
     """The side's fields of the child's payload."""
-    fields = {"side": current(), "emulation": _state["emulation"], "process_group": process_group_started()}
+    fields = {"side": current(), "emulation": _state["emulation"], "process_group": process_group_started(),
+              "libraries": libraries_used()}
     emulate = sys.modules.get("migrator.verify.emulate")
     reached = emulate.reached_neuron() if emulate is not None else None
     if reached is not None:
@@ -126,6 +167,7 @@ def payload_fields(error_exc: BaseException | None) -> dict:
     if current() == "original":
         # the old stack's device APIs the original imported (it was meant to run on Neuron)
         fields["old_stack"] = sorted(r for r in OLD_ROOTS if r in sys.modules)
+        fields["old_stack_used"] = old_stack_used()
     api = not_emulated(error_exc)
     raised = getattr(sys.modules.get("migrator.verify.oldstack"), "RAISED", None)
     if not api and raised and current() == "original":

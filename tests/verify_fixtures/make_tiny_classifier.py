@@ -16,7 +16,7 @@ import torch
 from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_tiny_llama import VOCAB, build_tokenizer  # noqa: E402
+from make_tiny_llama import VOCAB, save_tokenizer  # noqa: E402
 
 
 def build(out_dir: str) -> str:
@@ -27,7 +27,7 @@ def build(out_dir: str) -> str:
     )
     model = DistilBertForSequenceClassification(config)
     model.save_pretrained(out_dir)
-    build_tokenizer().save_pretrained(out_dir)
+    save_tokenizer(out_dir)
     return out_dir
 
 

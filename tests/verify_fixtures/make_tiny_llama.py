@@ -51,6 +51,24 @@ def build_tokenizer():
                                    pad_token="<pad>", model_max_length=256)
 
 
+def save_tokenizer(out_dir: str) -> None:
+    """Save the tokenizer loadable by Transformers 4.x too (``verify --original-env``): its config names
+    ``PreTrainedTokenizerFast`` (in 5.x an alias of ``TokenizersBackend``, the name 5.x writes, which
+    4.x does not know) and the model inputs 5.x gives (4.x's fast tokenizer adds ``token_type_ids``, which
+    a causal LM's generate() refuses)."""
+    import json
+    import os
+
+    build_tokenizer().save_pretrained(out_dir)
+    path = os.path.join(out_dir, "tokenizer_config.json")
+    with open(path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["model_input_names"] = ["input_ids", "attention_mask"]  # 4.x's default adds token_type_ids
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def build(out_dir: str) -> str:
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -60,7 +78,7 @@ def build(out_dir: str) -> str:
     )
     model = LlamaForCausalLM(config)
     model.save_pretrained(out_dir)
-    build_tokenizer().save_pretrained(out_dir)
+    save_tokenizer(out_dir)
     return out_dir
 
 

@@ -147,8 +147,8 @@ class OldStackFinder(importlib.abc.MetaPathFinder):
                 return None  # a real optimum loads as usual (optimum.neuron still comes from here)
             return importlib.machinery.ModuleSpec("optimum", _NamespaceLoader(), is_package=True)
         root = _root_of(fullname)
-        if root is None:
-            return None
+        if root is None or root in _real():
+            return None  # not the old stack, or installed for real in the original's environment
         # a library probing for the old stack is told it is not installed, unless the user's code
         # imported it already (then the library sees what the user sees: e.g. torch.save pickling an
         # emulated NeuronSFTConfig imports the module its class names)
@@ -159,11 +159,20 @@ class OldStackFinder(importlib.abc.MetaPathFinder):
                                               is_package=emulated and _is_package(fullname))
 
 
+def _real() -> frozenset[str]:
+    """The old-stack roots that import for real in this environment (``side.REAL_ENV``, set by verify from
+    its probe of the original's interpreter): the emulation serves only the others."""
+    roots = frozenset(r for r in os.environ.get("NEURON_MIGRATE_VERIFY_REAL_OLDSTACK", "").split(",") if r)
+    return roots | {"libneuronxla"} if "torch_xla" in roots else roots
+
+
 def install() -> None:
-    """From now on the old-stack modules resolve to the emulation (idempotent)."""
-    os.environ["USE_TORCH_XLA"] = "0"  # transformers/accelerate: no XLA code paths in the libraries
+    """From now on the old-stack modules resolve to the emulation (idempotent); a real torch_xla keeps the
+    libraries' XLA code paths, as on the old stack."""
+    if "torch_xla" not in _real():
+        os.environ["USE_TORCH_XLA"] = "0"  # transformers/accelerate: no XLA code paths in the libraries
     iu = sys.modules.get("transformers.utils.import_utils")
-    if iu is not None:  # transformers already imported: its flag was read at import time
+    if iu is not None and "torch_xla" not in _real():  # transformers already imported: flag read at import
         iu.USE_TORCH_XLA = "0"
         cached = getattr(iu, "is_torch_xla_available", None)
         if hasattr(cached, "cache_clear"):

@@ -133,6 +133,10 @@ def _sharding(num_cores) -> dict:
     On one process the unsharded model computes the same values up to that rounding."""
     cores = int(num_cores or 1)
     if cores > 1 and int(os.environ.get("WORLD_SIZE", "1")) == cores:
+        from migrator.verify.oldstack.transformers4 import installed_major
+
+        if (installed_major("transformers") or 5) < 5:  # a real 4.x (--original-env): its own TP plan
+            return {"tp_plan": "auto"}
         from transformers.distributed import DistributedConfig
 
         return {"distributed_config": DistributedConfig(tp_size=cores)}

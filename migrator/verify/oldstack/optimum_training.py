@@ -93,15 +93,18 @@ def _post_init(self, parent):
         raise NotEmulated(f"optimum.neuron.NeuronTrainingArguments(tensor_parallel_size={tp}) on {world} "
                           "processes (one unsharded process emulates one tensor-parallel group: run the "
                           "original with --original-nproc 1)")
-    if self.evaluation_strategy is not None:
+    # a field the installed TrainingArguments still has (a real Transformers 4.x: --original-env) keeps
+    # its own meaning there; only the ones added here are mapped
+    native = {f.name for f in dataclasses.fields(parent)}
+    if "evaluation_strategy" not in native and self.evaluation_strategy is not None:
         self.eval_strategy = self.evaluation_strategy
-    if self.warmup_ratio and not self.warmup_steps:
+    if "warmup_ratio" not in native and self.warmup_ratio and not self.warmup_steps:
         self.warmup_steps = float(self.warmup_ratio)  # transformers 5: a float in [0, 1) is a ratio
-    if self.per_gpu_train_batch_size:
+    if "per_gpu_train_batch_size" not in native and self.per_gpu_train_batch_size:
         self.per_device_train_batch_size = self.per_gpu_train_batch_size
-    if self.per_gpu_eval_batch_size:
+    if "per_gpu_eval_batch_size" not in native and self.per_gpu_eval_batch_size:
         self.per_device_eval_batch_size = self.per_gpu_eval_batch_size
-    if self.no_cuda:
+    if "no_cuda" not in native and self.no_cuda:
         self.use_cpu = True
     if any(os.environ.get(v, "0") == "1" for v in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")):
         self.bf16 = True  # optimum-neuron forced bf16 under these variables

@@ -96,10 +96,24 @@ def patch_hub(huggingface_hub) -> None:
     huggingface_hub.HfFolder = HfFolder
 
 
+def installed_major(dist: str) -> int | None:
+    """The major version of the installed distribution (read from its metadata: nothing is imported)."""
+    import importlib.metadata
+
+    try:
+        return int(importlib.metadata.version(dist).split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
 def install() -> None:
-    """Patch Transformers now if it is imported, else the moment it is (verify's post-import hooks)."""
+    """Patch Transformers now if it is imported, else the moment it is (verify's post-import hooks); not
+    at all where the installed Transformers is 4.x (``--original-env``: the real old library), nor
+    ``HfFolder`` where huggingface_hub is 0.x."""
     from migrator.verify.instrument import on_import
 
-    on_import("transformers.modeling_utils", patch)
-    on_import("transformers.tokenization_utils_base", patch_tokenizers)
-    on_import("huggingface_hub", patch_hub)
+    if (installed_major("transformers") or 5) >= 5:
+        on_import("transformers.modeling_utils", patch)
+        on_import("transformers.tokenization_utils_base", patch_tokenizers)
+    if (installed_major("huggingface_hub") or 1) >= 1:
+        on_import("huggingface_hub", patch_hub)
