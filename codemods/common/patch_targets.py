@@ -20,6 +20,25 @@ PATCHERS = ("unittest.mock.patch", "mock.patch", "pytest_mock.MockerFixture.patc
 PATCH_METHODS = ("patch", "setattr", "delattr")
 
 
+#: the methods of a mock that compare the arguments the code under test passed (``m.assert_called_with(...)``)
+MOCK_ASSERTIONS = frozenset({"assert_called_with", "assert_called_once_with", "assert_any_call", "assert_has_calls"})
+
+
+def in_mock_assertion(ctx: PythonContext) -> bool:
+    """Whether the node being visited is inside the arguments of a mock assertion or a ``mock.call(...)``:
+    there an old-stack value stands for what the (unmigrated) code under test passes, so rewriting it to
+    its native twin makes the assertion fail (``'sum' == ReduceOp.SUM`` is False)."""
+    for node in reversed(ctx.stack):
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in MOCK_ASSERTIONS:
+            return True
+        if isinstance(func, (cst.Name, cst.Attribute)) and ctx.qualname(func) in ("unittest.mock.call", "mock.call"):
+            return True
+    return False
+
+
 class OldStackPatchTargets(PythonRule):
     id = "NM902"
     title = "mock.patch / monkeypatch targets that name the old stack"

@@ -19,6 +19,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.patch_targets import in_mock_assertion
 from codemods.xla.base import (
     XM,
     _XlaRule,
@@ -124,7 +125,8 @@ class XlaCollectives(_XlaRule):
         statements above it and the call becomes `fn(values)` where it was, when the call runs once
         each time the statement does (not under a lambda, comprehension, and/or, `x if c else y`,
         a `while` test) and its data has no calls beyond `.item()`-like ones. `xm.REDUCE_*` become `dist.ReduceOp.*`
-        (`REDUCE_MUL` -> `PRODUCT`, `REDUCE_AND`/`REDUCE_OR` -> `BAND`/`BOR`).
+        (`REDUCE_MUL` -> `PRODUCT`, `REDUCE_AND`/`REDUCE_OR` -> `BAND`/`BOR`); not inside a mock assertion
+        (`m.assert_called_with(xm.REDUCE_SUM, ...)`, `call(...)`), where it is what the old code under test passes.
         `xm.reduce_gradients(optimizer)` gets a marker: wrap the model in DDP or FSDP2.
     """
     before = """
@@ -176,6 +178,8 @@ class XlaCollectives(_XlaRule):
                 if (isinstance(call, cst.Call) and isinstance(call.func, (cst.Name, cst.Attribute))
                         and ctx.qualname(call.func) == f"{XM}.all_reduce" and call.args and call.args[0] is parent):
                     return
+            if in_mock_assertion(ctx):
+                return  # what the old code under test passes ('sum'), not a value of the migrated code
             op = REDUCE_OPS[qual.rsplit(".", 1)[1]]
             ctx.replace(node, _expr(f"{_dist(ctx, ctx.imports.binding_of(node))}.ReduceOp.{op}"))
             ctx.finding(node, f"{qual} -> dist.ReduceOp.{op}")
