@@ -767,15 +767,16 @@ FLAG_CASES = [
      "TP_SIZE=2 torchrun --nproc_per_node=2 t.py \\\n    --bf16\n"),
     ("accelerate launch --num_processes 2 t.py --tensor_parallel_size 2\n",
      "TP_SIZE=2 accelerate launch --num_processes 2 t.py\n"),
-    # --torch_compile true for Trainer scripts (a .py script with --output_dir)
+    # --torch_compile true for Trainer scripts (optimum-neuron training flags on the launch)
     ("torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --output_dir o\n",
      "TP_SIZE=2 torchrun --nproc_per_node=2 t.py --output_dir o --torch_compile true\n"),
     ("torchrun --nproc_per_node=2 t.py \\\n    --output_dir o \\\n    --tensor_parallel_size 2\n",
      "TP_SIZE=2 torchrun --nproc_per_node=2 t.py \\\n    --output_dir o \\\n    --torch_compile true\n"),
     ("torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --output_dir o --torch_compile false\n",
      "TP_SIZE=2 torchrun --nproc_per_node=2 t.py --output_dir o --torch_compile false\n"),
+    # --output_dir alone does not make a Trainer script (an argparse loop has one too): no --torch_compile
     ("export XLA_USE_BF16=1\npython t.py --output_dir o 2>&1 | tee log\n",
-     "python t.py --output_dir o --torch_compile true 2>&1 | tee log\n"),
+     "python t.py --output_dir o 2>&1 | tee log\n"),
     # not a launch of a Python script, or not a Neuron script: untouched
     ("torchrun --nproc_per_node=2 t.py --output_dir o\n", None),
     ("echo torchrun t.py --tensor_parallel_size 8\n", None),

@@ -412,7 +412,7 @@ class NxdBuildingBlocks(_XlaRule):
             if not (isinstance(given, cst.Name) and given.value == "True"):
                 layouts = ("" if given is None or isinstance(given, cst.Name) and given.value == "False"
                            else " unless input_is_parallel")
-                ctx.marker(node, "Replace RowParallelLinear with an nn.Linear sharded by "
+                ctx.marker(node, f"Replace RowParallelLinear with {'nn.Linear' if layouts else 'an nn.Linear'} sharded by "
                                  f"RowwiseParallel(input_layouts=Replicate()){layouts}.", detail=detail)
                 return
         short = _SHORT_NATIVE.get(last) or (_SHORT_NATIVE["<mapping>"] if name.startswith(MAPPINGS + ".") else None)
