@@ -393,7 +393,8 @@ def _run_once(
         finding_notes.append(n)
 
     if not edits and not markers and not asks and not removals and not leftovers:
-        return source, findings
+        backing = _Backing([], frozenset())
+        return source, [f for f, n in zip(findings, finding_notes) if n is None or n.fix != "applied" or backing.backs(n)]
 
     # ---- rendering a plan: the rules' edits less those the self-check dropped, plus its markers,
     # removals and imports (see migrator.selfcheck.policy)
@@ -459,6 +460,12 @@ def _run_once(
         line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
         return source, existing + [Finding(line, col, policy.DROPPED_RULE, unparsable_message(e.rule for e in kept),
                                            "manual")]
+    # an [applied] finding stands only for an edit in the diff (see _Backing); none when the unit comes back unchanged
+    backing = _Backing([] if new_source == source else [e for i, e in enumerate(edits) if i not in plan.dropped],
+                       frozenset() if new_source == source else {a.rule for a in asks} | {r for r, _ in removals})
+    keep = [n is None or n.fix != "applied" or backing.backs(n) for n in finding_notes]
+    findings = [f for f, k in zip(findings, keep) if k]
+    finding_notes = [n for n, k in zip(finding_notes, keep) if k]
     if plan.dropped or plan.markers:
         dropped_nodes = {id(edits[i].node) for i in plan.dropped}
         findings = [
@@ -476,6 +483,43 @@ def _run_once(
                     # else found by the marker scan
                     findings.append(Finding(line, col, rule, message, "manual"))
     return new_source, findings
+
+
+class _Backing:
+    """Which ``[applied]`` findings the output backs: the report says what the diff holds, not what a
+    rule meant to do. A finding stands for its rule's kept edit that changes the code and lies where the
+    finding points (on the finding's node, around it, inside it, or in the same statement), or for an
+    import its rule requested or removed (``imports``: those rules; import work has no node to point at)."""
+
+    def __init__(self, edits: list[_Edit], imports: frozenset[str]):
+        self.imports = imports
+        self.nodes: dict[str, set[int]] = {}
+        self.around: dict[str, set[int]] = {}
+        self.statements: dict[str, set[int]] = {}
+        for e in edits:
+            if isinstance(e.new, cst.CSTNode) and e.new.deep_equals(e.node):
+                continue  # a rule re-emitting what is there: nothing in the diff
+            self.nodes.setdefault(e.rule, set()).add(id(e.node))
+            self.around.setdefault(e.rule, set()).update(id(a) for a in e.ancestors)
+            self.statements.setdefault(e.rule, set()).add(_statement_of(e.node, e.ancestors))
+
+    def backs(self, note: _Note) -> bool:
+        rule = note.rule
+        if rule in self.imports:
+            return True
+        nodes = self.nodes.get(rule)
+        if not nodes:
+            return False
+        return (id(note.node) in nodes or any(id(a) in nodes for a in note.ancestors)
+                or id(note.node) in self.around[rule]
+                or _statement_of(note.node, note.ancestors) in self.statements[rule])
+
+
+def _statement_of(node: cst.CSTNode, ancestors: tuple) -> int:
+    """The id of the innermost statement holding ``node`` (the node itself when it is one)."""
+    if isinstance(node, STATEMENT_TYPES):
+        return id(node)
+    return next((id(a) for a in reversed(ancestors) if isinstance(a, STATEMENT_TYPES)), 0)
 
 
 def _inside(note: _Note, nodes: set[int]) -> bool:

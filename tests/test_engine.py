@@ -487,3 +487,38 @@ def test_second_pass_is_bounded_and_off_by_default(second_pass, expected):
     assert [f.message for f in findings] == ["bumped"] * (2 if second_pass else 1)
     # a unit the first pass leaves alone is not run again
     assert run_python("y = 1\n", [rule], Owners([rule]), checks=frozenset(), second_pass=True)[0] == "y = 1\n"
+
+
+class _Claims(PythonRule):
+    """Reports ``[applied]`` on every ``claim(...)``; rewrites it to ``done(...)`` only when the call has an
+    argument, and re-emits the node unchanged when it has the keyword ``same``."""
+
+    id = "NM296"
+    title = "test rule: claims"
+    triggers = ("claim(",)
+
+    def handlers(self):
+        return {cst.Call: self.on_call}
+
+    def on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if not (isinstance(node.func, cst.Name) and node.func.value == "claim"):
+            return
+        if any(a.keyword is not None and a.keyword.value == "same" for a in node.args):
+            ctx.replace(node, node)  # an edit that changes nothing
+        elif node.args:
+            ctx.replace(node, node.with_changes(func=cst.Name("done")))
+        ctx.finding(node, "claim became done")
+
+
+@pytest.mark.parametrize("src, out, reported", [
+    ("claim(1)\n", "done(1)\n", 1),
+    ("claim()\n", "claim()\n", 0),  # no edit behind the finding: not reported
+    ("claim(same=1)\n", "claim(same=1)\n", 0),  # an edit that is not in the diff: not reported
+    ("claim()\nclaim(2)\n", "claim()\ndone(2)\n", 1),  # an edit elsewhere does not back the unchanged call's finding
+    ("x = [claim(), claim(3)]\n", "x = [claim(), done(3)]\n", 2),  # the statement's edit backs its findings
+])
+def test_applied_findings_stand_only_for_edits_in_the_diff(src, out, reported):
+    rule = _Claims()
+    new, findings = run_python(src, [rule], Owners([rule]), checks=frozenset())
+    assert new == out
+    assert [f.fix for f in findings] == ["applied"] * reported

@@ -128,7 +128,8 @@ class _Contextual(PythonRule):
         return {cst.Module: self._on_module}
 
     def _on_module(self, node: cst.Module, ctx: PythonContext) -> None:
-        ctx.finding(node.body[0], f"in_project={ctx.in_project}")
+        # a marker, not an [applied] finding: the engine reports those only for an edit in the diff
+        ctx.marker(node.body[0], f"in_project={ctx.in_project}")
 
 
 class _ContextualText(TextRule):
@@ -190,6 +191,33 @@ def test_install_lines_get_the_libraries_the_project_code_uses(tmp_path, jobs):
     assert '"trl>=1.16" "peft>=0.21"' in new["setup.sh"] and '"trl>=1.16" "peft>=0.21"' in new["Dockerfile"]
     alone = {r.path: r.new_text for r in run(cands[:1], sel, jobs=1)}
     assert "trl" not in alone["requirements.txt"] and "accelerate>=1.15" in alone["requirements.txt"]
+
+
+@pytest.mark.parametrize("code, kept", [
+    ("from neuronx_distributed.parallel_layers import layers\n", {"neuronx_distributed==0.11.0"}),
+    ("import neuronx_distributed as nxd\n", {"neuronx_distributed==0.11.0"}),
+    # NxD Inference depends on NxD: both stay while code imports NxD Inference
+    ("from neuronx_distributed_inference.models.config import NeuronConfig\n",
+     {"neuronx_distributed==0.11.0", "neuronx-distributed-inference"}),
+    ("import torch\n", set()),  # no code imports them: both go
+])
+def test_old_packages_the_code_still_imports_stay_installed(tmp_path, code, kept):
+    """The migration leaves NxD layers and NxD Inference models to a person (markers): a requirement, install
+    line or guide that removed their package while a file of the project imports it breaks that file's import."""
+    cands = _project(tmp_path, {
+        "requirements.txt": ("requirements", "neuronx_distributed==0.11.0\nneuronx-distributed-inference\n"),
+        "model.py": ("python", code),
+        "Dockerfile": ("dockerfile", "FROM ubuntu:22.04\nRUN pip install neuronx-distributed-inference\n"),
+    })
+    results = {r.path: r for r in run(cands, RuleSelection(select=("NM501", "NM522")), jobs=1)}
+    lines = results["requirements.txt"].new_text.splitlines()
+    assert {x for x in ("neuronx_distributed==0.11.0", "neuronx-distributed-inference") if x in lines} == kept
+    for name in kept:
+        package = name.split("=")[0].replace("_", "-")
+        assert f"# TODO(neuron-migrate NM501): Remove {package} when no file of the project imports " \
+               f"{package.replace('-', '_')} any more." in lines
+    docker = results["Dockerfile"].new_text or (tmp_path / "Dockerfile").read_text()
+    assert ("pip install neuronx-distributed-inference" in docker) == ("neuronx-distributed-inference" in kept)
 
 
 def test_facts_are_gathered_from_files_no_rule_migrates(tmp_path):

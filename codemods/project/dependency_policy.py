@@ -76,6 +76,13 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
     # not a library: some file of the run uses the old stack, so the run migrates code to the target
     # versions, and a pin of a target library below them (`transformers==4.32.0`) breaks the migrated code
     # even in a requirements file or install line that names no Neuron package
+    # old-stack libraries whose uses the migration leaves to a person (markers): their package stays
+    # installed while the project's code still imports them (see _STILL_IMPORTED). Probes end at a
+    # delimiter: `neuronx_distributed_inference` is not a use of `neuronx_distributed`
+    "uses:neuronx-distributed": ("neuronx_distributed.", "neuronx_distributed import", "import neuronx_distributed\n",
+                                 "import neuronx_distributed as", "import neuronx_distributed,",
+                                 "import neuronx_distributed\r"),
+    "uses:neuronx-distributed-inference": ("neuronx_distributed_inference",),
     "uses:" + OLD_STACK_CODE: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
                                "neuronx_distributed", "libneuronxla"),
 }
@@ -101,6 +108,13 @@ _NEURON_NAMES = frozenset(
     {"optimum-neuron", "torch-neuronx", "neuronx-cc", "transformers-neuronx", "libneuronxla",
      "neuronx-distributed", "neuronx-distributed-training", "neuronx-distributed-inference"}
 )
+
+#: old-stack packages the migration rewrites only in part (NxD layers, NxD Inference models get markers):
+#: a requirement of one of them stays while the project's code imports it (the ``uses:`` fact of the
+#: package, or of the other one: NxD Inference depends on NxD)
+_STILL_IMPORTED = {"neuronx-distributed": ("neuronx-distributed", "neuronx-distributed-inference"),
+                   "neuronx-distributed-inference": ("neuronx-distributed-inference",)}
+STILL_IMPORTED_MARKER = "Remove {name} when no file of the project imports {module} any more."
 
 TORCHNEURON_MARKER = "Pin the torch-neuronx 2.13+ (TorchNeuron) release of your Neuron SDK, from the Neuron pip repository."
 TORCH_MARKER = "Remove this torch pin, or set it to the torch version that your torch-neuronx release pins."
@@ -340,6 +354,9 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
     if name == "transformers-neuronx":
         return _Decision("NM501", "replace", name,
                          implied=("torch-neuronx", "transformers"))
+    if name in _STILL_IMPORTED and _USES.get() & set(_STILL_IMPORTED[name]):
+        return _Decision("NM501", "marker", f"{name} kept: the project's code still imports it",
+                         marker=STILL_IMPORTED_MARKER.format(name=name, module=name.replace("-", "_")))
     if name in _XLA_RUNTIME and (name != "torch-xla" or (neuron_group and "tpu" not in e.extras)):
         return _Decision("NM501", "replace", name,
                          implied=("torch-neuronx",))

@@ -6,8 +6,8 @@
   only its else branch); ``patch_transformers_for_neuron_sdk()`` and ``synchronize_hub_cache(...)``
   statements are removed; other ``optimum.neuron.cache`` calls get a marker;
   ``consolidate_model_parallel_checkpoints_to_unified_checkpoint(ckpt, out)`` ->
-  ``transformers.distributed.consolidate_distributed_checkpoint(ckpt, out)`` with a marker for
-  checkpoints already written by optimum-neuron (NxD format).
+  ``transformers.distributed.consolidate_distributed_checkpoint(ckpt, out)`` in a unit that trains
+  with a Trainer (else kept, marked: old NxD checkpoints need optimum-neuron).
 * NM205 ``NeuronAccelerator(...)`` (renamed to ``accelerate.Accelerator`` by the table): the
   Neuron-only arguments are dropped or mapped (``mixed_precision_config="AUTOCAST_BF16"`` ->
   ``mixed_precision="bf16"``); ``ModelParallelismPlugin(...)`` gets a marker.
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.training.sources import ARGS_SOURCES, SFT_CONFIG_SOURCES, SFT_TRAINER_SOURCES, TRAINER_SOURCES
+from codemods.training.sources import (
+    ARGS_SOURCES, SFT_CONFIG_SOURCES, SFT_TRAINER_SOURCES, TRAINER_SOURCES, imports_a_trainer)
 from codemods.common.arg_plan import (
     MAX_LINE,
     ArgPlan,
@@ -120,7 +121,13 @@ def _constant_branch(new: cst.If, keep_body: bool, alone: bool = False):
 _PARALLEL = "Set the parallel layout where the model is loaded (DistributedConfig): {name} was dropped."
 MIXED_BY_HAND = "Pass mixed_precision=\"bf16\" (AUTOCAST_BF16) or load in bf16 (FULL_BF16): {name}."
 CONSOLIDATE_BY_HAND = "Consolidate with transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, out_dir)."
-CONSOLIDATE_OLD = "Consolidate optimum-neuron's own checkpoints with `optimum-cli neuron consolidate` in an old environment."
+CONSOLIDATE_KEPT = ("Keep this for old NxD checkpoints (it needs optimum-neuron); use consolidate_distributed_checkpoint "
+                    "for new ones.")
+CONSOLIDATE_KEPT_DETAIL = (
+    "this unit does not train, so the checkpoints it consolidates are most likely the old run's NxD shards, which "
+    f"{CONSOLIDATE_TARGET} cannot read: keep this call in an environment with optimum-neuron for those; checkpoints "
+    "saved by the migrated DistributedConfig training are consolidated with that function")
+CONSOLIDATE_SAFETENSORS = "Expect safetensors files here: consolidate_distributed_checkpoint writes no other format."
 #: NM205's markers and their long forms
 ACCELERATOR_MARKERS = (
     (_PARALLEL,
@@ -156,9 +163,12 @@ class TrainingHelpers(PythonRule):
         (CONSOLIDATE_BY_HAND, """The rule could not rewrite this call (arguments it cannot map, or a name clash):
         checkpoints saved with a DistributedConfig are merged by
         transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)."""),
-        (CONSOLIDATE_OLD, """consolidate_distributed_checkpoint merges checkpoints saved with a DistributedConfig;
-        checkpoints written by optimum-neuron (NxD shards) are not readable by it: consolidate those once with
-        `optimum-cli neuron consolidate` in an environment that still has optimum-neuron."""),
+        (CONSOLIDATE_KEPT, """A unit that does not train consolidates checkpoints made elsewhere, most likely the
+        old run's NxD shards, which transformers.distributed.consolidate_distributed_checkpoint cannot read: the
+        call is kept, to run where optimum-neuron is installed (or `optimum-cli neuron consolidate`); checkpoints
+        saved by the migrated DistributedConfig training are merged with consolidate_distributed_checkpoint."""),
+        (CONSOLIDATE_SAFETENSORS, """save_format other than safetensors was dropped: the native consolidation
+        always writes safetensors."""),
     )
     title = ("optimum-neuron helpers: is_main_worker -> rank check, is_precompilation -> False, cache sync and SDK "
              "patching removed, checkpoint consolidation -> transformers.distributed")
@@ -177,8 +187,10 @@ class TrainingHelpers(PythonRule):
         for neuronx-distributed and `synchronize_hub_cache()` pushed compiled NEFFs to the Hub
         cache (TorchNeuron keeps its own local compile cache): both statements are removed.
         Checkpoint consolidation becomes
-        `transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)`,
-        which reads checkpoints saved with a DistributedConfig, not the NxD ones optimum-neuron wrote.
+        `transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)`
+        in a unit that trains (its checkpoints are then the migrated DistributedConfig run's); it
+        cannot read the NxD shards optimum-neuron wrote, so elsewhere (a script that consolidates
+        checkpoints made before) the call is kept with a marker.
     """
     before = """
         from optimum.neuron.cache import synchronize_hub_cache
@@ -203,8 +215,8 @@ class TrainingHelpers(PythonRule):
         `is_main_worker` passed around as a function (not called) and calls of other
         optimum.neuron.cache functions get a marker. Only an `if` whose whole test is
         `is_precompilation()` (or `not is_precompilation()`) is simplified; elsewhere the call
-        becomes `False`. Checkpoints written by optimum-neuron (NxD shards) still need
-        `optimum-cli neuron consolidate` from an environment that has optimum-neuron.
+        becomes `False`. Whether a unit trains is read from its imports (a `...Trainer` class of
+        optimum-neuron, Transformers or TRL); a custom training loop's consolidation is kept.
         `trainer.synchronize_hub_cache()` (a NeuronTrainer method) is not detected.
     """
 
@@ -340,6 +352,12 @@ class TrainingHelpers(PythonRule):
         ctx.finding(node, f"removed {name}(...) ({reason})")
 
     def _consolidate(self, node: cst.Call, ctx: PythonContext) -> None:
+        if not imports_a_trainer(ctx):
+            # the checkpoints come from elsewhere: most likely the old run's NxD shards, which
+            # consolidate_distributed_checkpoint cannot read; only a unit that trains (with the migrated
+            # DistributedConfig) is known to consolidate what the native save wrote
+            ctx.marker(node, CONSOLIDATE_KEPT, detail=CONSOLIDATE_KEPT_DETAIL)
+            return
         kw = keywords(node)
         if any(a.star for a in node.args):
             ctx.marker(node, CONSOLIDATE_BY_HAND)
@@ -358,7 +376,10 @@ class TrainingHelpers(PythonRule):
         indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
         ctx.replace(node, lambda new: (apply_plan(new, plan, MAX_LINE, indent + prefix, step) if not plan.empty()
                                        else new).with_changes(func=func))
-        ctx.marker(node, CONSOLIDATE_OLD, detail=note.strip() or None)
+        ctx.finding(node, f"{CONSOLIDATE[0].rsplit('.', 1)[-1]} -> {CONSOLIDATE_TARGET}: this unit trains, so the "
+                          "checkpoints are the migrated DistributedConfig run's")
+        if note:
+            ctx.marker(node, CONSOLIDATE_SAFETENSORS)
 
 
 def _alone(ctx: PythonContext, stmt: cst.CSTNode) -> bool:

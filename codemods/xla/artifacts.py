@@ -116,6 +116,33 @@ def rebuildable(ctor: cst.Call, ctx: PythonContext) -> bool:
     return binding is not None and binding.reaches(ctx.enclosing())
 
 
+def not_a_module(expr: cst.BaseExpression, scope: cst.CSTNode, ctx: PythonContext) -> str | None:
+    """Why the value a trace takes is known not to be an ``nn.Module`` (``torch.compile(x.to("neuron").eval())``
+    needs one), or None: a name assigned from ``torch.jit.trace``/``torch.jit.script`` (a ScriptFunction of a
+    function has no ``.to()``; a ScriptModule is not what dynamo compiles), a function the unit defines, a
+    lambda, or a bound ``forward`` method."""
+    expr = unchain(expr)
+    if isinstance(expr, cst.Lambda):
+        return "it traces a lambda, not an nn.Module"
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "forward":
+        return "it traces a forward method, not its nn.Module"
+    if not isinstance(expr, cst.Name):
+        return None
+    name = expr.value
+    table = artifacts(ctx)
+    for key in ((id(scope), name), (id(ctx.module), name)):
+        traced = table.traces.get(key)
+        if traced is not None and traced.kind == TORCHSCRIPT:
+            return f"`{name}` is TorchScript (torch.jit), not an nn.Module"
+        if scope is ctx.module:
+            break
+    local = scope is not ctx.module and ctx.bound_locally(name, [scope])
+    bodies = [scope.body.body] if local and isinstance(scope.body, cst.IndentedBlock) else [ctx.module.body]
+    if any(isinstance(s, cst.FunctionDef) and s.name.value == name for body in bodies for s in body):
+        return f"`{name}` is a function, not an nn.Module"
+    return None
+
+
 # ------------------------------------------------------------------------------------------- the scan
 def _scan(ctx: PythonContext) -> Artifacts:
     table = Artifacts()

@@ -19,7 +19,7 @@ from codemods.xla.base import (
     _remove_small_statement, _torch)
 from codemods.common.statements import with_blank_line
 from codemods.xla.artifacts import (
-    MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, plain, rebuildable, scope_of, unchain)
+    MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, scope_of, unchain)
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
@@ -245,6 +245,9 @@ class NeuronTrace(_XlaRule):
         bound = _bind_args(call, TRACE_PARAMS + TRACE_KEYWORDS)
         if bound is None or "func" not in bound:
             return "unsupported arguments"
+        problem = not_a_module(bound["func"].value, scope_of(ctx), ctx)
+        if problem:
+            return problem
         torch = _torch(ctx, ctx.imports.binding_of(func))
         q = _quote(ctx)
         params = TRACE_PARAMS + TRACE_KEYWORDS
