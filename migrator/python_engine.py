@@ -155,6 +155,10 @@ class _Applier(cst.CSTTransformer):
             if isinstance(rep, cst.RemovalSentinel):
                 return rep
             new = rep(updated_node) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+        elif type(original_node) is cst.If and key not in self.markers:
+            new = _without_emptied(original_node, updated_node)
+            if new is None:
+                return cst.RemovalSentinel.REMOVE
         # a statement may become several (cst.FlattenSentinel): markers go above the first
         parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
         if key in self.edits and self.open_edits == 0:
@@ -170,6 +174,39 @@ class _Applier(cst.CSTTransformer):
         if first is not None and first is not original_node and isinstance(original_node, cst.SimpleStatementLine):
             self.line_map[id(first)] = key
         return new
+
+
+def _emptied(original: cst.BaseSuite, updated: cst.BaseSuite) -> bool:
+    """Whether edits removed every statement of a block (libcst would render it as ``pass``) and no
+    comment is left in it."""
+    return (isinstance(original, cst.IndentedBlock) and isinstance(updated, cst.IndentedBlock)
+            and bool(original.body) and not updated.body
+            and not any(el.comment is not None for el in updated.footer))
+
+
+#: expressions an ``if`` test may hold and still be dropped unevaluated: no call, no assignment, no await
+_IMPURE = (cst.Call, cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)
+
+
+def _without_emptied(original: cst.If, updated: cst.If) -> cst.If | None:
+    """An ``if`` whose blocks the edits emptied (``if step % 10 == 0: xm.mark_step()`` once the call
+    is removed): an emptied ``else`` goes; an ``if`` left with nothing to do goes whole (None) when its
+    test has no effect and no comment stands above it; else it is kept as it is."""
+    orelse = updated.orelse
+    if isinstance(orelse, cst.Else) and isinstance(original.orelse, cst.Else) \
+            and _emptied(original.orelse.body, orelse.body) and not any(
+                el.comment is not None for el in orelse.leading_lines):
+        updated = updated.with_changes(orelse=None)
+    if updated.orelse is not None or not _emptied(original.body, updated.body) \
+            or any(el.comment is not None for el in updated.leading_lines):
+        return updated
+    todo: list[cst.CSTNode] = [updated.test]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _IMPURE):
+            return updated
+        todo.extend(n.children)
+    return None
 
 
 def _children(n: cst.CSTNode):

@@ -862,7 +862,10 @@ class OldStackDependencies(_DependencyRule):
         and `torch-neuronx` for `[neuronx]` -- each only when the list does not name it already;
         `transformers-neuronx` is replaced by `transformers`; `torch-xla`, `libneuronxla`,
         `neuronx-distributed` and `neuronx-distributed-training` are removed (`torch-neuronx` is
-        added in their place when the list has none). `torch-neuronx` itself stays: TorchNeuron is
+        added in their place when the list has none), except that `neuronx-distributed` and
+        `neuronx-distributed-inference` stay, with a marker, while code of the project still imports
+        `neuronx_distributed` / `neuronx_distributed_inference` (the migration leaves their layers and
+        models to a person: removing the package would break that import). `torch-neuronx` itself stays: TorchNeuron is
         distributed under the same name (2.13 or later), so an XLA-era pin (`==2.5.*`,
         `==2.1.2.2.3.0`, anything below 2.13 or in the 6-part `<torch>.<neuron>` scheme) is dropped
         and a marker asks for the release that matches your Neuron SDK. A `neuronx-cc` pin of the
@@ -899,7 +902,7 @@ class OldStackDependencies(_DependencyRule):
         own `-r` lines, as they will read once migrated; a library pinned below the needed version
         there does not count, so that pip reports the conflict). `-c` constraint files install
         nothing and are not read; includes through URLs, absolute paths or variables, and missing
-        files, are skipped. `neuronx-distributed-inference`, `torch-neuron` (Inf1) and the
+        files, are skipped. `torch-neuron` (Inf1) and the
         companion pins of `torch` (`torchvision`...) are left alone. Added libraries carry the
         environment marker of the package they replace.
 
