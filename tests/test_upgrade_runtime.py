@@ -132,6 +132,21 @@ def test_tokenizer_call_replaces_encode_plus():
     assert batch["input_ids"].shape[0] == 2 and isinstance(batch["input_ids"], torch.Tensor)
 
 
+def test_text_target_replaces_as_target_tokenizer():
+    """5.23's tokenizers have no as_target_tokenizer(): the original block raises, the migrated call
+    tokenizes the targets as the tokenizer's own call does and returns them as input_ids."""
+    tok = _tokenizer()
+    examples = {"src": ["hello world", "a b"], "tgt": ["bonjour le monde", "c d e"]}
+    before, after = {}, {}
+    exec((FIX / "NM619/target_tokenizer.before.py").read_text(), before)
+    exec(_migrated("NM619/target_tokenizer.after.py"), after)
+    with pytest.raises(AttributeError, match="as_target_tokenizer"):
+        before["preprocess"](examples, tok, 8)
+    inputs = after["preprocess"](examples, tok, 8)
+    assert inputs["labels"] == tok(examples["tgt"], max_length=8, truncation=True)["input_ids"]
+    assert inputs["labels"] != inputs["input_ids"]
+
+
 def test_argument_list_rewritten_by_nm614_parses_with_the_target_parser():
     """HfArgumentParser 5.23 rejects the old flags; the migrated list parses, with the values kept."""
     import ast as _ast

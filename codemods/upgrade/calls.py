@@ -5,7 +5,8 @@
 * NM611 training-argument fields the target removed (beyond NM602's two): renamed or dropped;
 * NM615 ``from_pretrained(torchscript=...)`` (removed in v5): dropped, a marker for ``True``;
 * NM618 ``tok.apply_chat_template(msgs, return_tensors="pt")`` used as a tensor (v4's return): ``return_dict=False``
-  (v5 returns a BatchEncoding).
+  (v5 returns a BatchEncoding);
+* NM619 ``with tok.as_target_tokenizer(): labels = tok(targets)`` (removed in v5) -> ``tok(text_target=targets)``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import libcst as cst
 from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, rewrite_call, target_of
 from codemods.upgrade.data import data
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 
@@ -377,4 +379,123 @@ class ChatTemplateTensors(PythonRule):
         return "tensor" if tensor else None
 
 
-RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag, ChatTemplateTensors)
+TARGET_MARKER = "Tokenize the targets with {tok}(text_target=...) instead: {method}() is gone in Transformers 5."
+
+
+class TargetTokenizer(PythonRule):
+    id = "NM619"
+    title = "with tok.as_target_tokenizer(): tok(targets) (removed in v5) -> tok(text_target=targets)"
+    fix = "mixed"
+    triggers = ("as_target_tokenizer", "prepare_seq2seq_batch")
+    markers = ((TARGET_MARKER, """Transformers 5 removed as_target_tokenizer() and prepare_seq2seq_batch() from the
+                tokenizers: the targets of a sequence-to-sequence model are tokenized by the tokenizer's own call with
+                text_target= (and text_pair_target=), which returns them as the labels' input_ids. The rule
+                could not see every use of the tokenizer inside the block as one call with the text first."""),)
+    why = """
+        Sequence-to-sequence scripts of the Transformers 4.x era tokenized their targets inside
+        `with tokenizer.as_target_tokenizer():` (the target-language vocabulary of Marian, mBART,
+        M2M100 ...). Transformers 5 removed the context manager (the generated upgrade data lists it
+        among PreTrainedTokenizerBase's removed attributes); the tokenizer's call takes the targets
+        as `text_target=`, with the same keywords, and tokenizes them the same way. Where every use
+        of the tokenizer inside the block is a call with the text first, the block goes and each
+        call passes its text as `text_target=`; elsewhere, and for `prepare_seq2seq_batch()`, a marker.
+    """
+    before = """
+        with tokenizer.as_target_tokenizer():
+            labels = tokenizer(targets, max_length=128, truncation=True)
+    """
+    after = """
+        labels = tokenizer(text_target=targets, max_length=128, truncation=True)
+    """
+    caveats = """
+        Any `.as_target_tokenizer()` is taken for a tokenizer's. A block with another use of the
+        tokenizer (`tokenizer.decode(...)`, the tokenizer passed on), a call with `*args`, a second
+        positional argument or `text_target=` already, or a `with` of several items gets a marker.
+    """
+
+    def handlers(self):
+        return {cst.With: self._on_with, cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("as_target_tokenizer", "prepare_seq2seq_batch")):
+            return
+        if data().removed_attr(TOKENIZER, func.attr.value) is None:
+            return
+        if func.attr.value == "as_target_tokenizer" and isinstance(ctx.parent, cst.WithItem) \
+                and self._plan(ctx.stack[-3], ctx) is not None:
+            return  # the with statement is rewritten whole
+        tok = ctx.module.code_for_node(func.value)
+        ctx.marker(node, fitted(TARGET_MARKER.format(tok=tok, method=func.attr.value),
+                                TARGET_MARKER.format(tok="tokenizer", method=func.attr.value)))
+
+    def _on_with(self, node: cst.With, ctx: PythonContext) -> None:
+        calls = self._plan(node, ctx)
+        if calls is None:
+            return
+
+        class Targets(cst.CSTTransformer):
+            def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+                if not any(original.deep_equals(c) for c in calls):
+                    return updated
+                first, *rest = updated.args
+                return updated.with_changes(args=[first.with_changes(
+                    keyword=cst.Name("text_target"), equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))),
+                    *rest])
+
+        def rewrite(updated: cst.With) -> cst.FlattenSentinel:
+            body = [st.visit(Targets()) for st in updated.body.body]  # type: ignore[union-attr]
+            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+            return cst.FlattenSentinel(body)
+
+        ctx.replace(node, rewrite)
+        ctx.finding(node, "with tok.as_target_tokenizer(): tok(x) -> tok(text_target=x) (gone in transformers v5)")
+
+    @staticmethod
+    def _plan(node: cst.With, ctx: PythonContext) -> list[cst.Call] | None:
+        """The tokenizer calls of ``with tok.as_target_tokenizer():`` to pass their text as text_target=, or None
+        when the block cannot go (another use of ``tok`` in it, an unfit call, several items)."""
+        if len(node.items) != 1 or node.items[0].asname is not None or not isinstance(node.body, cst.IndentedBlock):
+            return None
+        item = node.items[0].item
+        if not (isinstance(item, cst.Call) and not item.args and isinstance(item.func, cst.Attribute)
+                and item.func.attr.value == "as_target_tokenizer"):
+            return None
+        if data().removed_attr(TOKENIZER, "as_target_tokenizer") is None:
+            return None
+        tok = item.func.value
+        if not isinstance(tok, (cst.Name, cst.Attribute)):
+            return None
+        code = ctx.module.code_for_node(tok)
+        calls: list[cst.Call] = []
+        uses = 0
+        ok = True
+
+        class Uses(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                nonlocal ok
+                if ctx.module.code_for_node(call.func) != code:
+                    return
+                args = call.args
+                if not args or args[0].keyword is not None or args[0].star or any(
+                        a.keyword is None for a in args[1:]) or any(
+                        a.keyword is not None and a.keyword.value == "text_target" for a in args):
+                    ok = False
+                calls.append(call)
+
+            def on_visit(self, n: cst.CSTNode) -> bool:
+                nonlocal uses
+                if isinstance(n, (cst.Name, cst.Attribute)) and ctx.module.code_for_node(n) == code:
+                    uses += 1
+                    return False
+                return super().on_visit(n)
+
+        for st in node.body.body:
+            st.visit(Uses())
+        if not ok or not calls or uses != len(calls):
+            return None
+        return calls
+
+
+RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag, ChatTemplateTensors, TargetTokenizer)
