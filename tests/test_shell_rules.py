@@ -948,6 +948,11 @@ PIP_CASES = [
     ('RUN pip install "optimum-neuron; python_version >= \'3.10\'" torch-neuronx\n',
      'RUN pip install "transformers>=5.23; python_version >= \'3.10\'" "accelerate>=1.15; python_version >= \'3.10\'"'
      " torch-neuronx\n"),
+    # the installer held in a variable named for it
+    ("RUN ${PIP} install --no-cache-dir torch-xla torch-neuronx datasets\n",
+     "RUN ${PIP} install --no-cache-dir torch-neuronx datasets\n"),
+    ("RUN $PYTHON -m pip install torch-neuronx torch-xla\n", "RUN $PYTHON -m pip install torch-neuronx\n"),
+    ("RUN $CMD install torch-neuronx torch-xla\n", None),  # not named for an installer
     # kept: no old-stack package, variables, files, JSON form, comments inside, other commands
     ("RUN pip install transformers==4.40.0 datasets\n", None),
     ("RUN pip install $PKGS torch-xla\n", None),

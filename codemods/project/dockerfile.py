@@ -462,6 +462,9 @@ def _unquote(text: str) -> tuple[str, str] | None:
     return text, ""
 
 
+_INSTALLER_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
 def pip_segments(words: list[str]) -> list[tuple[int, list[int], bool, bool]]:
     """`pip install` commands in a list of shell words: (start, requirement operand indices, hashed,
     other operands) for each, from `pip`/`pip3`, `python -m pip`, `uv pip` up to an operator."""
@@ -470,6 +473,10 @@ def pip_segments(words: list[str]) -> list[tuple[int, list[int], bool, bool]]:
     while k < len(words):
         w = words[k].strip("\"'")
         base = w.rsplit("/", 1)[-1]
+        # `$PIP install` / `${PYTHON} -m pip install`: a variable named for the installer it holds
+        var = _INSTALLER_VAR.fullmatch(w)
+        if var is not None:
+            base = "pip" if "PIP" in var.group(1).upper() else "python" if "PYTHON" in var.group(1).upper() else w
         start = None
         if re.fullmatch(r"pip[0-9.]*", base) and k + 1 < len(words) and words[k + 1] == "install":
             start = k + 2
