@@ -5,7 +5,8 @@
 by the Python rules as a unit of its own; the rest of the script goes to the shell rules. A body
 the shell expands (an unquoted delimiter and a ``$`` or a backquote in the body) is left alone: what
 Python would run is not the text written there: when it mentions the old stack, a marker above the
-command says so. ``python -c "..."`` strings are not migrated.
+command says so. ``python -c "..."`` strings are not migrated: one that mentions the old stack gets a
+marker above its line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from migrator.filekinds.notebook import RunUnit, mentions_neuron, split_lines
 from migrator.model import MARKER_PREFIX, Finding, marker_text
 
 EXPANDED_MESSAGE = "Migrate this heredoc's Python by hand, or quote its delimiter (<<'EOF'): the shell expands $ and ` in it."
+
+INLINE_MESSAGE = "Migrate the Python of this python -c command by hand: code inside shell strings is not rewritten."
+_INLINE_RE = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s+-[A-Za-z]+)*\s+-c\s*['\"]")
 
 _HEREDOC_RE = re.compile(
     r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s[^<\n]*)?<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2"
@@ -58,7 +62,11 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
                     skipped_rule: str = "NM990") -> tuple[str, list[Finding]]:
     """The shell rules over ``text``, and the Python rules over the bodies of its Python heredocs."""
     new_text, findings = run_shell(text)
-    if "<<" not in text or "python" not in text:
+    if "python" not in text:
+        return new_text, findings
+    if "-c" in text:
+        new_text = _mark_inline(new_text, findings, skipped_rule)
+    if "<<" not in text:
         return new_text, findings
     old_lines, new_lines = split_lines(text), split_lines(new_text)
     before, after = _python_heredocs(old_lines), _python_heredocs(new_lines)
@@ -95,3 +103,29 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
                 findings.append(f)
     findings.sort(key=lambda f: (f.line, f.column, f.rule))
     return "".join(new_lines), findings
+
+
+def _mark_inline(text: str, findings: list[Finding], rule: str) -> str:
+    """A marker above each ``python -c "<code>"`` line whose code mentions the old stack (the line
+    and the ones it continues onto with ``\\``); a finding has the line of the command in ``text``."""
+    lines = split_lines(text)
+    out: list[str] = []
+    added = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        j = i
+        while lines[j].rstrip("\r\n").endswith("\\") and j + 1 < len(lines):
+            j += 1  # a command continued onto the next lines
+        command = "".join(lines[i: j + 1])
+        m = _INLINE_RE.search(command)
+        if m is not None and not line.lstrip().startswith("#") and mentions_neuron(command[m.end():]) \
+                and not (out and MARKER_PREFIX in out[-1]):
+            indent = line[: len(line) - len(line.lstrip(" \t"))]
+            ending = "\r\n" if line.endswith("\r\n") else "\n"
+            out.append(indent + marker_text(rule, INLINE_MESSAGE) + ending)
+            findings.append(Finding(line=i + 1, column=1, rule=rule, message=INLINE_MESSAGE, fix="manual"))
+            added += 1
+        out.extend(lines[i: j + 1])
+        i = j + 1
+    return "".join(out) if added else text
