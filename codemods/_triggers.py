@@ -89,6 +89,7 @@ TABLE = (
     ('NM617', 'python', ('python', 'notebook', 'markdown'), ('use_auth_token', 'ignore_verifications', 'trust_remote_code', 'set_caching_enabled', 'task=', 'resume_download', 'local_dir_use_symlinks', 'proxies=', 'force_filename', 'multi_commits', 'legacy_cache_layout', 'new_session', 'write_permission', 'space_storage'), (), (), ()),
     ('NM618', 'python', ('python', 'notebook', 'markdown'), ('apply_chat_template(',), (), (), ()),
     ('NM619', 'python', ('python', 'notebook', 'markdown'), ('as_target_tokenizer', 'prepare_seq2seq_batch'), (), (), ()),
+    ('NM620', 'text', ('shell', 'dockerfile'), ('huggingface-cli',), (), (), ()),
     ('NM900', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla', 'neuronxcc', 'optimum.commands', 'torch.neuron.trace', 'torch.neuron.DataParallel', 'torch.neuron.analyze_model'), (), (), ()),
     ('NM901', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), (), ()),
     ('NM902', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla', 'neuronxcc', 'optimum.commands', 'torch.neuron.trace', 'torch.neuron.DataParallel', 'torch.neuron.analyze_model'), (), (), ()),

@@ -259,9 +259,11 @@ def test_heredoc_on_the_edited_command_line():
 
 @pytest.mark.parametrize("line, marked", [
     ('python -c "import torch_xla.core.xla_model as xm; print(xm.xla_device())"\n', True),
-    ("  python3 -u -c 'from optimum.neuron import NeuronModelForCausalLM' \\\n    && echo ok\n", True),
+    ("  python3 -u -c 'from optimum.neuron import NeuronModelForCausalLM as M; M.from_pretrained(\"m\")' \\\n"
+     "    && echo ok\n", True),
     ('python -c "import torch; print(torch.__version__)"\n', False),  # not the old stack
     ('# python -c "import torch_xla"\n', False),  # a comment
+    ("python -c 'import torch_xla' || echo none\n", False),  # a test whether the package is installed
 ])
 def test_python_c_strings_that_use_the_old_stack_are_marked(line, marked):
     out, findings = migrate(line, "shell")

@@ -316,3 +316,23 @@ def test_the_removed_fields_nm602_marks_on_reads_are_gone_from_training_argument
         with pytest.raises(AttributeError):
             getattr(args, name)
     assert args.eval_strategy is not None  # the field the marker names instead
+
+
+def test_hf_cli_table_matches_the_pinned_huggingface_hub():
+    """NM620's table: the pinned huggingface_hub installs `hf` and no `huggingface-cli`, and each hf command
+    the rule writes exists with every option the rule keeps (read from `hf <command> --help`)."""
+    import shutil
+    import subprocess
+    from importlib.metadata import distribution
+
+    from codemods.upgrade.hub_cli import COMMANDS, HF_OPTIONS
+
+    scripts = {e.name for e in distribution("huggingface_hub").entry_points if e.group == "console_scripts"}
+    assert "hf" in scripts and "huggingface-cli" not in scripts
+    hf = shutil.which("hf")
+    assert hf is not None
+    for old, new in COMMANDS.items():
+        out = subprocess.run([hf, *new.split()[1:], "--help"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, (new, out.stderr)
+        for option in HF_OPTIONS[old]:
+            assert option in out.stdout, (new, option)

@@ -5,8 +5,8 @@
 by the Python rules as a unit of its own; the rest of the script goes to the shell rules. A body
 the shell expands (an unquoted delimiter and a ``$`` or a backquote in the body) is left alone: what
 Python would run is not the text written there: when it mentions the old stack, a marker above the
-command says so. ``python -c "..."`` strings are not migrated: one that mentions the old stack gets a
-marker above its line.
+command says so. ``python -c "..."`` strings are not migrated: one that uses the old stack gets a marker
+above its line (not a bare ``import X``: a test whether X is installed).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ EXPANDED_MESSAGE = "Migrate this heredoc's Python by hand, or quote its delimite
 
 INLINE_MESSAGE = "Migrate the Python of this python -c command by hand: code inside shell strings is not rewritten."
 _INLINE_RE = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s+-[A-Za-z]+)*\s+-c\s*['\"]")
+
+#: ``python -c 'import torch_xla'``: a test whether a package is installed, not code to migrate
+_PROBE_RE = re.compile(r"\s*(?:import [\w.]+(?:\s*,\s*[\w.]+)*|from [\w.]+ import [\w, ]+)\s*;?\s*")
 
 _HEREDOC_RE = re.compile(
     r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s[^<\n]*)?<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2"
@@ -119,8 +122,9 @@ def _mark_inline(text: str, findings: list[Finding], rule: str) -> str:
             j += 1  # a command continued onto the next lines
         command = "".join(lines[i: j + 1])
         m = _INLINE_RE.search(command)
-        if m is not None and not line.lstrip().startswith("#") and mentions_neuron(command[m.end():]) \
-                and not (out and MARKER_PREFIX in out[-1]):
+        code = command[m.end():].split(command[m.end() - 1], 1)[0] if m is not None else ""
+        if m is not None and not line.lstrip().startswith("#") and mentions_neuron(code) \
+                and not _PROBE_RE.fullmatch(code) and not (out and MARKER_PREFIX in out[-1]):
             indent = line[: len(line) - len(line.lstrip(" \t"))]
             ending = "\r\n" if line.endswith("\r\n") else "\n"
             out.append(indent + marker_text(rule, INLINE_MESSAGE) + ending)
