@@ -645,7 +645,56 @@ def run(
                 done += 1
                 if progress:
                     progress(done, total)
+    _settle_output_facts(rules, candidates, work, results, roots, projects, targeted)
     return [results[i] for i in range(total)]
+
+
+#: project facts about the migration's output (``Rule.project_probes`` named ``left:...``): what the
+#: migrated files still contain, e.g. an import of an old library the rules left to a person
+OUTPUT_FACT = FACT_PREFIX + "left:"
+
+
+def _settle_output_facts(rules: RuleSet, candidates: Sequence[Candidate], work: list[tuple[int, Candidate, bytes]],
+                         results: dict[int, FileResult], roots: list[Path], projects: dict[Path, frozenset[str]],
+                         targeted: dict[int, frozenset[str]]) -> None:
+    """The ``left:`` facts are probed on the original files with the others (a first estimate), then
+    again on what the run hands back (a migrated file's new bytes, any other file's own); in a project
+    where they differ, the files whose rules read such a fact are migrated again, from their original,
+    with the facts of the output. So one run decides as its second run would (idempotence), and a
+    requirement stays only while some migrated file still imports its package."""
+    output_probes = {fact: subs for fact, subs in rules.probes.items() if fact.startswith(OUTPUT_FACT)}
+    if not output_probes:
+        return
+    before = {root: {f for f in found if f.startswith(OUTPUT_FACT)} for root, found in projects.items()}
+    if not any(before.values()):
+        return  # no file had them: none of the output has them
+    processed = {i: data for i, _cand, data in work}
+    left: dict[Path, set[str]] = {}
+    for i, cand in enumerate(candidates):
+        if not before.get(roots[i]):
+            continue
+        r = results[i]
+        if i in processed:
+            out = r.new_bytes if r.status == "changed" and r.new_bytes is not None else processed[i]
+        else:
+            try:
+                out = cand.path.read_bytes()  # a file no rule took: as it was
+            except OSError:
+                continue
+        found = left.setdefault(roots[i], set())
+        found.update(fact for fact, subs in output_probes.items() if fact not in found and any(t in out for t in subs))
+    readers = [r for r in rules.selection.index()
+               if r.id in rules.ids and any(FACT_PREFIX + fact in output_probes for fact, _ in r.project_probes)]
+    kinds = {k for r in readers for k in r.kinds}
+    if "shell" in kinds:
+        kinds |= {"notebook", "markdown"}  # their shell lines and blocks
+    for i, cand, data in work:
+        root = roots[i]
+        was, now = before.get(root, set()), left.get(root, set())
+        if was == now or cand.kind not in kinds:
+            continue
+        project = (projects.get(root, frozenset()) - was) | now | targeted.get(i, frozenset())
+        results[i] = safe_process(cand, rules, data, frozenset(project))
 
 
 def safe_process(

@@ -220,6 +220,26 @@ def test_old_packages_the_code_still_imports_stay_installed(tmp_path, code, kept
     assert ("pip install neuronx-distributed-inference" in docker) == ("neuronx-distributed-inference" in kept)
 
 
+@pytest.mark.parametrize("code", [
+    "import neuronx_distributed as nxd\nimport torch_xla.core.xla_model as xm\n\nd = xm.xla_device()\n",  # unused
+    "import neuronx_distributed as nxd\nimport torch_xla.core.xla_model as xm\n\nd = xm.xla_device()\n"
+    "nxd.parallel_layers.parallel_state.initialize_model_parallel(2)\n",  # used: left to a person
+])
+def test_a_requirement_stays_exactly_while_the_migrated_code_imports_it(tmp_path, code):
+    """The `left:` facts are those of the output: an import the migration removes (unused once the code is
+    migrated) does not keep its package, and one run is enough (a second run over the output changes nothing)."""
+    cands = _project(tmp_path, {"requirements.txt": ("requirements", "neuronx-distributed\ntorch-neuronx\n"),
+                                "model.py": ("python", code)})
+    sel = RuleSelection()
+    first = {r.path: r for r in run(cands, sel, jobs=1)}
+    model = first["model.py"].new_text or code
+    requirements = first["requirements.txt"].new_text
+    assert ("neuronx-distributed\n" in requirements) == ("import neuronx_distributed" in model)
+    for c in cands:
+        c.path.write_text(first[c.display].new_text or c.path.read_text())
+    assert all(r.status == "unchanged" for r in run(cands, sel, jobs=1))
+
+
 def test_facts_are_gathered_from_files_no_rule_migrates(tmp_path):
     rules = RuleSet.from_selection(RuleSelection())
     found: set[str] = set()

@@ -77,25 +77,32 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
     # versions, and a pin of a target library below them (`transformers==4.32.0`) breaks the migrated code
     # even in a requirements file or install line that names no Neuron package
     # old-stack libraries whose uses the migration leaves to a person (markers): their package stays
-    # installed while the project's code still imports them (see _STILL_IMPORTED). Probes end at a
-    # delimiter: `neuronx_distributed_inference` is not a use of `neuronx_distributed`
-    "uses:neuronx-distributed": ("neuronx_distributed.", "neuronx_distributed import", "import neuronx_distributed\n",
+    # installed while the migrated code still imports them (see _STILL_IMPORTED). `left:` facts are
+    # probed on the migration's output (migrator.engine.OUTPUT_FACT). Probes end at a delimiter:
+    # `neuronx_distributed_inference` is not a use of `neuronx_distributed`
+    "left:neuronx-distributed": ("neuronx_distributed.", "neuronx_distributed import", "import neuronx_distributed\n",
                                  "import neuronx_distributed as", "import neuronx_distributed,",
                                  "import neuronx_distributed\r"),
-    "uses:neuronx-distributed-inference": ("neuronx_distributed_inference",),
+    "left:neuronx-distributed-inference": ("neuronx_distributed_inference.", "neuronx_distributed_inference import",
+                                           "import neuronx_distributed_inference"),
     "uses:" + OLD_STACK_CODE: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
                                "neuronx_distributed", "libneuronxla"),
 }
 _USES: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_uses", default=frozenset())
+_LEFT: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_left", default=frozenset())
 
 
 @contextmanager
 def project_uses(facts: Iterable[str]) -> Iterator[None]:
-    """Decide, inside this block, with the libraries the project's code uses (the ``uses:`` facts)."""
+    """Decide, inside this block, with the libraries the project's code uses (the ``uses:`` facts) and those
+    its migrated code still imports (the ``left:`` facts)."""
+    facts = list(facts)
     token = _USES.set(frozenset(f[len("uses:"):] for f in facts if f.startswith("uses:")))
+    left = _LEFT.set(frozenset(f[len("left:"):] for f in facts if f.startswith("left:")))
     try:
         yield
     finally:
+        _LEFT.reset(left)
         _USES.reset(token)
 
 
@@ -110,7 +117,7 @@ _NEURON_NAMES = frozenset(
 )
 
 #: old-stack packages the migration rewrites only in part (NxD layers, NxD Inference models get markers):
-#: a requirement of one of them stays while the project's code imports it (the ``uses:`` fact of the
+#: a requirement of one of them stays while the migrated code imports it (the ``left:`` fact of the
 #: package, or of the other one: NxD Inference depends on NxD)
 _STILL_IMPORTED = {"neuronx-distributed": ("neuronx-distributed", "neuronx-distributed-inference"),
                    "neuronx-distributed-inference": ("neuronx-distributed-inference",)}
@@ -354,7 +361,7 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
     if name == "transformers-neuronx":
         return _Decision("NM501", "replace", name,
                          implied=("torch-neuronx", "transformers"))
-    if name in _STILL_IMPORTED and _USES.get() & set(_STILL_IMPORTED[name]):
+    if name in _STILL_IMPORTED and _LEFT.get() & set(_STILL_IMPORTED[name]):
         return _Decision("NM501", "marker", f"{name} kept: the project's code still imports it",
                          marker=STILL_IMPORTED_MARKER.format(name=name, module=name.replace("-", "_")))
     if name in _XLA_RUNTIME and (name != "torch-xla" or (neuron_group and "tpu" not in e.extras)):
