@@ -324,8 +324,9 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, message if len(message) <= 120 else "Pad the inputs to the traced shapes to avoid a "
                        "compile per input shape.",
                        detail="torch.compile compiles the model at its first call, once per input shape.")
-        if "compiler_args" not in bound:
-            # neuronx-cc's default (its mixed-precision guide): FP32 matrix multiplications cast to BF16
+        if "compiler_args" not in bound and not _LOW_PRECISION.search(_code(scope_of(ctx))):
+            # neuronx-cc's default (its mixed-precision guide): FP32 matrix multiplications cast to BF16;
+            # a model the scope loads or casts to bf16/fp16 already runs them in that dtype
             ctx.marker(call, "Load the model with dtype=torch.bfloat16 for the old speed: the trace auto-cast float32 matmuls to bf16.",
                        detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
                               "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
@@ -704,6 +705,11 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+#: a load or cast to a 16-bit dtype in the code: `dtype=torch.bfloat16`, `.to(torch.float16)`, `.half()`
+_LOW_PRECISION = re.compile(r"\b(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:bfloat16|float16|half)\b"
+                            r"|\.(?:bfloat16|half)\(\s*\)|\.to\([^)]*\b(?:torch\.)?(?:bfloat16|float16)\b")
 
 
 def _dead_literal(name: cst.Name, ctx: PythonContext) -> tuple[cst.SimpleStatementLine, cst.BaseExpression, cst.CSTNode | None] | None:
