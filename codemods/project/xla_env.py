@@ -4,6 +4,8 @@ lines, NM515 from launch command prefixes."""
 
 from __future__ import annotations
 
+from codemods.common.inventory import env_vars
+
 #: Environment variables that only the XLA stack (torch-xla, torch-neuronx XLA, libneuronxla) or
 #: optimum-neuron itself reads. Value: why it can go (shown in findings).
 XLA_ONLY_VARS: dict[str, str] = {
@@ -49,6 +51,14 @@ XLA_ONLY_VARS: dict[str, str] = {
 }
 #: the XLA-era precision switches: removing them from a launcher changes the precision of the run
 BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
+#: fp16 switches: the same cause as the bf16 ones, left as they are (no rule carries fp16 to the model yet)
+_FP16_VARS = ("XLA_USE_FP16", "XLA_DOWNCAST_FP16")
+#: every torch-xla / PJRT variable the old stack's releases and documentation read (the inventory):
+#: TorchNeuron does not run torch-xla, so none of them has an effect
+for _name in sorted(env_vars("XLA_*", "PT_XLA_*", "PJRT_*", "TPU_*", "NEURON_PJRT_*")):
+    if _name not in XLA_ONLY_VARS and _name not in _FP16_VARS:
+        XLA_ONLY_VARS[_name] = "torch-xla PJRT setting" if "PJRT" in _name or _name.startswith("TPU_") else \
+            "torch-xla setting"
 
 
 def bf16_switched_on(value: str | None) -> bool:
