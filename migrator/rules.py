@@ -409,6 +409,12 @@ class PythonContext:
         return self.scratch.setdefault(self.rule_id, {})
 
     # ---------------------------------------------------------------- edits
+    def edited(self, node: cst.CSTNode, ancestors: Sequence[cst.CSTNode] = ()) -> bool:
+        """Whether some rule's edit so far replaces ``node`` or one of its ``ancestors`` (the stack it was
+        seen with): a rule finishing late asks what the others left."""
+        ids = {id(node), *(id(a) for a in ancestors)}
+        return any(id(e.node) in ids for e in self._edits)
+
     def replace(self, node: cst.CSTNode, new: Replacement) -> None:
         """Replace ``node`` (an original node) by a node, a function of its updated
         form (so that edits inside it are kept), or ``cst.RemovalSentinel.REMOVE``."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.renames import load_table
@@ -42,6 +44,11 @@ INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.
 INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
 
 
+XLA_STRING_MARKER = 'Use "neuron" here if this "xla" names a device: TorchNeuron has no xla device.'
+_XLA_DEVICE = re.compile(r"xla(?::\d+)?")
+#: the names a device string goes by
+_DEVICE_NAME = re.compile(r"device|accelerator|backend|platform", re.I)
+
 #: an old-stack import in a ``try`` that only tolerates its absence (``except ImportError: pass``)
 GATE_MARKER = "Replace or remove this old-stack import: TorchNeuron lacks it, so the rest of the try body never runs."
 
@@ -80,7 +87,11 @@ class OldStackLeftovers(PythonRule):
     caveats = """
         Names owned by a specific rule, and names of the rename table, are not flagged here.
     """
-    markers = ((GATE_MARKER, """A `try:` whose handler only passes, logs or re-raises keeps its imports (they decide
+    markers = ((XLA_STRING_MARKER, """An "xla" string left where no rule could follow it as a device (passed to a
+        function, a parameter default, a dict value, a dataclass field, under a device's name): torch.device("xla")
+        fails on TorchNeuron, whose device is "neuron". Strings compared, printed or under another name are left
+        alone."""),
+               (GATE_MARKER, """A `try:` whose handler only passes, logs or re-raises keeps its imports (they decide
         whether the body runs); the old-stack package is not installed on TorchNeuron, so the import raises and every
         statement after it in the try body (often the Neuron set-up itself) is skipped silently."""),
                (INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
@@ -105,7 +116,35 @@ class OldStackLeftovers(PythonRule):
     )))
 
     def handlers(self):
-        return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute}
+        return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute,
+                cst.SimpleString: self._on_string}
+
+    def _on_string(self, node: cst.SimpleString, ctx: PythonContext) -> None:
+        """An ``"xla"`` device string (``"xla:1"``) held under a device's name (``device = "xla" if ... else
+        None``, a parameter default ``device="xla"``, a field ``device: str = "xla"``, ``{"device": "xla"}``,
+        ``f(device="xla")``): where no rule rewrote it, finish() marks it. Compared, printed or under another
+        name (a tag, a mode), it is not known to be a device."""
+        if not _XLA_DEVICE.fullmatch(node.value[1:-1] if len(node.value) > 1 and node.value[0] in "\"'" else ""):
+            return
+        child: cst.CSTNode = node
+        for outer in reversed(ctx.stack[:-1]):
+            name = None
+            if isinstance(outer, (cst.IfExp, cst.BooleanOperation, cst.Element, cst.List, cst.Tuple)):
+                child = outer
+                continue
+            if isinstance(outer, cst.Param) and outer.default is child:
+                name = outer.name.value
+            elif isinstance(outer, cst.Arg) and outer.keyword is not None and outer.value is child:
+                name = outer.keyword.value
+            elif isinstance(outer, cst.DictElement) and outer.value is child:
+                name = outer.key.value[1:-1] if isinstance(outer.key, cst.SimpleString) else None
+            elif isinstance(outer, (cst.Assign, cst.AnnAssign)) and outer.value is child:
+                targets = [t.target for t in outer.targets] if isinstance(outer, cst.Assign) else [outer.target]
+                name = " ".join(t.value if isinstance(t, cst.Name) else t.attr.value if isinstance(t, cst.Attribute)
+                                else "" for t in targets)
+            if name is not None and _DEVICE_NAME.search(name):
+                ctx.local_state().setdefault("xla", []).append((node, tuple(ctx.stack[:-1])))
+            return
 
     @classmethod
     def _detail(cls, qual: str, written: str) -> str:
@@ -154,6 +193,11 @@ class OldStackLeftovers(PythonRule):
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
+        if any(old_stack(b.qualified) for b in ctx.imports.all_bindings()):
+            # the unit is migrated: an "xla" device string no rule could follow fails on TorchNeuron
+            for node, stack in ctx.local_state().get("xla", ()):
+                if not ctx.edited(node, stack):
+                    ctx.marker(node, XLA_STRING_MARKER)
         # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
         grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}
         for node, qual, local, in_try, stmt in ctx.local_state().get("aliases", ()):
