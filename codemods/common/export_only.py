@@ -146,6 +146,73 @@ def _in_assert(stack: list[cst.CSTNode], i: int) -> cst.CSTNode | None:
     return None
 
 
+class _Inventory(NamedTuple):
+    loads: list[tuple[cst.Call, list[cst.CSTNode]]]  # the optimum.neuron loads, with their stacks
+    cli_scopes: dict[int, CliExport]  # functions that run `optimum-cli export neuron`
+    names: dict[tuple[int, str], list[tuple[int, list[cst.CSTNode]]]]  # (scope, name) -> uses
+
+
+def _inventory(ctx) -> _Inventory:
+    """The unit's optimum.neuron loads and every use of every name, per scope (one walk per unit)."""
+    cache = ctx.scratch
+    if "_export_only_inventory" in cache:
+        return cache["_export_only_inventory"]
+    module = ctx.module
+    found = _Inventory([], {}, {})
+    cache["_export_only_inventory"] = found
+    if "from_pretrained" not in ctx.source:
+        return found
+    source = ctx.source
+
+    def walk(node: cst.CSTNode, stack: list[cst.CSTNode]) -> None:
+        stack.append(node)
+        if isinstance(node, cst.Call) and _is_load(node, ctx):
+            found.loads.append((node, list(stack)))
+        elif isinstance(node, cst.Call) and "optimum-cli" in source:
+            cli = cli_export(node, ctx)
+            if cli is not None:
+                found.cli_scopes.setdefault(id(_scope_of(stack, module)), cli)
+        elif isinstance(node, cst.Name):
+            # every function around the use: a use in a nested function counts for the outer scopes too
+            for scope in [module, *(n for n in stack if isinstance(n, (cst.FunctionDef, cst.Lambda)))]:
+                found.names.setdefault((id(scope), node.value), []).append((len(stack) - 1, list(stack)))
+        for child in node.children:
+            walk(child, stack)
+        stack.pop()
+
+    walk(module, [])
+    return found
+
+
+def _scope_of(stack: list[cst.CSTNode], module: cst.Module) -> cst.CSTNode:
+    return next((n for n in reversed(stack) if isinstance(n, (cst.FunctionDef, cst.Lambda))), module)
+
+
+def _target(stack: list[cst.CSTNode]) -> cst.Name | None:
+    """The plain name the load at the end of ``stack`` is assigned to (``model = X.from_pretrained(...)``)."""
+    call, parent = stack[-1], stack[-2]
+    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0].target, cst.Name):
+        return parent.targets[0].target
+    return None
+
+
+def _other_uses(inv: _Inventory, scope: cst.CSTNode, target: cst.Name):
+    """The uses of ``target``'s name in ``scope`` other than the assignment itself, attribute names and
+    keywords; None when a function or class of that name makes them unknowable."""
+    out = []
+    for j, use in inv.names.get((id(scope), target.value), []):
+        node, up = use[j], use[j - 1]
+        if node is target:
+            continue
+        if isinstance(up, cst.Attribute) and up.attr is node or isinstance(up, cst.Arg) and up.keyword is node:
+            continue  # `x.model`, `f(model=...)`: not the name
+        if isinstance(up, (cst.FunctionDef, cst.ClassDef)) and up.name is node:
+            return None  # a function or class of that name
+        out.append((j, use))
+    return out
+
+
 def export_only_loads(ctx) -> dict[int, ExportOnly]:
     """id(call) -> ExportOnly for every export-only load of the unit (computed once per unit)."""
     cache = ctx.scratch
@@ -153,66 +220,32 @@ def export_only_loads(ctx) -> dict[int, ExportOnly]:
         return cache["_export_only"]
     found: dict[int, ExportOnly] = {}
     cache["_export_only"] = found
-    source = ctx.source
-    if "export" not in source or "from_pretrained" not in source:
+    if "export" not in ctx.source or "from_pretrained" not in ctx.source:
         return found
     module = ctx.module
-    loads: list[tuple[cst.Call, list[cst.CSTNode]]] = []
-    cli_scopes: dict[int, CliExport] = {}  # functions that run `optimum-cli export neuron`
-    names: dict[tuple[int, str], list[tuple[int, list[cst.CSTNode]]]] = {}  # (scope, name) -> uses
-
-    def scope_of(stack: list[cst.CSTNode]) -> cst.CSTNode:
-        return next((n for n in reversed(stack) if isinstance(n, (cst.FunctionDef, cst.Lambda))), module)
-
-    def walk(node: cst.CSTNode, stack: list[cst.CSTNode]) -> None:
-        stack.append(node)
-        if isinstance(node, cst.Call) and _is_load(node, ctx):
-            loads.append((node, list(stack)))
-        elif isinstance(node, cst.Call) and "optimum-cli" in source:
-            cli = cli_export(node, ctx)
-            if cli is not None:
-                cli_scopes.setdefault(id(scope_of(stack)), cli)
-        elif isinstance(node, cst.Name):
-            # every function around the use: a use in a nested function counts for the outer scopes too
-            for scope in [module, *(n for n in stack if isinstance(n, (cst.FunctionDef, cst.Lambda)))]:
-                names.setdefault((id(scope), node.value), []).append((len(stack) - 1, list(stack)))
-        for child in node.children:
-            walk(child, stack)
-        stack.pop()
-
-    walk(module, [])
-    for call, stack in loads:
+    inv = _inventory(ctx)
+    for call, stack in inv.loads:
         i = len(stack) - 1
         model_id = _first_arg(call, module)
-        scope = scope_of(stack)
+        scope = _scope_of(stack, module)
         test = isinstance(scope, cst.FunctionDef) and scope.name.value.startswith("test")
         if not _export_true(call):
-            if not (test and id(scope) in cli_scopes):
+            if not (test and id(scope) in inv.cli_scopes):
                 continue
-            model_id = cli_scopes[id(scope)].model or "the exported model id"  # what the CLI compiled
+            model_id = inv.cli_scopes[id(scope)].model or "the exported model id"  # what the CLI compiled
         saved = _save_call(stack, i)
         if saved is not None:
             found[id(call)] = ExportOnly(call, model_id, _first_arg(saved, module) if saved.func.attr.value
                                          == "save_pretrained" else None, test)
             continue
-        parent = stack[i - 1]
-        if not (isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1
-                and isinstance(parent.targets[0].target, cst.Name)):
+        target = _target(stack)
+        uses = _other_uses(inv, scope, target) if target is not None else None
+        if uses is None:
             continue
-        target = parent.targets[0].target
         saved_to: str | None = None
         saves = 0
-        ok = True
         statements: list[cst.CSTNode] = []
-        for j, use in names.get((id(scope), target.value), []):
-            node, up = use[j], use[j - 1]
-            if node is target:
-                continue
-            if isinstance(up, cst.Attribute) and up.attr is node or isinstance(up, cst.Arg) and up.keyword is node:
-                continue  # `x.model`, `f(model=...)`: not the name
-            if isinstance(up, (cst.FunctionDef, cst.ClassDef)) and up.name is node:
-                ok = False  # a function or class of that name
-                break
+        for j, use in uses:
             save = _save_call(use, j)
             if save is not None:
                 if save.func.attr.value == "save_pretrained":  # type: ignore[union-attr]
@@ -221,15 +254,41 @@ def export_only_loads(ctx) -> dict[int, ExportOnly]:
                 statements.append(use[j - 3])
                 continue
             checked = _in_assert(use, j) if test else None
-            if checked is not None:
-                saves += 1
-                statements.append(checked)
-                continue
-            ok = False
-            break
-        if ok and saves:
-            found[id(call)] = ExportOnly(call, model_id, saved_to, test, target.value, scope, tuple(statements))
+            if checked is None:
+                break
+            saves += 1
+            statements.append(checked)
+        else:
+            if saves:
+                found[id(call)] = ExportOnly(call, model_id, saved_to, test, target.value, scope, tuple(statements))
     return found
+
+
+#: attributes whose reads only inspect a model (they run nothing on it)
+INSPECTED = frozenset({"config", "generation_config", "name_or_path", "device", "dtype"})
+
+
+def never_run(ctx, call: cst.Call) -> bool:
+    """True when the optimum.neuron load ``call`` is assigned to a name that nothing in its function (or
+    module) calls, passes, returns or runs: its only uses are saves and reads of :data:`INSPECTED`
+    attributes, or none. Advice on the shapes its inputs should have is then moot."""
+    inv = _inventory(ctx)
+    stack = next((s for c, s in inv.loads if c is call), None)
+    target = _target(stack) if stack is not None else None
+    if target is None:
+        return False
+    uses = _other_uses(inv, _scope_of(stack, ctx.module), target)
+    if uses is None:
+        return False
+    for j, use in uses:
+        up = use[j - 1]
+        if _save_call(use, j) is not None:
+            continue
+        if isinstance(up, cst.Attribute) and up.value is use[j] and up.attr.value in INSPECTED \
+                and not (j >= 2 and isinstance(use[j - 2], cst.Call) and use[j - 2].func is up):
+            continue
+        return False
+    return True
 
 
 def export_only_model(ctx, name: str) -> bool:

@@ -45,7 +45,7 @@ from codemods.inference.args import (
     prefix_len,
     quote_style,
 )
-from codemods.common.export_only import inside_export_only, kept_names, mark_export_only
+from codemods.common.export_only import inside_export_only, kept_names, mark_export_only, never_run
 from codemods.common.renames import _is_reference
 from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
@@ -438,7 +438,8 @@ class CausalLMStaticCache(PythonRule):
             applied.append(f"n_positions={ctx.module.code_for_node(seq.value)} becomes "
                            "generation_config.max_cache_len (the tokens, prompt + generated, it compiled for)")
         estimate = keywords.get("context_length_estimate")
-        if estimate is not None:
+        idle = never_run(ctx, node)  # nothing here calls the model: no inputs to pad or pool
+        if estimate is not None and not idle:
             extra_markers.append((
                 f"Pad the prompts to one fixed length (padding={quote}max_length{quote}) so one prefill graph compiles.",
                 f"context_length_estimate={ctx.module.code_for_node(estimate.value)} was dropped: it was the prompt "
@@ -496,7 +497,8 @@ class CausalLMStaticCache(PythonRule):
         inserted = False
         target = assigned_target(ctx, node)
         if not self.static_cache:
-            extra_markers.extend(self._no_cache_markers(target, max_len_text, ctx, quote))
+            if not idle:
+                extra_markers.extend(self._no_cache_markers(target, max_len_text, ctx, quote))
         elif target is not None:
             inserted = insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
         if not inserted and self.static_cache:

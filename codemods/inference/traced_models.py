@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.export_only import mark_export_only
+from codemods.common.export_only import mark_export_only, never_run
 from codemods.inference.args import (
     COMPILER_KNOBS,
     DTYPES,
@@ -146,7 +146,9 @@ class TracedModelsOnNeuron(PythonRule):
         (`model.encode(...)`), not tokenizer outputs: a call site written for the traced model
         must be adapted. An export-only load (`export=True`, then only saved, pushed or asserted on in
         a test) is left as it is with a marker: the step is obsolete, its consumer loads the original
-        checkpoint (codemods/common/export_only.py).
+        checkpoint (codemods/common/export_only.py). A model that nothing in its function (or module)
+        calls, passes or returns (only its config is read) gets no advice on the shapes of its inputs:
+        its static shapes are dropped with a note.
     """
 
     def handlers(self):
@@ -226,6 +228,12 @@ class TracedModelsOnNeuron(PythonRule):
 
         # ---- shapes
         seq = shapes.get("sequence_length")
+        if shapes and never_run(ctx, node):
+            # nothing here calls the model: there are no inputs to pad, no batches to feed
+            listed = ", ".join(f"{k}={code(v)}" for k, v in shapes.items())
+            applied.append(f"static shapes dropped: {listed} (nothing here calls the model)")
+            shapes = {}
+            seq = None
         if seq is not None and "Whisper" in class_name:
             # Whisper's compiled sequence_length bounded the decoder's tokens: its inputs are audio features
             markers.append((f"Pass max_length={_short(code(seq), 16)} to generate() if needed; do not pad the audio "
