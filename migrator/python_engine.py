@@ -134,6 +134,8 @@ class _Applier(cst.CSTTransformer):
         #: edited nodes being visited (names are collected from the outermost edit's result only,
         #: so that what an enclosing edit dropped does not count as used)
         self.open_edits = 0
+        #: id(original statement) -> how many statements it became (0: removed, 2+: a FlattenSentinel)
+        self.became: dict[int, int] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self.edits:
@@ -153,14 +155,19 @@ class _Applier(cst.CSTTransformer):
             self.open_edits -= 1
             rep = self.edits[key]
             if isinstance(rep, cst.RemovalSentinel):
+                self.became[key] = 0
                 return rep
             new = rep(updated_node) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
         elif type(original_node) is cst.If and key not in self.markers:
             new = _without_emptied(original_node, updated_node)
             if new is None:
+                self.became[key] = 0
                 return cst.RemovalSentinel.REMOVE
+        elif type(original_node) in (cst.Module, cst.IndentedBlock):
+            new = _spacing_kept(original_node, updated_node, self.became)
         # a statement may become several (cst.FlattenSentinel): markers go above the first
         parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        self.became[key] = len(parts)
         if key in self.edits and self.open_edits == 0:
             for part in parts:
                 _names_in(part, self.seen_names)
@@ -174,6 +181,29 @@ class _Applier(cst.CSTTransformer):
         if first is not None and first is not original_node and isinstance(original_node, cst.SimpleStatementLine):
             self.line_map[id(first)] = key
         return new
+
+
+def _spacing_kept(original: cst.Module | cst.IndentedBlock, updated, became: dict[int, int]):
+    """The blank lines above a statement the edits removed stay above the statement that follows it
+    (``x = 1``, a blank line, ``compiler_args = {...}`` removed, ``model = ...``: the blank line stays
+    above ``model``), unless that statement has blank lines of its own."""
+    body = list(updated.body)
+    at = 0
+    carry: list[cst.EmptyLine] = []
+    for i, stmt in enumerate(original.body):
+        n = became.get(id(stmt), 1)
+        if n == 0:
+            lines = list(getattr(stmt, "leading_lines", ()))
+            if i > 0 and lines and all(line.comment is None for line in lines):
+                carry = carry or lines
+            continue
+        if carry and at < len(body):
+            first = body[at]
+            if not any(line.comment is None for line in first.leading_lines[:1]):
+                body[at] = first.with_changes(leading_lines=[*carry, *first.leading_lines])
+        carry = []
+        at += n
+    return updated.with_changes(body=body) if body != list(updated.body) else updated
 
 
 def _emptied(original: cst.BaseSuite, updated: cst.BaseSuite) -> bool:

@@ -266,3 +266,52 @@ def torch_dtype(ctx: PythonContext, name: str, quote: str, anchor: Binding | Non
         return ctx.name_for(f"torch.{name}", anchor=anchor, style="module")
     except NameClash:
         return cst.SimpleString(f"{quote}{name}{quote}")
+
+
+def drop_expanded_dicts(ctx: PythonContext, call: cst.Call, dicts: dict[str, cst.Dict]) -> list[str]:
+    """Remove the assignments of the dict literals whose ``**name`` in ``call`` the rule expands (see
+    :func:`expand_literal_kwargs`) and which nothing else reads: ``compiler_args = {...}`` used only as
+    ``from_pretrained(..., **compiler_args)`` is dead once its items are arguments (or dropped). An
+    assignment with a comment above it, on a line of several statements, or outside the function (or
+    module) body that holds the call stays. Returns the names removed."""
+    names = {a.value.value for a in call.args
+             if a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in dicts}
+    if not names:
+        return []
+    scope: cst.CSTNode = ctx.module
+    for n in reversed(ctx.stack[:-1]):
+        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
+            scope = n
+            break
+    if isinstance(scope, cst.Lambda):
+        return []
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+    uses: dict[str, int] = dict.fromkeys(names, 0)
+
+    class Count(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # `x.name` is not the name
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)  # nor is `f(name=...)`
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in uses:
+                uses[node.value] += 1
+
+    (ctx.module if scope is ctx.module else scope).visit(Count())  # nested functions count too
+    removed = []
+    for stmt in body:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and isinstance(stmt.body[0], cst.Assign)):
+            continue
+        assign = stmt.body[0]
+        target = assign.targets[0].target
+        if (isinstance(target, cst.Name) and target.value in names and dicts[target.value] is assign.value
+                and uses[target.value] == 2 and not any(line.comment for line in stmt.leading_lines)
+                and not (stmt.trailing_whitespace.comment)):
+            ctx.remove_statement(stmt)
+            removed.append(target.value)
+    return removed

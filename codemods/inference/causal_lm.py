@@ -32,6 +32,7 @@ import re
 import libcst as cst
 
 from codemods.inference.args import (
+    drop_expanded_dicts,
     COMPILER_KNOBS,
     DTYPES,
     EQ,
@@ -491,6 +492,8 @@ class CausalLMStaticCache(PythonRule):
             return new
 
         ctx.replace(node, rewrite)
+        for dead in drop_expanded_dicts(ctx, node, dicts):
+            applied.append(f"{dead} removed: its items are arguments of the call now")
 
         # ---- where the static cache goes
         max_len_text = ctx.module.code_for_node(seq.value) if seq is not None else None

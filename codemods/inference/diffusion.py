@@ -22,6 +22,7 @@ import libcst as cst
 
 from codemods.common.export_only import mark_export_only
 from codemods.inference.args import (
+    drop_expanded_dicts,
     COMPILER_KNOBS,
     DTYPES,
     EQ,
@@ -397,6 +398,8 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("to")), args=[cst.Arg(neuron)])
 
         ctx.replace(node, rewrite)
+        for dead in drop_expanded_dicts(ctx, node, dicts):
+            applied.append(f"{dead} removed: its items are arguments of the call now")
         if follow or sharded:
             line = next(n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine))
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.inference.args import (
+    drop_expanded_dicts,
     COMPILER_KNOBS,
     DTYPES,
     EQ,
@@ -297,6 +298,8 @@ class PipelineStaticShapes(PythonRule):
             return layout(updated, new_args, ctx.module, indent, prefix)
 
         ctx.replace(node, rewrite)
+        for dead in drop_expanded_dicts(ctx, node, dicts):
+            applied.append(f"{dead} removed: its items are arguments of the call now")
         ctx.finding(node, "optimum.neuron.pipeline -> transformers.pipeline on device \"neuron\""
                     + (", export/input_shapes dropped" if export is not None or "input_shapes" in kw else ""))
         for message in applied:

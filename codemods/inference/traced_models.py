@@ -26,6 +26,7 @@ import libcst as cst
 
 from codemods.common.export_only import mark_export_only, never_run
 from codemods.inference.args import (
+    drop_expanded_dicts,
     COMPILER_KNOBS,
     DTYPES,
     EQ,
@@ -341,6 +342,8 @@ class TracedModelsOnNeuron(PythonRule):
             return layout(new, new_args, ctx.module, indent, prefix)
 
         ctx.replace(node, rewrite)
+        for dead in drop_expanded_dicts(ctx, node, dicts):
+            applied.append(f"{dead} removed: its items are arguments of the call now")
         target = "SentenceTransformer(..., device=\"neuron\")" if st else "from_pretrained(..., device_map=\"neuron\")"
         ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
                     + f" -> {target}")
