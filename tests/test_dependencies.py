@@ -62,6 +62,23 @@ def test_minimum_is_the_installed_target_release(name):
     assert deps.MINIMUMS[name] == f"{installed.major}.{installed.minor}"
 
 
+@pytest.mark.parametrize("library", ["transformers", "diffusers"])
+def test_minimums_satisfy_what_the_target_libraries_require(library):
+    """A pin the migration raises to its minimum (huggingface-hub, tokenizers, safetensors) installs beside the
+    target library: the minimum is inside what the installed release of that library requires."""
+    checked = 0
+    for line in importlib.metadata.requires(library) or ():
+        req = Requirement(line)
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        name = canonicalize_name(req.name)
+        if name in ("huggingface-hub", "tokenizers", "safetensors"):
+            assert name in deps.MINIMUMS, name
+            assert req.specifier.contains(deps.MINIMUMS[name], prereleases=True), (library, str(req))
+            checked += 1
+    assert checked >= 2
+
+
 @pytest.mark.parametrize("name", policy._ADD_ORDER)
 def test_every_added_requirement_parses_and_admits_the_installed_release(name):
     req = Requirement(name + deps._min_spec(name))

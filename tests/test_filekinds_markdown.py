@@ -207,8 +207,8 @@ def test_doctest_blocks_are_one_program_with_prompts_and_outputs_kept(rec):
         ">>> from optimum.neuron import NeuronModelForSequenceClassification\n"
         ">>> model = NeuronModelForSequenceClassification.from_pretrained(\n"
         "...     \"m\", export=True, batch_size=1, sequence_length=64)\n"
-        ">>> model.config.num_labels\n"
-        "2\n"
+        ">>> model(**inputs).logits.shape\n"
+        "torch.Size([1, 2])\n"
         "```\n"
     )
     new, findings = migrate_text(text, "markdown", rules)
@@ -217,7 +217,7 @@ def test_doctest_blocks_are_one_program_with_prompts_and_outputs_kept(rec):
     assert lines[2].startswith(">>> # TODO(neuron-migrate NM103): Pad this model's inputs to max_length=64")  # a marker, prompted
     assert lines[3].startswith(">>> model = AutoModelForSequenceClassification.from_pretrained(")
     assert all(ln.startswith((">>>", "...")) for ln in lines[1:-3])
-    assert lines[-3:] == [">>> model.config.num_labels", "2", "```"]
+    assert lines[-3:] == [">>> model(**inputs).logits.shape", "torch.Size([1, 2])", "```"]
     assert findings and all(f.line in (2, 3) for f in findings), findings
     assert migrate_text(new, "markdown", rules)[0] == new
 

@@ -12,6 +12,7 @@ SOURCE = textwrap.dedent("""
 
     model = NeuronWhisperForConditionalGeneration.from_pretrained(
         "w", export=True, batch_size=1, sequence_length=128, auto_cast_type="bf16")
+    tokens = model.generate(features)
 """)
 
 

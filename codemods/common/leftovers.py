@@ -57,9 +57,12 @@ ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
     (("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
      "Replace `{name}` with `nki.jit` from the `nki` package: TorchNeuron calls NKI kernels directly."),
+    (("torch_xla.utils.serialization.load",),
+     "Convert these xser checkpoints once where torch_xla is installed: torch.load cannot read the format."),
+    (("torch_xla.utils.serialization",), "Replace `{name}` by torch.save or safetensors: TorchNeuron writes no xser files."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
-    (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with AutoModelForCausalLM and device_map=\"neuron\"."),
+    (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with its Transformers class and device_map=\"neuron\"."),
     ((), "Replace `{name}` with DTensor, DistributedConfig or torch.distributed code."),
 )
 
@@ -104,6 +107,12 @@ class OldStackLeftovers(PythonRule):
         """torch-neuronx's XLA-era `nki_jit` wrapped an NKI kernel for the XLA graph; TorchNeuron runs kernels
         decorated with `@nki.jit` (the standalone `nki` package) on neuron tensors directly, in eager mode or
         under torch.compile.""",
+        """torch_xla.utils.serialization (xser) pickles a tree of TensorReference placeholders and writes each
+        tensor to `<path>.tensors/tensor_N.pt`: `torch.load(path)` cannot rebuild it without torch_xla. Read
+        legacy checkpoints once where torch_xla is installed (a CPU install is enough) and save them with
+        torch.save or safetensors; new checkpoints need no xser.""",
+        """xser wrote checkpoints for XLA tensors, one file per tensor beside a pickled reference tree; TorchNeuron
+        tensors save with torch.save, safetensors or torch.distributed.checkpoint (DCP) for sharded states.""",
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",

@@ -33,11 +33,12 @@ MINIMUMS: dict[str, str] = {
     # what the pinned Transformers 5.23 / Diffusers 0.42 require (their installed metadata)
     "huggingface-hub": "1.32",
     "tokenizers": "0.23.1",
+    "safetensors": "0.8",
 }
 #: the target libraries a pin of which can be too low for the migrated code: units naming one are
 #: shown to the dependency rules in a run that migrates old-stack code (``Rule.project_triggers``)
 TARGET_PINS = ("transformers", "accelerate", "trl", "peft", "diffusers", "sentence-transformers",
-               "sentence_transformers", "huggingface-hub", "huggingface_hub", "tokenizers")
+               "sentence_transformers", "huggingface-hub", "huggingface_hub", "tokenizers", "safetensors")
 #: Order in which added libraries are written.
 _ADD_ORDER = ("torch-neuronx", "transformers", "accelerate", "trl", "peft", "diffusers", "sentence-transformers")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+from libcst import matchers
 
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
@@ -102,9 +103,7 @@ FUNCTION_DEFS = (cst.FunctionDef,)
 
 
 def _calls(node: cst.CSTNode):
-    import libcst.matchers as m
-
-    return m.findall(node, m.Call())
+    return matchers.findall(node, matchers.Call())
 
 
 class NeuronTrace(_XlaRule):
@@ -147,7 +146,14 @@ class NeuronTrace(_XlaRule):
         their shapes become the shapes to pad real inputs to (a marker says so), and the compiled
         model takes and returns tensors on the `neuron` device, where the traced one took CPU
         tensors: where the compiled model is called in the scope that traced it
-        (`neuron_model(x)`), its inputs are moved with `.to("neuron")`. Compile is lazy: a traced
+        (`neuron_model(x)`), its inputs are moved with `.to("neuron")`, and a marker asks to move the
+        inputs of its calls elsewhere unless the name never leaves that scope (only assigned, called,
+        saved or deleted there). `compiler_args` are neuronx-cc options that `torch.compile` does not
+        take: `--auto-cast none` alone is what the native model does; other precision options get a
+        marker to express them as the model's dtype or `torch.autocast`, and options that choose no
+        precision (`--model-type`, `-O2`) one to drop them unless TorchNeuron needs them. The trace
+        created its `compiler_workdir`; code that writes into it next would fail, so a pure path
+        expression gets `os.makedirs(path, exist_ok=True)` after the compile. Compile is lazy: a traced
         model the scope only saves (never calls) gets one warm-up call under `torch.no_grad()` with
         the example inputs it was traced with, moved to `neuron`, so that the graph is compiled (and
         cached) where the trace compiled it (a marker where the inputs cannot be written again).
@@ -156,7 +162,8 @@ class NeuronTrace(_XlaRule):
         `traced._orig_mod.save_pretrained(path)`, another module's state dict with
         `torch.save(traced._orig_mod.state_dict(), path)` (and a marker: loading it needs the
         module's class). The loading side, `torch.jit.load(path)`, becomes what the migrated save of
-        that path writes, where the save can be seen: a save of the same path in the same file (the
+        that path writes (with a marker to run the migrated tracing script first, except where a
+        save in the same scope above the load writes it), where the save can be seen: a save of the same path in the same file (the
         same string, or the same name meaning the same there; in any order in the file) of a
         Transformers model -> that model, of the class its config.json names; of a module whose
         construction the file shows (a `torch.nn` class or a class of the file deriving from one,
@@ -204,7 +211,6 @@ class NeuronTrace(_XlaRule):
         import torch
 
         example = torch.rand(1, 3, 224, 224)
-        # TODO(neuron-migrate NM410): Move inputs given to `neuron_model` outside this scope to the neuron device, outputs back with .cpu().
         # TODO(neuron-migrate NM410): Pad the inputs to the shapes of `example` to avoid a compile per input shape.
         neuron_model = torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)
         logits = neuron_model(images.to("neuron"))
@@ -305,7 +311,9 @@ class NeuronTrace(_XlaRule):
                 rf"^[ \t]*{p.value}[ \t]*=[ \t]*[\w.]+\[[^\]\n]*:[^\]\n]*\][ \t]*(#.*)?$", scope_code, re.M))
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
-        if target is not None:
+        if target is not None and _stays_here(scope_of(ctx), target):
+            ctx.finding(call, f"inputs of {target}(...) moved to the neuron device: nothing outside this scope calls it")
+        elif target is not None:
             ctx.marker(call, fitted(f"Move inputs given to `{target}` outside this scope to the neuron device, outputs back with .cpu().",
                                     "Move this model's inputs outside this scope to the neuron device, outputs back with .cpu()."),
                        detail=f"The model now runs on the neuron device: its calls as `{target}(...)` in this scope get "
@@ -340,13 +348,33 @@ class NeuronTrace(_XlaRule):
                 ctx.replace(following, with_blank_line)  # the blank line above the removed one stays
             ctx.finding(line, f"{_code(bound['compiler_args'].value)} = ... removed: its only use was the "
                               "trace's compiler_args=")
-        if args_value is not None and not _no_auto_cast(args_value):
+        if args_value is not None and _tokens(args_value) is not None and not _no_auto_cast(args_value) \
+                and not any(t.startswith(PRECISION_OPTIONS) for t in _tokens(args_value)):
+            ctx.marker(call, "Drop the trace's neuronx-cc options unless TorchNeuron needs them: torch.compile takes none.",
+                       detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
+                              "trace, none of them a precision option; torch.compile(backend=\"neuron\") takes no "
+                              "compiler options")
+        elif args_value is not None and not _no_auto_cast(args_value):
             ctx.marker(call, "Express the trace's compiler_args (neuronx-cc options) as the model's dtype or torch.autocast.",
                        detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
                               "trace: express --auto-cast choices as the model's dtype or "
                               "torch.autocast(\"neuron\", dtype=...)")
         if dropped:
             ctx.finding(call, f"trace options dropped: {', '.join(dropped)}")
+        workdir = bound.get("compiler_workdir")
+        line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+        if workdir is not None and line is not None and len(line.body) == 1 and _pure_path(workdir.value, ctx) \
+                and not (isinstance(workdir.value, cst.Name) and workdir.value.value == "None"):
+            # the trace made that folder (os.makedirs): what the script writes there next needs it
+            try:
+                makedirs = _code(ctx.name_for("os.makedirs", style="module"))
+            except NameClash:
+                makedirs = None
+            if makedirs is not None:
+                ctx.insert_after(line, [cst.parse_statement(
+                    f"{makedirs}({_code(workdir.value)}, exist_ok=True)  # the trace created its compiler_workdir\n")])
+                ctx.finding(call, f"{makedirs}({_code(workdir.value)}) added: the trace created its compiler_workdir, "
+                                  "which the code may write into")
         return None
 
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
@@ -529,7 +557,9 @@ class NeuronTrace(_XlaRule):
         if kinds == {TORCHSCRIPT}:
             return  # a torch.jit.trace / torch.jit.script of this unit saved it: still a TorchScript file
         if not saved or kinds == {PRETRAINED}:
-            self._load_pretrained(call, func, path, ctx)
+            here = scope_of(ctx)  # a save in another function may not run before this load: the marker stays
+            saves = [node for node, scope, traced in artifacts(ctx).saves.values() if traced in saved and scope is here]
+            self._load_pretrained(call, func, path, bool(saves) and _first(ctx.module, saves, call), ctx)
             return
         ctors = {_code(t.ctor) if t.ctor is not None else None for t in saved}
         if kinds == {MODULE} and len(ctors) == 1 and None not in ctors:
@@ -544,9 +574,10 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, fitted(f"{LOAD_MARKED}: load what the save that ran wrote at {p} (a model or a state_dict).",
                                     f"{LOAD_MARKED}: load what the save that ran wrote there (a model or a state_dict)."))
 
-    def _load_pretrained(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression,
+    def _load_pretrained(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression, saved_here: bool,
                          ctx: PythonContext) -> None:
-        """The Transformers model its migrated save writes with save_pretrained, of the class config.json names."""
+        """The Transformers model its migrated save writes with save_pretrained, of the class config.json names
+        (``saved_here``: by a save above it in its scope, which runs first; else a person runs the tracing script)."""
         anchor = ctx.imports.binding_of(func)
         try:
             near = next((b for b in ctx.imports.all_bindings()
@@ -566,8 +597,9 @@ class NeuronTrace(_XlaRule):
                           "save_pretrained (its class from config.json), compiled with torch.compile")
         if _in_model_fn(ctx):
             ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
-        ctx.marker(call, f"Run the migrated tracing script of this project first: it saves the model loaded here at {p}.",
-                   detail=ARTIFACT_NOTE)
+        if not saved_here:
+            ctx.marker(call, f"Run the migrated tracing script of this project first: it saves the model loaded here at {p}.",
+                       detail=ARTIFACT_NOTE)
         self._loaded(call, ctx)
 
     def _load_state_dict(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression, saved: Traced,
@@ -815,17 +847,30 @@ def _torch_value(value: cst.BaseExpression, ctx: PythonContext) -> bool:
 
 
 
-def _only_saved(code: str, name: str) -> bool:
-    """``name`` is only assigned and saved in ``code`` (never called, returned or passed on)."""
-    seen = False
+def _uses(code: str, name: str):
+    """How each occurrence of the name ``name`` in ``code`` uses it: "assigned" (``name =``, ``name: T =``),
+    "saved" (``name.save(``, ``torch.jit.save(name``), "called" (``name(``), "deleted", "comment" or None
+    (anything else: returned, passed on, stored, read)."""
     for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", code):
         after, before = code[m.end():m.end() + 40], code[max(0, m.start() - 40):m.start()]
-        if re.match(r"\s*=(?!=)", after) or re.match(r"\s*\.\s*save\s*\(", after) \
-                or re.search(r"jit\s*\.\s*save\s*\(\s*$", before):
-            seen = True
-            continue
-        return False
-    return seen
+        if re.match(r"\s*(:[^=\n]*)?=(?!=)", after):
+            yield "assigned"
+        elif re.match(r"\s*\.\s*save\s*\(", after) or re.search(r"jit\s*\.\s*save\s*\(\s*$", before):
+            yield "saved"
+        elif re.match(r"\s*\(", after):
+            yield "called"
+        elif re.search(r"\bdel\s+$", before):
+            yield "deleted"
+        elif re.search(r"#[^\"'\n]*$", before):
+            yield "comment"
+        else:
+            yield None
+
+
+def _only_saved(code: str, name: str) -> bool:
+    """``name`` is only assigned and saved in ``code`` (never called, returned or passed on)."""
+    uses = set(_uses(code, name))
+    return bool(uses) and uses <= {"assigned", "saved"}
 
 
 def _example_call_args(example: cst.BaseExpression, scope: int, ctx: PythonContext) -> str | None:
@@ -943,19 +988,81 @@ def _to_neuron(value: cst.BaseExpression, q: str) -> cst.BaseExpression:
     return _expr(f"{_code(_atomic(value))}.to({q}neuron{q})")
 
 
-def _no_auto_cast(value: cst.BaseExpression) -> bool:
-    """True for compiler_args that only ask for no auto-casting (what the native model does)."""
+#: neuronx-cc options that choose a precision (the rest, `--model-type`, `-O2`, ..., do not)
+PRECISION_OPTIONS = ("--auto-cast", "--fp32-cast", "--enable-mixed-precision", "--fast-math")
+
+
+def _tokens(value: cst.BaseExpression) -> list[str] | None:
+    """The words of literal compiler_args (a string, a list or tuple of strings), ``=`` split; else None."""
     if isinstance(value, cst.SimpleString):
-        tokens = str(value.evaluated_value).replace("=", " ").split()
-    elif isinstance(value, (cst.List, cst.Tuple)):
-        tokens = []
+        return str(value.evaluated_value).replace("=", " ").split()
+    if isinstance(value, (cst.List, cst.Tuple)):
+        tokens: list[str] = []
         for el in value.elements:
             if not isinstance(el.value, cst.SimpleString):
-                return False
+                return None
             tokens.extend(str(el.value.evaluated_value).replace("=", " ").split())
+        return tokens
+    return None
+
+
+def _no_auto_cast(value: cst.BaseExpression) -> bool:
+    """True for compiler_args that only ask for no auto-casting (what the native model does)."""
+    return _tokens(value) == ["--auto-cast", "none"]
+
+
+#: calls a path expression may make and still be evaluated again without effect
+_PATH_CALLS = ("os.path.join", "os.path.abspath", "os.path.expanduser", "str", "pathlib.Path")
+
+
+def _pure_path(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """A path expression that evaluates the same again: names, attributes, strings, ``/`` and ``+``, and
+    calls of :data:`_PATH_CALLS` only."""
+    todo: list[cst.CSTNode] = [expr]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, cst.Call):
+            if (ctx.qualname(n.func) or (n.func.value if isinstance(n.func, cst.Name) else "")) not in _PATH_CALLS:
+                return False
+        elif isinstance(n, (cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda, cst.Subscript)):
+            return False
+        todo.extend(n.children)
+    return True
+
+
+def _stays_here(scope: cst.CSTNode, name: str) -> bool:
+    """Whether the compiled model ``name`` is used only in ``scope`` (a function, or the module outside its
+    functions and classes), where its calls get their inputs moved: assigned, called, saved or deleted there,
+    never returned, passed on, stored elsewhere or read by a nested function."""
+    if isinstance(scope, cst.Module):
+        for stmt in scope.body:
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and re.search(
+                    rf"(?<![\w.]){re.escape(name)}\b", cst.Module([]).code_for_node(stmt)):
+                return False
     else:
-        return False
-    return tokens == ["--auto-cast", "none"]
+        for n in _nested_defs(scope):
+            if n is not scope and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) and re.search(
+                    rf"(?<![\w.]){re.escape(name)}\b", cst.Module([]).code_for_node(n)):
+                return False
+    return None not in set(_uses(_code(scope), name))
+
+
+def _first(module: cst.Module, earlier: list[cst.CSTNode], node: cst.CSTNode) -> bool:
+    """Whether one of ``earlier`` comes before ``node`` in the module's text (a cell above, a line above)."""
+    ids = {id(n) for n in earlier}
+    todo: list[cst.CSTNode] = [module]
+    while todo:
+        n = todo.pop()
+        if id(n) in ids:
+            return True
+        if n is node:
+            return False
+        todo.extend(reversed(n.children))
+    return False
+
+
+def _nested_defs(node: cst.CSTNode):
+    return matchers.findall(node, matchers.FunctionDef() | matchers.Lambda() | matchers.ClassDef())
 
 
 RULES = (NeuronTrace,)
