@@ -1,5 +1,5 @@
 """A function's own variable spelled like an import is not the import (migrator/scopes.py, used by
-PythonContext.qualname and the engine's dead-import refs; migrator/selfcheck/policy.py _used_names,
+PythonContext.qualname and the engine's dead-import refs; migrator/selfcheck/policy.py _uses,
 used by NM992)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from migrator.scopes import local_names
-from migrator.selfcheck.policy import _used_names
+from migrator.selfcheck.policy import _uses
 
 SOURCE = '''
 from lib import grads, Config, helper, deco, default
@@ -95,8 +95,8 @@ def test_the_statement_walk_finds_what_the_visitor_finds():
     assert local_names(walrus) == {"x", "y"}
 
 
-def test_used_names_skip_function_locals_but_keep_annotations_defaults_and_decorators():
-    used = _used_names(SOURCE)
-    assert {"Config", "default", "deco", "grads"} <= used  # `grads` through `global` in other()
-    assert "grads" not in _used_names("from lib import grads\n\ndef f():\n    grads = []\n    return grads\n")
-    assert "Config" in _used_names("from lib import Config\n\ndef f(c: Config):\n    Config = 1\n    return c\n")
+def test_uses_skip_function_locals_but_keep_annotations_defaults_and_decorators():
+    used = _uses(SOURCE)
+    assert {"Config", "default", "deco", "grads"} <= set(used)  # `grads` through `global` in other()
+    assert "grads" not in _uses("from lib import grads\n\ndef f():\n    grads = []\n    return grads\n")
+    assert "Config" in _uses("from lib import Config\n\ndef f(c: Config):\n    Config = 1\n    return c\n")

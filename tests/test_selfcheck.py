@@ -249,6 +249,31 @@ def test_unused_old_stack_import_is_removed_and_used_one_marked():
     assert again == new
 
 
+def test_an_import_whose_uses_are_all_marked_only_asks_to_be_removed_after_them():
+    """One marker per cause: where every use of the import carries its own marker, the import's marker
+    does not repeat them; a use nothing marks keeps the 'replace' marker."""
+    rules = RuleSet.from_selection(RuleSelection())
+    marked, _ = migrate_text(_src("""
+        import torch_xla.utils.utils as xu
+
+        ports = xu.get_free_tcp_ports()
+    """), "python", rules)
+    lines = marked.splitlines()
+    assert lines[0] == "# TODO(neuron-migrate NM992): Remove this import once the TODOs on `xu` below are done."
+    assert "NM900" in lines[lines.index("ports = xu.get_free_tcp_ports()") - 1]
+    without_nm900 = RuleSet.from_selection(RuleSelection(ignore=("NM900",)))  # nothing marks the use then
+    unmarked, _ = migrate_text(_src("""
+        import torch_xla.utils.utils as xu
+
+        helpers = [xu]
+    """), "python", without_nm900)
+    assert unmarked.splitlines()[0] == ("# TODO(neuron-migrate NM992): Replace `xu` below with native code, "
+                                        "then remove this import.")
+    assert not any("TODO" in ln for ln in unmarked.splitlines()[1:])
+    assert migrate_text(marked, "python", rules)[0] == marked
+    assert migrate_text(unmarked, "python", without_nm900)[0] == unmarked
+
+
 def test_a_marker_stays_above_its_import_when_a_new_import_is_placed_there():
     """The import fix-up inserts new imports where the old one was: a marker about the old import stays
     right above it, so that a second run finds it (it once was added again on every run)."""

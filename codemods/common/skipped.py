@@ -103,7 +103,8 @@ class OldStackImport(Rule):
         transformers_neuronx, neuronx_distributed, ...) stops the script at its first line. After
         the rules ran, such an import that nothing uses any more is removed, like every import the
         edits left unused (a bare `import torch_xla` kept after every `xm.*` use was rewritten); one
-        that is still used gets this marker. Imports
+        that is still used gets this marker: where every use carries a marker of its own, it only
+        says to remove the import once those are done (the uses say what to do). Imports
         guarded by `try: ... except ImportError:` are left alone. `import torch_neuronx` is the
         TorchNeuron plugin itself and is never touched.
     """
@@ -117,7 +118,7 @@ class OldStackImport(Rule):
     """
     after = """
         import torch
-        # TODO(neuron-migrate NM992): Replace `xu` below with native code, then remove this import.
+        # TODO(neuron-migrate NM992): Remove this import once the TODOs on `xu` below are done.
         import torch_xla.utils.utils as xu
 
         device = torch.device("neuron")
@@ -130,6 +131,10 @@ class OldStackImport(Rule):
          names listed are still used below after the migration: rewrite each use with its native
          equivalent (the marker on the use, or `neuron-migrate explain` of its rule, says how), then
          delete the import. Imports nothing uses any more are removed by the migration itself."""),
+        ("Remove this import once the TODOs on {names} below are done.",
+         """The imported module does not exist on TorchNeuron, so the script stops at this import. Every
+         use of the names listed carries a marker saying what to do there; once those are done the
+         import is unused: delete it, or run the migration again, which removes it."""),
     )
 
 

@@ -529,9 +529,10 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     )
 
 
-def _marked(lines: list[str], stmt: ast.stmt) -> bool:
-    """A marker (or an ignore comment) on the statement's lines or in the comments right above it."""
-    end = getattr(stmt, "end_lineno", None) or stmt.lineno
+def marked(lines: list[str], stmt: ast.stmt, end: int | None = None) -> bool:
+    """A marker (or an ignore comment) on the statement's lines (up to line ``end``: the header of a
+    compound statement) or in the comments right above it."""
+    end = end or getattr(stmt, "end_lineno", None) or stmt.lineno
     for ln in range(stmt.lineno, end + 1):
         text = lines[ln - 1] if ln - 1 < len(lines) else ""
         if MARKER_RE.search(text) or ignored_rules(text) is not None:
@@ -550,7 +551,7 @@ def _old_stack(index: int, scan: _Scan, lines: list[str]) -> list[Violation]:
         full = module if name is None or name == "*" else f"{module}.{name}"
         if guarded or not (is_old_stack(module) or is_old_stack(full)):
             continue
-        if _marked(lines, stmt):
+        if marked(lines, stmt):
             continue
         out.append(Violation(OLD_STACK, module, stmt.lineno, index))
     return out

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from migrator.model import DROPPED_RULE, UNPARSABLE
 from migrator.selfcheck.check import (
-    KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, parses,
+    KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, parses,
 )
 
 OLD_IMPORT_RULE = "NM992"
@@ -153,17 +153,22 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     modules = {v.name for v in after if v.kind == OLD_STACK}
     if not modules:
         return False
-    used = _used_names(new)
+    uses = _uses(new)
+    lines = new.splitlines()
     still: dict[tuple[int, str], list[str]] = {}
     for i, info in enumerate(imports):
         if info.module not in modules:
             continue
-        if info.local in used:
+        if info.local in uses:
             still.setdefault((info.statement, info.module), []).append(info.local)
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
-        message = f"Replace {names_listed(names)} below with native code, then remove this import."
+        if all(marked(lines, stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in uses[n]):
+            # each use says what to do already: the import only goes once they are done
+            message = f"Remove this import once the TODOs on {names_listed(names)} below are done."
+        else:
+            message = f"Replace {names_listed(names)} below with native code, then remove this import."
         notes = plan.markers.setdefault(statement, [])
         if (OLD_IMPORT_RULE, message) not in notes:
             notes.append((OLD_IMPORT_RULE, message))
@@ -204,17 +209,19 @@ def names_listed(names: Sequence[str], width: int = 48) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
-def _used_names(text: str) -> set[str]:
-    """Names the module reads as module-level names: a function's own variable spelled like an import
-    (`grads = []` in a function of a module that imports `grads`) is not a use of the import."""
+def _uses(text: str) -> dict[str, list[tuple[ast.stmt, int]]]:
+    """Names the module reads as module-level names, each with its uses (the innermost statement and
+    the line of the use): a function's own variable spelled like an import (`grads = []` in a function
+    of a module that imports `grads`) is not a use of the import."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
-        return set()
-    used: set[str] = set()
+        return {}
+    used: dict[str, list[tuple[ast.stmt, int]]] = {}
 
-    def walk(node: ast.AST, local: frozenset[str]) -> None:
+    def walk(node: ast.AST, local: frozenset[str], stmt: ast.stmt | None) -> None:
         for child in ast.iter_child_nodes(node):
+            inner = child if isinstance(child, ast.stmt) else stmt
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 a = child.args
                 annotations = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
@@ -222,20 +229,23 @@ def _used_names(text: str) -> set[str]:
                 for sub in (*a.defaults, *a.kw_defaults, *annotations,
                             *getattr(child, "decorator_list", ()), getattr(child, "returns", None)):
                     if sub is not None:
-                        walk(ast.Expression(sub), local)  # evaluated in the enclosing scope
-                walk_body(child, local | _function_locals(child))
+                        walk(ast.Expression(sub), local, inner)  # evaluated in the enclosing scope
+                walk_body(child, local | _function_locals(child), inner)
             elif isinstance(child, ast.Name):
-                if child.id not in local:
-                    used.add(child.id)
+                if child.id not in local and stmt is not None:
+                    used.setdefault(child.id, []).append((stmt, child.lineno))
             else:
-                walk(child, local)
+                walk(child, local, inner)
 
-    def walk_body(function: ast.AST, local: frozenset[str]) -> None:
+    def walk_body(function: ast.AST, local: frozenset[str], stmt: ast.stmt | None) -> None:
         body = function.body if isinstance(function.body, list) else [function.body]
-        for stmt in body:
-            walk(ast.Module(body=[stmt], type_ignores=[]) if isinstance(stmt, ast.stmt) else ast.Expression(stmt), local)
+        for sub in body:
+            if isinstance(sub, ast.stmt):
+                walk(ast.Module(body=[sub], type_ignores=[]), local, sub)
+            else:
+                walk(ast.Expression(sub), local, stmt)
 
-    walk(tree, frozenset())
+    walk(tree, frozenset(), None)
     return used
 
 
