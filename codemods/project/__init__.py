@@ -3,7 +3,7 @@ dependency declarations, NM502 hashed requirements, NM503 libraries pinned too l
 pinned too low (``dependencies.py``, requirements files and pyproject.toml); NM505 setup.py
 (``setup_py.py``); NM510 ``optimum-cli export neuron`` / cache commands, NM511
 ``neuron_parallel_compile``, NM512 XLA-only environment variables, NM514
-``NEURON_EXTRACT_GRAPHS_ONLY`` (``shell.py``: launch, Slurm and shell scripts); NM513
+``NEURON_EXTRACT_GRAPHS_ONLY``, NM526 XLA-era container images pulled or run (``shell.py``: launch, Slurm and shell scripts); NM513
 ``NEURON_CC_FLAGS`` in scripts and Dockerfiles (``neuron_cc_flags.py``); NM515 launch flags of the
 training arguments, NM516 ``HF_DEACTIVATE_ASYNC_LOAD``, NM523 ``pip install`` command lines
 (``launch_flags.py``); NM520 the XLA-era base image, NM521 ``ENV``, NM522 ``RUN pip install``

@@ -1,4 +1,4 @@
-"""NM510, NM511, NM512, NM514: launch, Slurm and shell scripts.
+"""NM510, NM511, NM512, NM514, NM526: launch, Slurm and shell scripts.
 
 Shell units are ``.sh``/``.slurm`` files, notebook ``!`` lines and ``%%bash`` cells, and bash fences
 of Markdown documents. Every unit is lexed and parsed once (:mod:`codemods.project.shell_syntax`)
@@ -25,6 +25,7 @@ from codemods.project.shell_plans import (
     rewrite_script,
     word_value,
 )
+from codemods.project.dockerfile import xla_era_image
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
     BF16_VARS, ENV_MARKERS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron, mark_bf16_launch,
@@ -573,4 +574,50 @@ class ExtractGraphsOnly(ShellRule):
             plan.marker(ctx, g, EXTRACT_GRAPHS_MARKER)
 
 
-RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly)
+# ------------------------------------------------------------------------------------------------
+# NM526: XLA-era Deep Learning Container images pulled or run
+
+
+#: a container image reference: registry/name[:tag][@digest], no spaces (a sentence naming an image is not one)
+_IMAGE_REF_RE = re.compile(r"[\w.\-/]+(:[\w.\-]+)?(@[\w:]+)?\Z")
+IMAGE_MARKER = "Use a TorchNeuron image (Neuron SDK 2.33+) here: this XLA-era Neuron container has no native neuron device."
+
+
+class XlaDlcImageCommand(ShellRule):
+    id = "NM526"
+    markers = ((IMAGE_MARKER, """The `pytorch-training-neuronx` / `pytorch-inference-neuronx` Deep Learning
+        Containers of Neuron SDKs before TorchNeuron ship torch-xla and torch-neuronx's XLA backend; the
+        migrated code needs TorchNeuron (torch-neuronx 2.13+, Neuron SDK 2.33+)."""),)
+    title = "XLA-era Neuron Deep Learning Container image pulled, run or named in a shell command"
+    fix = "manual"
+    triggers = ("-neuronx",)
+    why = """
+        NM520 flags the base image of a Dockerfile. Launch scripts, notebooks and READMEs name the
+        same images on the command line: `docker pull <image>`, `docker run ... <image> python
+        train.py`, `docker build --build-arg BASE_IMAGE=<image>`, or a variable (`IMAGE=<image>`)
+        that later commands use. The migrated code needs TorchNeuron, which those images do not
+        have: each command (or assignment) that names an XLA-era image gets a marker.
+    """
+    before = """
+        docker pull 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
+    """
+    after = """
+        # TODO(neuron-migrate NM526): Use a TorchNeuron image (Neuron SDK 2.33+) here: this XLA-era Neuron container has no native neuron device.
+        docker pull 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
+    """
+    caveats = """
+        The image test is NM520's: a tag that names Neuron SDK 2.33 or later, or starts with
+        PyTorch 2.13 or later, is a TorchNeuron image and is not flagged. An image built from
+        variables (`$REGISTRY/pytorch-training-neuronx:$TAG`) is not recognised.
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        for s in u.simples:
+            values = [u.value(i) for i in (*s.assigns, *s.words)]
+            images = [v.split("=", 1)[-1] for v in values if v is not None]
+            if any(_IMAGE_REF_RE.match(v) and xla_era_image(v) for v in images):
+                plan.marker(ctx, s.group, IMAGE_MARKER)
+
+
+RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand)
