@@ -19,8 +19,8 @@ from codemods.project.dependency_policy import _NEURON_HOST
 from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _merge, assignments, deletion_span, plan_for, render
 from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.project.xla_env import (
-    BF16_VARS, ENV_MARKERS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron, mark_bf16_launch,
-    xla_only_reason)
+    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron,
+    mark_bf16_launch, xla_only_reason)
 from migrator.model import fitted
 from migrator.rules import TextRule
 
@@ -360,13 +360,14 @@ class DockerfileEnv(DockerRule):
     markers = ENV_MARKERS
     title = "Dockerfile ENV: XLA-only and optimum-neuron variables removed"
     fix = "mixed"
-    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
+    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES + tuple(MARKED_VARS)
     why = """
         The environment rules of NM512 applied to `ENV` instructions: variables read only by the
         XLA stack (`XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,
         `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `PJRT_DEVICE`, ...) or by optimum-neuron are
         removed; the other variables of the same instruction are kept. An `ENV` left empty is
-        removed.
+        removed. `NEURON_COMPILE_CACHE_URL` is kept with a marker (TorchNeuron's NEFF cache is
+        `TORCH_NEURONX_NEFF_CACHE_DIR`).
     """
     before = """
         ENV XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2
@@ -400,6 +401,8 @@ class DockerfileEnv(DockerRule):
                             detail="; ".join(f"{n}: {xla_only_reason(n)}" for n in names))
         for g, ins, pairs, legacy, editable in _env_instructions(plan, self.id):
             for p in pairs:
+                if p.name in MARKED_VARS:
+                    plan.marker(ctx, g, MARKED_VARS[p.name])
                 reason = xla_only_reason(p.name)
                 if reason is None or not editable:
                     continue

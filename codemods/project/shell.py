@@ -28,8 +28,8 @@ from codemods.project.shell_plans import (
 from codemods.project.dockerfile import xla_era_image
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
-    BF16_VARS, ENV_MARKERS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron, mark_bf16_launch,
-    xla_only_reason)
+    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron,
+    mark_bf16_launch, xla_only_reason)
 from migrator.model import ignored_rules, is_silenced
 
 
@@ -321,7 +321,7 @@ class XlaOnlyEnvironment(ShellRule):
     markers = ENV_MARKERS
     title = "XLA-only and optimum-neuron environment variables removed"
     fix = "mixed"
-    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES
+    triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES + tuple(MARKED_VARS)
     why = """
         `XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,
         `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `XLA_IR_DEBUG`, `XLA_HLO_DEBUG`, `PJRT_DEVICE`,
@@ -336,6 +336,8 @@ class XlaOnlyEnvironment(ShellRule):
         `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` changes the precision of the launch (torch-xla ran
         the float32 model in bf16): a marker in the launcher says that the script must now choose
         bf16 itself (NM415 rewrites the reads of these variables in the scripts it launches).
+        `NEURON_COMPILE_CACHE_URL` (the XLA stack's NEFF cache) is kept with a marker: TorchNeuron's
+        cache directory is `TORCH_NEURONX_NEFF_CACHE_DIR`, a setting a person chooses.
     """
     before = """
         export NEURON_FUSE_SOFTMAX=1 NEURON_RT_NUM_CORES=2
@@ -358,6 +360,8 @@ class XlaOnlyEnvironment(ShellRule):
         removed: dict[str, list[Simple]] = {}
         for s in u.simples:
             for a in plan.assignments(s):
+                if a.name in MARKED_VARS and a.form != "unset":
+                    plan.marker(ctx, s.group, MARKED_VARS[a.name])
                 reason = xla_only_reason(a.name)
                 if reason is None or not plan.editable(self.id, s):
                     continue

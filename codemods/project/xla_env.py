@@ -49,6 +49,13 @@ XLA_ONLY_VARS: dict[str, str] = {
     "NEURON_IGNORE_TRAINING_SCRIPT_ERROR_AND_COMPILE": "neuron_parallel_compile setting (the XLA stack's "
     "ahead-of-time compile)",
 }
+#: variables of the XLA stack that have a TorchNeuron counterpart a person must choose: kept, with a
+#: marker (value: the marker). NEURON_COMPILE_CACHE_URL was the persistent NEFF cache of the XLA stack
+#: (a local path or an S3 URL); TorchNeuron keeps its NEFF cache under TORCH_NEURONX_NEFF_CACHE_DIR.
+MARKED_VARS: dict[str, str] = {
+    "NEURON_COMPILE_CACHE_URL": "Set TORCH_NEURONX_NEFF_CACHE_DIR to keep this NEFF cache: "
+                                "NEURON_COMPILE_CACHE_URL was the XLA stack's.",
+}
 #: the XLA-era precision switches: removing them from a launcher changes the precision of the run
 BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 #: fp16 switches: the same cause as the bf16 ones, left as they are (no rule carries fp16 to the model yet)
@@ -94,6 +101,10 @@ ENV_MARKERS = (
      """These environment variables are read only by the old stack (torch-xla, torch-neuronx's XLA path,
      libneuronxla, optimum-neuron); TorchNeuron ignores them. The report's detail says what each one did;
      the line is not edited automatically (a value built at run time, or an edit another rule made there)."""),
+    *((message, """A variable of the XLA stack with a TorchNeuron counterpart that is not the same setting
+     (NEURON_COMPILE_CACHE_URL: the XLA stack's persistent NEFF cache, a path or an S3 URL; TorchNeuron's
+     NEFF cache directory is TORCH_NEURONX_NEFF_CACHE_DIR, a local directory): it is kept for a person to
+     choose.""") for message in MARKED_VARS.values()),
 )
 #: every variable with this prefix belongs to optimum-neuron
 XLA_ONLY_PREFIXES = ("OPTIMUM_NEURON_",)

@@ -22,7 +22,7 @@ import libcst as cst
 from codemods.common.statements import with_blank_line
 from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_check_message, split_cc_flags
 from codemods.project.launch_env import ENV_FACT, launch_env
-from codemods.project.xla_env import BF16_VARS, xla_only_reason
+from codemods.project.xla_env import BF16_VARS, MARKED_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
 from codemods.xla.env_writes import bf16_on, drop_entry, environment_subscript, mapping_entries, removable, update_statement
 from migrator.model import fitted
@@ -375,7 +375,8 @@ class XlaEnvironmentWrites(PythonRule):
     triggers = ("NEURON_CC_FLAGS", "NEURON_PARALLEL_COMPILE", "NEURON_IGNORE_TRAINING_SCRIPT_ERROR", "XLA_IR_DEBUG",
                 "XLA_HLO_DEBUG", "PJRT_DEVICE", "NEURON_FUSE_SOFTMAX", "XLA_FLAGS", "NEURON_NUM_RECENT_MODELS",
                 "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS",
-                "NEURON_CUSTOM_SILU", "NEURONCORE_NUM_DEVICES", "TPU_NUM_DEVICES", "TPU_CHIPS_PER_HOST_BOUNDS")
+                "NEURON_CUSTOM_SILU", "NEURONCORE_NUM_DEVICES", "TPU_NUM_DEVICES", "TPU_CHIPS_PER_HOST_BOUNDS",
+                *MARKED_VARS)
     why = """
         What the shell rules do to launchers (NM512, NM513), done to the same settings written from
         Python: `os.environ["NEURON_FUSE_SOFTMAX"] = "1"`, `os.environ["PJRT_DEVICE"] = "NEURON"`,
@@ -389,7 +390,9 @@ class XlaEnvironmentWrites(PythonRule):
         a child's environment (`env={**os.environ, ...}`, `dict(os.environ, K=v)`, `env =
         os.environ.copy(); env["K"] = v`, a dict later passed as `env=`), Ray's
         `runtime_env={"env_vars": {...}}`: the entry is removed. A dict with such a key whose use
-        as an environment is not seen gets a marker.
+        as an environment is not seen gets a marker. `NEURON_COMPILE_CACHE_URL` (the XLA stack's
+        NEFF cache) is kept with a marker, in every form: TorchNeuron's cache directory is
+        `TORCH_NEURONX_NEFF_CACHE_DIR`, which a person chooses.
     """
     before = """
         import os
@@ -420,6 +423,9 @@ class XlaEnvironmentWrites(PythonRule):
         if found is None:
             return
         entries, known = found
+        for name in dict.fromkeys(e.name for e in entries if e.name in MARKED_VARS):
+            if known:
+                ctx.marker(node, MARKED_VARS[name])
         mine = [e for e in entries if e.name not in BF16_VARS
                 and (e.name == "NEURON_CC_FLAGS" or xla_only_reason(e.name) is not None)]
         if not mine:
@@ -488,6 +494,9 @@ class XlaEnvironmentWrites(PythonRule):
             return  # NM409: the precision it carried needs a marker of its own
         if name == "NEURON_CC_FLAGS":
             self._cc_flags(small, value, ctx)
+            return
+        if name in MARKED_VARS:
+            ctx.marker(small, MARKED_VARS[name])
             return
         reason = xla_only_reason(name)
         if reason is None:
