@@ -67,6 +67,20 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+#: what names a diffusion export: its task, a flag only the diffusers exporter takes, the model's name
+_DIFFUSION_TASK_RE = re.compile(r"diffusion|text-to-image|image-to-image|inpaint|flux|pixart", re.I)
+_DIFFUSION_FLAGS = frozenset({"--num_images_per_prompt", "--unet", *_EXPORT_MULTI})
+_DIFFUSION_MODEL_RE = re.compile(r"diffusion|flux|sdxl|pixart|sd-turbo|sd_turbo|stable-cascade", re.I)
+
+
+def _diffusion(model: str | None, task: str | None, flags: set[str]) -> bool:
+    """Whether an `optimum-cli export neuron` command exports a diffusers pipeline (its tensor parallelism
+    is diffusers' parallel_config=TensorParallelConfig(...), not Transformers' DistributedConfig)."""
+    if task:
+        return bool(_DIFFUSION_TASK_RE.search(task))
+    return bool(flags & _DIFFUSION_FLAGS) or bool(model and _DIFFUSION_MODEL_RE.search(model))
+
+
 def export_comments(args: list[str], command: str = "optimum-cli export neuron") -> list[str]:
     """Where each flag of a removed `optimum-cli export neuron ARGS` command now lives."""
     flags: list[tuple[str, str | None]] = []
@@ -97,6 +111,7 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
     get = {("--model" if n == "-m" else n): v for n, v in flags}
     out = [f"removed `{command}`: TorchNeuron compiles the model on first use, there is no export step."]
     model, task = get.get("--model"), get.get("--task")
+    diffusion = _diffusion(model, task, {n for n, _ in flags})
     where = f" wherever {positional[-1]} was loaded" if positional else ""
     if model:
         out.append(f"  model: load {model} with from_pretrained(){where}" + (f" (task {task})" if task else ""))
@@ -104,14 +119,17 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
     if shapes:
         text = " ".join(f"{n} {v}" for n, v in shapes)
         seq = get.get("--sequence_length")
-        pad = f' (tokenizer padding="max_length", max_length={seq})' if seq else ""
+        pad = f' (tokenizer padding="max_length", max_length={seq})' if seq and not diffusion else ""
         gen = (f'; generation: cache_implementation="static", max_cache_len={seq}'
-               if seq and task in (None, "text-generation", "text-generation-with-past") else "")
+               if seq and not diffusion and task in (None, "text-generation", "text-generation-with-past") else "")
         out.append(f"  {text}: static shapes -> keep inputs at these shapes{pad}{gen}")
     tp = next(((n, v) for n, v in flags if n in _TP_FLAGS), None)
     if tp:
         n, v = tp
-        if v == "1":
+        if diffusion and v != "1":
+            out.append(f"  {n} {v}: load the denoiser with from_pretrained(..., parallel_config=TensorParallelConfig("
+                       f"tp_degree={v})), launched with torchrun --nproc_per_node={v}")
+        elif v == "1":
             out.append(f'  {n} 1: one NeuronCore -> from_pretrained(..., device_map="neuron")')
         else:
             out.append(f"  {n} {v}: TP_SIZE={v} -> from_pretrained(..., distributed_config=DistributedConfig("
@@ -157,6 +175,8 @@ class OptimumCliCommands(ShellRule):
         itself. `optimum-cli export neuron` commands are removed; a comment above says where each
         flag now lives (static shapes -> input padding and the static cache's `max_cache_len`,
         `--tensor_parallel_size`/`--num_cores` -> `DistributedConfig(tp_size=...)` under torchrun,
+        or, for a diffusers pipeline (its task, a diffusion-only flag or the model's name says so),
+        the denoiser's `parallel_config=TensorParallelConfig(tp_degree=...)`;
         `--auto_cast_type`/`--torch_dtype` -> `dtype=`). `optimum-cli neuron cache ...` (the Hub
         compile cache) is dropped. `optimum-cli neuron consolidate` and `neuron serve` need
         optimum-neuron and are flagged.
