@@ -533,6 +533,18 @@ def _run_once(
     keep = [n is None or n.fix != "applied" or backing.backs(n) for n in finding_notes]
     findings = [f for f, k in zip(findings, keep) if k]
     finding_notes = [n for n, k in zip(finding_notes, keep) if k]
+    if plan.removals and new_source != source:
+        # the old-stack imports the self-check removed (nothing uses them any more): in the diff, so reported
+        if positions is None:
+            positions = Positions(module, source, statements)
+        for i in sorted(plan.removals):
+            info = import_infos[i]
+            stmt = statements_of[info.statement]
+            pos = positions.get(stmt, ctx._known.get(id(stmt), ()))
+            line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
+            findings.append(Finding(line, col, policy.OLD_IMPORT_RULE,
+                                    f"removed the import of {info.module}: nothing uses it after the migration",
+                                    "applied"))
     if plan.dropped or plan.markers:
         dropped_nodes = {id(edits[i].node) for i in plan.dropped}
         findings = [

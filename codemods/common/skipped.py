@@ -96,13 +96,14 @@ class DroppedEdit(Rule):
 class OldStackImport(Rule):
     id = "NM992"
     title = "Old-stack import still used after the migration"
-    fix = "manual"
+    fix = "mixed"
     kinds = ("python", "notebook", "markdown")
     why = """
         An import of a package the TorchNeuron environment does not have (torch_xla, optimum.neuron,
         transformers_neuronx, neuronx_distributed, ...) stops the script at its first line. After
         the rules ran, such an import that nothing uses any more is removed, like every import the
-        edits left unused (a bare `import torch_xla` kept after every `xm.*` use was rewritten); one
+        edits left unused (a bare `import torch_xla` kept after every `xm.*` use was rewritten), and
+        the removal is reported as an applied finding; one
         that is still used gets this marker: where every use carries a marker of its own, it only
         says to remove the import once those are done (the uses say what to do). Imports
         guarded by `try: ... except ImportError:` are left alone. `import torch_neuronx` is the

@@ -67,7 +67,7 @@ def selfcheck_sentence(run: RunResult) -> str | None:
         for finding in f.findings:
             if is_unparsable(finding):
                 unparsable += 1
-            elif finding.rule in counts:
+            elif finding.rule in counts and finding.fix == "manual":  # not NM992's removals of unused imports
                 counts[finding.rule] += 1
     parts = []
     if unparsable:
