@@ -336,3 +336,14 @@ def test_hf_cli_table_matches_the_pinned_huggingface_hub():
         assert out.returncode == 0, (new, out.stderr)
         for option in HF_OPTIONS[old]:
             assert option in out.stdout, (new, option)
+
+
+def test_sft_dataset_kwargs_other_than_skip_prepare_dataset_are_ignored(tmp_path):
+    """What NM613's dataset_kwargs marker says: TRL 1.16 tokenizes the same with add_special_tokens=False
+    in dataset_kwargs as without it (TRL 0.x's preparation passed it to the tokenizer)."""
+    plain = _sft(tmp_path / "plain", max_length=32).train_dataset["input_ids"]
+    asked = _sft(tmp_path / "asked", max_length=32,
+                 dataset_kwargs={"add_special_tokens": False}).train_dataset["input_ids"]
+    assert asked == plain
+    without = [_tokenizer()(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+    assert plain != without  # the key would have changed the tokens had it been read

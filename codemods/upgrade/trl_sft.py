@@ -19,6 +19,7 @@ import libcst as cst
 from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, keywords, line_prefix, literal, quote_of, statement_indent
 from codemods.upgrade.base import owned_elsewhere, rewrite_call, target_of
 from codemods.upgrade.data import data
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 
@@ -39,6 +40,10 @@ PARSED_COMMENT = ("# TRL 0.x defaults for what the command line (or a --config f
                   "(TRL 1.16 turns them on)")
 PARSED_MARKER = "Call set_defaults(gradient_checkpointing=False, bf16=False) on the parser first: TRL 1.16 turns both on."
 FILE_MARKER = "Set gradient_checkpointing and bf16 to false in this config unless it sets them: TRL 1.16 turns both on."
+DATASET_KWARGS_MARKER = "Apply {keys} in your own dataset preparation: TRL 1.16 reads only skip_prepare_dataset here."
+DATASET_KWARGS_SHORT = "Apply the dataset_kwargs keys other than skip_prepare_dataset yourself: TRL 1.16 ignores them."
+#: the dataset_kwargs key TRL 1.16 reads
+DATASET_KWARGS_READ = ("skip_prepare_dataset",)
 SFT_MARKERS = (
     (PACKING_UNDECIDED,
      """How packing packs changed across TRL releases: TRL <= 0.18 packed fixed-length blocks (TRL 1.16:
@@ -51,6 +56,10 @@ SFT_MARKERS = (
     (FILE_MARKER,
      """TRL 1.16's SFTConfig defaults gradient_checkpointing and bf16 to True (TRL 0.x: False); this config
      file is read into one and does not set them."""),
+    (DATASET_KWARGS_MARKER,
+     """TRL 0.x's SFTTrainer passed dataset_kwargs on to its dataset preparation (add_special_tokens,
+     append_concat_token); TRL 1.16 reads only skip_prepare_dataset from it and ignores the other keys
+     without an error: tokenize with those settings yourself (or in a formatting function)."""),
     ("Pass {keywords} to the SFTConfig given as args=: SFTTrainer no longer takes them.",
      """TRL 1.x moved these SFTTrainer arguments to SFTConfig; max_seq_length= is max_length= there."""),
 )
@@ -126,7 +135,9 @@ class SftUpgrade(PythonRule):
         reads; the old one is its deprecated alias); `formatting_func` is called
         per example, so a batched one (returning a list) is wrapped. Keywords the old SFTTrainer
         took itself (`max_seq_length`, `dataset_text_field`, `packing`) get a marker: they are
-        SFTConfig fields now.
+        SFTConfig fields now. A literal `dataset_kwargs` with keys other than `skip_prepare_dataset`
+        (`add_special_tokens`, `append_concat_token`: TRL 0.x's dataset preparation read them) gets a
+        marker: TRL 1.16 ignores them.
     """
     before = """
         from trl import SFTConfig
@@ -220,10 +231,28 @@ class SftUpgrade(PythonRule):
         elif target == SFT_TRAINER:
             self._trainer(node, ctx)
 
+    def _dataset_kwargs(self, kw: dict, ctx: PythonContext) -> None:
+        """A literal ``dataset_kwargs`` with keys TRL 1.16 ignores (it reads only skip_prepare_dataset)."""
+        arg = kw.get("dataset_kwargs")
+        if arg is None:
+            return
+        value = arg.value
+        if isinstance(value, cst.Dict):
+            keys = [el.key.evaluated_value for el in value.elements
+                    if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString)]
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+            keys = [a.keyword.value for a in value.args if a.keyword is not None]
+        else:
+            return
+        ignored = [k for k in keys if k not in DATASET_KWARGS_READ]
+        if ignored:
+            ctx.marker(arg, fitted(DATASET_KWARGS_MARKER.format(keys=", ".join(ignored)), DATASET_KWARGS_SHORT))
+
     def _config(self, node: cst.Call, ctx: PythonContext) -> None:
         if any(a.star == "**" for a in node.args):
             return
         kw = keywords(node)
+        self._dataset_kwargs(kw, ctx)
         plan = ArgPlan()
         q = quote_of(node)
         if ("packing" in kw and literal(kw["packing"].value) is not False and "packing_strategy" not in kw
@@ -261,6 +290,7 @@ class SftUpgrade(PythonRule):
 
     def _trainer(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)
+        self._dataset_kwargs(kw, ctx)
         change = data().method_change(f"{SFT_TRAINER}.__init__")
         if change is not None and not owned_elsewhere(ctx, node.func, self.id):  # NM202 moves them for its trainers
             gone = [k for k in kw if k in {p[0] for p in change["old"]} and api().accepts(SFT_TRAINER, k) is False
