@@ -60,7 +60,7 @@ class DroppedEdit(Rule):
             trainer = NeuronSFTTrainer(model, args=args, train_dataset=dataset, max_seq_length=512)
     """
     after = """
-        # TODO(neuron-migrate NM992): Replace `NeuronSFTTrainer` below with native code, then remove this import.
+        # TODO(neuron-migrate NM992): Remove this import once the TODOs on `NeuronSFTTrainer` below are done.
         from optimum.neuron import NeuronSFTTrainer
 
         def train(model, dataset, args):

@@ -495,7 +495,7 @@ class XlaShardingWrappers(_XlaRule):
     """
     after = """
         import torch
-        # TODO(neuron-migrate NM992): Replace `FSDP` below with native code, then remove this import.
+        # TODO(neuron-migrate NM992): Remove this import once the TODOs on `FSDP` below are done.
         from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
 
         # TODO(neuron-migrate NM413): Rewrite this XlaFullyShardedDataParallel call by hand: use FSDP2 fully_shard on each block, then on the model.

@@ -339,7 +339,7 @@ class NxdBuildingBlocks(_XlaRule):
         tp = parallel_state.get_tensor_model_parallel_size()
     """
     after = """
-        # TODO(neuron-migrate NM992): Replace `parallel_state` below with native code, then remove this import.
+        # TODO(neuron-migrate NM992): Remove this import once the TODOs on `parallel_state` below are done.
         from neuronx_distributed.parallel_layers import parallel_state
 
         # TODO(neuron-migrate NM414): Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them.
