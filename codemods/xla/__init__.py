@@ -4,8 +4,8 @@ graph cuts (``mark_step``), NM403 ``optimizer_step``, NM404 ordinal and world-si
 master-only printing, saving and rendezvous, NM406 the ``xla`` process-group backend (``core.py``);
 NM407 device loaders, NM408 ``xmp.spawn``, NM409 XLA autocast, syncfree optimizers and metrics
 (``data.py``); NM410 ``torch_neuronx.trace`` (``torch_neuronx.py``); NM411 transformers-neuronx
-sampling models (``transformers_neuronx.py``); NM412 collectives, NM413 XLA FSDP / ZeRO
-(``collectives.py``); NM414 neuronx-distributed (``neuronx_distributed.py``); NM415 the XLA
+sampling models (``transformers_neuronx.py``); NM412 collectives, NM413 XLA FSDP / ZeRO, NM417
+collectives whose async handle is dropped (``collectives.py``); NM414 neuronx-distributed (``neuronx_distributed.py``); NM415 the XLA
 bf16 switches read in Python, NM416 XLA-era variables written from Python (``environment.py``); NM420 availability gates that test for
 the old stack (``gates.py``). ``base.py`` holds
 the helpers these rules share."""

@@ -1,4 +1,4 @@
-"""NM412-NM413: torch-xla collectives and sharding wrappers -> ``torch.distributed``.
+"""NM412-NM413, NM417: torch-xla collectives and sharding wrappers -> ``torch.distributed``.
 
 * NM412 ``xm.all_reduce`` / ``xm.all_gather`` / ``xm.mesh_reduce`` -> ``dist.all_reduce`` /
   ``dist.all_gather`` + ``torch.cat`` / ``dist.all_gather_object`` + the reduce function, as
@@ -7,6 +7,9 @@
 * NM413 ``XlaFullyShardedDataParallel`` and torch-xla's ``ZeroRedundancyOptimizer`` get a
   marker naming FSDP2 ``fully_shard`` / ``DistributedConfig(fsdp_size=...)`` /
   ``torch.distributed.optim.ZeroRedundancyOptimizer`` (owned, so NM900 does not flag them twice).
+* NM417 ``torch.distributed`` collectives called with ``async_op=True`` whose handle is dropped: the
+  XLA process group ran them in the lazy graph (the next read saw the result); eagerly the next read
+  may not, so ``async_op=True`` goes.
 
 Facts and signatures: torch-xla 2.8 ``torch_xla/core/xla_model.py`` (source-apis §4.1, §4.2).
 Shared spelling helpers (``dist``, ranks, imports) come from :mod:`codemods.xla.core`.
@@ -35,7 +38,9 @@ from codemods.xla.base import (
     _torch,
     _world_size,
 )
-from migrator.rules import PythonContext
+from codemods.common.arg_plan import ArgPlan, keywords, literal
+from codemods.upgrade.base import rewrite_call
+from migrator.rules import PythonContext, PythonRule
 
 #: torch-xla reduce types -> torch.distributed.ReduceOp members
 REDUCE_OPS = {
@@ -513,4 +518,65 @@ class XlaShardingWrappers(_XlaRule):
         return "use FSDP2 fully_shard on each block, then on the model"
 
 
-RULES = (XlaCollectives, XlaShardingWrappers)
+#: the torch.distributed collectives that take async_op=
+ASYNC_COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
+    "reduce", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier"))
+
+
+class DroppedCollectiveHandles(PythonRule):
+    id = "NM417"
+    title = "torch.distributed collectives with async_op=True whose handle is dropped -> synchronous"
+    fix = "applied"
+    triggers = ("async_op",)
+    why = """
+        Code written for torch-xla often calls `torch.distributed.all_reduce(t, group=g,
+        async_op=True)` as a statement of its own and reads `t` next. On the XLA process group
+        the collective was recorded in the lazy graph like any other op, so the next read saw
+        the reduced value whatever `async_op` said. On an eager backend (TorchNeuron, gloo, nccl)
+        the call returns a work handle at once and the tensor is complete only after
+        `handle.wait()`: dropping the handle reads the tensor before the collective finished
+        (checked with torchrun and gloo: the stale value). In a module that imports torch_xla, such
+        a call whose handle is dropped loses `async_op=True` and runs synchronously, as it did.
+    """
+    before = """
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        def _reduce(input_, group):
+            torch.distributed.all_reduce(input_, group=group, async_op=True)
+            return input_
+    """
+    after = """
+        import torch
+
+        def _reduce(input_, group):
+            torch.distributed.all_reduce(input_, group=group)
+            return input_
+    """
+    caveats = """
+        Only a call whose value is dropped (a statement of its own) is changed: a kept handle is
+        the code's own (it waits on it). `async_op=` given a value other than the literal `True`
+        is left alone.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if ctx.qualname(node.func) not in ASYNC_COLLECTIVES or not _imports_torch_xla(ctx):
+            return
+        arg = keywords(node).get("async_op")
+        if arg is None or literal(arg.value) is not True or _expression_statement(ctx, node) is None:
+            return
+        rewrite_call(ctx, node, ArgPlan(drop={"async_op"}))
+        ctx.finding(arg, f"async_op=True dropped from {ctx.qualname(node.func).rsplit('.', 1)[1]}(...): its handle "
+                         "was never waited on (the XLA process group ran it in the graph, in order)")
+
+
+def _imports_torch_xla(ctx: PythonContext) -> bool:
+    """Whether the unit imports torch_xla (its collectives ran on the XLA process group)."""
+    return any(b.qualified == "torch_xla" or b.qualified.startswith("torch_xla.") for b in ctx.imports.all_bindings())
+
+
+RULES = (XlaCollectives, XlaShardingWrappers, DroppedCollectiveHandles)
