@@ -350,7 +350,9 @@ class NeuronTrace(_XlaRule):
                               "trace's compiler_args=")
         if args_value is not None and _tokens(args_value) is not None and not _no_auto_cast(args_value) \
                 and not any(t.startswith(PRECISION_OPTIONS) for t in _tokens(args_value)):
-            ctx.marker(call, "Drop the trace's neuronx-cc options unless TorchNeuron needs them: torch.compile takes none.",
+            flags = " ".join(_tokens(args_value))
+            ctx.marker(call, fitted(f"Check whether TorchNeuron still needs `{flags}`: torch.compile takes no compiler options.",
+                                    "Check whether TorchNeuron still needs the trace's neuronx-cc options: torch.compile takes none."),
                        detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
                               "trace, none of them a precision option; torch.compile(backend=\"neuron\") takes no "
                               "compiler options")
