@@ -242,3 +242,32 @@ def test_a_compiled_model_shares_its_module_unless_built_from_a_copy():
     model.to(torch.float64)  # what `model.cpu()` / `.half()` after the trace does to the compiled model
     assert shared._orig_mod.weight.dtype == torch.float64
     assert own._orig_mod.weight.dtype == torch.float32
+
+
+def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path):
+    """NM410 writes torch.compile without fullgraph=True: a traced model with a data-dependent step (a
+    graph break for dynamo; the trace had recorded it as a constant) runs, where fullgraph=True fails."""
+    torch = pytest.importorskip("torch")
+    from migrator.engine import RuleSelection, RuleSet, migrate_text
+
+    source = (
+        "import torch\nimport torch_neuronx\n\n\n"
+        "class Scale(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        y = x * 2\n"
+        "        torch._dynamo.graph_break()  # what dynamo cannot capture (a data-dependent shape, say)\n"
+        "        return y\n\n\n"
+        "example = torch.ones(2, 3)\n"
+        "traced = torch_neuronx.trace(Scale(), example)\n"
+        "out = traced(example)\n"
+    )
+    migrated, _ = migrate_text(source, "python", RuleSet.from_selection(RuleSelection()))
+    assert "fullgraph" not in migrated and "torch.compile(" in migrated
+    runnable = migrated.replace('"neuron"', '"cpu"').replace('backend="cpu"', 'backend="eager"')
+    scope: dict = {}
+    exec(compile(runnable, "migrated.py", "exec"), scope)
+    assert torch.equal(scope["out"].cpu(), torch.full((2, 3), 2.0))
+    torch._dynamo.reset()  # the frame compiled above (with its break) is not reused
+    strict = torch.compile(scope["Scale"](), backend="eager", fullgraph=True, dynamic=False)
+    with pytest.raises(Exception, match="(?i)graph.break"):
+        strict(torch.ones(2, 3))

@@ -38,6 +38,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from codemods.project.dependency_policy import (
+    is_old_stack_distribution,
     _below,
     _decide,
     _decide_all,
@@ -128,6 +129,16 @@ def _simulate(lines: list[str], ops: Iterable[_Op]) -> str:
             out.append(lines[i])
             i += 1
     return "\n".join(out) + "\n"
+
+
+def _old_stack_project(text: str) -> bool:
+    """A pyproject.toml whose ``[project] name`` (or ``[tool.poetry] name``) is an old-stack distribution."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    names = [doc.get("project", {}).get("name"), doc.get("tool", {}).get("poetry", {}).get("name")]
+    return any(isinstance(n, str) and is_old_stack_distribution(n) for n in names)
 
 
 def _toml_ok(text: str) -> bool:
@@ -836,6 +847,8 @@ class _DependencyRule(TextRule):
     project_probes = USES_PROBES
 
     def apply(self, ctx: TextContext) -> None:
+        if ctx.kind == "pyproject" and _old_stack_project(ctx.text):
+            return  # the old stack's own packaging (neuronx-distributed's pyproject): not a user's dependencies
         included = included_packages(getattr(ctx, "path", None), ctx.text) if ctx.kind == "requirements" else frozenset()
         for op in _plan(ctx.text, ctx.kind, included, ctx.facts):
             if op.rule != self.id:

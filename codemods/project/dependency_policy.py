@@ -117,6 +117,16 @@ _NEURON_NAMES = frozenset(
      "neuronx-distributed", "neuronx-distributed-training", "neuronx-distributed-inference"}
 )
 
+#: the distributions of the old stack: a project that is one of them (its own setup.py / pyproject names it)
+#: is the old stack's own packaging, whose dependencies are not a user's to migrate
+OLD_STACK_DISTRIBUTIONS = _NEURON_NAMES | _XLA_RUNTIME | {"optimum-neuron", "torch-neuron"}
+
+
+def is_old_stack_distribution(name: str) -> bool:
+    """Whether a project name (``name=`` of setup(), ``[project] name``) is an old-stack distribution."""
+    return re.sub(r"[-_.]+", "-", name.strip().lower()) in OLD_STACK_DISTRIBUTIONS
+
+
 #: old-stack packages the migration rewrites only in part (NxD layers, NxD Inference models get markers):
 #: a requirement of one of them stays while the migrated code imports it (the ``left:`` fact of the
 #: package, or of the other one: NxD Inference depends on NxD)

@@ -11,6 +11,7 @@ import libcst as cst
 from packaging.utils import canonicalize_name
 
 from codemods.project.dependency_policy import (
+    is_old_stack_distribution,
     MINIMUMS,
     TORCH_MARKER,
     TORCHNEURON_MARKER,
@@ -102,7 +103,8 @@ class SetupPyDependencies(PythonRule):
         )
     """
     caveats = """
-        Lists that are not literals (`install_requires=REQUIRES`, a comprehension, a function call) get a
+        The setup.py of an old-stack distribution itself (`setup(name="neuronx-distributed")`) is left
+        alone: its dependencies are the old stack's own. Lists that are not literals (`install_requires=REQUIRES`, a comprehension, a function call) get a
         marker when the file names the old stack; a module-level `NAME = [...]` list passed by name is
         migrated in place. Prefixed or triple-quoted strings are not rewritten. Markers go above the
         `setup(...)` statement (a comment cannot be placed inside the call safely).
@@ -136,6 +138,9 @@ class SetupPyDependencies(PythonRule):
             return
         if ctx.qualname(node.func) not in SETUP:
             return
+        own = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "name"), None)
+        if isinstance(own, cst.SimpleString) and is_old_stack_distribution(str(own.evaluated_value)):
+            return  # the old stack's own packaging (setup(name="neuronx-distributed")): not a user's dependencies
         code = ctx.module.code_for_node
         # (group, the list node, its elements)
         lists: list[tuple[str, cst.BaseExpression]] = []

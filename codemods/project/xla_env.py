@@ -39,7 +39,6 @@ XLA_ONLY_VARS: dict[str, str] = {
     "NEURONCORE_NUM_DEVICES": "torch-xla device count on Neuron (torchrun --nproc-per-node sets it now)",
     "TPU_NUM_DEVICES": "torch-xla device count (torchrun --nproc-per-node sets it now)",
     "TPU_CHIPS_PER_HOST_BOUNDS": "torch-xla PJRT topology setting",
-    "NEURON_PLATFORM_TARGET_OVERRIDE": "optimum-neuron export target",
     "OPTIMUM_DISABLE_ARGUMENT_PATCH": "optimum-neuron setting",
     "OPTIMUM_DISABLE_STRICT_MODE": "optimum-neuron setting",
     "DISABLE_TRANSFORMERS_PATCHING": "optimum-neuron setting",
@@ -55,6 +54,17 @@ XLA_ONLY_VARS: dict[str, str] = {
 MARKED_VARS: dict[str, str] = {
     "NEURON_COMPILE_CACHE_URL": "Set TORCH_NEURONX_NEFF_CACHE_DIR to keep this NEFF cache: "
                                 "NEURON_COMPILE_CACHE_URL was the XLA stack's.",
+    "NEURON_PLATFORM_TARGET_OVERRIDE": "Check that TorchNeuron's compiler reads NEURON_PLATFORM_TARGET_OVERRIDE "
+                                       "before relying on it to pick the target.",
+}
+#: the long forms of the MARKED_VARS markers (``explain``)
+_MARKED_WHY = {
+    "NEURON_COMPILE_CACHE_URL": """The XLA stack's persistent NEFF cache (a path or an S3 URL); TorchNeuron's NEFF
+     cache directory is TORCH_NEURONX_NEFF_CACHE_DIR, a local directory: the setting is kept for a person to
+     choose.""",
+    "NEURON_PLATFORM_TARGET_OVERRIDE": """Made the XLA stack (and optimum-neuron's export) compile for another
+     instance type (trn1, trn2, inf2) than the host's; whether TorchNeuron's compile path reads it is not
+     established, so it is kept.""",
 }
 #: the XLA-era precision switches: removing them from a launcher changes the precision of the run
 BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
@@ -101,10 +111,7 @@ ENV_MARKERS = (
      """These environment variables are read only by the old stack (torch-xla, torch-neuronx's XLA path,
      libneuronxla, optimum-neuron); TorchNeuron ignores them. The report's detail says what each one did;
      the line is not edited automatically (a value built at run time, or an edit another rule made there)."""),
-    *((message, """A variable of the XLA stack with a TorchNeuron counterpart that is not the same setting
-     (NEURON_COMPILE_CACHE_URL: the XLA stack's persistent NEFF cache, a path or an S3 URL; TorchNeuron's
-     NEFF cache directory is TORCH_NEURONX_NEFF_CACHE_DIR, a local directory): it is kept for a person to
-     choose.""") for message in MARKED_VARS.values()),
+    *((message, _MARKED_WHY[name]) for name, message in MARKED_VARS.items()),
 )
 #: every variable with this prefix belongs to optimum-neuron
 XLA_ONLY_PREFIXES = ("OPTIMUM_NEURON_",)

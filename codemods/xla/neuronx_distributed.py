@@ -269,7 +269,9 @@ _SHORT_NATIVE = {
 
 
 #: the layers whose keyword, set to True, makes their output whole (gathered) on every rank
-_GATHERED = {"ColumnParallelLinear": "gather_output", "ParallelEmbedding": "shard_across_embedding"}
+#: layers whose output is whole on every rank when this keyword is True: (keyword, NxD's default for it;
+#: neuronx_distributed/parallel_layers/layers.py: ColumnParallelLinear gathers unless told not to)
+_GATHERED = {"ColumnParallelLinear": ("gather_output", True), "ParallelEmbedding": ("shard_across_embedding", False)}
 
 
 MOVE_MARKER = "Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them."
@@ -397,9 +399,10 @@ class NxdBuildingBlocks(_XlaRule):
             return
         last = qual.rsplit(".", 1)[-1]
         gathered = _GATHERED.get(last)
-        if gathered and call is not None and any(
-                a.keyword is not None and a.keyword.value == gathered and isinstance(a.value, cst.Name)
-                and a.value.value == "True" for a in call.args):
+        given = None if gathered is None or call is None else next(
+            (a.value for a in call.args if a.keyword is not None and a.keyword.value == gathered[0]), None)
+        if gathered and call is not None and (
+                (isinstance(given, cst.Name) and given.value == "True") or (given is None and gathered[1])):
             # the layer's output is whole on every rank: the plan must replicate it too
             ctx.marker(node, f"Replace {last} with an nn.{'Linear' if 'Linear' in last else 'Embedding'} sharded by "
                              "ColwiseParallel(output_layouts=Replicate()).", detail=detail)

@@ -65,7 +65,7 @@ ARTIFACT_NOTE = (
     "torch.save(module.state_dict(), path)), "
     "and the script that loaded the artifact loads that (from_pretrained; any other module: build it, then "
     "load_state_dict(torch.load(path))) and compiles it again with torch.compile(model.to(\"neuron\").eval(), "
-    "backend=\"neuron\", fullgraph=True, dynamic=False)"
+    "backend=\"neuron\", dynamic=False)"
 )
 TRACE_KEYWORDS = ("input_output_aliases", "compiler_workdir", "compiler_args", "partitioner_config",
                   "inline_weights_to_neff", "cpu_backend", "state")
@@ -134,15 +134,18 @@ class NeuronTrace(_XlaRule):
                       SAVED_PRETRAINED: (MIGRATED_SAVES[0],), SAVED_STATE: (MIGRATED_SAVES[1],)}
     owns = (f"{NX}.trace", *MANUAL)
     natives = {
-        f"{NX}.trace": 'torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)',
+        f"{NX}.trace": 'torch.compile(model.to("neuron").eval(), backend="neuron", dynamic=False)',
         **{k: "see the marker" for k in MANUAL},
     }
     why = """
         `torch_neuronx.trace(model, example_inputs, compiler_args=...)` compiled the model ahead
         of time for the shapes of `example_inputs`. On TorchNeuron the model itself runs on the
         `neuron` device and `torch.compile(..., backend="neuron")` compiles it at the first call,
-        once per input shape: `fullgraph=True` keeps the single graph that tracing required and
-        `dynamic=False` the static shapes. The example inputs are not needed to compile any more;
+        once per input shape, `dynamic=False` keeping the static shapes of the trace. No
+        `fullgraph=True`: tracing recorded a model's data-dependent values as constants, dynamo does
+        not (Perceiver's preprocessor reshapes by `np.prod` of a shape: "Could not guard on
+        data-dependent expression" under fullgraph), and a graph break runs eagerly instead of failing.
+        The example inputs are not needed to compile any more;
         their shapes become the shapes to pad real inputs to (a marker says so), and the compiled
         model takes and returns tensors on the `neuron` device, where the traced one took CPU
         tensors: where the compiled model is called in the scope that traced it
@@ -151,7 +154,7 @@ class NeuronTrace(_XlaRule):
         saved or deleted there). `compiler_args` are neuronx-cc options that `torch.compile` does not
         take: `--auto-cast none` alone is what the native model does; other precision options get a
         marker to express them as the model's dtype or `torch.autocast`, and options that choose no
-        precision (`--model-type`, `-O2`) one to drop them unless TorchNeuron needs them. The trace
+        precision (`--model-type`, `-O2`) one naming them, to check whether TorchNeuron still needs them. The trace
         created its `compiler_workdir`; code that writes into it next would fail, so a pure path
         expression gets `os.makedirs(path, exist_ok=True)` after the compile. Compile is lazy: a traced
         model the scope only saves (never calls) gets one warm-up call under `torch.no_grad()` with
@@ -212,7 +215,7 @@ class NeuronTrace(_XlaRule):
 
         example = torch.rand(1, 3, 224, 224)
         # TODO(neuron-migrate NM410): Pad the inputs to the shapes of `example` to avoid a compile per input shape.
-        neuron_model = torch.compile(model.to("neuron").eval(), backend="neuron", fullgraph=True, dynamic=False)
+        neuron_model = torch.compile(model.to("neuron").eval(), backend="neuron", dynamic=False)
         logits = neuron_model(images.to("neuron"))
     """
     caveats = """
@@ -278,7 +281,7 @@ class NeuronTrace(_XlaRule):
                 model = model.func.value  # model.eval() -> model.to("neuron").eval()
             module = f"{copy}({_code(model)})" if copy else _code(_atomic(model))
             return _expr(f"{torch}.compile({module}.to({q}neuron{q}).eval(), "
-                         f"backend={q}neuron{q}, fullgraph=True, dynamic=False)")
+                         f"backend={q}neuron{q}, dynamic=False)")
 
         ctx.replace(call, build)
         ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
@@ -594,7 +597,7 @@ class NeuronTrace(_XlaRule):
         model = (f"getattr({transformers}, {transformers}.AutoConfig.from_pretrained({p}).architectures[0])"
                  f".from_pretrained({p})")
         ctx.replace(call, _expr(f"{torch}.compile({model}.to({q}neuron{q}).eval(), backend={q}neuron{q}, "
-                                "fullgraph=True, dynamic=False)"))
+                                "dynamic=False)"))
         ctx.finding(call, f"torch.jit.load({p}) -> the Transformers model the tracing script saves there with "
                           "save_pretrained (its class from config.json), compiled with torch.compile")
         if _in_model_fn(ctx):
@@ -629,7 +632,7 @@ class NeuronTrace(_XlaRule):
         ctx.insert_after(line, [
             cst.parse_statement(f"{target}.load_state_dict({torch}.load({p}))\n"),
             cst.parse_statement(f"{target} = {torch}.compile({target}.to({q}neuron{q}).eval(), backend={q}neuron{q}, "
-                                "fullgraph=True, dynamic=False)\n"),
+                                "dynamic=False)\n"),
         ])
         ctx.finding(call, f"torch.jit.load({p}) -> {built} with the state dict the migrated save writes at {p} "
                           "(load_state_dict(torch.load(...))), compiled with torch.compile")
