@@ -146,7 +146,8 @@ class NeuronTrace(_XlaRule):
         not (Perceiver's preprocessor reshapes by `np.prod` of a shape: "Could not guard on
         data-dependent expression" under fullgraph), and a graph break runs eagerly instead of failing.
         The example inputs are not needed to compile any more;
-        their shapes become the shapes to pad real inputs to (a marker says so), and the compiled
+        their shapes become the shapes to pad real inputs to (a marker says so, unless the compiled
+        model never leaves its scope and every call there takes the example itself), and the compiled
         model takes and returns tensors on the `neuron` device, where the traced one took CPU
         tensors: where the compiled model is called in the scope that traced it
         (`neuron_model(x)`), its inputs are moved with `.to("neuron")`, and a marker asks to move the
@@ -326,7 +327,10 @@ class NeuronTrace(_XlaRule):
         else:
             ctx.marker(call, f"Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
-        if sliced:
+        if example is not None and target is not None and _stays_here(scope_of(ctx), target) \
+                and _example_calls_only(scope_of(ctx), target, example.value):
+            pass  # every call takes the example itself: one shape, nothing to pad
+        elif sliced:
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
                        detail="torch.compile compiles once per input shape; the example given to the trace here is a "
                               "slice of a batch, so pad the real inputs to the batch shape you run, not to the example.")
@@ -1050,6 +1054,21 @@ def _stays_here(scope: cst.CSTNode, name: str) -> bool:
                     rf"(?<![\w.]){re.escape(name)}\b", cst.Module([]).code_for_node(n)):
                 return False
     return None not in set(_uses(_code(scope), name))
+
+
+def _example_calls_only(scope: cst.CSTNode, name: str, example: cst.BaseExpression) -> bool:
+    """Whether the model ``name`` is called in ``scope``, always with the trace's example inputs themselves
+    (``name(example)``, ``name(*example)``, ``name(a, b)`` for ``(a, b)``): it only ever sees their shapes."""
+    parts = [el.value for el in example.elements] if isinstance(example, cst.Tuple) and example.elements else [example]
+    want = [_code(p) for p in parts]
+    calls = [c for c in _calls(scope) if isinstance(c.func, cst.Name) and c.func.value == name]
+    for c in calls:
+        if any(a.keyword is not None or a.star == "**" for a in c.args):
+            return False
+        given = [("*" if a.star == "*" else "") + _code(a.value) for a in c.args]
+        if given != want and not (isinstance(example, cst.Name) and given == [f"*{example.value}"]):
+            return False
+    return bool(calls)
 
 
 def _first(module: cst.Module, earlier: list[cst.CSTNode], node: cst.CSTNode) -> bool:
