@@ -533,16 +533,20 @@ def _run_once(
     keep = [n is None or n.fix != "applied" or backing.backs(n) for n in finding_notes]
     findings = [f for f, k in zip(findings, keep) if k]
     finding_notes = [n for n, k in zip(finding_notes, keep) if k]
-    if plan.removals and new_source != source:
-        # the old-stack imports the self-check removed (nothing uses them any more): in the diff, so reported
+    def where(index: int) -> tuple[int, int]:
+        """Line and column (1-based) of statement ``index`` in the source."""
+        nonlocal positions
         if positions is None:
             positions = Positions(module, source, statements)
+        stmt = statements_of[index]
+        pos = positions.get(stmt, ctx._known.get(id(stmt), ()))
+        return (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
+
+    if plan.removals and new_source != source:
+        # the old-stack imports the self-check removed (nothing uses them any more): in the diff, so reported
         for i in sorted(plan.removals):
             info = import_infos[i]
-            stmt = statements_of[info.statement]
-            pos = positions.get(stmt, ctx._known.get(id(stmt), ()))
-            line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
-            findings.append(Finding(line, col, policy.OLD_IMPORT_RULE,
+            findings.append(Finding(*where(info.statement), policy.OLD_IMPORT_RULE,
                                     f"removed the import of {info.module}: nothing uses it after the migration",
                                     "applied"))
     if plan.dropped or plan.markers:
@@ -551,12 +555,9 @@ def _run_once(
             f for f, n in zip(findings, finding_notes)
             if n is None or n.fix != "applied" or not _inside(n, dropped_nodes)
         ]
-        if positions is None:
-            positions = Positions(module, source, statements)
         for index, notes_ in plan.markers.items():
             stmt = statements_of[index]
-            pos = positions.get(stmt, ctx._known.get(id(stmt), ()))
-            line, col = (pos.start.line, pos.start.column + 1) if pos is not None else (1, 1)
+            line, col = where(index)
             for rule, message in notes_:
                 if not _marked_above(module, stmt, marker_text(rule, message), ctx._known.get(id(stmt), ())):
                     # else found by the marker scan

@@ -1,5 +1,5 @@
-"""Helpers shared by the training rules (NM2xx/NM3xx): editing the keyword arguments of a call
-while keeping its layout, and reading simple literals. No rules here."""
+"""Helpers shared by the rules that edit calls (training NM2xx/NM3xx, upgrades NM6xx, the torch-xla era):
+editing the keyword arguments of a call while keeping its layout, and reading simple literals. No rules here."""
 
 from __future__ import annotations
 
@@ -192,6 +192,16 @@ def explode(call: cst.Call, indent: str, step: str) -> cst.Call:
             first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(step)
         ),
     )
+
+
+def rewrite_call(ctx: PythonContext, call: cst.Call, plan: ArgPlan) -> None:
+    """Apply ``plan`` to the UPDATED call: edits other rules make to the same call (the rename of
+    the callee, their own argument plans) are kept, and theirs keep ours."""
+    if plan.empty():
+        return
+    indent = statement_indent(ctx) + " " * line_prefix(ctx, call)
+    step = ctx.module.default_indent
+    ctx.replace(call, lambda new: apply_plan(new, plan, MAX_LINE, indent, step))
 
 
 def statement_indent(ctx: PythonContext) -> str:

@@ -89,6 +89,8 @@ def _plan(text: str, kind: str, included: frozenset[str] = frozenset(),
 def _plan_unit(text: str, kind: str, included: frozenset[str]) -> tuple[_Op, ...]:
     lines = text.splitlines()
     plan = _Plan()
+    if kind == "pyproject" and _old_stack_project(text):
+        return ()  # the old stack's own packaging (optimum-neuron's pyproject): not a user's dependencies
     if kind == "pyproject":
         _PyProject(lines, plan).run()
         check = _toml_ok
@@ -847,8 +849,6 @@ class _DependencyRule(TextRule):
     project_probes = USES_PROBES
 
     def apply(self, ctx: TextContext) -> None:
-        if ctx.kind == "pyproject" and _old_stack_project(ctx.text):
-            return  # the old stack's own packaging (neuronx-distributed's pyproject): not a user's dependencies
         included = included_packages(getattr(ctx, "path", None), ctx.text) if ctx.kind == "requirements" else frozenset()
         for op in _plan(ctx.text, ctx.kind, included, ctx.facts):
             if op.rule != self.id:

@@ -366,8 +366,8 @@ class DockerfileEnv(DockerRule):
         XLA stack (`XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `NEURON_FUSE_SOFTMAX`,
         `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `PJRT_DEVICE`, ...) or by optimum-neuron are
         removed; the other variables of the same instruction are kept. An `ENV` left empty is
-        removed. `NEURON_COMPILE_CACHE_URL` is kept with a marker (TorchNeuron's NEFF cache is
-        `TORCH_NEURONX_NEFF_CACHE_DIR`).
+        removed. `NEURON_COMPILE_CACHE_URL` (TorchNeuron's NEFF cache is
+        `TORCH_NEURONX_NEFF_CACHE_DIR`) and `NEURON_PLATFORM_TARGET_OVERRIDE` are kept with a marker.
     """
     before = """
         ENV XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of
-from codemods.upgrade.base import rewrite_call, target_of
+from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of, rewrite_call
+from codemods.upgrade.base import target_of
 from migrator.rules import PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 

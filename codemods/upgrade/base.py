@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, line_prefix, statement_indent
 from codemods.common.renames import load_table
 from migrator.rules import PythonContext
 from migrator.selfcheck.targetapi import api
@@ -33,16 +32,6 @@ def target_of(ctx: PythonContext, func: cst.BaseExpression) -> str | None:
 def renamed_keyword(target: str, old: str, new: str) -> bool:
     """True when the target rejects ``old`` and accepts ``new`` (the installed libraries say so)."""
     return api().accepts(target, old) is False and api().accepts(target, new) is True
-
-
-def rewrite_call(ctx: PythonContext, call: cst.Call, plan: ArgPlan) -> None:
-    """Apply ``plan`` to the UPDATED call: edits other rules make to the same call (the rename of
-    the callee, their own argument plans) are kept, and theirs keep ours."""
-    if plan.empty():
-        return
-    indent = statement_indent(ctx) + " " * line_prefix(ctx, call)
-    step = ctx.module.default_indent
-    ctx.replace(call, lambda new: apply_plan(new, plan, MAX_LINE, indent, step))
 
 
 def rename_keyword(ctx: PythonContext, arg: cst.Arg, new: str) -> None:

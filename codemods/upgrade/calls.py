@@ -15,8 +15,8 @@ import re
 
 import libcst as cst
 
-from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of
-from codemods.upgrade.base import owned_elsewhere, rename_keyword, rewrite_call, target_of
+from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of, rewrite_call
+from codemods.upgrade.base import owned_elsewhere, rename_keyword, target_of
 from codemods.upgrade.data import data
 from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule

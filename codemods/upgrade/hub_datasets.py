@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal
-from codemods.upgrade.base import owned_elsewhere, rename_keyword, rewrite_call
+from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, rewrite_call
+from codemods.upgrade.base import owned_elsewhere, rename_keyword
 from codemods.upgrade.data import data
 from migrator.rules import PythonContext, PythonRule
 

@@ -24,10 +24,11 @@ from codemods.common.arg_plan import (
     has_star_kwargs,
     keywords,
     literal,
+    rewrite_call,
     tokenizer_to_processing_class,
 )
 from codemods.common.statements import expression_statement, remove_small_statement
-from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, rewrite_call, target_of
+from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, target_of
 from codemods.upgrade.overrides import trainer_base
 from migrator.rules import NameClash, PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, keywords, line_prefix, literal, quote_of, statement_indent
-from codemods.upgrade.base import owned_elsewhere, rewrite_call, target_of
+from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, keywords, line_prefix, literal, quote_of, rewrite_call, statement_indent
+from codemods.upgrade.base import owned_elsewhere, target_of
 from codemods.upgrade.data import data
 from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule

@@ -22,6 +22,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.arg_plan import ArgPlan, keywords, literal, rewrite_call
 from codemods.common.leftovers import old_stack
 from codemods.common.patch_targets import in_mock_assertion
 from codemods.xla.base import (
@@ -38,8 +39,6 @@ from codemods.xla.base import (
     _torch,
     _world_size,
 )
-from codemods.common.arg_plan import ArgPlan, keywords, literal
-from codemods.upgrade.base import rewrite_call
 from migrator.rules import PythonContext, PythonRule
 
 #: torch-xla reduce types -> torch.distributed.ReduceOp members

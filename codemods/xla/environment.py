@@ -391,8 +391,9 @@ class XlaEnvironmentWrites(PythonRule):
         os.environ.copy(); env["K"] = v`, a dict later passed as `env=`), Ray's
         `runtime_env={"env_vars": {...}}`: the entry is removed. A dict with such a key whose use
         as an environment is not seen gets a marker. `NEURON_COMPILE_CACHE_URL` (the XLA stack's
-        NEFF cache) is kept with a marker, in every form: TorchNeuron's cache directory is
-        `TORCH_NEURONX_NEFF_CACHE_DIR`, which a person chooses.
+        NEFF cache: TorchNeuron's cache directory is `TORCH_NEURONX_NEFF_CACHE_DIR`, which a person
+        chooses) and `NEURON_PLATFORM_TARGET_OVERRIDE` (its effect on TorchNeuron is not established)
+        are kept with a marker, in every form.
     """
     before = """
         import os
@@ -423,8 +424,8 @@ class XlaEnvironmentWrites(PythonRule):
         if found is None:
             return
         entries, known = found
-        for name in dict.fromkeys(e.name for e in entries if e.name in MARKED_VARS):
-            if known:
+        if known:
+            for name in dict.fromkeys(e.name for e in entries if e.name in MARKED_VARS):
                 ctx.marker(node, MARKED_VARS[name])
         mine = [e for e in entries if e.name not in BF16_VARS
                 and (e.name == "NEURON_CC_FLAGS" or xla_only_reason(e.name) is not None)]

@@ -268,9 +268,8 @@ _SHORT_NATIVE = {
 }
 
 
-#: the layers whose keyword, set to True, makes their output whole (gathered) on every rank
-#: layers whose output is whole on every rank when this keyword is True: (keyword, NxD's default for it;
-#: neuronx_distributed/parallel_layers/layers.py: ColumnParallelLinear gathers unless told not to)
+#: the layers whose keyword, set to True, makes their output whole (gathered) on every rank: (keyword, NxD's
+#: default for it; neuronx_distributed/parallel_layers/layers.py: ColumnParallelLinear gathers unless told not to)
 _GATHERED = {"ColumnParallelLinear": ("gather_output", True), "ParallelEmbedding": ("shard_across_embedding", False)}
 
 
@@ -398,11 +397,11 @@ class NxdBuildingBlocks(_XlaRule):
             ctx.marker(node, UTIL_MARKER, detail=detail)
             return
         last = qual.rsplit(".", 1)[-1]
-        gathered = _GATHERED.get(last)
-        given = None if gathered is None or call is None else next(
-            (a.value for a in call.args if a.keyword is not None and a.keyword.value == gathered[0]), None)
-        if gathered and call is not None and (
-                (isinstance(given, cst.Name) and given.value == "True") or (given is None and gathered[1])):
+        keyword, default = _GATHERED.get(last, (None, False))
+        given = None if call is None else next(
+            (a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+        if keyword is not None and call is not None and (
+                (isinstance(given, cst.Name) and given.value == "True") or (given is None and default)):
             # the layer's output is whole on every rank: the plan must replicate it too
             ctx.marker(node, f"Replace {last} with an nn.{'Linear' if 'Linear' in last else 'Embedding'} sharded by "
                              "ColwiseParallel(output_layouts=Replicate()).", detail=detail)

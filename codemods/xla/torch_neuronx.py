@@ -315,7 +315,8 @@ class NeuronTrace(_XlaRule):
                 rf"^[ \t]*{p.value}[ \t]*=[ \t]*[\w.]+\[[^\]\n]*:[^\]\n]*\][ \t]*(#.*)?$", scope_code, re.M))
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
-        if target is not None and _stays_here(scope_of(ctx), target):
+        stays = target is not None and _stays_here(scope_of(ctx), target)
+        if stays:
             ctx.finding(call, f"inputs of {target}(...) moved to the neuron device: nothing outside this scope calls it")
         elif target is not None:
             ctx.marker(call, fitted(f"Move inputs given to `{target}` outside this scope to the neuron device, outputs back with .cpu().",
@@ -327,8 +328,7 @@ class NeuronTrace(_XlaRule):
         else:
             ctx.marker(call, f"Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
-        if example is not None and target is not None and _stays_here(scope_of(ctx), target) \
-                and _example_calls_only(scope_of(ctx), target, example.value):
+        if stays and example is not None and _example_calls_only(scope_of(ctx), target, example.value):
             pass  # every call takes the example itself: one shape, nothing to pad
         elif sliced:
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
@@ -355,15 +355,17 @@ class NeuronTrace(_XlaRule):
                 ctx.replace(following, with_blank_line)  # the blank line above the removed one stays
             ctx.finding(line, f"{_code(bound['compiler_args'].value)} = ... removed: its only use was the "
                               "trace's compiler_args=")
-        if args_value is not None and _tokens(args_value) is not None and not _no_auto_cast(args_value) \
-                and not any(t.startswith(PRECISION_OPTIONS) for t in _tokens(args_value)):
-            flags = " ".join(_tokens(args_value))
+        tokens = _tokens(args_value) if args_value is not None else None
+        if args_value is None or _no_auto_cast(args_value):
+            pass  # no options, or only what the native model does
+        elif tokens is not None and not any(t.startswith(PRECISION_OPTIONS) for t in tokens):
+            flags = " ".join(tokens)
             ctx.marker(call, fitted(f"Check whether TorchNeuron still needs `{flags}`: torch.compile takes no compiler options.",
                                     "Check whether TorchNeuron still needs the trace's neuronx-cc options: torch.compile takes none."),
                        detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
                               "trace, none of them a precision option; torch.compile(backend=\"neuron\") takes no "
                               "compiler options")
-        elif args_value is not None and not _no_auto_cast(args_value):
+        else:
             ctx.marker(call, "Express the trace's compiler_args (neuronx-cc options) as the model's dtype or torch.autocast.",
                        detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
                               "trace: express --auto-cast choices as the model's dtype or "
@@ -371,19 +373,18 @@ class NeuronTrace(_XlaRule):
         if dropped:
             ctx.finding(call, f"trace options dropped: {', '.join(dropped)}")
         workdir = bound.get("compiler_workdir")
-        line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
-        if workdir is not None and line is not None and len(line.body) == 1 and _pure_path(workdir.value, ctx) \
-                and not (isinstance(workdir.value, cst.Name) and workdir.value.value == "None"):
+        line = ctx.statement()
+        if workdir is not None and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 \
+                and _pure_path(workdir.value, ctx) and not (isinstance(workdir.value, cst.Name) and workdir.value.value == "None"):
             # the trace made that folder (os.makedirs): what the script writes there next needs it
             try:
                 makedirs = _code(ctx.name_for("os.makedirs", style="module"))
             except NameClash:
-                makedirs = None
-            if makedirs is not None:
-                ctx.insert_after(line, [cst.parse_statement(
-                    f"{makedirs}({_code(workdir.value)}, exist_ok=True)  # the trace created its compiler_workdir\n")])
-                ctx.finding(call, f"{makedirs}({_code(workdir.value)}) added: the trace created its compiler_workdir, "
-                                  "which the code may write into")
+                return None
+            ctx.insert_after(line, [cst.parse_statement(
+                f"{makedirs}({_code(workdir.value)}, exist_ok=True)  # the trace created its compiler_workdir\n")])
+            ctx.finding(call, f"{makedirs}({_code(workdir.value)}) added: the trace created its compiler_workdir, "
+                              "which the code may write into")
         return None
 
     def _on_call(self, call: cst.Call, ctx: PythonContext) -> None:
@@ -856,11 +857,16 @@ def _torch_value(value: cst.BaseExpression, ctx: PythonContext) -> bool:
 
 
 
+def _name_re(name: str) -> re.Pattern[str]:
+    """The name ``name`` as a word of code (not an attribute ``x.name``, not a longer name)."""
+    return re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+
+
 def _uses(code: str, name: str):
     """How each occurrence of the name ``name`` in ``code`` uses it: "assigned" (``name =``, ``name: T =``),
     "saved" (``name.save(``, ``torch.jit.save(name``), "called" (``name(``), "deleted", "comment" or None
     (anything else: returned, passed on, stored, read)."""
-    for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", code):
+    for m in _name_re(name).finditer(code):
         after, before = code[m.end():m.end() + 40], code[max(0, m.start() - 40):m.start()]
         if re.match(r"\s*(:[^=\n]*)?=(?!=)", after):
             yield "assigned"
@@ -1044,15 +1050,11 @@ def _stays_here(scope: cst.CSTNode, name: str) -> bool:
     functions and classes), where its calls get their inputs moved: assigned, called, saved or deleted there,
     never returned, passed on, stored elsewhere or read by a nested function."""
     if isinstance(scope, cst.Module):
-        for stmt in scope.body:
-            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and re.search(
-                    rf"(?<![\w.]){re.escape(name)}\b", cst.Module([]).code_for_node(stmt)):
-                return False
+        nested = [stmt for stmt in scope.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
     else:
-        for n in _nested_defs(scope):
-            if n is not scope and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) and re.search(
-                    rf"(?<![\w.]){re.escape(name)}\b", cst.Module([]).code_for_node(n)):
-                return False
+        nested = [n for n in _nested_defs(scope) if n is not scope]
+    if any(_name_re(name).search(_code(n)) for n in nested):
+        return False  # a nested function or class reads it
     return None not in set(_uses(_code(scope), name))
 
 
