@@ -29,6 +29,7 @@ owned is left behind silently.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import libcst as cst
@@ -67,6 +68,7 @@ from codemods.xla.base import (
 )
 from migrator.imports import Binding, dotted
 from migrator.rules import PythonContext
+from migrator.scopes import FUNCTIONS
 
 
 # --------------------------------------------------------------------------- NM401
@@ -824,7 +826,9 @@ class XlaProcessGroup(_XlaRule):
     """
     caveats = """
         The literal backend "xla" is rewritten here; a backend held in a variable assigned the
-        literal "xla" is rewritten at its assignment (NM401 follows it); other arguments (timeout, world_size, rank...) are kept. The import is kept while the
+        literal "xla" is rewritten at its assignment (NM401 follows it); other arguments (timeout, world_size, rank...) are kept. Where the function
+        around the call (else the module) sets `NXD_CPU_MODE=1`, neuronx-distributed ran that "xla"
+        group on the CPU (a test's CPU golden): it becomes `backend="gloo"`. The import is kept while the
         `torch_xla` name it binds is still used by code that no rule rewrote.
     """
 
@@ -890,13 +894,14 @@ class XlaProcessGroup(_XlaRule):
             if not swap:
                 return
         q = backend.value.quote if swap else '"'  # type: ignore[union-attr]
+        target = "gloo" if swap and _cpu_mode(ctx) else "neuron"
 
         def build(updated: cst.Call) -> cst.Call:
             args = []
             for i, arg in enumerate(updated.args):
                 orig = call.args[i]
                 if orig is backend and swap:
-                    value = cst.SimpleString(f"{q}neuron{q}")
+                    value = cst.SimpleString(f"{q}{target}{q}")
                     if orig.keyword is None and not keep_positional:
                         arg = _keyword("backend", value).with_changes(comma=arg.comma)
                     else:
@@ -907,7 +912,9 @@ class XlaProcessGroup(_XlaRule):
             return updated.with_changes(args=_end_like(args, updated.args))
 
         ctx.replace(call, build)
-        if swap:
+        if swap and target == "gloo":
+            ctx.finding(call, "init_process_group(\"xla\") under NXD_CPU_MODE=1 -> backend=\"gloo\" (a CPU process group)")
+        elif swap:
             ctx.finding(call, "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\")")
         if drop_init:
             ctx.finding(call, f"init_method={_code(init_method.value)} (torch-xla rendezvous) dropped: torchrun's "
@@ -936,6 +943,17 @@ class XlaProcessGroup(_XlaRule):
 
 #: torch-xla's rendezvous handlers (torch_xla/distributed/xla_backend.py, torch_xla/_internal/rendezvous.py)
 _XLA_INIT_METHODS = ("xla://", "pjrt://")
+
+
+#: ``os.environ["NXD_CPU_MODE"] = "1"`` (or setdefault/putenv): neuronx-distributed's CPU mode, in which
+#: its "xla" process group ran on the CPU (a CPU golden of a test)
+_CPU_MODE = re.compile(r"""NXD_CPU_MODE['"]\s*(?:\]\s*=|,)\s*['"]1['"]""")
+
+
+def _cpu_mode(ctx: PythonContext) -> bool:
+    """Whether the function around the call (else the module) turns on NxD's CPU mode."""
+    scope = next((a for a in reversed(ctx.stack) if isinstance(a, FUNCTIONS)), ctx.module)
+    return bool(_CPU_MODE.search(ctx.module.code_for_node(scope)))
 
 
 def _is_string(node: cst.BaseExpression, value: str) -> bool:
