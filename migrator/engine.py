@@ -393,8 +393,9 @@ def migrate_text(
         return run_python(source, rules.python, rules.owners, project, rules.checks)
 
     def sh(source: str) -> tuple[str, list[Finding]]:
-        return transform_shell(source, py, lambda text: run_text(text, "shell", rules.text, project=project,
-                                                                 parses=rules.parsers.get("shell")),
+        # the shell units of a notebook or a Markdown page: rules read the files beside it (a launched script)
+        return transform_shell(source, py, lambda text: run_text(text, "shell", rules.text, path, project,
+                                                                 rules.parsers.get("shell")),
                                SKIPPED_RULE)
 
     def written(source: str, kind: str, name: str) -> tuple[str, list[Finding]]:

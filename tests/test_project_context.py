@@ -434,3 +434,60 @@ def test_torch_compile_only_for_a_script_that_parses_training_arguments(tmp_path
     out = (result.new_bytes or launcher.read_bytes()).decode()
     assert ("--torch_compile true" in out) is added
     assert "torchrun --nproc_per_node=2 train.py --output_dir out" in out
+
+
+# NM515 moves --tensor_parallel_size/--pipeline_parallel_size to TP_SIZE/PP_SIZE only where the launched script
+# is the kind that reads them from there once migrated: a script that parses the flags in its own argparse
+# (neuronx-distributed's examples) keeps them; one that is not in the run gets a marker unless the launch is
+# evidently optimum-neuron's
+NXD_LAUNCHER = ("#!/bin/bash\nexport XLA_DOWNCAST_BF16=1\n"
+                "torchrun --nproc_per_node 32 run_nxd.py --tensor_parallel_size 8 --pipeline_parallel_size 4\n")
+NXD_SCRIPT = """\
+import argparse
+import torch_xla.core.xla_model as xm
+p = argparse.ArgumentParser()
+p.add_argument("--tensor_parallel_size", type=int, default=8)
+p.add_argument("--pipeline_parallel_size", type=int, default=1)
+args = p.parse_args()
+"""
+OPTIMUM_SCRIPT = """\
+from optimum.neuron import NeuronTrainingArguments
+from transformers import HfArgumentParser
+args, = HfArgumentParser(NeuronTrainingArguments).parse_args_into_dataclasses()
+"""
+
+
+def _launch_out(tmp_path, script: str | None) -> str:
+    launcher = tmp_path / "run.sh"
+    launcher.write_text(NXD_LAUNCHER)
+    if script is not None:
+        (tmp_path / "run_nxd.py").write_text(script)
+    result = process(Candidate(launcher, "run.sh", "shell"), RuleSet.from_selection(RuleSelection()),
+                     launcher.read_bytes())
+    out = (result.new_bytes or launcher.read_bytes()).decode()
+    again = process(Candidate(launcher, "run.sh", "shell"), RuleSet.from_selection(RuleSelection()), out.encode())
+    assert again.new_bytes in (None, out.encode())  # one run is enough
+    return out
+
+
+def test_sizes_a_script_parses_itself_are_kept(tmp_path):
+    out = _launch_out(tmp_path, NXD_SCRIPT)
+    assert "run_nxd.py --tensor_parallel_size 8 --pipeline_parallel_size 4" in out
+    assert "TP_SIZE" not in out and "NM515" not in out
+    # the launched script uses no HF library: no HF_DEACTIVATE_ASYNC_LOAD for it (NM516)
+    assert "HF_DEACTIVATE_ASYNC_LOAD" not in out
+    assert "XLA_DOWNCAST_BF16" not in out  # the XLA-only variable still goes (NM512)
+
+
+def test_sizes_of_a_script_not_in_the_run_are_marked(tmp_path):
+    out = _launch_out(tmp_path, None)
+    assert "run_nxd.py --tensor_parallel_size 8 --pipeline_parallel_size 4" in out and "TP_SIZE=" not in out
+    assert ("TODO(neuron-migrate NM515): Keep the TP/PP flags if run_nxd.py parses them itself, else move them to "
+            "TP_SIZE/PP_SIZE: it is not in this run.") in out
+
+
+def test_sizes_of_an_optimum_neuron_script_move_to_the_environment(tmp_path):
+    out = _launch_out(tmp_path, OPTIMUM_SCRIPT)
+    assert "PP_SIZE=4 TP_SIZE=8" in out or "TP_SIZE=8 PP_SIZE=4" in out
+    assert "--tensor_parallel_size" not in out.split("torchrun", 1)[1]
+    assert "HF_DEACTIVATE_ASYNC_LOAD=1" in out

@@ -60,6 +60,19 @@ def without_bf16_marker(text: str) -> str:
     return BF16_MARKER.sub("", text)
 
 
+#: a launcher that names optimum-neuron: its launches with TP/PP sizes run optimum-neuron scripts (NM515 moves the
+#: sizes of a script it cannot read only on such evidence)
+OPTIMUM = "# optimum-neuron fine-tuning\n"
+
+
+def check_optimum(text: str, **kw) -> str:
+    """check() on a launcher that names optimum-neuron (the comment line is added at the end and removed)."""
+    eol = "\r\n" if "\r\n" in text else "\n"
+    out = check(text + OPTIMUM.replace("\n", eol), **kw)
+    assert out.endswith(OPTIMUM.replace("\n", eol)), out
+    return out[: -len(OPTIMUM.replace("\n", eol))]
+
+
 def check(text: str, kind: str = "shell", **kw) -> str:
     """Migrate, and check the invariants every shell output must have (returned without the bf16
     precision marker, see BF16_MARKER)."""
@@ -253,7 +266,7 @@ def test_heredoc_on_the_edited_command_line():
     # of the variable the launcher no longer sets gets NM409's marker)
     src = "XLA_USE_BF16=1 python - <<EOF\nimport os\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n"
     out = check(src)
-    assert out.startswith("python - <<EOF\nimport os\n# TODO(neuron-migrate NM409): Replace the XLA_USE_BF16 tests")
+    assert out.startswith("python - <<EOF\nimport os\n# TODO(neuron-migrate NM409): Replace this code's XLA_USE_BF16/XLA_DOWNCAST_BF16 tests")
     assert out.endswith("\nprint(os.environ.get('XLA_USE_BF16'))\nEOF\n")
 
 
@@ -810,7 +823,7 @@ FLAG_CASES = [
 
 @pytest.mark.parametrize("before,after", FLAG_CASES, ids=[c[0][:50] for c in FLAG_CASES])
 def test_launch_flag_forms(before: str, after: str | None):
-    out = check(before, ignore=("NM516",))
+    out = check_optimum(before, ignore=("NM516",))
     assert "\n".join(x for x in out.splitlines() if "TODO(neuron-migrate" not in x) + "\n" == (
         before if after is None else after)
 
@@ -820,23 +833,23 @@ def _markers(out: str) -> list[str]:
 
 
 def test_layout_markers():
-    dp = check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
+    dp = check_optimum("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
     assert _markers(dp) == [
         "# TODO(neuron-migrate NM515): Set FSDP_SIZE=4 to shard the optimizer over the 4 data-parallel groups, as "
         "optimum-neuron's default zero_1 did."]
     # zero_1 off: the replicas are what the old run did (no decision left)
-    assert not _markers(check("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1 false\n"))
-    assert "a multiple of TP_SIZE=8: torchrun starts 12 processes" in check("torchrun --nproc_per_node=12 t.py --tensor_parallel_size 8\n")
+    assert not _markers(check_optimum("torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8 --zero_1 false\n"))
+    assert "a multiple of TP_SIZE=8: torchrun starts 12 processes" in check_optimum("torchrun --nproc_per_node=12 t.py --tensor_parallel_size 8\n")
     # FSDP_SIZE x TP_SIZE dividing the process count: replicas of the sharded layout; not dividing it: a marker
-    assert not _markers(check("FSDP_SIZE=2 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n"))
-    assert "a multiple of TP_SIZE x FSDP_SIZE = 24: torchrun starts 32 processes" in check(
+    assert not _markers(check_optimum("FSDP_SIZE=2 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n"))
+    assert "a multiple of TP_SIZE x FSDP_SIZE = 24: torchrun starts 32 processes" in check_optimum(
         "FSDP_SIZE=3 torchrun --nproc_per_node=32 t.py --tensor_parallel_size 8\n")
-    assert "Launch this script with torchrun --nproc_per_node=4" in check("python t.py --tensor_parallel_size 4\n")
-    assert not _markers(check("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8\n"))
-    assert not _markers(check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 false\n"))
-    zero = check("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 true\n")
+    assert "Launch this script with torchrun --nproc_per_node=4" in check_optimum("python t.py --tensor_parallel_size 4\n")
+    assert not _markers(check_optimum("torchrun --nproc_per_node=8 t.py --tensor_parallel_size 8\n"))
+    assert not _markers(check_optimum("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 false\n"))
+    zero = check_optimum("torchrun --nproc_per_node=$N t.py --tensor_parallel_size 8 --zero_1 true\n")
     assert "Set FSDP_SIZE=<processes / TP_SIZE>" in zero and "--zero_1" not in zero.splitlines()[-1]
-    assert "instead of PP_SIZE: a migrated Trainer script has no pipeline stages" in check(
+    assert "instead of PP_SIZE: a migrated Trainer script has no pipeline stages" in check_optimum(
         "torchrun --nproc_per_node=8 t.py --pipeline_parallel_size 2\n")
 
 
@@ -869,7 +882,7 @@ def test_flags_held_in_variables_are_marked():
      'A=""\nTP_SIZE=2 torchrun --nproc_per_node 2 a.py $A\nTP_SIZE=2 torchrun --nproc_per_node 2 b.py $A\n'),
 ])
 def test_flags_held_in_variables_are_edited(src, expected):
-    assert check(src, ignore=("NM516",)) == expected
+    assert check_optimum(src, ignore=("NM516",)) == expected
 
 
 @pytest.mark.parametrize("src", [
@@ -895,7 +908,7 @@ def test_launcher_held_in_a_variable():
 
 
 def test_flags_on_a_notebook_line():
-    src = _nb(["!XLA_USE_BF16=1 torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --output_dir o\n"])
+    src = _nb(["!XLA_USE_BF16=1 torchrun --nproc_per_node=2 t.py --tensor_parallel_size 2 --zero_1 false --output_dir o\n"])
     out, findings = migrate(src, "notebook")
     cell = without_bf16_marker("".join(json.loads(out)["cells"][0]["source"]))
     assert cell == ("!TP_SIZE=2 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun --nproc_per_node=2 t.py --output_dir o "
@@ -934,9 +947,9 @@ def test_async_load_left_alone(src: str):
 def test_async_load_prefix_in_fragments():
     """Without a shebang (a notebook line, a Markdown block) only the launches NM515 migrated get it."""
     src = "XLA_USE_BF16=1 python eval.py\ntorchrun --nproc_per_node=8 t.py --tensor_parallel_size 8 | tee log\n"
-    assert check(src) == ("python eval.py\n"
+    assert check_optimum(src) == ("python eval.py\n"
                           "TP_SIZE=8 HF_DEACTIVATE_ASYNC_LOAD=1 torchrun --nproc_per_node=8 t.py | tee log\n")
-    assert check(src, select=("NM516",)) == src
+    assert check_optimum(src, select=("NM516",)) == src
 
 
 def test_async_load_selection_and_ignore():
@@ -1096,11 +1109,11 @@ def test_notebook_pip_line():
 
 
 def test_launch_edits_keep_crlf():
-    src = ("#!/bin/bash\r\nexport XLA_USE_BF16=1\r\ntorchrun --nproc_per_node=8 t.py \\\r\n"
+    src = ("#!/bin/bash\r\n# optimum-neuron\r\nexport XLA_USE_BF16=1\r\ntorchrun --nproc_per_node=8 t.py \\\r\n"
            "  --tensor_parallel_size 8 \\\r\n  --output_dir o\r\necho done\r\n")
     result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), src.encode())
     assert without_bf16_marker(result.new_bytes.decode()).encode() == (
-        b"#!/bin/bash\r\nexport HF_DEACTIVATE_ASYNC_LOAD=1\r\nTP_SIZE=8 torchrun --nproc_per_node=8 t.py \\\r\n"
+        b"#!/bin/bash\r\nexport HF_DEACTIVATE_ASYNC_LOAD=1\r\n# optimum-neuron\r\nTP_SIZE=8 torchrun --nproc_per_node=8 t.py \\\r\n"
         b"  --output_dir o \\\r\n  --torch_compile true\r\necho done\r\n")
 
 

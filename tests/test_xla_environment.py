@@ -61,7 +61,7 @@ def test_without_a_launcher_that_sets_it_the_read_gets_a_marker(tmp_path: Path):
     out = _run(tmp_path, train_py=SCRIPT, run_sh="#!/bin/bash\ntorchrun --nproc_per_node=2 train.py\n")
     script = out["train.py"]
     assert 'if os.environ.get("XLA_USE_BF16"):' in script
-    assert "TODO(neuron-migrate NM409): Replace the XLA_USE_BF16 tests here by the precision you want" in script
+    assert "TODO(neuron-migrate NM409): Replace this code's XLA_USE_BF16/XLA_DOWNCAST_BF16 tests by the precision you want" in script
 
 
 def test_a_launcher_that_turns_bf16_off_gets_no_precision_marker(tmp_path: Path):

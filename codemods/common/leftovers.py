@@ -62,7 +62,20 @@ ADVICE = (
     (("torch_xla.utils.serialization",), "Replace `{name}` by torch.save or safetensors: TorchNeuron writes no xser files."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
+    (("neuronx_distributed_inference.models.diffusers",),
+     "Replace `{name}`: load the pipeline with its Diffusers class and move it with .to(\"neuron\")."),
+    (("neuronx_distributed_inference.utils.testing", "neuronx_distributed_inference.utils.accuracy",
+      "neuronx_distributed_inference.utils.benchmark"),
+     "Replace `{name}` (NxDI test code): run the module on \"neuron\" and compare with torch.testing.assert_close."),
+    (("neuronx_distributed_inference.utils.hf_adapter.HuggingFaceGenerationAdapter",),
+     "Call generate() on the Transformers model itself instead of wrapping it in `{name}`."),
+    (("neuronx_distributed_inference.modules.generation.sampling",),
+     "Replace `{name}`: pass do_sample, top_k, top_p and temperature to generate() or a GenerationConfig."),
+    (("neuronx_distributed_inference.models.config", "neuronx_distributed_inference.utils.hf_adapter"),
+     "Replace `{name}`: configure the model with its Transformers config (AutoConfig) and a GenerationConfig."),
     (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with its Transformers class and device_map=\"neuron\"."),
+    (("neuronx_distributed.quantization", "neuronx_distributed.experimental.quantization"),
+     "Copy `{name}` into the project from neuronx-distributed (not on TorchNeuron), or drop its use."),
     ((), "Replace `{name}` with DTensor, DistributedConfig or torch.distributed code."),
 )
 
@@ -118,8 +131,26 @@ class OldStackLeftovers(PythonRule):
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
         """`neuronxcc.nki` is the NKI namespace of the XLA-era compiler package; NKI kernels called from
         TorchNeuron are written against the standalone `nki` package (`import nki`, `@nki.jit`).""",
+        """NxD Inference's diffusion applications (Flux and its backbone, text-encoder and VAE configs) compiled
+        the pipeline's parts ahead of time; with TorchNeuron Diffusers loads the pipeline (FluxPipeline,
+        StableDiffusionPipeline...) and runs it on the neuron device, its denoiser compiled with
+        compile_repeated_blocks(backend="neuron"), tensor-parallel through parallel_config where it is large.""",
+        """NxD Inference's test helpers (build_module, validate_accuracy, benchmark_sampling) compiled a block
+        to a NEFF and compared it with a CPU reference; with TorchNeuron the block runs on the neuron device
+        (eagerly or under torch.compile), and torch.testing.assert_close compares it with the reference.""",
+        """HuggingFaceGenerationAdapter gave a compiled NxDI model Transformers' generate(); a Transformers model
+        loaded with device_map="neuron" has generate() itself.""",
+        """NxD Inference's sampling parameters (per-row top_k/top_p/temperature tensors for on-device sampling)
+        have no per-row equivalent in Transformers: generate() takes one do_sample/top_k/top_p/temperature.""",
+        """NxD Inference's NeuronConfig/InferenceConfig held the compile-time shapes (batch size, sequence
+        length, tp_degree) and the Transformers config it loaded; with TorchNeuron the model's own
+        Transformers config is used, generation settings go into a GenerationConfig (a static cache with
+        max_cache_len), and tensor parallelism into DistributedConfig under torchrun.""",
         """transformers-neuronx is not part of TorchNeuron: Transformers loads the model with
         device_map="neuron" and generates with a static KV cache; compiled artifacts are not reused.""",
+        """neuronx-distributed's quantization helpers (microscaling, int8 layers) are plain torch code over
+        its parallel layers; the package is not installed on TorchNeuron, so a test or script that uses them
+        needs its own copy of the helpers it calls, or goes.""",
         """neuronx-distributed is not part of TorchNeuron: parallelism is DTensor/DeviceMesh (tensor-parallel
         plans, FSDP2) with torch.distributed under torchrun, or DistributedConfig for Transformers models.""",
     )))

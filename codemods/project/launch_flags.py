@@ -388,6 +388,7 @@ def _truth(value: str | None) -> bool | None:
 
 
 MOVE_FLAGS_MARKER = "Move {flags} to TP_SIZE/FSDP_SIZE in the launch environment: the migrated script rejects them."
+SCRIPT_UNKNOWN_MARKER = "Keep the {flags} flags if {script} parses them itself, else move them to {vars}: it is not in this run."
 PP_MARKER = "Fit the model with TP_SIZE/FSDP_SIZE instead of PP_SIZE: a migrated Trainer script has no pipeline stages."
 #: NM515's markers and their long forms
 LAUNCH_MARKERS = (
@@ -399,6 +400,11 @@ LAUNCH_MARKERS = (
     ("Set {var} in this launch's environment instead of {flag}, which the migrated script rejects.",
      """The flag is given without a value the rule can read, so it cannot be moved to the environment
      variable the migrated script reads."""),
+    (SCRIPT_UNKNOWN_MARKER,
+     """The launched script is not in this run, so the rule cannot tell whether it is an optimum-neuron
+     Trainer script (whose migrated form reads TP_SIZE/PP_SIZE from the environment and rejects the
+     flags) or a script that parses the flags in its own argparse (neuronx-distributed's examples),
+     which still needs them."""),
     (PP_MARKER,
      """The Trainer of Transformers 5.23 cannot train a model loaded with pp_size > 1, so the migration
      loads it without pipeline stages: the processes that were pipeline stages are data-parallel ranks
@@ -463,9 +469,12 @@ class LaunchFlags(ShellRule):
         `--nnodes`; with `--nnodes $VAR` FSDP_SIZE becomes `$((per-node ranks * VAR))`. The
         environment prefix reaches the script through `srun` (which exports the environment) but
         not through `mpirun` without `-x`. `--torch_compile true` needs a script that parses
-        TrainingArguments (HfArgumentParser, TrlParser); a plain argparse script rejects it, and a
-        script that declares `--tensor_parallel_size` in its own argparse still expects it (put it
-        back). `--tensor-parallel-size` of vLLM, SGLang and similar tools is not touched. The
+        TrainingArguments (HfArgumentParser, TrlParser); a plain argparse script rejects it. A flag
+        the launched script declares itself (its own argparse, read beside the launcher) is kept.
+        Where the script is not in the run, TP/PP sizes move only on a launch that is evidently
+        optimum-neuron's (another flag only its training arguments had, or the launcher, or the
+        notebook or page around it, names optimum-neuron); otherwise a marker (neuronx-distributed's examples parse
+        `--tensor_parallel_size` themselves). `--tensor-parallel-size` of vLLM, SGLang and similar tools is not touched. The
         flags are only edited after the script name; `--torch_compile true` is only added in a
         script where another NM51x rule changed something, or on a launch whose flags were edited.
     """
@@ -559,6 +568,14 @@ class LaunchFlags(ShellRule):
             held_words += h.words
             flags += [_Flag(name, ks, value, h) for name, ks, value in _parse_flags(h.words, h.values())]
         editable = plan.editable(self.id, s)
+        if flags:
+            flags, unknown = _accepted_by_script(ctx, launch.script_name, flags, u)
+            if unknown:
+                variables = list(dict.fromkeys(_ENV_FLAGS[f.name] for f in unknown))
+                _mark(plan, ctx, s.group, _fit(SCRIPT_UNKNOWN_MARKER,
+                    flags="/".join(v.split("_")[0] for v in variables), vars="/".join(variables),
+                    script=launch.script_name.rsplit("/", 1)[-1]))
+                return
         if flags and not editable:
             _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(dict.fromkeys(f.name for f in flags))))
             return
@@ -719,6 +736,61 @@ class LaunchFlags(ShellRule):
                      f"{launch.script_name}: on Trainium the Trainer compiles the model with the Neuron backend")
 
 
+#: flags that only optimum-neuron's training arguments had (a launch that passes one runs an optimum-neuron script)
+_OPTIMUM_ONLY = frozenset(_ZERO_FLAGS) | frozenset(_DROP_FLAGS)
+
+
+def _fit(marker: str, script: str, **values: str) -> str:
+    """The marker naming the script, or "the script" where its name makes the marker too long."""
+    text = marker.format(script=script, **values)
+    return text if len(text) <= 120 else marker.format(script="the script", **values)
+
+
+def _script_text(ctx, script: str) -> str | None:
+    """The launched script's source, read beside the launcher or, for a path relative to the project's root
+    (``examples/train.py`` in a launcher under ``scripts/``), beside one of its three nearest parent folders;
+    None where it cannot be read."""
+    path = getattr(ctx, "path", None)
+    if path is None or "$" in script or script.startswith(("/", "~")):
+        return None
+    for folder in [path.parent, *path.parent.parents][:4]:
+        try:
+            return (folder / script).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return None
+
+
+#: a launcher (or the notebook or document around it) that names optimum-neuron or its training classes
+_OPTIMUM_NAMED = re.compile(r"optimum[-_.\s]neuron|Neuron(?:Trainer|TrainingArguments|SFTTrainer|SFTConfig)\b", re.I)
+
+
+def _document(ctx, u: ShellUnit) -> str:
+    """The whole file the unit comes from (a notebook's other cells, a Markdown page's prose), else the unit."""
+    path = getattr(ctx, "path", None)
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path is not None and path.is_file() else u.src
+    except OSError:
+        return u.src
+
+
+def _accepted_by_script(ctx, script: str, flags: list[_Flag], u: ShellUnit) -> tuple[list[_Flag], list[_Flag]]:
+    """(the flags this rule may edit, the TP/PP flags it must not guess about). A flag the launched script
+    declares itself (its own argparse: `"--tensor_parallel_size"` in its source) is the script's and is
+    kept, before and after its migration. Where the script cannot be read, TP/PP sizes move to
+    TP_SIZE/PP_SIZE only on a launch that is evidently optimum-neuron's (it passes a flag only
+    optimum-neuron's training arguments had, or the launcher, the notebook or the document around it names
+    optimum-neuron): neuronx-distributed's examples take --tensor_parallel_size in their own argparse too."""
+    text = _script_text(ctx, script)
+    if text is not None:
+        own = [f for f in flags if re.search(r"""['"]""" + re.escape(f.name) + r"""['"]""", text)]
+        return [f for f in flags if f not in own], []
+    sizes = [f for f in flags if f.name in _ENV_FLAGS]
+    if not sizes or any(f.name in _OPTIMUM_ONLY for f in flags) or _OPTIMUM_NAMED.search(_document(ctx, u)):
+        return flags, []
+    return [f for f in flags if f not in sizes], sizes
+
+
 #: what a script that parses TrainingArguments from its command line contains
 _TRAINER_PARSERS = ("HfArgumentParser", "TrlParser", "TrainingArguments", "parse_args_into_dataclasses")
 
@@ -726,14 +798,8 @@ _TRAINER_PARSERS = ("HfArgumentParser", "TrlParser", "TrainingArguments", "parse
 def _parses_training_arguments(ctx, script: str) -> bool:
     """Whether the launched script, read beside the launcher, parses TrainingArguments (so it accepts
     ``--torch_compile``): a plain argparse loop exits on an unknown flag. False when it cannot be read."""
-    path = getattr(ctx, "path", None)
-    if path is None or "$" in script:
-        return False
-    try:
-        text = (path.parent / script).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(name in text for name in _TRAINER_PARSERS)
+    text = _script_text(ctx, script)
+    return text is not None and any(name in text for name in _TRAINER_PARSERS)
 
 
 def _mark(plan: ShellPlan, ctx, group: int, message: str) -> None:
@@ -756,6 +822,8 @@ def _echo_like(u: ShellUnit, s: Simple) -> bool:
 
 
 HF_ASYNC = "HF_DEACTIVATE_ASYNC_LOAD"
+#: what a script that loads weights with Transformers (or one of the HF libraries on top of it) contains
+_LOADS_WITH_TRANSFORMERS = re.compile(r"\b(?:transformers|optimum|trl|peft|diffusers|sentence_transformers)\b")
 #: a header line: `set -e`, `set -o pipefail`, `shopt -s extglob` and nothing else on the line
 _HEADER_CMD_RE = re.compile(r"(set|shopt)(\s+[-+]?[A-Za-z0-9_]+)*\s*(#.*)?\Z")
 
@@ -787,8 +855,9 @@ class DeactivateAsyncLoad(ShellRule):
         torchrun --nproc_per_node=2 train.py
     """
     caveats = """
-        Scripts that set or mention HF_DEACTIVATE_ASYNC_LOAD already, and scripts no other rule
-        changes, are left alone. A launch that runs inside a function or a `$(...)` still sees the
+        Scripts that set or mention HF_DEACTIVATE_ASYNC_LOAD already, scripts no other rule
+        changes, and scripts whose launched scripts are all read beside them and use none of the
+        HF libraries (a neuronx-distributed example) are left alone. A launch that runs inside a function or a `$(...)` still sees the
         exported variable; one under `env -i` does not.
     """
 
@@ -801,8 +870,11 @@ class DeactivateAsyncLoad(ShellRule):
             return
         u = plan.unit
         env = unit_variables(u)
-        launches = [s for s in u.simples if not plan.is_removed(s) and find_launch(u, s, env) is not None]
-        if not launches:
+        found = [(s, find_launch(u, s, env)) for s in u.simples if not plan.is_removed(s)]
+        launches = [s for s, launch in found if launch is not None]
+        # every launched script read beside the launcher and none loads with Transformers: nothing to set
+        texts = [_script_text(ctx, launch.script_name) for _s, launch in found if launch is not None]
+        if not launches or all(t is not None and not _LOADS_WITH_TRANSFORMERS.search(t) for t in texts):
             return
         lines = ctx.lines
         if lines and lines[0].startswith("#!") and not lines[0].startswith("#!/usr/bin/env python"):

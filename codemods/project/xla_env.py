@@ -92,7 +92,7 @@ def bf16_launcher_message(name: str) -> str:
     return BF16_LAUNCH_MARKER
 
 
-BF16_LAUNCH_MARKER = "Make the launched script choose bf16 itself (dtype=torch.bfloat16 or bf16=True): XLA_USE_BF16 is gone."
+BF16_LAUNCH_MARKER = "Make the launched script choose bf16 itself (dtype=torch.bfloat16 or bf16=True): the XLA bf16 switches are gone."
 
 
 def ignored_by_torchneuron(names: list[str]) -> str:

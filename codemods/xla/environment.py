@@ -251,7 +251,7 @@ def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
         f"replace the test by the precision you want ({_INTENT})"))
 
 
-BF16_READ_MARKER = "Replace the XLA_USE_BF16 tests here by the precision you want: the variable now reads as unset."
+BF16_READ_MARKER = "Replace this code's XLA_USE_BF16/XLA_DOWNCAST_BF16 tests by the precision you want: they now read as unset."
 
 
 class XlaPrecisionReads(PythonRule):

@@ -276,9 +276,33 @@ _GATHERED = {"ColumnParallelLinear": ("gather_output", True), "ParallelEmbedding
 MOVE_MARKER = "Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them."
 
 
-def _ps_marker(short: str, native: str) -> str:
-    """The one-line marker for a parallel-state query ``short`` (``native``: its long form)."""
+#: initialize_model_parallel's arguments that add a mesh dimension beside dp and tp (NxD parallel_state.py;
+#: tensor_model_parallel_size comes first, the others after it)
+_OTHER_SIZES = frozenset({"pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size"})
+
+
+def _only_tp(call: cst.CSTNode | None) -> bool:
+    """Whether an ``initialize_model_parallel(...)`` call sets no size but the tensor-parallel one (a mesh of dp
+    and tp is then the whole layout): any other argument, a positional second one, or ``*args``/``**kw`` is
+    another dimension, or may be."""
+    if not isinstance(call, cst.Call):
+        return False
+    for i, arg in enumerate(call.args):
+        if arg.star or (arg.keyword is None and i > 0):
+            return False
+        if arg.keyword is not None and arg.keyword.value in _OTHER_SIZES and not (
+                isinstance(arg.value, cst.Integer) and arg.value.value == "1"):
+            return False
+    return True
+
+
+def _ps_marker(short: str, native: str, call: cst.CSTNode | None = None) -> str:
+    """The one-line marker for a parallel-state query ``short`` (``native``: its long form; ``call``: the call
+    of it, where it is called)."""
     if short == "initialize_model_parallel":
+        if not _only_tp(call):
+            return ('Replace this with one init_device_mesh("neuron", ...) call, one dimension per parallel size, '
+                    'and pass the mesh on.')
         return 'Replace this with one init_device_mesh("neuron", (dp, tp)) call and pass the mesh where needed.'
     if native.startswith(_MESH):
         return fitted(f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh.",
@@ -370,7 +394,8 @@ class NxdBuildingBlocks(_XlaRule):
         if name.startswith(PS + "."):
             short = name[len(PS) + 1:]
             native = _PS_NATIVE.get(short, f"{_MESH} the matching mesh[...] query")
-            ctx.marker(node, _ps_marker(short, native), detail=f"{qual} (NxD global parallel state): {native}")
+            call = parent if isinstance(parent, cst.Call) and parent.func is node else None
+            ctx.marker(node, _ps_marker(short, native, call), detail=f"{qual} (NxD global parallel state): {native}")
             return
         native = native_for(name)
         if native is None:
