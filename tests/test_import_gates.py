@@ -5,6 +5,7 @@ otherwise the gate always passes and the script takes its Neuron branch on every
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,34 @@ def test_an_old_stack_only_gate_keeps_its_import_and_is_marked(rules: RuleSet):
 def test_an_import_outside_a_gate_still_goes(rules: RuleSet):
     text = _out("import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n", rules)
     assert "torch_xla" not in text and 'torch.device("neuron")' in text
+
+
+# A module that uses torch_xla as one optional backend beside CUDA/MPS and names Neuron nowhere (a generic
+# library: its XLA branch serves TPUs) keeps its torch_xla code; the same module in a Neuron project is migrated
+OTHER_ACCELERATORS = (Path(__file__).parent / "fixtures" / "NM420" / "other_accelerators.before.py").read_text()
+
+
+def test_a_module_serving_other_xla_devices_keeps_its_xla_branch(rules: RuleSet):
+    out = _out(OTHER_ACCELERATORS, rules)
+    assert "return xm.xla_device()" in out and "xm.mark_step()" in out
+    assert "Add a torch.neuron.is_available() branch beside this torch_xla one" in out
+    assert out.count("TODO(neuron-migrate") == 1
+
+
+@pytest.mark.parametrize("change", [
+    ('"""A generic handler', '"""A Trainium handler'),  # it names Neuron: its XLA branch is the Neuron one
+    ("import torch\n", "import torch\nimport torch_xla\n"),  # torch_xla imported outside the gate too
+    ("torch.cuda.is_available() and gpu_id is not None", "gpu_id is not None"),  # no other accelerator...
+])
+def test_a_neuron_module_with_an_xla_gate_is_migrated(rules: RuleSet, change):
+    source = OTHER_ACCELERATORS.replace(*change)
+    if "cuda" in change[0]:
+        source = source.replace('torch.device("cuda", gpu_id)', 'torch.device("cpu")').replace(
+            'torch.backends.mps.is_available()', 'False').replace('torch.device("mps")', 'None')
+    out = _out(source, rules)
+    assert "xm.xla_device()" not in out and "xm.mark_step()" not in out
+
+
+def test_a_module_serving_other_xla_devices_is_migrated_in_one_run(rules: RuleSet):
+    out = _out(OTHER_ACCELERATORS, rules)
+    assert _out(out, rules) == out  # the marker names Neuron: it is not the module's own mention

@@ -181,6 +181,30 @@ def test_torchscript_is_rejected_and_indexing_outputs_still_works():
         AutoModelForCausalLM.from_pretrained(MODEL, return_dict=False)(ids)
 
 
+def test_return_dict_false_load_fails_and_its_migrated_form_runs(tmp_path):
+    """NM615 drops from_pretrained(..., return_dict=False): in 5.23 a CLIP loaded that way fails at its first call
+    (the config value reaches its text/vision models); the migrated load runs, and return_dict=False on the call
+    (left alone) still gives the tuple the original asked for."""
+    from transformers import CLIPConfig, CLIPModel
+
+    cfg = CLIPConfig(text_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=2,
+                                      vocab_size=99),
+                     vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                                        num_attention_heads=2, image_size=30, patch_size=15), projection_dim=16)
+    CLIPModel(cfg).save_pretrained(tmp_path)
+    inputs = dict(input_ids=torch.randint(0, 99, (1, 5)), pixel_values=torch.randn(1, 3, 30, 30))
+    before = (FIX / "NM615" / "return_dict.before.py").read_text()
+    after = (FIX / "NM615" / "return_dict.after.py").read_text()
+    load = 'CLIPModel.from_pretrained("openai/clip-vit-base-patch32"'
+    assert load + ", return_dict=False)" in before and load + ")" in after
+    with pytest.raises(AttributeError):
+        CLIPModel.from_pretrained(tmp_path, return_dict=False)(**inputs)
+    out = CLIPModel.from_pretrained(tmp_path).eval()(**inputs)
+    assert torch.equal(out[0], out.logits_per_image)
+    legacy = CLIPModel.from_pretrained(tmp_path).eval()(**inputs, return_dict=False)
+    assert isinstance(legacy, tuple) and torch.equal(legacy[0], out.logits_per_image)
+
+
 def test_launcher_flags_rewritten_by_nm616_parse_with_the_target_parsers(monkeypatch):
     """The 5.23 HfArgumentParser rejects the old flags of the fixture launch lines; the migrated
     lines parse (shell, Slurm, Dockerfile exec form), and TRL 1.16 takes --max_length where

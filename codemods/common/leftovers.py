@@ -26,8 +26,12 @@ OLD_STACK = (
     "optimum.commands.neuron",
     "optimum.commands.export.neuron",
     "optimum.commands.export.neuronx",
+    "neuronperf",
 )
 
+
+#: old-stack packages replaced as a whole (no name of theirs has a native twin): one marker on the import
+WHOLE = ("neuronperf",)
 
 #: ``import torch_neuronx`` itself is the TorchNeuron plugin (the seeds import it); only its XLA-era APIs are old
 NATIVE = ("torch_neuronx",)
@@ -60,6 +64,7 @@ ADVICE = (
     (("torch_xla.utils.serialization.load",),
      "Convert these xser checkpoints once where torch_xla is installed: torch.load cannot read the format."),
     (("torch_xla.utils.serialization",), "Replace `{name}` by torch.save or safetensors: TorchNeuron writes no xser files."),
+    (("neuronperf",), "Replace `{name}` by timing the compiled model in a loop: neuronperf benchmarks Neuron TorchScript files."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
     (("neuronx_distributed_inference.models.diffusers",),
@@ -84,7 +89,7 @@ class OldStackLeftovers(PythonRule):
     id = "NM900"
     title = "Old-stack import or name with no automatic native replacement"
     fix = "manual"
-    triggers = ("optimum.neuron", "optimum import", "torch_xla", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
+    triggers = ("optimum.neuron", "optimum import", "torch_xla", "neuronperf", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
                 "torch.neuron.analyze_model")
     why = """
@@ -126,6 +131,10 @@ class OldStackLeftovers(PythonRule):
         torch.save or safetensors; new checkpoints need no xser.""",
         """xser wrote checkpoints for XLA tensors, one file per tensor beside a pickled reference tree; TorchNeuron
         tensors save with torch.save, safetensors or torch.distributed.checkpoint (DCP) for sharded states.""",
+        """neuronperf, the Neuron SDK's benchmarking package, loads a compiled TorchScript/NEFF file (torch.jit.save of
+        a traced model) in worker processes; with TorchNeuron there is no such file (the migrated save writes
+        weights, the model compiles at run time), so time the compiled model directly: warm it up, then loop
+        over calls with time.perf_counter(), reading the outputs back (.cpu()) before stopping the clock.""",
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
@@ -248,6 +257,13 @@ class OldStackLeftovers(PythonRule):
                 ctx.marker(node, GATE_MARKER, detail=self._detail(qual, local))
                 continue
             refs = ctx.references(local)
+            if qual.startswith(WHOLE):
+                # replaced as a whole: one marker on its first import covers every use (and its other imports)
+                if refs or "NM992" not in ctx.checks:
+                    names = grouped.setdefault((-1, _template(qual)), [])
+                    if all(n != local for _, _, n in names):
+                        names.append((node, qual, local))
+                continue
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
@@ -274,8 +290,8 @@ class OldStackLeftovers(PythonRule):
             # the native device module, which has none of them
             ctx.marker(node, INF1_MARKER.format(name=qual))
             return
-        if qual is None or not old_stack(qual):
-            return
+        if qual is None or not old_stack(qual) or qual.startswith(WHOLE):
+            return  # (a package replaced as a whole: the marker on its import covers its uses)
         if self._covered(ctx, qual):
             return
         written = cst.Module([]).code_for_node(node)

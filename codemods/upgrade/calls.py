@@ -238,15 +238,22 @@ class RemovedArgumentFields(PythonRule):
 
 
 TORCHSCRIPT_MARKER = "Use out.to_tuple() where this model's outputs are unpacked: torchscript=True is gone."
+RETURN_DICT_MARKER = ("Use out.to_tuple() where this model's outputs are unpacked: a config-wide return_dict=False "
+                      "breaks v5 models.")
 
 
 class TorchscriptFlag(PythonRule):
     id = "NM615"
     markers = ((TORCHSCRIPT_MARKER, """torchscript=True is gone in transformers v5 and was dropped: the model returns
-        ModelOutput objects, where out[0] still works and unpacking a tuple does not (out.to_tuple() does)."""),)
-    title = "Transformers from_pretrained(torchscript=...) (removed in v5): dropped"
+        ModelOutput objects, where out[0] still works and unpacking a tuple does not (out.to_tuple() does)."""),
+               (RETURN_DICT_MARKER, """from_pretrained(..., return_dict=False) set the config's return_dict, which in
+        transformers 5.23 reaches the inner models of CLIP, GPT-2's LM head, T5 and others, whose wrappers then read
+        attributes of a tuple (AttributeError: 'tuple' object has no attribute 'pooler_output'). It was dropped: the
+        model returns ModelOutput objects, where out[0] still works and unpacking does not (out.to_tuple() does;
+        return_dict=False on a call is fine)."""),)
+    title = "Transformers from_pretrained(torchscript=... / return_dict=False) (removed or broken in v5): dropped"
     fix = "mixed"
-    triggers = ("torchscript=",)
+    triggers = ("torchscript=", "return_dict=False")
     why = """
         `torchscript=True` set the config's `torchscript` attribute so that the model returned
         tuples (and untied shared weights) for `torch.jit.trace`; transformers v5 removed the
@@ -269,7 +276,10 @@ class TorchscriptFlag(PythonRule):
     caveats = """
         Not `return_dict=False` instead: in 5.23 a config-wide `return_dict=False` reaches the inner
         model of a causal LM, whose wrapper then fails on the tuple (`'tuple' object has no
-        attribute 'last_hidden_state'`). `torchscript=False` (the default) is dropped silently.
+        attribute 'last_hidden_state'`); for the same reason `from_pretrained(..., return_dict=False)`
+        (traced models asked for tuples that way) is dropped too, with the same marker (checked on
+        CPU: CLIP, GPT-2 LM head and T5 fail to run with it). `torchscript=False` (the default) is
+        dropped silently. `return_dict=False` on a model's call is left alone: it works.
     """
 
     def handlers(self):
@@ -277,17 +287,25 @@ class TorchscriptFlag(PythonRule):
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)
-        if "torchscript" not in kw:
+        if "torchscript" not in kw and "return_dict" not in kw:
             return
         target = target_of(ctx, node.func)
-        if target is None or not target.startswith("transformers.") or api().accepts(target, "torchscript") is not False:
+        if target is None or not target.startswith("transformers."):
             return
-        value = literal(kw["torchscript"].value)
-        if value is not False and value is not None:
-            ctx.marker(node, TORCHSCRIPT_MARKER)
-        else:
-            ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
-        rewrite_call(ctx, node, ArgPlan(drop={"torchscript"}))
+        drop = set()
+        if "torchscript" in kw and api().accepts(target, "torchscript") is False:
+            drop.add("torchscript")
+            value = literal(kw["torchscript"].value)
+            if value is not False and value is not None:
+                ctx.marker(node, TORCHSCRIPT_MARKER)
+            else:
+                ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
+        if ("return_dict" in kw and literal(kw["return_dict"].value) is False and target.endswith(".from_pretrained")):
+            drop.add("return_dict")
+            if "torchscript" not in drop or literal(kw["torchscript"].value) in (False, None):
+                ctx.marker(node, RETURN_DICT_MARKER)
+        if drop:
+            rewrite_call(ctx, node, ArgPlan(drop=drop))
 
 
 CHAT_TEMPLATE_MARKER = "apply_chat_template returns a BatchEncoding in transformers 5: pass return_dict=False or read [\"input_ids\"]."

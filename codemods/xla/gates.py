@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.leftovers import old_stack
+from codemods.xla.base import serves_other_accelerators
 from migrator.imports import falls_back
 from migrator.rules import PythonContext, PythonRule
 
@@ -26,6 +27,9 @@ XLA_PROBES = (
 )
 FIND_SPEC = ("importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader")
 NATIVE_TEST = "torch.neuron.is_available()"
+#: the gate of a module that serves other accelerators through torch_xla (TPUs): its XLA branch stays
+SIDE_BY_SIDE_MARKER = ("Add a torch.neuron.is_available() branch beside this torch_xla one: the module also serves "
+                       "other XLA devices.")
 
 
 class OldStackAvailabilityGates(PythonRule):
@@ -61,7 +65,10 @@ class OldStackAvailabilityGates(PythonRule):
             device = "cpu"
     """
     caveats = """
-        A gate that also imports a module TorchNeuron has (`import torch_neuronx`, the plugin) is
+        A module that imports torch_xla only in such gates, dispatches on other accelerators too
+        (`cuda`, `mps`) and names Neuron nowhere (a generic library's device selection: its XLA
+        branch serves TPUs) keeps its torch_xla code: the torch-xla rules leave it alone, and the
+        marker asks for a neuron branch beside the XLA one. A gate that also imports a module TorchNeuron has (`import torch_neuronx`, the plugin) is
         left alone: the migration keeps that import in the gate when it removes the old ones, so
         the gate then tests for TorchNeuron. A `try:` whose body imports an old-stack module is a gate only when one of its handlers
         catches ImportError (or ModuleNotFoundError, Exception) and does something other than
@@ -97,6 +104,9 @@ class OldStackAvailabilityGates(PythonRule):
         if not old or "torch_neuronx" in modules:
             return  # the gate also imports the TorchNeuron plugin: the engine keeps that import, which decides it
         if falls_back(node):
+            if serves_other_accelerators(ctx.source):
+                ctx.marker(node, SIDE_BY_SIDE_MARKER)
+                return
             # one text whatever the gate still imports (the migration may remove some of them): a
             # second run finds it above the gate
             ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
