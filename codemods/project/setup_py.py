@@ -125,6 +125,13 @@ class SetupPyDependencies(PythonRule):
                         for t in small.targets:
                             if isinstance(t.target, cst.Name):
                                 found.setdefault(t.target.value, []).append(small.value)
+                            elif (isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name)
+                                  and len(t.target.slice) == 1 and isinstance(t.target.slice[0].slice, cst.Index)
+                                  and isinstance(t.target.slice[0].slice.value, cst.SimpleString)
+                                  and _literal_items(small.value) is not None):
+                                # `extras["inf2"] = ["optimum-neuron"]`: a group added to a dict after it is made
+                                key = str(t.target.slice[0].slice.value.evaluated_value)
+                                state.setdefault("items", {}).setdefault(t.target.value.value, []).append((key, small.value))
                     elif isinstance(small, (cst.AugAssign, cst.AnnAssign)) and isinstance(small.target, cst.Name):
                         found.setdefault(small.target.value, []).extend([small.value, small.value])  # ambiguous
             state["lists"] = {k: v[0] for k, v in found.items() if len(v) == 1 and v[0] is not None}
@@ -158,6 +165,8 @@ class SetupPyDependencies(PythonRule):
                 if not isinstance(value, cst.Dict):
                     self._not_literal(node, key, value, ctx)
                     continue
+                if isinstance(arg.value, cst.Name):
+                    lists.extend(state.get("items", {}).get(arg.value.value, ()))
                 for el in value.elements:
                     if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
                         lists.append((str(el.key.evaluated_value), self._resolve(el.value, ctx)))

@@ -20,6 +20,8 @@ MODULE = "module"
 #: ... or a TorchScript module of torch.jit.trace / torch.jit.script, which its save still writes as before
 TORCHSCRIPT = "torchscript"
 JIT_TRACES = ("torch.jit.trace", "torch.jit.script")
+#: torch_neuronx.trace and where torch-neuronx defines it (``from torch_neuronx.xla_impl.trace import trace``)
+NEURON_TRACES = ("torch_neuronx.trace", "torch_neuronx.xla_impl.trace.trace")
 
 #: methods that return the module they are called on (``model.eval()``, ``model.to(device)``)
 CHAINED = ("eval", "to", "cpu", "float", "half", "requires_grad_")
@@ -164,7 +166,7 @@ def _scan(ctx: PythonContext) -> Artifacts:
             return
         if isinstance(node, cst.Call):
             qual = ctx.imports.resolve(node.func)
-            if qual == "torch_neuronx.trace":
+            if qual in NEURON_TRACES:
                 _trace(node, scope, parent, held, table, ctx)
             elif qual in JIT_TRACES:
                 _trace(node, scope, parent, held, table, ctx, torchscript=True)
@@ -175,7 +177,7 @@ def _scan(ctx: PythonContext) -> Artifacts:
         # an assignment is recorded after its value (the trace in `traced = trace(...)` is seen first)
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             if not (isinstance(node.value, cst.Call)
-                    and ctx.imports.resolve(node.value.func) in ("torch_neuronx.trace", *JIT_TRACES)):
+                    and ctx.imports.resolve(node.value.func) in (*NEURON_TRACES, *JIT_TRACES)):
                 assigned(scope, node.targets[0].target.value, node.value)
 
     walk(ctx.module, ctx.module, None)

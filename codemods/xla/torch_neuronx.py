@@ -20,7 +20,7 @@ from codemods.xla.base import (
     _remove_small_statement, _torch)
 from codemods.common.statements import with_blank_line
 from codemods.xla.artifacts import (
-    MODULE, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, scope_of, unchain)
+    MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, scope_of, unchain)
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 
@@ -130,11 +130,11 @@ class NeuronTrace(_XlaRule):
     triggers = ("torch_neuronx", *MIGRATED_SAVES)
     #: a serving script that loads the traced artifact without importing torch_neuronx
     project_triggers = ("jit.load",)
-    project_probes = {TRACES: ("torch_neuronx.trace", "from torch_neuronx import trace"), JIT_LOADS: ("jit.load",),
+    project_probes = {TRACES: ("torch_neuronx.trace", "from torch_neuronx import trace", "xla_impl.trace import trace"), JIT_LOADS: ("jit.load",),
                       SAVED_PRETRAINED: (MIGRATED_SAVES[0],), SAVED_STATE: (MIGRATED_SAVES[1],)}
-    owns = (f"{NX}.trace", *MANUAL)
+    owns = (*NEURON_TRACES, *MANUAL)
     natives = {
-        f"{NX}.trace": 'torch.compile(model.to("neuron").eval(), backend="neuron", dynamic=False)',
+        **dict.fromkeys(NEURON_TRACES, 'torch.compile(model.to("neuron").eval(), backend="neuron", dynamic=False)'),
         **{k: "see the marker" for k in MANUAL},
     }
     why = """
@@ -339,14 +339,16 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, message if len(message) <= 120 else "Pad the inputs to the traced shapes to avoid a "
                        "compile per input shape.",
                        detail="torch.compile compiles the model at its first call, once per input shape.")
-        if "compiler_args" not in bound and not _LOW_PRECISION.search(_code(scope_of(ctx))):
-            # neuronx-cc's default (its mixed-precision guide): FP32 matrix multiplications cast to BF16;
-            # a model the scope loads or casts to bf16/fp16 already runs them in that dtype
+        dropped = [k for k in TRACE_KEYWORDS if k in bound]
+        args_value = bound["compiler_args"].value if "compiler_args" in bound else None
+        # neuronx-cc's default (its mixed-precision guide), which options that choose no precision keep: FP32
+        # matrix multiplications cast to BF16; a model the scope loads or casts to bf16/fp16 runs them so already
+        default_cast = _tokens(_literal_value(args_value, ctx)) if args_value is not None else []
+        if (default_cast is not None and not any(t.startswith(PRECISION_OPTIONS) for t in default_cast)
+                and not _LOW_PRECISION.search(_code(scope_of(ctx)))):
             ctx.marker(call, "Load the model with dtype=torch.bfloat16 for the old speed: the trace auto-cast float32 matmuls to bf16.",
                        detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
                               "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
-        dropped = [k for k in TRACE_KEYWORDS if k in bound]
-        args_value = bound["compiler_args"].value if "compiler_args" in bound else None
         literal = _dead_literal(args_value, ctx) if isinstance(args_value, cst.Name) else None
         if literal is not None:  # `compiler_args = [...]` used only here: dropped with the keyword
             line, args_value, following = literal
@@ -360,8 +362,8 @@ class NeuronTrace(_XlaRule):
             pass  # no options, or only what the native model does
         elif tokens is not None and not any(t.startswith(PRECISION_OPTIONS) for t in tokens):
             flags = " ".join(tokens)
-            ctx.marker(call, fitted(f"Check whether TorchNeuron still needs `{flags}`: torch.compile takes no compiler options.",
-                                    "Check whether TorchNeuron still needs the trace's neuronx-cc options: torch.compile takes none."),
+            ctx.marker(call, fitted(f"Check whether TorchNeuron still needs `{flags}`: torch.compile passes no neuronx-cc flags.",
+                                    "Check whether TorchNeuron still needs the trace's neuronx-cc options: torch.compile passes none."),
                        detail=f"compiler_args={_code(bound['compiler_args'].value)} were neuronx-cc options of the "
                               "trace, none of them a precision option; torch.compile(backend=\"neuron\") takes no "
                               "compiler options")
@@ -752,6 +754,14 @@ class NeuronTrace(_XlaRule):
 #: a load or cast to a 16-bit dtype in the code: `dtype=torch.bfloat16`, `.to(torch.float16)`, `.half()`
 _LOW_PRECISION = re.compile(r"\b(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:bfloat16|float16|half)\b"
                             r"|\.(?:bfloat16|half)\(\s*\)|\.to\([^)]*\b(?:torch\.)?(?:bfloat16|float16)\b")
+
+
+def _literal_value(value: cst.BaseExpression, ctx: PythonContext) -> cst.BaseExpression:
+    """``value``, or the literal a name of it holds where :func:`_dead_literal` finds one."""
+    if isinstance(value, cst.Name):
+        found = _dead_literal(value, ctx)
+        return found[1] if found is not None else value
+    return value
 
 
 def _dead_literal(name: cst.Name, ctx: PythonContext) -> tuple[cst.SimpleStatementLine, cst.BaseExpression, cst.CSTNode | None] | None:
