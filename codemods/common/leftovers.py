@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.renames import load_table
 from migrator.model import fitted
 from migrator.imports import falls_back, import_gate
@@ -53,6 +54,10 @@ _XLA_DEVICE = re.compile(r"xla(?::\d+)?")
 #: the names a device string goes by
 _DEVICE_NAME = re.compile(r"device|accelerator|backend|platform", re.I)
 
+#: the first torch_xla import of a module written for other XLA devices (codemods.common.accelerators)
+OTHER_XLA_MARKER = ("Keep this torch_xla code for TPUs and add a neuron path beside it (torch.device(\"neuron\")), or "
+                    "port it by hand.")
+
 #: an old-stack import in a ``try`` that only tolerates its absence (``except ImportError: pass``)
 GATE_MARKER = "Replace or remove this old-stack import: TorchNeuron lacks it, so the rest of the try body never runs."
 
@@ -78,7 +83,8 @@ ADVICE = (
      "Replace `{name}`: pass do_sample, top_k, top_p and temperature to generate() or a GenerationConfig."),
     (("neuronx_distributed_inference.models.config", "neuronx_distributed_inference.utils.hf_adapter"),
      "Replace `{name}`: configure the model with its Transformers config (AutoConfig) and a GenerationConfig."),
-    (("transformers_neuronx", "neuronx_distributed_inference"), "Replace `{name}`: load the model with its Transformers class and device_map=\"neuron\"."),
+    (("transformers_neuronx", "neuronx_distributed_inference"),
+     "Replace `{name}` with its Transformers class on \"neuron\" (DistributedConfig under torchrun if sharded)."),
     (("neuronx_distributed.quantization", "neuronx_distributed.experimental.quantization"),
      "Copy `{name}` into the project from neuronx-distributed (not on TorchNeuron), or drop its use."),
     ((), "Replace `{name}` with DTensor, DistributedConfig or torch.distributed code."),
@@ -115,6 +121,10 @@ class OldStackLeftovers(PythonRule):
                (GATE_MARKER, """A `try:` whose handler only passes, logs or re-raises keeps its imports (they decide
         whether the body runs); the old-stack package is not installed on TorchNeuron, so the import raises and every
         statement after it in the try body (often the Neuron set-up itself) is skipped silently."""),
+               (OTHER_XLA_MARKER, """The module names Neuron nowhere and is written for Google TPUs (their wheels or
+        runtime settings, a device named "tpu"), or uses torch_xla as one optional backend beside CUDA/MPS: its
+        torch_xla code serves other XLA devices, so the torch-xla rules leave it alone. Add a TorchNeuron path
+        (torch.neuron.is_available(), torch.device("neuron")) beside it, or port it by hand if it was Neuron code."""),
                (INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
         and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
         device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
@@ -155,8 +165,10 @@ class OldStackLeftovers(PythonRule):
         length, tp_degree) and the Transformers config it loaded; with TorchNeuron the model's own
         Transformers config is used, generation settings go into a GenerationConfig (a static cache with
         max_cache_len), and tensor parallelism into DistributedConfig under torchrun.""",
-        """transformers-neuronx is not part of TorchNeuron: Transformers loads the model with
-        device_map="neuron" and generates with a static KV cache; compiled artifacts are not reused.""",
+        """transformers-neuronx and NxD Inference are not part of TorchNeuron: Transformers loads the model with
+        device_map="neuron" (one device) or, sharded over several (the old tp_degree), with
+        distributed_config=DistributedConfig(tp_size=N) under torchrun (the two do not combine), and generates
+        with a static KV cache; compiled artifacts are not reused.""",
         """neuronx-distributed's quantization helpers (microscaling, int8 layers) are plain torch code over
         its parallel layers; the package is not installed on TorchNeuron, so a test or script that uses them
         needs its own copy of the helpers it calls, or goes.""",
@@ -230,6 +242,12 @@ class OldStackLeftovers(PythonRule):
         gate = import_gate(ctx.stack[:line]) if line is not None else None
         if gate is not None and falls_back(gate):
             return  # an availability gate (`try: import torch_xla ... except ImportError: <other path>`): NM420's
+        if qual.startswith("torch_xla") and serves_other_accelerators(ctx.source):
+            # TPU code: the torch-xla rules leave it alone; one marker on its first torch_xla import says so
+            if not ctx.local_state().get("tpu"):
+                ctx.local_state()["tpu"] = True
+                ctx.marker(node, OTHER_XLA_MARKER)
+            return
         if old_stack(qual) and not self._covered(ctx, qual):
             ctx.local_state().setdefault("aliases", []).append((node, qual, local, gate is not None, id(stmt)))
 
@@ -242,7 +260,7 @@ class OldStackLeftovers(PythonRule):
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
-        if any(old_stack(b.qualified) for b in ctx.imports.all_bindings()):
+        if any(old_stack(b.qualified) for b in ctx.imports.all_bindings()) and not serves_other_accelerators(ctx.source):
             # the unit is migrated: an "xla" device string no rule could follow fails on TorchNeuron
             for node, stack in ctx.local_state().get("xla", ()):
                 if not ctx.edited(node, stack):

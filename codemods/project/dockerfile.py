@@ -554,10 +554,12 @@ def _stable_describe(e, d) -> str:
 def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
                        replace: Callable, delete: Callable, silenced: Callable[[object], bool],
                        render: Callable[[object, list[str], list[str]], str] | None = None,
-                       environment: Callable[[PipInstall], str] | None = None) -> set[int]:
+                       environment: Callable[[PipInstall], str] | None = None, shared: str | None = None) -> set[int]:
     """The dependency decisions of NM501-NM504 (codemods.project.dependencies) on the requirements named by
     `pip install` commands; the commands of one environment (``environment(install)``: a Dockerfile's
-    build stage; default: the whole unit) form one list. Returns the lines marked."""
+    build stage, a branch of a shell ``if``; default: the whole unit) form one list. ``shared``: the
+    environment whose installs every other one has too (a shell script's top level); default: none when
+    environments are given (build stages stand alone). Returns the lines marked."""
     entries = []
     for inst in installs:
         group = environment(inst) if environment is not None else ""
@@ -575,7 +577,8 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
         return set()
     # each environment stands alone: what one build stage installs is not in the next one's image
     with deps.project_uses(ctx.facts):
-        decisions = deps._decide_all(entries, neuron_hint, base="" if environment is None else "\0")
+        decisions = deps._decide_all(entries, neuron_hint,
+                                     base=shared if shared is not None else "" if environment is None else "\0")
     markers: dict[int, list[str]] = {}
     edits: dict[int, list[tuple]] = {}
     for i, e in enumerate(entries):

@@ -502,7 +502,7 @@ class LaunchFlags(ShellRule):
             hits = sorted({f for i in s.assigns + s.words for f in _FLAG_TRIGGERS
                            if re.search(re.escape(f) + r"(?![A-Za-z0-9_-])", u.text(i))})
             name = (u.value(s.words[0]) or "").rsplit("/", 1)[-1] if s.words else ""
-            if hits and not _echo_like(u, s) and name != "optimum-cli" and name not in _OTHER_TOOLS:
+            if hits and not _echo_like(u, s) and name != "optimum-cli" and not _runs_other_tool(u, s):
                 _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(hits)))
 
     def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
@@ -812,6 +812,18 @@ def _mark(plan: ShellPlan, ctx, group: int, message: str) -> None:
     ctx.marker(line, message)
 
 
+def _runs_other_tool(u: ShellUnit, s: Simple) -> bool:
+    """Whether the command runs a tool with a --tensor-parallel-size of its own (vLLM & co.), directly or behind
+    wrappers (``nohup python -m vllm.entrypoints.openai.api_server ...``)."""
+    values = [u.value(i) or "" for i in s.words]
+    for k, v in enumerate(values):
+        if v.rsplit("/", 1)[-1] in _OTHER_TOOLS:
+            return True
+        if v == "-m" and k + 1 < len(values) and values[k + 1].split(".", 1)[0] in _OTHER_TOOLS:
+            return True
+    return False
+
+
 def _echo_like(u: ShellUnit, s: Simple) -> bool:
     v = u.value(s.words[0]) if s.words else None
     return v in ("echo", "printf", "cat", "grep", ":")
@@ -919,9 +931,17 @@ class DeactivateAsyncLoad(ShellRule):
 # NM523
 
 
+TPU_INSTALL_MARKER = "This installs the Cloud TPU runtime: keep it for TPUs, or install torch-neuronx for a neuron path."
+#: what only an install for Google Cloud TPUs names
+_TPU_INSTALL = re.compile(r"cloud-tpu|tpu-pytorch|torch[-_]xla\[tpu\]|libtpu")
+
+
 class ShellPipInstall(ShellRule):
     id = "NM523"
-    markers = PIP_INSTALL_MARKERS + long_forms(TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER)
+    markers = PIP_INSTALL_MARKERS + long_forms(TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER) + (
+        (TPU_INSTALL_MARKER, """A pip install of Google Cloud TPU's runtime (cloud-tpu-client, the tpu-pytorch torch_xla
+         wheels, libtpu): it is not the Neuron stack, so nothing in it is replaced. On Trainium the native path
+         installs torch-neuronx (TorchNeuron) instead."""),)
     title = "pip install command lines in scripts, notebooks and docs: old Neuron stack packages replaced"
     fix = "mixed"
     triggers = PIP_TRIGGERS
@@ -955,6 +975,11 @@ class ShellPipInstall(ShellRule):
             if plan.is_removed(s) or not s.words:
                 continue
             texts = [u.text(i) for i in s.words]
+            if any(_TPU_INSTALL.search(t) for t in texts):
+                # a Cloud TPU install (its client, its torch_xla wheels): not the Neuron stack, left as it is
+                if pip_segments(texts) and plan.editable(self.id, s):
+                    plan.marker(ctx, s.group, TPU_INSTALL_MARKER)
+                continue
             for _k, reqs, hashed, other in pip_segments(texts):
                 installs.append(PipInstall(
                     s, u.groups[s.group][0] if s.group >= 0 else 0, [s.words[k] for k in reqs],
@@ -965,7 +990,16 @@ class ShellPipInstall(ShellRule):
             replace=lambda tok, text: plan.replace(self.id, tok, text),
             delete=lambda tok: plan.delete(self.id, tok),
             silenced=lambda s: not plan.editable(self.id, s),
+            environment=_branch, shared="",
         )
+
+
+def _branch(install: PipInstall) -> str:
+    """The environment of an install in a shell script: the branch of an ``if``/``case`` it runs in (another
+    branch's installs are not there: `if neuron; then pip install optimum[neuronx]; else pip install
+    transformers; fi`), else the script's top level ("")."""
+    body = install.key.pipeline.andor.body  # type: ignore[attr-defined]
+    return f"branch {id(body)}" if body.kind in ("then", "else", "case") else ""
 
 
 RULES = (LaunchFlags, DeactivateAsyncLoad, ShellPipInstall)

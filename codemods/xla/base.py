@@ -5,13 +5,12 @@ emit (``torch``, ``os``, ``dist``, ranks, world size, the device, spelled as des
 
 from __future__ import annotations
 
-import ast
-import functools
 import re
 import sys
 
 import libcst as cst
 
+from codemods.common.accelerators import NeuronXlaOnly
 from codemods.common.statements import (
     expression_statement as _expression_statement,
     index_in_stack as _index_in_stack,
@@ -332,61 +331,12 @@ def short_name(qual: str) -> str:
     return two if len(two) <= 30 else qual.rsplit(".", 1)[-1]
 
 
-#: what names Neuron in a module (a comment or string counts: "xla" (Trainium), a trn1 instance...)
-_NEURON_NAMED = re.compile(r"neuron|trainium|inferentia|\btrn[12]\b|\binf[12]\b", re.I)
-#: another accelerator the module dispatches on
-_OTHER_ACCELERATOR = re.compile(r"\bcuda\b|\bmps\b")
-_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception"})
-_OWN_COMMENTS = re.compile(r"#[^\n]*neuron-migrate[^\n]*")
-
-
-@functools.lru_cache(maxsize=64)
-def serves_other_accelerators(source: str) -> bool:
-    """Whether a module uses torch_xla as one optional backend among others, the torch-xla of TPUs: every
-    torch_xla import is in the body of a ``try`` whose ImportError handler falls back to something (a flag, a
-    None), the module dispatches on another accelerator too (``cuda``, ``mps``), and nothing in it names Neuron
-    (a generic library's handler, a TPU-capable trainer). Its torch_xla branch is not known to be a Neuron one: the
-    torch-xla rules leave it alone and NM420 asks for a neuron branch beside it."""
-    own = _OWN_COMMENTS.sub("", source)  # this tool's markers name Neuron: they are not the module's
-    if "torch_xla" not in source or _NEURON_NAMED.search(own) or not _OTHER_ACCELERATOR.search(own):
-        return False
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError):
-        return False
-    gated: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(_falls_back(h) for h in node.handlers):
-            gated.update(id(s) for s in node.body)
-    found = False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if any(n == "torch_xla" or n.startswith("torch_xla.") for n in names):
-                if id(node) not in gated:
-                    return False
-                found = True
-    return found
-
-
-def _falls_back(handler: ast.ExceptHandler) -> bool:
-    """An ``except ImportError:`` (or bare / Exception) whose body does something but pass or raise."""
-    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    if handler.type is not None and not any(isinstance(t, ast.Name) and t.id in _IMPORT_ERRORS for t in types):
-        return False
-    return any(not isinstance(s, (ast.Pass, ast.Raise)) for s in handler.body)
-
-
-class _XlaRule(PythonRule):
+class _XlaRule(NeuronXlaOnly, PythonRule):
     """Dispatches every reference to an owned name: calls go to ``rewrite``; any other use
-    (the function passed around as a value) gets a marker. A module that uses torch_xla as one optional
-    backend among others (:func:`serves_other_accelerators`) is not shown to these rules."""
+    (the function passed around as a value) gets a marker. A module that serves other XLA devices
+    (codemods.common.accelerators) is not shown to these rules."""
 
     fix = "auto"
-
-    @classmethod
-    def applies_to(cls, text: str, project: frozenset[str] = frozenset()) -> bool:
-        return super().applies_to(text, project) and not serves_other_accelerators(text)
     #: owned qualified name -> what it becomes (for messages)
     natives: dict[str, str] = {}
 

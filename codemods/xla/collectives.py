@@ -22,6 +22,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.accelerators import NeuronXlaOnly
 from codemods.common.arg_plan import ArgPlan, keywords, literal, rewrite_call
 from codemods.common.leftovers import old_stack
 from codemods.common.patch_targets import in_mock_assertion
@@ -523,7 +524,7 @@ ASYNC_COLLECTIVES = frozenset(f"torch.distributed.{name}" for name in (
     "reduce", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier"))
 
 
-class DroppedCollectiveHandles(PythonRule):
+class DroppedCollectiveHandles(NeuronXlaOnly, PythonRule):
     id = "NM417"
     title = "torch.distributed collectives with async_op=True whose handle is dropped -> synchronous"
     fix = "applied"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.common.accelerators import NeuronXlaOnly
 from codemods.common.statements import with_blank_line
 from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_check_message, split_cc_flags
 from codemods.project.launch_env import ENV_FACT, launch_env
@@ -254,7 +255,7 @@ def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
 BF16_READ_MARKER = "Replace this code's XLA_USE_BF16/XLA_DOWNCAST_BF16 tests by the precision you want: they now read as unset."
 
 
-class XlaPrecisionReads(PythonRule):
+class XlaPrecisionReads(NeuronXlaOnly, PythonRule):
     id = "NM415"
     title = "XLA_USE_BF16 / XLA_DOWNCAST_BF16 read in Python -> the precision the launchers set"
     fix = "auto"
@@ -368,7 +369,7 @@ class XlaPrecisionReads(PythonRule):
 # --------------------------------------------------------------------------- NM416
 
 
-class XlaEnvironmentWrites(PythonRule):
+class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     id = "NM416"
     title = "XLA-only environment variables set from Python removed; NEURON_CC_FLAGS stripped of XLA-era flags"
     fix = "mixed"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.leftovers import old_stack
-from codemods.xla.base import serves_other_accelerators
+from codemods.common.accelerators import serves_other_accelerators
 from migrator.imports import falls_back
 from migrator.rules import PythonContext, PythonRule
 

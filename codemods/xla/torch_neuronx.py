@@ -330,6 +330,8 @@ class NeuronTrace(_XlaRule):
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
         if stays and example is not None and _example_calls_only(scope_of(ctx), target, example.value):
             pass  # every call takes the example itself: one shape, nothing to pad
+        elif stays and "called" not in set(_uses(_code(scope_of(ctx)), target)):
+            pass  # never called where it is compiled (saved, deleted): the shapes are its loader's business
         elif sliced:
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
                        detail="torch.compile compiles once per input shape; the example given to the trace here is a "
@@ -346,7 +348,7 @@ class NeuronTrace(_XlaRule):
         default_cast = _tokens(_literal_value(args_value, ctx)) if args_value is not None else []
         if (default_cast is not None and not any(t.startswith(PRECISION_OPTIONS) for t in default_cast)
                 and not _LOW_PRECISION.search(_code(scope_of(ctx)))):
-            ctx.marker(call, "Load the model with dtype=torch.bfloat16 for the old speed: the trace auto-cast float32 matmuls to bf16.",
+            ctx.marker(call, "Run the model in bf16 for the old speed (dtype=torch.bfloat16 or .to(torch.bfloat16)): the trace auto-cast its matmuls.",
                        detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
                               "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
         literal = _dead_literal(args_value, ctx) if isinstance(args_value, cst.Name) else None
@@ -358,8 +360,8 @@ class NeuronTrace(_XlaRule):
             ctx.finding(line, f"{_code(bound['compiler_args'].value)} = ... removed: its only use was the "
                               "trace's compiler_args=")
         tokens = _tokens(args_value) if args_value is not None else None
-        if args_value is None or _no_auto_cast(args_value):
-            pass  # no options, or only what the native model does
+        if args_value is None or _no_auto_cast(args_value) or tokens == []:
+            pass  # no options, only what the native model does, or only logging / scratch-file options
         elif tokens is not None and not any(t.startswith(PRECISION_OPTIONS) for t in tokens):
             flags = " ".join(tokens)
             ctx.marker(call, fitted(f"Check whether TorchNeuron still needs `{flags}`: torch.compile passes no neuronx-cc flags.",
@@ -515,6 +517,13 @@ class NeuronTrace(_XlaRule):
         """``name.save(path)`` / ``torch.jit.save(name, path)`` of a trace: what the native stack loads. What the
         trace compiled comes from the unit's table (codemods/xla/artifacts.py), which its loads read too."""
         path_code = _code(path)
+        if _skipped_while_exists(path, ctx):
+            # `if not os.path.exists(p): trace...; save(p)`: the old run's TorchScript file at p keeps the new
+            # save from running, and the load after it reads the old file
+            ctx.marker(call, fitted(f"Delete the old TorchScript {path_code} before the first run: the check above "
+                                    "skips this save while it exists.",
+                                    "Delete the old TorchScript file before the first run: the check above skips this "
+                                    "save while it exists."))
         saved = artifacts(ctx).saves.get(id(call))
         if saved is not None and saved[2].kind == PRETRAINED:
             ctx.replace(call, _expr(f"{name}._orig_mod.save_pretrained({path_code})"))
@@ -756,6 +765,40 @@ _LOW_PRECISION = re.compile(r"\b(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:bfloat16|f
                             r"|\.(?:bfloat16|half)\(\s*\)|\.to\([^)]*\b(?:torch\.)?(?:bfloat16|float16)\b")
 
 
+#: calls that test whether a path exists (``os.path.exists(p)``, ``Path(p).exists()``, ``p.is_file()``...)
+_EXISTS = ("exists", "isfile", "isdir", "is_file", "is_dir")
+
+
+def _same_path(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    if isinstance(a, cst.SimpleString) and isinstance(b, cst.SimpleString):
+        return a.evaluated_value == b.evaluated_value
+    return _code(a) == _code(b)
+
+
+def _skipped_while_exists(path: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """Whether the statement being handled runs only while ``path`` does not exist: it sits in the body of an
+    ``if`` whose test asks whether that very path exists (the cache pattern ``if not os.path.exists(p):``)."""
+    for anc in ctx.stack:
+        if not isinstance(anc, cst.If):
+            continue
+        for node in _walk(anc.test):
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in _EXISTS):
+                continue
+            target = node.args[0].value if node.args else node.func.value
+            if isinstance(target, cst.Call) and target.args and not node.args:  # Path(p).exists()
+                target = target.args[0].value
+            if _same_path(target, path):
+                return True
+    return False
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
 def _literal_value(value: cst.BaseExpression, ctx: PythonContext) -> cst.BaseExpression:
     """``value``, or the literal a name of it holds where :func:`_dead_literal` finds one."""
     if isinstance(value, cst.Name):
@@ -886,6 +929,8 @@ def _uses(code: str, name: str):
             yield "called"
         elif re.search(r"\bdel\s+$", before):
             yield "deleted"
+        elif re.search(r"\b(?:async_load|lazy_load)\s*\(\s*$", before):
+            yield "loaded"  # torch_neuronx.async_load(name): removed with the trace (DROPPED)
         elif re.search(r"#[^\"'\n]*$", before):
             yield "comment"
         else:
@@ -1017,18 +1062,34 @@ def _to_neuron(value: cst.BaseExpression, q: str) -> cst.BaseExpression:
 PRECISION_OPTIONS = ("--auto-cast", "--fp32-cast", "--enable-mixed-precision", "--fast-math")
 
 
+#: neuronx-cc options about the compiler's own logs and scratch files, with the value each takes: nothing of the
+#: compiled model depends on them, so they go with the trace
+NO_EFFECT_OPTIONS = ("--verbose", "--logfile", "--temp-dir")
+
+
 def _tokens(value: cst.BaseExpression) -> list[str] | None:
-    """The words of literal compiler_args (a string, a list or tuple of strings), ``=`` split; else None."""
+    """The words of literal compiler_args (a string, a list or tuple of strings), ``=`` split, without the
+    options of :data:`NO_EFFECT_OPTIONS` and their values; else None."""
+    words: list[str] = []
     if isinstance(value, cst.SimpleString):
-        return str(value.evaluated_value).replace("=", " ").split()
-    if isinstance(value, (cst.List, cst.Tuple)):
-        tokens: list[str] = []
+        words = str(value.evaluated_value).replace("=", " ").split()
+    elif isinstance(value, (cst.List, cst.Tuple)):
         for el in value.elements:
             if not isinstance(el.value, cst.SimpleString):
                 return None
-            tokens.extend(str(el.value.evaluated_value).replace("=", " ").split())
-        return tokens
-    return None
+            words.extend(str(el.value.evaluated_value).replace("=", " ").split())
+    else:
+        return None
+    tokens: list[str] = []
+    skip = False
+    for w in words:
+        if skip and not w.startswith("-"):
+            skip = False
+            continue
+        skip = w in NO_EFFECT_OPTIONS
+        if not skip:
+            tokens.append(w)
+    return tokens
 
 
 def _no_auto_cast(value: cst.BaseExpression) -> bool:
