@@ -1146,3 +1146,14 @@ def test_python_heredocs_are_python():
     assert found == [(1, 2, False), (7, 8, True), (10, 11, False)]
     src = "python3 - <<'PY'\nimport torch_xla.core.xla_model as xm\nprint(xm.xla_device())\nPY\n"
     assert check(src) == "python3 - <<'PY'\nimport torch\nprint(torch.device(\"neuron\"))\nPY\n"
+
+
+@pytest.mark.parametrize("src", [
+    "nohup python -m vllm.entrypoints.openai.api_server --model m --tensor-parallel-size 64 &\n",
+    "VLLM_NEURON_FRAMEWORK=x python3 -m vllm.entrypoints.openai.api_server --tensor-parallel-size=2\n",
+    "timeout 600 vllm serve m --tensor-parallel-size 8\n",
+])
+def test_other_tools_behind_wrappers_keep_their_tensor_parallel_flag(src):
+    """vLLM & co. have a --tensor-parallel-size of their own: no NM515 marker asks to move it, whatever runs them."""
+    out = check("export XLA_USE_BF16=1\n" + src)
+    assert "NM515" not in out and src.strip() in out
