@@ -120,12 +120,15 @@ def test_nm102_keywords_exist_in_transformers_pipeline():
     assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in tg.values())
     g = GenerationConfig()
     assert hasattr(g, "cache_implementation") and hasattr(g, "max_cache_len")
-    # the task names the rule maps are real tasks (question-answering is gone in 5.23)
-    from codemods.inference.pipelines import REMOVED_TASKS, TOKENIZER_KWARGS
+    # the task names the rule maps are real tasks; the removed ones NM621 marks are the installed library's
+    from codemods.inference.pipelines import TOKENIZER_KWARGS
+    from migrator.selfcheck.targetapi import api
 
     tasks = set(P.SUPPORTED_TASKS) | set(getattr(P, "TASK_ALIASES", {}))
     assert set(TOKENIZER_KWARGS) <= tasks | {"sentiment-analysis"}
-    assert not set(REMOVED_TASKS) & set(P.SUPPORTED_TASKS)
+    assert {t: api().removed_task(t) for t in P.REMOVED_TASKS} == dict(P.REMOVED_TASKS)
+    assert api().removed_task("translation_en_to_fr") == P.REMOVED_TASKS["translation"]
+    assert not set(P.REMOVED_TASKS) & set(P.SUPPORTED_TASKS)
     for after in sorted((FIXTURES / "NM102").glob("*.after.py")):
         for call in _calls(after):
             if _func_name(call).endswith("pipeline"):

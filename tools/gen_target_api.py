@@ -29,6 +29,7 @@ What is recorded
   transformers/diffusers/trl) loaded. Modules whose names cannot be known
   exhaustively (module ``__getattr__``, ``globals()`` tricks, unresolved star
   imports) are listed in ``open_names``.
+* ``removed_tasks``: the ``pipeline()`` tasks Transformers removed and what it says to use instead.
 * ``sigs``/``callables``/``aliases``: keyword signatures of the public callables the
   self-check cares about, each distinct signature stored once. ``**kwargs`` are
   analysed statically (keys popped/read from it; forwarded/stored -> open) except for
@@ -896,6 +897,7 @@ def main(argv=None):
         "callables": dict(sorted(sigs.callables.items())),
         "aliases": dict(sorted((a, c) for a, c in sigs.aliases.items() if a not in sigs.callables)),
         "tp_plans": tensor_parallel_model_types(tf),
+        "removed_tasks": removed_pipeline_tasks(),
     }
     raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     buf = io.BytesIO()
@@ -930,6 +932,14 @@ def main(argv=None):
     with open(args.out, "wb") as f:
         f.write(blob)
     return 0
+
+
+def removed_pipeline_tasks() -> dict[str, str]:
+    """The pipeline() tasks Transformers removed, with what it says to use instead
+    (``transformers.pipelines.REMOVED_TASKS``; ``translation_xx_to_yy`` went with ``translation``)."""
+    import transformers.pipelines as pipelines
+
+    return dict(sorted(getattr(pipelines, "REMOVED_TASKS", {}).items()))
 
 
 def tensor_parallel_model_types(tf) -> list[str]:

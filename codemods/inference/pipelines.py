@@ -54,8 +54,6 @@ TOKENIZER_KWARGS = {
     "feature-extraction": "tokenize_kwargs",
 }
 GENERATION_TASKS = ("text-generation",)
-#: tasks optimum-neuron supported that transformers 5.23's pipeline() no longer has
-REMOVED_TASKS = {"question-answering": "AutoModelForQuestionAnswering"}
 #: compiler options text-generation took as keywords (``task`` is pipeline()'s own first parameter)
 KNOBS = tuple(k for k in COMPILER_KNOBS if k not in ("task", "compiler_args"))
 DROPPED = ("export", "input_shapes", "compiler_args", *KNOBS, "auto_cast_type")
@@ -233,9 +231,6 @@ class PipelineStaticShapes(PythonRule):
         elif device_map is None and "device" not in kw and (export_value is True or model_is_id):
             added.append(("device", neuron))
 
-        if task in REMOVED_TASKS:
-            markers.append((f"Load {REMOVED_TASKS[task]}.from_pretrained(..., device_map=\"neuron\") and run it directly.",
-                            f"transformers 5.23 has no {task!r} pipeline"))
         if export_value is not True and model_is_id and not star:
             markers.append((
                 "Point model= at the original checkpoint: without export=True this loaded a compiled Neuron model.",

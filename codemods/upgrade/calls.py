@@ -6,7 +6,8 @@
 * NM615 ``from_pretrained(torchscript=...)`` (removed in v5): dropped, a marker for ``True``;
 * NM618 ``tok.apply_chat_template(msgs, return_tensors="pt")`` used as a tensor (v4's return): ``return_dict=False``
   (v5 returns a BatchEncoding);
-* NM619 ``with tok.as_target_tokenizer(): labels = tok(targets)`` (removed in v5) -> ``tok(text_target=targets)``.
+* NM619 ``with tok.as_target_tokenizer(): labels = tok(targets)`` (removed in v5) -> ``tok(text_target=targets)``;
+* NM621 ``pipeline("summarization")`` and the other tasks v5 removed: a marker with what Transformers says instead.
 """
 
 from __future__ import annotations
@@ -516,4 +517,60 @@ class TargetTokenizer(PythonRule):
         return calls
 
 
-RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag, ChatTemplateTensors, TargetTokenizer)
+#: removed tasks whose model class does the same job directly (better than the chat-model advice for them)
+_INSTEAD = {"question-answering": "Load AutoModelForQuestionAnswering and run it directly."}
+
+
+class RemovedPipelineTasks(PythonRule):
+    id = "NM621"
+    title = "transformers.pipeline() tasks removed in v5 (summarization, translation, question-answering...)"
+    fix = "manual"
+    triggers = ("pipeline(",)
+    why = """
+        Transformers 5 removed the `text2text-generation`, `summarization`, `translation`
+        (`translation_xx_to_yy`), `question-answering`, `visual-question-answering` and
+        `image-to-image` pipelines: `pipeline("summarization", ...)` raises a KeyError. What
+        Transformers says to use instead (the text-generation pipeline with a chat model, the
+        image-text-to-text one, Diffusers) is read from the installed library
+        (`transformers.pipelines.REMOVED_TASKS`, through the target data) and given in the
+        marker; a seq2seq model still runs with its model class and `generate()`.
+    """
+    before = """
+        from transformers import pipeline
+
+        summarizer = pipeline("summarization", model="t5-small")
+    """
+    after = """
+        from transformers import pipeline
+
+        # TODO(neuron-migrate NM621): The `summarization` pipeline is gone in Transformers 5: use the `text-generation` pipeline with a chat model instead.
+        summarizer = pipeline("summarization", model="t5-small")
+    """
+    caveats = """
+        Only a task written as a literal (first argument or `task=`) is checked; a task held in a
+        variable is not followed.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        qual = target_of(ctx, node.func)  # optimum-neuron's pipeline() is transformers' after its migration
+        if qual not in ("transformers.pipeline", "transformers.pipelines.pipeline"):
+            return
+        arg = keywords(node).get("task") or next((a for a in node.args if a.keyword is None and not a.star), None)
+        task = literal(arg.value) if arg is not None else None
+        if not isinstance(task, str):
+            return
+        instead = _INSTEAD.get(task) or api().removed_task(task)
+        if instead is None:
+            return
+        advice = instead[0].lower() + instead[1:]
+        ctx.marker(node, fitted(f"The `{task}` pipeline is gone in Transformers 5: {advice}",
+                                f"This pipeline task is gone in Transformers 5: {advice}",
+                                "This pipeline task is gone in Transformers 5: run its model class directly instead."),
+                   detail=f"transformers 5 removed the {task!r} pipeline task: {instead}")
+
+
+RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag, ChatTemplateTensors, TargetTokenizer,
+         RemovedPipelineTasks)

@@ -44,6 +44,7 @@ class TargetAPI:
         self._callables: dict[str, int] = data["callables"]
         self._aliases: dict[str, str] = data["aliases"]
         self._tp_plans: frozenset[str] | None = frozenset(data["tp_plans"]) if "tp_plans" in data else None
+        self._removed_tasks: dict[str, str] = dict(data.get("removed_tasks", {}))
 
     # ------------------------------------------------------------------ architectures
     def has_tp_plan(self, model_type: str) -> bool | None:
@@ -52,6 +53,11 @@ class TargetAPI:
         if self._tp_plans is None:
             return None
         return model_type in self._tp_plans
+
+    def removed_task(self, task: str) -> str | None:
+        """What Transformers says to use instead of a ``pipeline()`` task it removed (``translation_en_to_fr`` went
+        with ``translation``); None for a task it has."""
+        return self._removed_tasks.get("translation" if task.startswith("translation_") else task)
 
     # ------------------------------------------------------------------ modules
     def is_target(self, module: str) -> bool:
