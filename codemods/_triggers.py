@@ -93,6 +93,7 @@ TABLE = (
     ('NM619', 'python', ('python', 'notebook', 'markdown'), ('as_target_tokenizer', 'prepare_seq2seq_batch'), (), (), ()),
     ('NM620', 'text', ('shell', 'dockerfile'), ('huggingface-cli',), (), (), ()),
     ('NM621', 'python', ('python', 'notebook', 'markdown'), ('pipeline(',), (), (), ()),
+    ('NM622', 'python', ('python', 'notebook', 'markdown'), ('save_function=',), (), (), ()),
     ('NM900', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'neuronperf', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla', 'neuronxcc', 'optimum.commands', 'torch.neuron.trace', 'torch.neuron.DataParallel', 'torch.neuron.analyze_model'), (), (), ()),
     ('NM901', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), (), ()),
     ('NM902', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'neuronperf', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla', 'neuronxcc', 'optimum.commands', 'torch.neuron.trace', 'torch.neuron.DataParallel', 'torch.neuron.analyze_model'), (), (), ()),

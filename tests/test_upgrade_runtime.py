@@ -387,3 +387,20 @@ def test_pipeline_tasks_nm621_marks_are_gone_and_the_others_run():
             pipeline(task, model=MODEL)
     out = pipeline("text-generation", model=MODEL)("Hello", max_new_tokens=2, do_sample=False)
     assert out and "generated_text" in out[0]
+
+
+def test_save_function_is_ignored_and_is_main_process_decides_who_writes(tmp_path):
+    """NM622: transformers 5.23's save_pretrained never calls save_function (every process wrote the checkpoint);
+    is_main_process=False, what the rewrite passes on the other processes, writes nothing."""
+    from transformers import AutoModelForCausalLM
+
+    after = (FIX / "NM622" / "save_function.after.py").read_text()
+    assert 'save_pretrained("out", is_main_process=accelerator.is_main_process)' in after
+    model = AutoModelForCausalLM.from_pretrained(MODEL)
+    calls = []
+    model.save_pretrained(tmp_path / "a", save_function=lambda *a, **k: calls.append(a))
+    assert not calls and (tmp_path / "a" / "model.safetensors").exists()
+    model.save_pretrained(tmp_path / "b", is_main_process=False)
+    assert not list((tmp_path / "b").iterdir())
+    model.save_pretrained(tmp_path / "c", is_main_process=True)
+    assert (tmp_path / "c" / "model.safetensors").exists()

@@ -5,11 +5,11 @@ needs, one module per library, each ending with ``RULES = (...)`` added to the t
 * ``transformers_v5``: NM601 (AdamW), NM602 (training-argument fields), NM603 (trainer
   ``tokenizer=``, also on same-module subclasses that forward ``**kwargs``), NM605
   (``use_auth_token=``), NM606 (``send_example_telemetry``), NM607 (``torch_dtype=``);
-* ``accelerate``: NM604 (``Accelerator(fp16=)``);
+* ``accelerate``: NM604 (``Accelerator(fp16=)``), NM622 (``save_pretrained(save_function=accelerator.save)``);
 * ``removed``: NM608 (names the targets removed or moved: ``Sample*Output`` -> ``Generate*Output``,
   ``CrossAttention``, ``torch._six``, ...);
 * ``calls``: NM609 (``encode_plus``), NM610 (flash attention -> ``"sdpa"``), NM611 (removed
-  training-argument fields), NM615 (``torchscript=`` dropped);
+  training-argument fields), NM615 (``torchscript=`` dropped), NM621 (pipeline tasks v5 removed);
 * ``overrides``: NM612 (Trainer method overrides get the parameters the v5 Trainer passes);
 * ``cli_flags``: NM614 (flags of removed TrainingArguments fields in Python argument lists);
 * ``launchers``: NM616 (the same flags, and SFTConfig's, on launch command lines: shell, Slurm,

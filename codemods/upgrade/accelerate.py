@@ -1,6 +1,9 @@
-"""Accelerate 0.x -> 1.15: ``Accelerator(fp16=...)`` (NM604)."""
+"""Accelerate 0.x -> 1.15: ``Accelerator(fp16=...)`` (NM604); ``save_pretrained(save_function=accelerator.save)``,
+the Accelerate idiom Transformers 5 no longer honours (NM622)."""
 
 from __future__ import annotations
+
+import re
 
 import libcst as cst
 
@@ -68,4 +71,60 @@ class AcceleratorFp16(PythonRule):
         rewrite_call(ctx, node, plan)
 
 
-RULES = (AcceleratorFp16,)
+SAVE_FUNCTION_MARKER = "Pass is_main_process= instead of save_function=: Transformers 5 ignores save_function."
+
+
+class SaveFunction(PythonRule):
+    id = "NM622"
+    title = "save_pretrained(save_function=accelerator.save) (ignored in v5) -> is_main_process=accelerator.is_main_process"
+    fix = "mixed"
+    triggers = ("save_function=",)
+    markers = ((SAVE_FUNCTION_MARKER, """Transformers 5's save_pretrained has no save_function parameter: the keyword
+        falls into **kwargs, which only a push to the Hub reads, so it is silently ignored and every process
+        writes the checkpoint. is_main_process= says which process writes it."""),)
+    why = """
+        The Accelerate examples saved with `model.save_pretrained(out, save_function=accelerator.save)`,
+        which wrote the checkpoint from the main process only. Transformers 5's `save_pretrained`
+        has no `save_function` parameter: the keyword lands in `**kwargs` and is ignored, so every
+        process writes the same files. `is_main_process=accelerator.is_main_process` is the
+        Accelerate idiom for the same thing (its documentation's `save_pretrained` example).
+    """
+    before = """
+        accelerator = Accelerator()
+        unwrapped_model.save_pretrained(output_dir, save_function=accelerator.save)
+    """
+    after = """
+        accelerator = Accelerator()
+        unwrapped_model.save_pretrained(output_dir, is_main_process=accelerator.is_main_process)
+    """
+    caveats = """
+        Rewritten where the value is `<name>.save` of a name the module assigns an
+        `Accelerator(...)`, and the call passes no `is_main_process=` itself; another
+        save_function gets a marker.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "save_pretrained"):
+            return
+        kw = keywords(node)
+        if "save_function" not in kw:
+            return
+        value = kw["save_function"].value
+        owner = value.value.value if (isinstance(value, cst.Attribute) and value.attr.value == "save"
+                                      and isinstance(value.value, cst.Name)) else None
+        if owner is None or "is_main_process" in kw or not re.search(
+                rf"^\s*{re.escape(owner)}\s*=\s*(?:accelerate\.)?Accelerator\(", ctx.source, re.M):
+            ctx.marker(node, SAVE_FUNCTION_MARKER)
+            return
+        plan = ArgPlan()
+        plan.rename["save_function"] = "is_main_process"
+        plan.revalue["save_function"] = lambda v: cst.Attribute(value=v.value, attr=cst.Name("is_main_process"))
+        ctx.finding(kw["save_function"], f"save_function={owner}.save -> is_main_process={owner}.is_main_process "
+                                         "(Transformers 5 ignores save_function)")
+        rewrite_call(ctx, node, plan)
+
+
+RULES = (AcceleratorFp16, SaveFunction)
