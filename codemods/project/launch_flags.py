@@ -473,9 +473,9 @@ class LaunchFlags(ShellRule):
         the launched script declares itself (its own argparse, read beside the launcher) is kept.
         Where the script is not in the run, TP/PP sizes move only on a launch that is evidently
         optimum-neuron's (another flag only its training arguments had, or the launcher, or the
-        notebook or page around it, names optimum-neuron); otherwise a marker (neuronx-distributed's examples parse
-        `--tensor_parallel_size` themselves). `--tensor-parallel-size` of vLLM, SGLang and similar tools is not touched. The
-        flags are only edited after the script name; `--torch_compile true` is only added in a
+        notebook or page around it, names optimum-neuron); otherwise a marker (neuronx-distributed's
+        examples parse `--tensor_parallel_size` themselves). `--tensor-parallel-size` of vLLM,
+        SGLang and similar tools is not touched, also behind wrappers. The flags are only edited after the script name; `--torch_compile true` is only added in a
         script where another NM51x rule changed something, or on a launch whose flags were edited.
     """
 
@@ -869,8 +869,8 @@ class DeactivateAsyncLoad(ShellRule):
     caveats = """
         Scripts that set or mention HF_DEACTIVATE_ASYNC_LOAD already, scripts no other rule
         changes, and scripts whose launched scripts are all read beside them and use none of the
-        HF libraries (a neuronx-distributed example) are left alone. A launch that runs inside a function or a `$(...)` still sees the
-        exported variable; one under `env -i` does not.
+        HF libraries (a neuronx-distributed example) are left alone. A launch that runs inside a
+        function or a `$(...)` still sees the exported variable; one under `env -i` does not.
     """
 
     def apply(self, ctx) -> None:
