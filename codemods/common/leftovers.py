@@ -50,6 +50,8 @@ INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.com
 
 
 XLA_STRING_MARKER = 'Use "neuron" here if this "xla" names a device: TorchNeuron has no xla device.'
+#: a name compared with "xla" (`requested == "xla"`, `backend != 'xla'`)
+_XLA_KEY_COMPARE = re.compile(r"""(?<![.\w])([A-Za-z_][\w.]*)\s*[!=]=\s*["']xla["']""")
 _XLA_DEVICE = re.compile(r"xla(?::\d+)?")
 #: the names a device string goes by
 _DEVICE_NAME = re.compile(r"device|accelerator|backend|platform", re.I)
@@ -261,8 +263,11 @@ class OldStackLeftovers(PythonRule):
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
         if any(old_stack(b.qualified) for b in ctx.imports.all_bindings()) and not serves_other_accelerators(ctx.source):
-            # the unit is migrated: an "xla" device string no rule could follow fails on TorchNeuron
-            for node, stack in ctx.local_state().get("xla", ()):
+            # the unit is migrated: an "xla" device string no rule could follow fails on TorchNeuron; where the
+            # code compares a name that is not a device with "xla" (`if backend == "xla":`), "xla" is its own
+            # key for a code path (NM420 marks that path's gate), not a device: changing it breaks the path
+            keyed = any("device" not in m.group(1).lower() for m in _XLA_KEY_COMPARE.finditer(ctx.source))
+            for node, stack in () if keyed else ctx.local_state().get("xla", ()):
                 if not ctx.edited(node, stack):
                     ctx.marker(node, XLA_STRING_MARKER)
         # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it

@@ -8,6 +8,8 @@ where the load rebuilds the module and calls ``load_state_dict(torch.load(path))
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -142,6 +144,13 @@ def not_a_module(expr: cst.BaseExpression, scope: cst.CSTNode, ctx: PythonContex
     bodies = [scope.body.body] if local and isinstance(scope.body, cst.IndentedBlock) else [ctx.module.body]
     if any(isinstance(s, cst.FunctionDef) and s.name.value == name for body in bodies for s in body):
         return f"`{name}` is a function, not an nn.Module"
+    if not local and ctx.imports.bindings.get(name) and not any(
+            isinstance(s, cst.SimpleStatementLine) and any(isinstance(b, (cst.Assign, cst.AnnAssign)) for b in s.body)
+            and re.search(rf"^\s*{re.escape(name)}\s*(?::[^=]*)?=", ctx.module.code_for_node(s)) for s in ctx.module.body):
+        # `from kernels import kron_matmul`: an imported name is a function or a class far more often than a
+        # module instance (instances are made where they are traced); which one is not known here
+        shown = f"`{name}`" if len(name) <= 24 else "the traced name"
+        return f"{shown} may be an imported function: compile it as it is"
     return None
 
 

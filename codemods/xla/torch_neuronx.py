@@ -669,9 +669,9 @@ class NeuronTrace(_XlaRule):
         scope only saves (never calls) gets one call with the example inputs, so that the compile (and the
         compile cache) happens as before."""
         scope = scope_of(ctx)
-        if not _only_saved(_code(scope), name):
-            return
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+        if not _only_saved(_code(scope), name) and not (line is not None and _timed(line, ctx)):
+            return
         args = _example_call_args(example.value, id(scope), ctx) if example is not None else None
         if line is None or args is None or len(getattr(line, "body", ())) != 1:
             ctx.marker(call, fitted(f"Call {name}(...) once under torch.no_grad() with inputs of the traced shapes to compile it here.",
@@ -685,8 +685,8 @@ class NeuronTrace(_XlaRule):
             f"with {torch}.no_grad():  # warm-up: torch.compile compiles at the first call (the trace did it here)\n"
             f"    {name}({args})\n")
         ctx.insert_after(line, [statement])
-        ctx.finding(call, f"{name}(...) called once with the example inputs: the compiled model is only saved here, "
-                          "and torch.compile compiles at the first call")
+        ctx.finding(call, f"{name}(...) called once with the example inputs: the trace compiled here (it is only "
+                          "saved here, or timed), and torch.compile compiles at the first call")
 
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         """`model.encoder.forward_neuron = compiled` where `compiled` wraps `model.encoder`: the compiled
@@ -797,6 +797,25 @@ def _walk(node: cst.CSTNode):
     yield node
     for child in node.children:
         yield from _walk(child)
+
+
+#: clock reads that time the statement between them (``start = time.time(); trace(...); took = time.time() - start``)
+_CLOCK = re.compile(r"\btime\.(?:time|perf_counter|monotonic|process_time)(?:_ns)?\s*\(")
+
+
+def _timed(line: cst.SimpleStatementLine, ctx: PythonContext) -> bool:
+    """Whether the statement right before ``line`` and the one right after it read a clock: the trace on this
+    line was timed (a compile-time metric), so the compile must still happen on this line."""
+    i = next((k for k, n in enumerate(ctx.stack) if n is line), None)
+    parent = ctx.stack[i - 1] if i else None
+    body = getattr(parent, "body", None)
+    body = getattr(body, "body", body)  # an IndentedBlock's statements, or the Module's
+    if not isinstance(body, (list, tuple)):
+        return False
+    k = next((j for j, n in enumerate(body) if n is line), None)
+    if k is None or k == 0 or k + 1 >= len(body):
+        return False
+    return bool(_CLOCK.search(_code(body[k - 1])) and _CLOCK.search(_code(body[k + 1])))
 
 
 def _literal_value(value: cst.BaseExpression, ctx: PythonContext) -> cst.BaseExpression:
