@@ -118,3 +118,13 @@ def test_the_json_report_carries_the_long_form(tmp_path, monkeypatch):
     details = {f["message"]: f.get("detail") for f in findings if f["rule"] == "NM996"}
     assert details == {"Replace EXPLAINED_X by hand.": "The old stack's {name} has no native equivalent; see the seeds."}
     assert "NM996" in explain_text(_Explained.doc()) and "no native equivalent" in explain_text(_Explained.doc())
+
+
+def test_every_nm900_advice_has_its_own_long_form():
+    """NM900's markers pair each advice of ADVICE with its explanation by position: one missing shifts the rest."""
+    from codemods.common.leftovers import ADVICE, OldStackLeftovers
+
+    long_forms = dict(OldStackLeftovers.markers)
+    assert all(text in long_forms for _, text in ADVICE)
+    firsts = {text: long_forms[text].split()[0] for _, text in ADVICE}
+    assert firsts[ADVICE[0][1]] == "optimum-neuron" and firsts[ADVICE[-1][1]] == "neuronx-distributed"

@@ -335,8 +335,22 @@ def marker_text(item: ExportOnly) -> str:
         return fitted(f"Delete this test of a Neuron export, or test from_pretrained({model_id}) instead.",
                       "Delete this test of a Neuron export, or test from_pretrained of the original checkpoint.")
     saved = _short(item.saved_to, "the export") if item.saved_to else "the export"
+    swapped = [a for a in item.call.args if a.keyword is not None and a.keyword.value in _SWAPPED_PARTS]
+    if swapped:
+        # `unet_id=` / `controlnet_ids=`: the export replaced a part of the pipeline; the load must too
+        part = swapped[0].keyword.value  # type: ignore[union-attr]
+        source = _short(cst.Module([]).code_for_node(swapped[0].value), part)
+        return fitted(f"Delete this Neuron export; load {model_id} with its {_SWAPPED_PARTS[part]} from {source} "
+                      f"wherever {saved} was loaded.",
+                      f"Delete this Neuron export; load {model_id} with its {_SWAPPED_PARTS[part]} from {source} instead.",
+                      f"Delete this Neuron export; load the checkpoint with the {_SWAPPED_PARTS[part]} {part}= names.")
     return fitted(f"Delete this Neuron export; load {model_id} wherever {saved} was loaded.",
                   "Delete this Neuron export; load the original checkpoint wherever the export was loaded.")
+
+
+#: export keywords of optimum-neuron's diffusion pipelines that replace a part of the checkpoint (its
+#: replace_stable_diffusion_submodels / ControlNet export): keyword -> the pipeline component it supplies
+_SWAPPED_PARTS = {"unet_id": "unet", "controlnet_ids": "controlnet", "lora_model_ids": "LoRA weights"}
 
 
 def mark_export_only(ctx, call: cst.Call) -> bool:

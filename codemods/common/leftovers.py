@@ -63,6 +63,10 @@ OTHER_XLA_MARKER = ("Keep this torch_xla code for TPUs and add a neuron path bes
 #: an old-stack import in a ``try`` that only tolerates its absence (``except ImportError: pass``)
 GATE_MARKER = "Replace or remove this old-stack import: TorchNeuron lacks it, so the rest of the try body never runs."
 
+#: the advice for transformers-neuronx / NxD Inference model classes, and for their functions
+MODEL_CLASS_ADVICE = "Replace `{name}` with its Transformers class on \"neuron\" (DistributedConfig under torchrun if sharded)."
+HELPER_ADVICE = "Replace `{name}`, a helper of the old inference stack, with Transformers or plain torch code."
+
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
@@ -85,8 +89,9 @@ ADVICE = (
      "Replace `{name}`: pass do_sample, top_k, top_p and temperature to generate() or a GenerationConfig."),
     (("neuronx_distributed_inference.models.config", "neuronx_distributed_inference.utils.hf_adapter"),
      "Replace `{name}`: configure the model with its Transformers config (AutoConfig) and a GenerationConfig."),
-    (("transformers_neuronx", "neuronx_distributed_inference"),
-     "Replace `{name}` with its Transformers class on \"neuron\" (DistributedConfig under torchrun if sharded)."),
+    (("neuronx_distributed_inference.modules.checkpoint",),
+     "Read the checkpoint with safetensors.torch.load_file instead of `{name}` (NxD Inference is not on TorchNeuron)."),
+    (("transformers_neuronx", "neuronx_distributed_inference"), MODEL_CLASS_ADVICE),
     (("neuronx_distributed.quantization", "neuronx_distributed.experimental.quantization"),
      "Copy `{name}` into the project from neuronx-distributed (not on TorchNeuron), or drop its use."),
     ((), "Replace `{name}` with DTensor, DistributedConfig or torch.distributed code."),
@@ -127,6 +132,9 @@ class OldStackLeftovers(PythonRule):
         runtime settings, a device named "tpu"), or uses torch_xla as one optional backend beside CUDA/MPS: its
         torch_xla code serves other XLA devices, so the torch-xla rules leave it alone. Add a TorchNeuron path
         (torch.neuron.is_available(), torch.device("neuron")) beside it, or port it by hand if it was Neuron code."""),
+               (HELPER_ADVICE, """A function of transformers-neuronx or NxD Inference (a checkpoint, sharding or
+        compile helper): neither package is part of TorchNeuron, and Transformers' own loading, generation and
+        DistributedConfig sharding take their place, or plain torch code does."""),
                (INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
         and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
         device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
@@ -167,6 +175,9 @@ class OldStackLeftovers(PythonRule):
         length, tp_degree) and the Transformers config it loaded; with TorchNeuron the model's own
         Transformers config is used, generation settings go into a GenerationConfig (a static cache with
         max_cache_len), and tensor parallelism into DistributedConfig under torchrun.""",
+        """NxD Inference's checkpoint reader returned the checkpoint's tensors by name; safetensors.torch.load_file
+        reads a .safetensors file the same way (one call per shard listed in model.safetensors.index.json), or
+        the model's from_pretrained(...).state_dict() where the Transformers keys are wanted.""",
         """transformers-neuronx and NxD Inference are not part of TorchNeuron: Transformers loads the model with
         device_map="neuron" (one device) or, sharded over several (the old tp_degree), with
         distributed_config=DistributedConfig(tp_size=N) under torchrun (the two do not combine), and generates
@@ -328,8 +339,13 @@ def _dotted(node) -> str:
 
 
 def _template(qual: str) -> str:
-    """The advice (a template of :data:`ADVICE`) for the package of ``qual``."""
-    return next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+    """The advice (a template of :data:`ADVICE`) for the package of ``qual``; a function (a lower-case name) of
+    the old inference stack is no model class: it gets the helper advice."""
+    text = next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
+    last = qual.rsplit(".", 1)[-1]
+    if text == MODEL_CLASS_ADVICE and last[:1].islower():
+        return HELPER_ADVICE
+    return text
 
 
 def _listed(names: list[str]) -> str:
