@@ -105,7 +105,7 @@ from migrator.discover import discover  # noqa: E402
 from migrator.engine import RuleSelection, _decode, default_jobs, run  # noqa: E402
 from migrator.model import KINDS, MARKER_PREFIX, MARKER_RE, ignored_rules  # noqa: E402
 from migrator.selfcheck.check import KEYWORD, OLD_STACK, UNDEFINED, UNRESOLVED, check_program, introduced  # noqa: E402
-from migrator.selfcheck.check import OLD_STACK_ROOTS  # noqa: E402
+from migrator.model import OLD_STACK_ROOTS  # noqa: E402
 from migrator.selfcheck.programs import programs, shell_units  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "corpus"

@@ -231,3 +231,24 @@ class LaunchFact:
     value: str
     target: str = ""
     module: bool = False
+
+
+#: Packages of the old stack: none of them exists in a TorchNeuron environment. ``torch_neuronx``
+#: is not among them: it is the TorchNeuron plugin itself (only its XLA-era APIs are old).
+OLD_STACK_ROOTS = (
+    "optimum.neuron",
+    "torch_xla",
+    "torch_neuron",
+    "torch.neuron",
+    "transformers_neuronx",
+    "neuronx_distributed",
+    "neuronx_distributed_training",
+    "neuronx_distributed_inference",
+    "libneuronxla",
+    "torch_neuronx.xla_impl",  # the XLA-era implementation (custom ops, ops, hints): not in the plugin
+)
+
+
+def is_old_stack(module: str) -> bool:
+    """Whether ``module`` (or a name in it) belongs to a package of the old stack."""
+    return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)

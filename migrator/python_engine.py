@@ -35,7 +35,7 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     _ImportAsk,
     _Note,
 )
-from migrator.selfcheck.check import is_old_stack
+from migrator.model import is_old_stack
 
 #: dataclass fields that never contain nodes a rule cares about (whitespace, punctuation)
 _SKIP_FIELD_PREFIXES = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace",

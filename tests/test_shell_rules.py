@@ -276,7 +276,7 @@ def test_heredoc_on_the_edited_command_line():
      "    && echo ok\n", True),
     ('python -c "import torch; print(torch.__version__)"\n', False),  # not the old stack
     ('# python -c "import torch_xla"\n', False),  # a comment
-    ("python -c 'import torch_xla' || echo none\n", False),  # a test whether the package is installed
+    ('python -c "import torch_neuronx; print(torch_neuronx.__version__)"\n', False),  # the native plugin
 ])
 def test_python_c_strings_that_use_the_old_stack_are_marked(line, marked):
     out, findings = migrate(line, "shell")
@@ -285,6 +285,22 @@ def test_python_c_strings_that_use_the_old_stack_are_marked(line, marked):
     assert out == (f"{indent}# TODO(neuron-migrate NM990): {message}\n{line}" if marked else line)
     assert [f.message for f in findings if f.rule == "NM990"] == ([message] if marked else [])
     assert migrate(out, "shell")[0] == out  # one run is enough
+
+
+@pytest.mark.parametrize("line, module", [
+    ("python -c 'import torch_xla' || echo none\n", "torch_xla"),  # an install check: the package is gone now
+    ('CHECK="import optimum.neuron; import torch_neuronx"\n', "optimum.neuron"),  # the check held in a variable
+    ('python -c "import torch_neuronx"\n', None),  # the TorchNeuron plugin is installed
+    ('echo "import this"\n', None),
+])
+def test_install_checks_of_old_stack_packages_are_marked(line, module):
+    out, findings = migrate(line, "shell")
+    if module is None:
+        assert out == line and not [f for f in findings if f.rule == "NM990"]
+        return
+    message = f"Check for the native stack here (transformers, torch_neuronx): {module} is no longer installed."
+    assert out == f"# TODO(neuron-migrate NM990): {message}\n{line}"
+    assert migrate(out, "shell")[0] == out
 
 
 def test_crlf_endings_kept():

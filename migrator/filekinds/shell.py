@@ -6,7 +6,8 @@ by the Python rules as a unit of its own; the rest of the script goes to the she
 the shell expands (an unquoted delimiter and a ``$`` or a backquote in the body) is left alone: what
 Python would run is not the text written there: when it mentions the old stack, a marker above the
 command says so. ``python -c "..."`` strings are not migrated: one that uses the old stack gets a marker
-above its line (not a bare ``import X``: a test whether X is installed).
+above its line; a string that only imports an old-stack module (an install check, also held in a
+variable) gets one saying that the module is no longer installed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 
 from migrator.filekinds import UnitSyntaxError
 from migrator.filekinds.notebook import RunUnit, mentions_neuron, split_lines
-from migrator.model import MARKER_PREFIX, Finding, marker_text
+from migrator.model import MARKER_PREFIX, Finding, is_old_stack, marker_text
 
 EXPANDED_MESSAGE = "Migrate this heredoc's Python by hand, or quote its delimiter (<<'EOF'): the shell expands $ and ` in it."
 
@@ -65,11 +66,11 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
                     skipped_rule: str = "NM990") -> tuple[str, list[Finding]]:
     """The shell rules over ``text``, and the Python rules over the bodies of its Python heredocs."""
     new_text, findings = run_shell(text)
-    if "python" not in text:
-        return new_text, findings
-    if "-c" in text:
+    if "python" in text and "-c" in text:
         new_text = _mark_inline(new_text, findings, skipped_rule)
-    if "<<" not in text:
+    if "import" in text:
+        new_text = _mark_old_imports(new_text, findings, skipped_rule)
+    if "python" not in text or "<<" not in text:
         return new_text, findings
     old_lines, new_lines = split_lines(text), split_lines(new_text)
     before, after = _python_heredocs(old_lines), _python_heredocs(new_lines)
@@ -108,6 +109,39 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
     return "".join(new_lines), findings
 
 
+PROBE_MESSAGE = "Check for the native stack here (transformers, torch_neuronx): {module} is no longer installed."
+#: a Python import statement written in a shell string (`CHECK="import optimum.neuron"`, `python -c "..."`)
+_IMPORT_RE = re.compile(r"(?:^|[\s;\"'(])(?:import\s+([\w.]+)|from\s+([\w.]+)\s+import\b)")
+
+
+def _mark_old_imports(text: str, findings: list[Finding], rule: str) -> str:
+    """A marker above each command line (outside Python heredocs) whose strings import an old-stack module that
+    the migrated project no longer installs: an install check (`python -c "import optimum.neuron"`, a variable
+    holding that code) would now fail every time. A line marked already (``python -c`` code) is left."""
+    lines = split_lines(text)
+    inside = {k for h in _python_heredocs(lines) for k in range(h.start, h.end)}
+    out: list[str] = []
+    added = 0
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if i not in inside and stripped and not stripped.startswith("#") and ('"' in line or "'" in line):
+            old = [m.group(1) or m.group(2) for m in _IMPORT_RE.finditer(line)]
+            old = [name for name in old if is_old_stack(name)]
+            if old and not (out and MARKER_PREFIX in out[-1]):
+                message = PROBE_MESSAGE.format(module=old[0])
+                indent = line[: len(line) - len(stripped)]
+                ending = "\r\n" if line.endswith("\r\n") else "\n"
+                out.append(indent + marker_text(rule, message) + ending)
+                findings.append(Finding(line=i + 1, column=1, rule=rule, message=message, fix="manual"))
+                added += 1
+        out.append(line)
+    return "".join(out) if added else text
+
+
+#: the TorchNeuron plugin module itself (its XLA-era implementation is old stack): code that only uses it is native
+_PLUGIN_RE = re.compile(r"\btorch_neuronx\b(?!\.xla_impl)")
+
+
 def _mark_inline(text: str, findings: list[Finding], rule: str) -> str:
     """A marker above each ``python -c "<code>"`` line whose code mentions the old stack (the line
     and the ones it continues onto with ``\\``); a finding has the line of the command in ``text``."""
@@ -123,7 +157,7 @@ def _mark_inline(text: str, findings: list[Finding], rule: str) -> str:
         command = "".join(lines[i: j + 1])
         m = _INLINE_RE.search(command)
         code = command[m.end():].split(command[m.end() - 1], 1)[0] if m is not None else ""
-        if m is not None and not line.lstrip().startswith("#") and mentions_neuron(code) \
+        if m is not None and not line.lstrip().startswith("#") and mentions_neuron(_PLUGIN_RE.sub("", code)) \
                 and not _PROBE_RE.fullmatch(code) and not (out and MARKER_PREFIX in out[-1]):
             indent = line[: len(line) - len(line.lstrip(" \t"))]
             ending = "\r\n" if line.endswith("\r\n") else "\n"

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Collection, Iterable, Sequence
 
-from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, UNPARSABLE, ignored_rules
+from migrator.model import CELL_BOUNDARY, MARKER_RE, OLD_STACK_ROOTS, SKIPPED_CELL, UNPARSABLE, ignored_rules, is_old_stack
 
 UNDEFINED = "undefined-name"
 UNRESOLVED = "unresolved-import"
@@ -18,20 +18,6 @@ OLD_STACK = "old-stack-import"
 #: a part that does not parse: nothing else can be checked in it, and nothing that does not parse is handed back
 SYNTAX = "syntax-error"
 
-#: Packages of the old stack: none of them exists in a TorchNeuron environment. ``torch_neuronx``
-#: is not among them: it is the TorchNeuron plugin itself (only its XLA-era APIs are old).
-OLD_STACK_ROOTS = (
-    "optimum.neuron",
-    "torch_xla",
-    "torch_neuron",
-    "torch.neuron",
-    "transformers_neuronx",
-    "neuronx_distributed",
-    "neuronx_distributed_training",
-    "neuronx_distributed_inference",
-    "libneuronxla",
-    "torch_neuronx.xla_impl",  # the XLA-era implementation (custom ops, ops, hints): not in the plugin
-)
 
 #: names IPython defines in every notebook
 NOTEBOOK_BUILTINS = ("display", "get_ipython", "In", "Out", "exit", "quit")
@@ -364,11 +350,6 @@ def _every_branch_imports(node: ast.If, name: str) -> bool:
 
 
 # ------------------------------------------------------------------ imports
-
-
-def is_old_stack(module: str) -> bool:
-    """Whether ``module`` (or a name in it) belongs to a package of the old stack."""
-    return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
