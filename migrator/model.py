@@ -5,6 +5,8 @@ Nothing in here knows about a particular rule or a particular output format.
 
 from __future__ import annotations
 
+import contextvars
+
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
@@ -252,3 +254,9 @@ OLD_STACK_ROOTS = (
 def is_old_stack(module: str) -> bool:
     """Whether ``module`` (or a name in it) belongs to a package of the old stack."""
     return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)
+
+
+#: names the code around the unit being migrated uses (the later Python blocks of a Markdown page, which the
+#: page's reader runs after this one): an old-stack import they use is not "unused" (the self-check keeps it
+#: with a marker instead of removing it)
+OUTSIDE_NAMES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("outside_names", default=frozenset())

@@ -27,7 +27,7 @@ from migrator.filekinds.notebook import (
     migrate_python_unit,
     split_lines,
 )
-from migrator.model import MARKER_RE, Finding, marker_text
+from migrator.model import MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
 
@@ -218,6 +218,9 @@ def _is_console(lang: str, bodies: list[str]) -> bool:
     return first.startswith("$ ")
 
 
+_NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+
+
 def transform_markdown(
     text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990"
 ) -> tuple[str, list[Finding]]:
@@ -229,7 +232,12 @@ def transform_markdown(
     lines = split_lines(text)
     findings: list[Finding] = []
     replacements: list[tuple[int, int, list[str]]] = []
-    for block in _find_blocks(lines):
+    blocks = _find_blocks(lines)
+    # the names each Python block uses: a page's blocks are one program read in order, so an import in one
+    # block that only later blocks use is not unused (OUTSIDE_NAMES, read by the self-check)
+    names = [frozenset(_NAME.findall("".join(lines[b.start:b.end]))) if b.lang in PYTHON_LANGS else frozenset()
+             for b in blocks]
+    for k, block in enumerate(blocks):
         lang = block.lang
         if lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS:
             continue
@@ -266,7 +274,11 @@ def transform_markdown(
                     new_bodies, fs = done
                     block_findings = [(f, n, removed[n] + 4) for f, n in fs]
             else:
-                res = migrate_python_unit(content, run_python, run_shell)
+                token = OUTSIDE_NAMES.set(frozenset().union(*names[k + 1:]))
+                try:
+                    res = migrate_python_unit(content, run_python, run_shell)
+                finally:
+                    OUTSIDE_NAMES.reset(token)
                 failed = res.python_failed
                 block_findings = local(res.findings)
                 if res.text != content:

@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.model import DROPPED_RULE, UNPARSABLE
+from migrator.model import DROPPED_RULE, OUTSIDE_NAMES, UNPARSABLE
 from migrator.selfcheck.check import (
     KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, parses,
 )
@@ -154,17 +154,19 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     if not modules:
         return False
     uses = _uses(new)
+    outside = OUTSIDE_NAMES.get()  # used by the code after this unit (a Markdown page's later blocks)
     lines = new.splitlines()
     still: dict[tuple[int, str], list[str]] = {}
     for i, info in enumerate(imports):
         if info.module not in modules:
             continue
-        if info.local in uses:
+        if info.local in uses or info.local in outside:
             still.setdefault((info.statement, info.module), []).append(info.local)
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
-        if all(marked(lines, stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in uses[n]):
+        if all(n in uses for n in names) and all(
+                marked(lines, stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in uses[n]):
             # each use says what to do already: the import only goes once they are done
             message = f"Remove this import once the TODOs on {names_listed(names)} below are done."
         else:
