@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from migrator.model import CELL_BOUNDARY, MARKER_PREFIX, SKIPPED_CELL
+from migrator.model import CELL_BOUNDARY, MARKER_PREFIX, SKIPPED_CELL, is_old_stack
 
 
 def dotted(node: cst.BaseExpression) -> str | None:
@@ -58,15 +58,43 @@ def import_gate(ancestors) -> cst.Try | None:
 
 def falls_back(gate: cst.Try) -> bool:
     """Whether a handler of the gate that catches ImportError does something other than ``pass``,
-    re-raising or a bare expression (a log line): the gate then chooses between two code paths (a
-    device switch), rather than only tolerating a missing optional import."""
+    re-raising or a bare expression (a log line), or importing the same old stack from another module path
+    (:func:`old_stack_alternative`): the gate then chooses between two code paths (a device switch), rather
+    than only tolerating a missing optional import."""
     for handler in gate.handlers:
         if not catches_import_error(handler):
             continue
-        if not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Pass, cst.Raise, cst.Expr))
-                                                                  for x in s.body) for s in handler.body.body):
-            return True
+        body = handler.body.body
+        if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Pass, cst.Raise, cst.Expr))
+                                                              for x in s.body) for s in body):
+            continue
+        if _old_stack_imports_only(body):
+            continue
+        return True
     return False
+
+
+def old_stack_alternative(gate: cst.Try) -> bool:
+    """Whether every ImportError handler of the ``try`` only imports old-stack modules: the same old-stack code
+    from another module path (``try: from neuronxcc.nki._private_kernels import k`` / ``except ImportError:
+    from neuronxcc.nki.kernels import k``), not a choice between the old stack and something else."""
+    handlers = [h for h in gate.handlers if catches_import_error(h)]
+    return bool(handlers) and all(_old_stack_imports_only(h.body.body) for h in handlers)
+
+
+def _old_stack_imports_only(body) -> bool:
+    modules = []
+    for s in body:
+        if not isinstance(s, cst.SimpleStatementLine):
+            return False
+        for x in s.body:
+            if isinstance(x, cst.Import):
+                modules += [dotted(a.name) or "" for a in x.names]
+            elif isinstance(x, cst.ImportFrom) and x.module is not None and not x.relative:
+                modules.append(dotted(x.module) or "")
+            else:
+                return False
+    return bool(modules) and all(is_old_stack(m) or m.startswith("neuronxcc") for m in modules)
 
 
 def build_dotted(path: str) -> cst.BaseExpression:

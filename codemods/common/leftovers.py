@@ -9,7 +9,7 @@ import libcst as cst
 from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.renames import load_table
 from migrator.model import fitted
-from migrator.imports import falls_back, import_gate
+from migrator.imports import falls_back, import_gate, old_stack_alternative
 from migrator.rules import PythonContext, PythonRule
 
 #: top-level packages of the old stack; none of them exists under TorchNeuron
@@ -262,7 +262,9 @@ class OldStackLeftovers(PythonRule):
                 ctx.marker(node, OTHER_XLA_MARKER)
             return
         if old_stack(qual) and not self._covered(ctx, qual):
-            ctx.local_state().setdefault("aliases", []).append((node, qual, local, gate is not None, id(stmt)))
+            # a try that only moves between two old-stack module paths is no gate: the plain advice applies
+            in_try = gate is not None and not old_stack_alternative(gate)
+            ctx.local_state().setdefault("aliases", []).append((node, qual, local, in_try, id(stmt)))
 
     def finish(self, ctx: PythonContext) -> None:
         """Mark the imports of old-stack names that the code uses other than as ``mod.name``.
