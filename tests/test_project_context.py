@@ -491,3 +491,18 @@ def test_sizes_of_an_optimum_neuron_script_move_to_the_environment(tmp_path):
     assert "PP_SIZE=4 TP_SIZE=8" in out or "TP_SIZE=8 PP_SIZE=4" in out
     assert "--tensor_parallel_size" not in out.split("torchrun", 1)[1]
     assert "HF_DEACTIVATE_ASYNC_LOAD=1" in out
+
+
+def test_nm527_target_python_is_the_installed_libraries_requires_python():
+    """NM527's Python floor is the highest Requires-Python of the target libraries the migrated code installs."""
+    import importlib.metadata as metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    from codemods.project.dockerfile import TARGET_PYTHON
+
+    floor = ".".join(map(str, TARGET_PYTHON))
+    below = f"{TARGET_PYTHON[0]}.{TARGET_PYTHON[1] - 1}"
+    specs = {d: SpecifierSet(metadata.metadata(d)["Requires-Python"]) for d in ("transformers", "diffusers", "trl")}
+    assert all(floor in s for s in specs.values())  # every target library installs on it
+    assert any(below not in s for s in specs.values())  # and one of them needs it

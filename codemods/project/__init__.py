@@ -6,8 +6,8 @@ pinned too low (``dependencies.py``, requirements files and pyproject.toml); NM5
 ``NEURON_EXTRACT_GRAPHS_ONLY``, NM526 XLA-era container images pulled or run (``shell.py``: launch, Slurm and shell scripts); NM513
 ``NEURON_CC_FLAGS`` in scripts and Dockerfiles (``neuron_cc_flags.py``); NM515 launch flags of the
 training arguments, NM516 ``HF_DEACTIVATE_ASYNC_LOAD``, NM523 ``pip install`` command lines
-(``launch_flags.py``); NM520 the XLA-era base image, NM521 ``ENV``, NM522 ``RUN pip install``
-(``dockerfile.py``); NM517 shell commands that Python code runs, NM525 old launch lines shown in docstrings and --help texts (``commands.py``); NM524 SageMaker
+(``launch_flags.py``); NM520 the XLA-era base image, NM527 a base image whose Python is too old for the
+migrated stack, NM521 ``ENV``, NM522 ``RUN pip install`` (``dockerfile.py``); NM517 shell commands that Python code runs, NM525 old launch lines shown in docstrings and --help texts (``commands.py``); NM524 SageMaker
 deployment code that picks an XLA-era Neuron container (``deployment.py``). ``shell_syntax.py`` (the bash lexer and parser) and ``shell_plans.py`` (shell
 units and the edit plan the shell and Dockerfile rules share) are their common ground;
 ``xla_env.py`` says which environment variables only the old stack reads."""

@@ -355,6 +355,91 @@ class XlaDlcBaseImage(DockerRule):
                 break
 
 
+#: the lowest Python the migrated stack installs on (Requires-Python of transformers 5.23, diffusers 0.42, trl 1.x;
+#: tests/test_project_context.py checks it against the installed metadata)
+TARGET_PYTHON = (3, 11)
+#: the Python a base image ships: (image name, tag pattern) -> version
+_IMAGE_PYTHON = (
+    (("ubuntu",), re.compile(r"(?:18\.04|bionic)(?![\d.])"), (3, 6)),
+    (("ubuntu",), re.compile(r"(?:20\.04|focal)(?![\d.])"), (3, 8)),
+    (("ubuntu",), re.compile(r"(?:22\.04|jammy)(?![\d.])"), (3, 10)),
+    (("debian",), re.compile(r"buster(?!\w)"), (3, 7)),
+    (("debian",), re.compile(r"bullseye(?!\w)"), (3, 9)),
+    (("amazonlinux",), re.compile(r"2(?![\d.])"), (3, 7)),
+    (("amazonlinux",), re.compile(r"2023(?![\d.])"), (3, 9)),
+)
+_PYTHON_TAG = re.compile(r"(\d)\.(\d+)")
+#: a Dockerfile that installs its own Python (the base image's is then not the one that runs)
+_OWN_PYTHON = re.compile(r"python3\.1[1-9]|conda|mamba|pyenv|uv python install|deadsnakes")
+#: a Dockerfile that installs the migrated stack
+_INSTALLS_TARGET = re.compile(r"pip3?\s+install(?:[^\n]|\\\n)*?(?:transformers|diffusers|trl|optimum|torch-neuronx|accelerate|peft)")
+
+
+def image_python(image: str) -> tuple[int, int] | None:
+    """The Python version a base image (``ubuntu:20.04``, ``python:3.9-slim``, a registry path) ships, if known."""
+    name, _, tag = image.rsplit("/", 1)[-1].partition(":")
+    if name == "python":
+        m = _PYTHON_TAG.match(tag)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+    for names, pattern, version in _IMAGE_PYTHON:
+        if name in names and pattern.match(tag):
+            return version
+    return None
+
+
+class OldPythonBaseImage(DockerRule):
+    id = "NM527"
+    title = "Base image whose Python is older than the migrated stack needs (3.11 for transformers 5.23)"
+    fix = "manual"
+    triggers = ("ubuntu:", "debian:", "python:", "amazonlinux:")
+    why = """
+        transformers 5.23 and diffusers 0.42 require Python 3.11 or later (torch 2.13: 3.10): on
+        Ubuntu 20.04 (Python 3.8) or 22.04 (3.10), Debian bullseye (3.9) or a `python:3.9` image,
+        `pip install "transformers>=5.23"` finds no matching distribution, so the migrated
+        requirements cannot be installed there. A `FROM` of such an image, in a Dockerfile that
+        installs the Hugging Face libraries or the Neuron stack, is flagged.
+    """
+    before = """
+        FROM ubuntu:20.04
+        RUN apt-get update && apt-get install -y python3-pip
+        RUN pip3 install "transformers>=5.23"
+    """
+    after = """
+        # TODO(neuron-migrate NM527): Use a base image with Python 3.11+ (transformers 5.23 needs it): ubuntu:20.04 has Python 3.8.
+        FROM ubuntu:20.04
+        RUN apt-get update && apt-get install -y python3-pip
+        RUN pip3 install "transformers>=5.23"
+    """
+    caveats = """
+        Known images: ubuntu 18.04/20.04/22.04, debian buster/bullseye, amazonlinux 2/2023 and
+        `python:3.X` images. A Dockerfile that installs its own Python (python3.11+, conda, pyenv,
+        uv, deadsnakes) is left alone, and so is one that installs none of the migrated libraries.
+    """
+    markers = (("Use a base image with Python 3.11+ (transformers 5.23 needs it): {image} has Python {version}.",
+                """The migrated requirements (transformers 5.23, diffusers 0.42, TRL 1.x) declare Requires-Python
+                >= 3.11, so pip cannot install them on this image's Python; use an image with Python 3.11+
+                (Ubuntu 24.04, Debian bookworm, python:3.11+, a TorchNeuron DLC) or install a newer Python in it."""),)
+
+    def contribute(self, plan: DockerPlan, ctx) -> None:
+        if _OWN_PYTHON.search(ctx.text) or not _INSTALLS_TARGET.search(ctx.text):
+            return
+        u = plan.unit
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword != "FROM":
+                continue
+            try:
+                words = [w.text for w in u.words(ins) if not w.text.startswith("--")]
+            except ShellSyntaxError:
+                continue
+            if not words:
+                continue
+            version = image_python(words[0])
+            if version is not None and version < TARGET_PYTHON:
+                shown = words[0].rsplit("/", 1)[-1]
+                plan.marker(ctx, g, f"Use a base image with Python 3.11+ (transformers 5.23 needs it): {shown} has "
+                                    f"Python {version[0]}.{version[1]}.")
+
+
 class DockerfileEnv(DockerRule):
     id = "NM521"
     markers = ENV_MARKERS
@@ -798,4 +883,4 @@ def deps_host() -> str:
     return _NEURON_HOST
 
 
-RULES = (XlaDlcBaseImage, DockerfileEnv, DockerPipInstall)
+RULES = (XlaDlcBaseImage, OldPythonBaseImage, DockerfileEnv, DockerPipInstall)
