@@ -485,8 +485,13 @@ class PythonContext:
         enclosing = self.enclosing()
         for a in self._asks:
             if (a.request.module, a.request.name, a.request.asname) == (module, name, asname) and (
-                    a.replaces is None or a.replaces.reaches(enclosing)):
-                return  # one import serves every use it reaches (a second one goes where it is asked)
+                    a.replaces is None or a.replaces.reaches(enclosing)) and not (
+                    anchor is not None and a.replaces is not None and anchor.line is not a.replaces.line
+                    and anchor.local == a.replaces.local):
+                # one import serves every use it reaches (a second one goes where it is asked); an import
+                # statement that bound the same name again (a notebook cell importing what an earlier cell
+                # did) gets its own replacement: the cell stays runnable on its own
+                return
         node = self.stack[-1] if self.stack else None
         self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), anchor))
 
