@@ -43,7 +43,7 @@ never count, being no part of the syntax tree the count walks):
 * each ``import`` / ``from ... import`` statement of an old-stack module: ``optimum.neuron``,
   ``torch_xla``, ``torch_neuron``, ``torch.neuron``, ``transformers_neuronx``, ``neuronx_distributed``
   (and its ``_training`` / ``_inference`` siblings), ``libneuronxla`` and their submodules
-  (:data:`migrator.selfcheck.check.OLD_STACK_ROOTS`), or of one of the XLA-era APIs of
+  (:data:`migrator.model.OLD_STACK_ROOTS`), or of one of the XLA-era APIs of
   ``torch_neuronx`` (:data:`OLD_NEURONX`: ``trace``, ``xla_impl``, ``DataParallel``,
   ``dynamic_batch``, ``async_load``, ``lazy_load``, ``move_trace_to_device``; ``torch_neuronx``
   itself is the TorchNeuron plugin and does not count), guarded by ``try/except ImportError`` or

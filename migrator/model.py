@@ -6,7 +6,6 @@ Nothing in here knows about a particular rule or a particular output format.
 from __future__ import annotations
 
 import contextvars
-
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Literal

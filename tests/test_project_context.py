@@ -423,15 +423,21 @@ args = p.parse_args()
 """
 
 
-@pytest.mark.parametrize("script,added", [(TRAINER_SCRIPT, True), (ARGPARSE_SCRIPT, False), (None, False)])
-def test_torch_compile_only_for_a_script_that_parses_training_arguments(tmp_path, script, added):
+def _migrated_launcher(tmp_path, launcher_text: str, script_name: str, script: str | None) -> str:
+    """The migrated text of a launcher ``run.sh`` written in ``tmp_path``, beside the script it launches
+    (``script``: its source; None: not there)."""
     launcher = tmp_path / "run.sh"
-    launcher.write_text(LAUNCHER)
+    launcher.write_text(launcher_text)
     if script is not None:
-        (tmp_path / "train.py").write_text(script)
+        (tmp_path / script_name).write_text(script)
     result = process(Candidate(launcher, "run.sh", "shell"), RuleSet.from_selection(RuleSelection()),
                      launcher.read_bytes())
-    out = (result.new_bytes or launcher.read_bytes()).decode()
+    return (result.new_bytes or launcher.read_bytes()).decode()
+
+
+@pytest.mark.parametrize("script,added", [(TRAINER_SCRIPT, True), (ARGPARSE_SCRIPT, False), (None, False)])
+def test_torch_compile_only_for_a_script_that_parses_training_arguments(tmp_path, script, added):
+    out = _migrated_launcher(tmp_path, LAUNCHER, "train.py", script)
     assert ("--torch_compile true" in out) is added
     assert "torchrun --nproc_per_node=2 train.py --output_dir out" in out
 
@@ -458,13 +464,8 @@ args, = HfArgumentParser(NeuronTrainingArguments).parse_args_into_dataclasses()
 
 
 def _launch_out(tmp_path, script: str | None) -> str:
+    out = _migrated_launcher(tmp_path, NXD_LAUNCHER, "run_nxd.py", script)
     launcher = tmp_path / "run.sh"
-    launcher.write_text(NXD_LAUNCHER)
-    if script is not None:
-        (tmp_path / "run_nxd.py").write_text(script)
-    result = process(Candidate(launcher, "run.sh", "shell"), RuleSet.from_selection(RuleSelection()),
-                     launcher.read_bytes())
-    out = (result.new_bytes or launcher.read_bytes()).decode()
     again = process(Candidate(launcher, "run.sh", "shell"), RuleSet.from_selection(RuleSelection()), out.encode())
     assert again.new_bytes in (None, out.encode())  # one run is enough
     return out

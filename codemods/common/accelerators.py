@@ -60,8 +60,6 @@ def _falls_back(handler: ast.ExceptHandler) -> bool:
     return any(not isinstance(s, (ast.Pass, ast.Raise)) for s in handler.body)
 
 
-
-
 class NeuronXlaOnly:
     """Mixin of the rules that rewrite torch-xla code (put it before the rule's base class): a module that
     serves other XLA devices (:func:`serves_other_accelerators`) is not shown to them."""

@@ -387,6 +387,9 @@ def image_python(image: str) -> tuple[int, int] | None:
     return None
 
 
+OLD_PYTHON_MARKER = "Use a base image with Python 3.11+ (transformers 5.23 needs it): {image} has Python {version}."
+
+
 class OldPythonBaseImage(DockerRule):
     id = "NM527"
     title = "Base image whose Python is older than the migrated stack needs (3.11 for transformers 5.23)"
@@ -415,7 +418,7 @@ class OldPythonBaseImage(DockerRule):
         `python:3.X` images. A Dockerfile that installs its own Python (python3.11+, conda, pyenv,
         uv, deadsnakes) is left alone, and so is one that installs none of the migrated libraries.
     """
-    markers = (("Use a base image with Python 3.11+ (transformers 5.23 needs it): {image} has Python {version}.",
+    markers = ((OLD_PYTHON_MARKER,
                 """The migrated requirements (transformers 5.23, diffusers 0.42, TRL 1.x) declare Requires-Python
                 >= 3.11, so pip cannot install them on this image's Python; use an image with Python 3.11+
                 (Ubuntu 24.04, Debian bookworm, python:3.11+, a TorchNeuron DLC) or install a newer Python in it."""),)
@@ -436,8 +439,7 @@ class OldPythonBaseImage(DockerRule):
             version = image_python(words[0])
             if version is not None and version < TARGET_PYTHON:
                 shown = words[0].rsplit("/", 1)[-1]
-                plan.marker(ctx, g, f"Use a base image with Python 3.11+ (transformers 5.23 needs it): {shown} has "
-                                    f"Python {version[0]}.{version[1]}.")
+                plan.marker(ctx, g, OLD_PYTHON_MARKER.format(image=shown, version=f"{version[0]}.{version[1]}"))
 
 
 class DockerfileEnv(DockerRule):

@@ -88,9 +88,7 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
                 if MARKER_PREFIX not in above:  # (a marker already there is reported by the shell run)
                     findings.append(Finding(line=old.start, column=1, rule=skipped_rule, message=EXPANDED_MESSAGE,
                                             fix="manual"))
-                    indent = command[: len(command) - len(command.lstrip(" \t"))]
-                    ending = "\r\n" if command.endswith("\r\n") else "\n"
-                    new_lines.insert(new.start - 1, indent + marker_text(skipped_rule, EXPANDED_MESSAGE) + ending)
+                    new_lines.insert(new.start - 1, _marker_line(command, skipped_rule, EXPANDED_MESSAGE))
             continue
         try:
             migrated, py_findings = run_python(body)
@@ -107,6 +105,12 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
                 findings.append(f)
     findings.sort(key=lambda f: (f.line, f.column, f.rule))
     return "".join(new_lines), findings
+
+
+def _marker_line(line: str, rule: str, message: str) -> str:
+    """The marker line to put above ``line``: its indentation and its line ending."""
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    return indent + marker_text(rule, message) + ("\r\n" if line.endswith("\r\n") else "\n")
 
 
 PROBE_MESSAGE = "Check for the native stack here (transformers, torch_neuronx): {module} is no longer installed."
@@ -129,9 +133,7 @@ def _mark_old_imports(text: str, findings: list[Finding], rule: str) -> str:
             old = [name for name in old if is_old_stack(name)]
             if old and not (out and MARKER_PREFIX in out[-1]):
                 message = PROBE_MESSAGE.format(module=old[0])
-                indent = line[: len(line) - len(stripped)]
-                ending = "\r\n" if line.endswith("\r\n") else "\n"
-                out.append(indent + marker_text(rule, message) + ending)
+                out.append(_marker_line(line, rule, message))
                 findings.append(Finding(line=i + 1, column=1, rule=rule, message=message, fix="manual"))
                 added += 1
         out.append(line)
@@ -159,9 +161,7 @@ def _mark_inline(text: str, findings: list[Finding], rule: str) -> str:
         code = command[m.end():].split(command[m.end() - 1], 1)[0] if m is not None else ""
         if m is not None and not line.lstrip().startswith("#") and mentions_neuron(_PLUGIN_RE.sub("", code)) \
                 and not _PROBE_RE.fullmatch(code) and not (out and MARKER_PREFIX in out[-1]):
-            indent = line[: len(line) - len(line.lstrip(" \t"))]
-            ending = "\r\n" if line.endswith("\r\n") else "\n"
-            out.append(indent + marker_text(rule, INLINE_MESSAGE) + ending)
+            out.append(_marker_line(line, rule, INLINE_MESSAGE))
             findings.append(Finding(line=i + 1, column=1, rule=rule, message=INLINE_MESSAGE, fix="manual"))
             added += 1
         out.extend(lines[i: j + 1])

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Collection, Iterable, Sequence
 
-from migrator.model import CELL_BOUNDARY, MARKER_RE, OLD_STACK_ROOTS, SKIPPED_CELL, UNPARSABLE, ignored_rules, is_old_stack
+from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, UNPARSABLE, ignored_rules, is_old_stack
 
 UNDEFINED = "undefined-name"
 UNRESOLVED = "unresolved-import"
@@ -17,7 +17,6 @@ KEYWORD = "unaccepted-keyword"
 OLD_STACK = "old-stack-import"
 #: a part that does not parse: nothing else can be checked in it, and nothing that does not parse is handed back
 SYNTAX = "syntax-error"
-
 
 #: names IPython defines in every notebook
 NOTEBOOK_BUILTINS = ("display", "get_ipython", "In", "Out", "exit", "quit")
