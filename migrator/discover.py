@@ -13,8 +13,9 @@ What is skipped while walking a directory:
   the walked root lies inside a git repository, those of its parent directories up to
   the repository root, plus ``.git/info/exclude``;
 * ``--exclude`` globs;
-* in a checkout of optimum-neuron itself, its ``optimum/`` and ``tests/`` directories (the old
-  stack's own source and tests; reported as skipped);
+* in a checkout of optimum-neuron itself, its ``optimum/`` and ``tests/`` directories and its
+  developer guides (``AGENTS.md``, ``CLAUDE.md``, ``CONTRIBUTING.md``): the old stack's own source,
+  tests and instructions for developing it; reported as left out;
 * symlinked directories (never followed) and symlinked files whose target lies
   outside the walked root.
 
@@ -23,7 +24,8 @@ lies in a skipped directory; ``--exclude`` globs still apply to it (so that a
 ``pre-commit`` hook passing file names honours the project's configured excludes).
 
 Only names are looked at, never contents -- except for extension-less files, whose
-first 128 bytes are read to spot a ``sh``/``bash`` shebang.
+first 128 bytes are read to spot a ``sh``/``bash`` shebang, and a ``pyproject.toml``, whose
+``[project] name`` says whether the directory is a checkout of optimum-neuron.
 """
 
 from __future__ import annotations
@@ -357,8 +359,9 @@ def discover(
 
     Returns ``(candidates, errors)``; ``errors`` holds a ``status="error"``
     FileResult for each given path that does not exist (or cannot be listed).
-    ``skipped`` (when given) receives the display paths of the directories left out because they
-    are the source or tests of a checkout of optimum-neuron itself (see :data:`LIBRARY_DIRS`).
+    ``skipped`` (when given) receives the display paths of what is left out because it is the source,
+    tests or developer guides of a checkout of optimum-neuron itself (see :data:`LIBRARY_DIRS`,
+    :data:`DEVELOPER_GUIDES`): directories end in ``/``.
     """
     cwd_abs = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
     cwd_real = os.path.realpath(cwd_abs)
@@ -405,14 +408,36 @@ def discover(
     return cands, sorted(errors.values(), key=lambda r: r.path)
 
 
-#: a checkout of optimum-neuron itself (a project file next to ``optimum/neuron/__init__.py``): its
-#: library source and its tests are the old stack's own code, not user code to migrate
+#: a checkout of optimum-neuron itself (a project file next to ``optimum/neuron/__init__.py``, or a
+#: pyproject.toml whose ``[project] name`` is optimum-neuron): its library source and its tests are the old
+#: stack's own code, not user code to migrate
 LIBRARY_DIRS = ("optimum", "tests")
+#: ...and its developer guides at the checkout's root describe developing the old-stack package itself
+#: (its build, its tests, its internals): migrating them would describe a package that does not exist
+DEVELOPER_GUIDES = frozenset({"AGENTS.md", "CLAUDE.md", "CONTRIBUTING.md"})
 
 
 def _library_checkout(d: str, names: set[str]) -> bool:
-    return bool(names & {"pyproject.toml", "setup.py"}) and os.path.isfile(
-        os.path.join(d, "optimum", "neuron", "__init__.py"))
+    if not names & {"pyproject.toml", "setup.py"}:
+        return False
+    if os.path.isfile(os.path.join(d, "optimum", "neuron", "__init__.py")):
+        return True
+    return "pyproject.toml" in names and _project_name(os.path.join(d, "pyproject.toml")) == "optimum-neuron"
+
+
+def _project_name(path: str) -> str | None:
+    """The normalized ``[project] name`` of a pyproject.toml, or None (unreadable, not TOML, no name)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    try:
+        with open(path, "rb") as f:
+            name = tomllib.load(f).get("project", {}).get("name")
+    except (OSError, ValueError):
+        return None
+    return re.sub(r"[-_.]+", "-", name.strip().lower()) if isinstance(name, str) else None
 
 
 def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add, errors,
@@ -467,7 +492,7 @@ def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add
                     erel = rel + name
                     if library and name in LIBRARY_DIRS:
                         if skipped is not None:
-                            skipped.append(disp_prefix + erel)
+                            skipped.append(disp_prefix + erel + "/")
                         continue
                     if rules and _ignored(rules, erel, True):
                         continue
@@ -484,6 +509,10 @@ def _walk(abs_root: str, root_display: str, below_cwd: bool, excl: _Exclude, add
             if kind is None and _has_suffix(name):
                 continue
             erel = rel + name
+            if library and name in DEVELOPER_GUIDES:
+                if skipped is not None:
+                    skipped.append(disp_prefix + erel)
+                continue
             if rules and _ignored(rules, erel, False):
                 continue
             if excl.active and _excluded(excl, name, erel, disp_prefix, below_cwd, False):

@@ -179,7 +179,8 @@ class RunResult:
     files: list[FileResult]
     seconds: float = 0.0
     wrote: bool = False
-    #: directories discovery left out with a reason the report states (optimum-neuron's own source)
+    #: what discovery left out with a reason the report states (optimum-neuron's own source, tests and
+    #: developer guides; directories end in "/")
     skipped_dirs: list[str] = field(default_factory=list)
 
     @property

@@ -421,7 +421,34 @@ def test_an_optimum_neuron_checkout_keeps_only_user_code(tmp_path: Path) -> None
     shown = sorted(c.display for c in cands)
     assert shown == ["optimum-neuron/examples/train.py", "optimum-neuron/pyproject.toml",
                      "user/pyproject.toml", "user/tests/test_train.py"]
-    assert sorted(skipped) == ["optimum-neuron/optimum", "optimum-neuron/tests"]
+    assert sorted(skipped) == ["optimum-neuron/optimum/", "optimum-neuron/tests/"]
+
+
+def test_an_optimum_neuron_checkout_keeps_its_developer_guides_as_they_are(tmp_path: Path) -> None:
+    """AGENTS.md / CONTRIBUTING.md at the root of a checkout of optimum-neuron describe developing the old-stack
+    package itself: left out (and named), also where the checkout is known only by its pyproject's name (a
+    partial copy without optimum/); its docs are migrated; a user project's AGENTS.md is migrated, and so is a
+    developer guide in a subfolder of the checkout."""
+    checkout = tmp_path / "optimum-neuron"
+    for rel in ("AGENTS.md", "CONTRIBUTING.md", "docs/guide.md", "docs/AGENTS.md"):
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("x\n")
+    (checkout / "pyproject.toml").write_text('[project]\nname = "Optimum_Neuron"\n')
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "AGENTS.md").write_text("x\n")
+    (user / "pyproject.toml").write_text('[project]\nname = "my-neuron-app"\n')
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "AGENTS.md").write_text("x\n")
+    (broken / "pyproject.toml").write_text("[project\n")
+    skipped: list[str] = []
+    cands, _ = discover([str(checkout), str(user), str(broken)], cwd=tmp_path, skipped=skipped)
+    shown = sorted(c.display for c in cands)
+    assert shown == ["broken/AGENTS.md", "broken/pyproject.toml", "optimum-neuron/docs/AGENTS.md",
+                     "optimum-neuron/docs/guide.md", "optimum-neuron/pyproject.toml", "user/AGENTS.md",
+                     "user/pyproject.toml"]
+    assert sorted(skipped) == ["optimum-neuron/AGENTS.md", "optimum-neuron/CONTRIBUTING.md"]
 
 
 def test_the_report_names_the_directories_left_out(tmp_path: Path) -> None:
@@ -434,5 +461,5 @@ def test_the_report_names_the_directories_left_out(tmp_path: Path) -> None:
     (tmp_path / "setup.py").write_text("from setuptools import setup\n")
     proc = subprocess.run([sys.executable, "-m", "migrator", ".", "--no-progress"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
-    assert "Not migrated: optimum/, tests/ (the source and tests of an optimum-neuron checkout" in proc.stdout
+    assert "Not migrated: optimum/, tests/ (the source, tests and developer guides of an optimum-neuron checkout" in proc.stdout
     assert "1 file scanned" in proc.stdout and proc.returncode == 0, proc.stdout

@@ -82,11 +82,12 @@ def selfcheck_sentence(run: RunResult) -> str | None:
 
 
 def skipped_dirs_sentence(run: RunResult) -> str | None:
-    """The directories discovery left out as the old stack's own code, when there are some."""
+    """What discovery left out as the old stack's own code, when there is some."""
     if not run.skipped_dirs:
         return None
-    shown = ", ".join(d + "/" for d in run.skipped_dirs)
-    return f"Not migrated: {shown} (the source and tests of an optimum-neuron checkout, not user code)."
+    shown = ", ".join(run.skipped_dirs)
+    return (f"Not migrated: {shown} (the source, tests and developer guides of an optimum-neuron checkout, "
+            "not user code).")
 
 
 def scanned_sentence(run: RunResult) -> str:
