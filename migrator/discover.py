@@ -13,9 +13,10 @@ What is skipped while walking a directory:
   the walked root lies inside a git repository, those of its parent directories up to
   the repository root, plus ``.git/info/exclude``;
 * ``--exclude`` globs;
-* in a checkout of optimum-neuron itself, its ``optimum/`` and ``tests/`` directories and its
-  developer guides (``AGENTS.md``, ``CLAUDE.md``, ``CONTRIBUTING.md``): the old stack's own source,
-  tests and instructions for developing it; reported as left out;
+* in a checkout of an old-stack package itself (optimum-neuron, neuronx-distributed, torch-xla...), its
+  source and test directories (``optimum/``, ``src/``, ``tests/``...) and its developer guides
+  (``AGENTS.md``, ``CLAUDE.md``, ``CONTRIBUTING.md``): the old stack's own code and instructions for
+  developing it; reported as left out;
 * symlinked directories (never followed) and symlinked files whose target lies
   outside the walked root.
 
@@ -24,8 +25,8 @@ lies in a skipped directory; ``--exclude`` globs still apply to it (so that a
 ``pre-commit`` hook passing file names honours the project's configured excludes).
 
 Only names are looked at, never contents -- except for extension-less files, whose
-first 128 bytes are read to spot a ``sh``/``bash`` shebang, and a ``pyproject.toml``, whose
-``[project] name`` says whether the directory is a checkout of optimum-neuron.
+first 128 bytes are read to spot a ``sh``/``bash`` shebang, and a ``pyproject.toml`` / ``setup.py``,
+whose project name says whether the directory is a checkout of an old-stack package.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Sequence
 
 import pathspec
 
-from .model import FileResult
+from .model import OLD_STACK_ROOTS, FileResult
 
 __all__ = ["Candidate", "file_kind", "kind_of_name", "discover", "SKIP_DIRS"]
 
@@ -360,7 +361,7 @@ def discover(
     Returns ``(candidates, errors)``; ``errors`` holds a ``status="error"``
     FileResult for each given path that does not exist (or cannot be listed).
     ``skipped`` (when given) receives the display paths of what is left out because it is the source,
-    tests or developer guides of a checkout of optimum-neuron itself (see :data:`LIBRARY_DIRS`,
+    tests or developer guides of a checkout of an old-stack package itself (see :data:`LIBRARY_DIRS`,
     :data:`DEVELOPER_GUIDES`): directories end in ``/``.
     """
     cwd_abs = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
@@ -408,35 +409,52 @@ def discover(
     return cands, sorted(errors.values(), key=lambda r: r.path)
 
 
-#: a checkout of optimum-neuron itself (a project file next to ``optimum/neuron/__init__.py``, or a
-#: pyproject.toml whose ``[project] name`` is optimum-neuron): its library source and its tests are the old
-#: stack's own code, not user code to migrate
-LIBRARY_DIRS = ("optimum", "tests")
+#: the old stack's own packages (not torch.neuron nor torch_neuronx.xla_impl: parts of other packages) and the names
+#: of their distributions (optimum.neuron: optimum-neuron)
+_PACKAGES = tuple(r for r in OLD_STACK_ROOTS if not r.startswith(("torch.", "torch_neuronx")))
+_DISTRIBUTIONS = frozenset(re.sub(r"[._]", "-", r) for r in _PACKAGES)
+#: a checkout of an old-stack package itself (optimum-neuron, neuronx-distributed, torch-xla...: a project file
+#: next to the package's source, ``optimum/neuron/__init__.py`` or ``src/neuronx_distributed/__init__.py``, or a
+#: pyproject.toml / setup.py naming the distribution): its library source and its tests are the old stack's own
+#: code, not user code to migrate (its examples and docs are migrated)
+LIBRARY_DIRS = frozenset({r.split(".")[0] for r in _PACKAGES} | {"src", "tests", "test"})
 #: ...and its developer guides at the checkout's root describe developing the old-stack package itself
 #: (its build, its tests, its internals): migrating them would describe a package that does not exist
 DEVELOPER_GUIDES = frozenset({"AGENTS.md", "CLAUDE.md", "CONTRIBUTING.md"})
+_SETUP_NAME = re.compile(r"""\bname\s*=\s*["']([A-Za-z0-9_.-]+)["']""")
 
 
 def _library_checkout(d: str, names: set[str]) -> bool:
     if not names & {"pyproject.toml", "setup.py"}:
         return False
-    if os.path.isfile(os.path.join(d, "optimum", "neuron", "__init__.py")):
-        return True
-    return "pyproject.toml" in names and _project_name(os.path.join(d, "pyproject.toml")) == "optimum-neuron"
+    for package in _PACKAGES:
+        path = package.replace(".", os.sep)
+        if any(os.path.isfile(os.path.join(d, *base, path, "__init__.py")) for base in ((), ("src",))):
+            return True
+    return _project_name(d, names) in _DISTRIBUTIONS
 
 
-def _project_name(path: str) -> str | None:
-    """The normalized ``[project] name`` of a pyproject.toml, or None (unreadable, not TOML, no name)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-
-    try:
-        with open(path, "rb") as f:
-            name = tomllib.load(f).get("project", {}).get("name")
-    except (OSError, ValueError):
-        return None
+def _project_name(d: str, names: set[str]) -> str | None:
+    """The normalized project name of ``d``: its pyproject.toml's ``[project] name``, else the first literal
+    ``name="..."`` of its setup.py; None where neither says (unreadable, not TOML, no literal name)."""
+    name = None
+    if "pyproject.toml" in names:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            with open(os.path.join(d, "pyproject.toml"), "rb") as f:
+                name = tomllib.load(f).get("project", {}).get("name")
+        except (OSError, ValueError):
+            pass
+    if not isinstance(name, str) and "setup.py" in names:
+        try:
+            with open(os.path.join(d, "setup.py"), encoding="utf-8", errors="replace") as f:
+                m = _SETUP_NAME.search(f.read(200_000))
+        except OSError:
+            m = None
+        name = m.group(1) if m else None
     return re.sub(r"[-_.]+", "-", name.strip().lower()) if isinstance(name, str) else None
 
 

@@ -484,7 +484,9 @@ def _run_once(
     bindings = [b for b in ctx.imports.all_bindings() if b.alias is not None]
     import_infos = [
         policy.ImportInfo(b.local, b.module if b.is_from else (dotted(b.alias.name) or b.module),
-                          statement_id(b.line, ctx._known.get(id(b.line), ())))
+                          statement_id(b.line, ctx._known.get(id(b.line), ())),
+                          tuple(a.name.value for a in ctx._known.get(id(b.line), ())
+                                if isinstance(a, (cst.FunctionDef, cst.ClassDef))))
         for b in bindings
     ]
 

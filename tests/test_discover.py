@@ -424,6 +424,36 @@ def test_an_optimum_neuron_checkout_keeps_only_user_code(tmp_path: Path) -> None
     assert sorted(skipped) == ["optimum-neuron/optimum/", "optimum-neuron/tests/"]
 
 
+def test_other_old_stack_checkouts_keep_their_source_and_tests(tmp_path: Path) -> None:
+    """A checkout of neuronx-distributed (known by its setup.py's name alone, or by its src/ package) or of
+    torch-xla keeps its source and tests (test/ too) as they are; its examples are migrated. A user project whose
+    setup.py names itself otherwise, with a src/ and a test/, is walked as usual."""
+    nxd = tmp_path / "nxd"
+    for rel in ("test/unit_test/test_config.py", "examples/train.py"):
+        (nxd / rel).parent.mkdir(parents=True, exist_ok=True)
+        (nxd / rel).write_text("x = 1\n")
+    (nxd / "setup.py").write_text('from setuptools import setup\nsetup(\n    name="neuronx-distributed",\n)\n')
+    src = tmp_path / "src_layout"
+    for rel in ("src/neuronx_distributed_inference/__init__.py", "test/test_x.py", "pyproject.toml"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("")
+    xla = tmp_path / "xla"
+    for rel in ("torch_xla/__init__.py", "test/test_ops.py", "setup.py"):
+        (xla / rel).parent.mkdir(parents=True, exist_ok=True)
+        (xla / rel).write_text("x = 1\n")
+    user = tmp_path / "user"
+    for rel in ("src/app/train.py", "test/test_train.py"):
+        (user / rel).parent.mkdir(parents=True, exist_ok=True)
+        (user / rel).write_text("x = 1\n")
+    (user / "setup.py").write_text('setup(name="my-trainer", install_requires=["neuronx-distributed"])\n')
+    skipped: list[str] = []
+    cands, _ = discover([str(p) for p in (nxd, src, xla, user)], cwd=tmp_path, skipped=skipped)
+    shown = sorted(c.display for c in cands)
+    assert shown == ["nxd/examples/train.py", "nxd/setup.py", "src_layout/pyproject.toml", "user/setup.py",
+                     "user/src/app/train.py", "user/test/test_train.py", "xla/setup.py"]
+    assert sorted(skipped) == ["nxd/test/", "src_layout/src/", "src_layout/test/", "xla/test/", "xla/torch_xla/"]
+
+
 def test_an_optimum_neuron_checkout_keeps_its_developer_guides_as_they_are(tmp_path: Path) -> None:
     """AGENTS.md / CONTRIBUTING.md at the root of a checkout of optimum-neuron describe developing the old-stack
     package itself: left out (and named), also where the checkout is known only by its pyproject's name (a
@@ -461,5 +491,5 @@ def test_the_report_names_the_directories_left_out(tmp_path: Path) -> None:
     (tmp_path / "setup.py").write_text("from setuptools import setup\n")
     proc = subprocess.run([sys.executable, "-m", "migrator", ".", "--no-progress"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
-    assert "Not migrated: optimum/, tests/ (the source, tests and developer guides of an optimum-neuron checkout" in proc.stdout
+    assert "Not migrated: optimum/, tests/ (the source, tests and developer guides of an old-stack package's own checkout" in proc.stdout
     assert "1 file scanned" in proc.stdout and proc.returncode == 0, proc.stdout

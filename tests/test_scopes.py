@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from migrator.scopes import local_names
-from migrator.selfcheck.policy import _uses
+from migrator.selfcheck.policy import ImportInfo, _uses, _uses_of
 
 SOURCE = '''
 from lib import grads, Config, helper, deco, default
@@ -96,7 +96,23 @@ def test_the_statement_walk_finds_what_the_visitor_finds():
 
 
 def test_uses_skip_function_locals_but_keep_annotations_defaults_and_decorators():
-    used = _uses(SOURCE)
+    used, _ = _uses(SOURCE)
     assert {"Config", "default", "deco", "grads"} <= set(used)  # `grads` through `global` in other()
-    assert "grads" not in _uses("from lib import grads\n\ndef f():\n    grads = []\n    return grads\n")
-    assert "Config" in _uses("from lib import Config\n\ndef f(c: Config):\n    Config = 1\n    return c\n")
+    assert "grads" not in _uses("from lib import grads\n\ndef f():\n    grads = []\n    return grads\n")[0]
+    assert "Config" in _uses("from lib import Config\n\ndef f(c: Config):\n    Config = 1\n    return c\n")[0]
+
+
+def test_an_import_in_a_function_is_used_only_by_that_function():
+    """What an import inside a function binds is used only in that function (and the functions nested in it that
+    do not import it again); a module-level import is not used by a function that imports the name itself."""
+    source = ("import lib as m\n\n"
+              "def f():\n    import lib as m\n    return 1\n\n"
+              "def g():\n    import lib as m\n    def inner():\n        return m.x\n    return inner\n\n"
+              "class C:\n    def h(self):\n        import lib as m\n        return m.y\n")
+    uses, imported = _uses(source)
+    assert imported == {(("f",), "m"), (("g",), "m"), (("C", "h"), "m")}
+    scoped = lambda *scope: [line for _, line in _uses_of(ImportInfo("m", "lib", 0, scope), uses, imported)]
+    assert scoped("f") == []
+    assert scoped("g") == [10]
+    assert scoped("C", "h") == [16]
+    assert scoped() == []  # every use is under a local import of its own

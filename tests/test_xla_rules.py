@@ -142,6 +142,15 @@ def _import_map(tree: ast.Module) -> dict[str, str]:
     return names
 
 
+def _qualified(node: ast.expr, names: dict[str, str]) -> str:
+    """The imported name a Name/Attribute chain resolves to, or ""."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([names[node.id], *reversed(parts)]) if isinstance(node, ast.Name) and node.id in names else ""
+
+
 def _chains(tree: ast.Module, names: dict[str, str]):
     """(qualified name, line) of every outermost Name/Attribute chain rooted at an import."""
     inner: set[int] = set()
@@ -209,7 +218,9 @@ def test_the_rules_emit_exactly_these_torch_apis():
 @pytest.mark.parametrize("after", XLA_FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_owned_names_left_only_under_a_marker(after: Path):
     """A name an NM40x rule owns survives only where that rule left a marker above it, or in a module that
-    serves other XLA devices (TPUs), which the rules leave alone under one marker on its import or gate."""
+    serves other XLA devices (TPUs), which the rules leave alone under one marker on its import or gate, or as
+    the argument of a torch-xla call no rule rewrites (`xm.xla_device_hw(xm.xla_device())`), under that call's
+    NM900 marker."""
     text = after.read_text()
     if serves_other_accelerators(text):
         assert OTHER_XLA_MARKER in text or SIDE_BY_SIDE_MARKER in text
@@ -218,6 +229,9 @@ def test_owned_names_left_only_under_a_marker(after: Path):
     tree = ast.parse(text)
     names = _import_map(tree)
     statements = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+    kept = {n.args[0].lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args
+            and isinstance(n.args[0], ast.Call) and _qualified(n.func, names).startswith("torch_xla")
+            and _qualified(n.func, names) not in OWNED}
     for qualified, line in _chains(tree, names):
         rule = OWNED.get(qualified)
         if rule is None:
@@ -229,7 +243,8 @@ def test_owned_names_left_only_under_a_marker(after: Path):
         while i >= 0 and lines[i].lstrip().startswith("#"):
             above.append(lines[i])
             i -= 1
-        assert any(f"TODO(neuron-migrate {rule})" in ln for ln in above), f"{after.name}:{line}: {qualified}"
+        allowed = (rule, "NM900") if line in kept else (rule,)
+        assert any(f"TODO(neuron-migrate {r})" in ln for ln in above for r in allowed), f"{after.name}:{line}: {qualified}"
 
 
 # --------------------------------------------------------------------------- interplay with NM900

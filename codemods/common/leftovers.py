@@ -76,6 +76,9 @@ ADVICE = (
      "Convert these xser checkpoints once where torch_xla is installed: torch.load cannot read the format."),
     (("torch_xla.utils.serialization",), "Replace `{name}` by torch.save or safetensors: TorchNeuron writes no xser files."),
     (("neuronperf",), "Replace `{name}` by timing the compiled model in a loop: neuronperf benchmarks Neuron TorchScript files."),
+    (("torch_xla.core.xla_model.xla_device_hw", "torch_xla.core.xla_model.xla_real_devices",
+      "torch_xla.runtime.device_type"),
+     "Replace `{name}` by a Neuron test: hasattr(torch, \"neuron\") and torch.neuron.is_available()."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
     (("neuronx_distributed_inference.models.diffusers",),
@@ -155,6 +158,9 @@ class OldStackLeftovers(PythonRule):
         a traced model) in worker processes; with TorchNeuron there is no such file (the migrated save writes
         weights, the model compiles at run time), so time the compiled model directly: warm it up, then loop
         over calls with time.perf_counter(), reading the outputs back (.cpu()) before stopping the clock.""",
+        """torch-xla's device-kind queries told a Neuron core from a TPU or a GPU behind the one "xla" device; on
+        TorchNeuron the accelerator is its own device type, so the test for Neuron is whether torch-neuronx is there
+        and a core is visible (`torch.neuron` exists only where torch-neuronx is installed).""",
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",

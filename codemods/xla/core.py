@@ -74,6 +74,17 @@ from migrator.scopes import FUNCTIONS
 # --------------------------------------------------------------------------- NM401
 
 
+def _xla_consumer(call: cst.Call, ctx: PythonContext) -> bool:
+    """Whether ``call`` is an argument of a torch-xla call that is not a device call itself
+    (``xm.xla_device_hw(xm.xla_device())``): a torch device does not fit there."""
+    i = _index_in_stack(ctx, call)
+    if i < 2 or not isinstance(ctx.stack[i - 1], cst.Arg) or not isinstance(ctx.stack[i - 2], cst.Call):
+        return False
+    outer = ctx.stack[i - 2].func
+    qual = ctx.qualname(outer) if isinstance(outer, (cst.Name, cst.Attribute)) else None
+    return qual is not None and qual.startswith("torch_xla") and qual not in XlaDevice.owns
+
+
 class XlaDevice(_XlaRule):
     id = "NM401"
     markers = (
@@ -142,6 +153,8 @@ class XlaDevice(_XlaRule):
         device_vars.finish(ctx)
 
     def rewrite(self, qual, call, func, ctx):
+        if _xla_consumer(call, ctx):
+            return None  # a torch-xla call left in place takes an XLA device: its own marker says what to do
         params = ("n", "devkind") if qual.endswith("xla_device") else ("index",)
         bound = _bind_args(call, params)
         if bound is None:

@@ -86,8 +86,8 @@ def skipped_dirs_sentence(run: RunResult) -> str | None:
     if not run.skipped_dirs:
         return None
     shown = ", ".join(run.skipped_dirs)
-    return (f"Not migrated: {shown} (the source, tests and developer guides of an optimum-neuron checkout, "
-            "not user code).")
+    return (f"Not migrated: {shown} (the source, tests and developer guides of an old-stack package's own "
+            "checkout, not user code).")
 
 
 def scanned_sentence(run: RunResult) -> str:

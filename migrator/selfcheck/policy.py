@@ -78,6 +78,9 @@ class ImportInfo:
     local: str  # the name the import binds
     module: str  # the module imported (``from M import x``: M)
     statement: int  # index of the import's statement
+    #: the names of the functions and classes the import statement sits in, outermost first (() at module level):
+    #: only code in that scope can use what it binds
+    scope: tuple[str, ...] = ()
 
 
 def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo], render: Render,
@@ -153,20 +156,23 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     modules = {v.name for v in after if v.kind == OLD_STACK}
     if not modules:
         return False
-    uses = _uses(new)
+    uses, imported = _uses(new)
     outside = OUTSIDE_NAMES.get()  # used by the code after this unit (a Markdown page's later blocks)
     lines = new.splitlines()
     still: dict[tuple[int, str], list[str]] = {}
+    seen: dict[str, list[tuple[ast.stmt, int]]] = {}
     for i, info in enumerate(imports):
         if info.module not in modules:
             continue
-        if info.local in uses or info.local in outside:
+        own = _uses_of(info, uses, imported)
+        if own or info.local in outside:
             still.setdefault((info.statement, info.module), []).append(info.local)
+            seen.setdefault(info.local, []).extend(own)
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
-        if all(n in uses for n in names) and all(
-                marked(lines, stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in uses[n]):
+        if all(seen.get(n) for n in names) and all(
+                marked(lines, stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in seen[n]):
             # each use says what to do already: the import only goes once they are done
             message = f"Remove this import once the TODOs on {names_listed(names)} below are done."
         else:
@@ -211,17 +217,22 @@ def names_listed(names: Sequence[str], width: int = 48) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
-def _uses(text: str) -> dict[str, list[tuple[ast.stmt, int]]]:
-    """Names the module reads as module-level names, each with its uses (the innermost statement and
-    the line of the use): a function's own variable spelled like an import (`grads = []` in a function
-    of a module that imports `grads`) is not a use of the import."""
+Scope = tuple[str, ...]
+
+
+def _uses(text: str) -> tuple[dict[str, list[tuple[ast.stmt, int, Scope]]], frozenset[tuple[Scope, str]]]:
+    """Names the module reads as names bound outside the function reading them, each with its uses (the
+    innermost statement, the line of the use and the scope: the functions and classes around it, outermost
+    first), and the (scope, name) of every import inside a function or class. A function's own variable spelled
+    like an import (`grads = []` in a function of a module that imports `grads`) is not a use of the import."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
-        return {}
-    used: dict[str, list[tuple[ast.stmt, int]]] = {}
+        return {}, frozenset()
+    used: dict[str, list[tuple[ast.stmt, int, Scope]]] = {}
+    imported: set[tuple[Scope, str]] = set()
 
-    def walk(node: ast.AST, local: frozenset[str], stmt: ast.stmt | None) -> None:
+    def walk(node: ast.AST, local: frozenset[str], stmt: ast.stmt | None, scope: Scope) -> None:
         for child in ast.iter_child_nodes(node):
             inner = child if isinstance(child, ast.stmt) else stmt
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -231,24 +242,41 @@ def _uses(text: str) -> dict[str, list[tuple[ast.stmt, int]]]:
                 for sub in (*a.defaults, *a.kw_defaults, *annotations,
                             *getattr(child, "decorator_list", ()), getattr(child, "returns", None)):
                     if sub is not None:
-                        walk(ast.Expression(sub), local, inner)  # evaluated in the enclosing scope
-                walk_body(child, local | _function_locals(child), inner)
+                        walk(ast.Expression(sub), local, inner, scope)  # evaluated in the enclosing scope
+                named = scope + (child.name,) if hasattr(child, "name") else scope
+                walk_body(child, local | _function_locals(child), inner, named)
+            elif isinstance(child, ast.ClassDef):
+                for sub in (*child.decorator_list, *child.bases, *child.keywords):
+                    walk(ast.Expression(sub), local, inner, scope)
+                walk_body(child, local, inner, scope + (child.name,))
             elif isinstance(child, ast.Name):
                 if child.id not in local and stmt is not None:
-                    used.setdefault(child.id, []).append((stmt, child.lineno))
+                    used.setdefault(child.id, []).append((stmt, child.lineno, scope))
             else:
-                walk(child, local, inner)
+                if scope and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    imported.update((scope, a.asname or a.name.split(".")[0]) for a in child.names)
+                walk(child, local, inner, scope)
 
-    def walk_body(function: ast.AST, local: frozenset[str], stmt: ast.stmt | None) -> None:
+    def walk_body(function: ast.AST, local: frozenset[str], stmt: ast.stmt | None, scope: Scope) -> None:
         body = function.body if isinstance(function.body, list) else [function.body]
         for sub in body:
             if isinstance(sub, ast.stmt):
-                walk(ast.Module(body=[sub], type_ignores=[]), local, sub)
+                walk(ast.Module(body=[sub], type_ignores=[]), local, sub, scope)
             else:
-                walk(ast.Expression(sub), local, stmt)
+                walk(ast.Expression(sub), local, stmt, scope)
 
-    walk(tree, frozenset(), None)
-    return used
+    walk(tree, frozenset(), None, ())
+    return used, frozenset(imported)
+
+
+def _uses_of(info: ImportInfo, uses: dict[str, list[tuple[ast.stmt, int, Scope]]],
+             imported: frozenset[tuple[Scope, str]]) -> list[tuple[ast.stmt, int]]:
+    """The uses (statement, line) of what ``info`` binds: those in its scope and the scopes nested in it, less
+    those in a nested scope that imports the name again itself."""
+    s = info.scope
+    return [(stmt, line) for stmt, line, scope in uses.get(info.local, ())
+            if scope[:len(s)] == s
+            and not any((scope[:k], info.local) in imported for k in range(len(s) + 1, len(scope) + 1))]
 
 
 def _function_locals(function: ast.AST) -> frozenset[str]:
