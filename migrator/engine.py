@@ -399,7 +399,8 @@ def migrate_text(
                                SKIPPED_RULE)
 
     def written(source: str, kind: str, name: str) -> tuple[str, list[Finding]]:
-        # a file the notebook writes (`%%writefile name`): migrated as a file of its own kind
+        # a file the notebook writes (`%%writefile name`), a Dockerfile a page shows: migrated as a file of its
+        # own kind
         where = path.parent / name if path is not None else None
         return migrate_text(source, kind, rules, where, project)
 
@@ -408,7 +409,7 @@ def migrate_text(
     if kind == "notebook":
         return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
     if kind == "markdown":
-        return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE)
+        return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
     if kind == "shell":  # the Python its heredocs feed the interpreter is Python
         return transform_shell(text, py, lambda source: run_text(source, kind, rules.text, path, project,
                                                                  rules.parsers.get(kind)),

@@ -389,6 +389,34 @@ def test_pipeline_tasks_nm621_marks_are_gone_and_the_others_run():
     assert out and "generated_text" in out[0]
 
 
+def test_the_seq2seq_advice_of_nm621_runs_where_the_text_generation_pipeline_cannot_load_the_model():
+    """NM621's advice for the removed seq2seq tasks: the causal LM the text-generation pipeline loads (what
+    Transformers suggests) is no T5 at all, and for Marian only its decoder; AutoModelForSeq2SeqLM + generate()
+    runs the whole model."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, MarianConfig, T5Config
+
+    after = (FIX / "NM621" / "removed_tasks.after.py").read_text()
+    assert after.count("load AutoModelForSeq2SeqLM and call its generate()") == 2
+    t5 = T5Config(vocab_size=64, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8, decoder_start_token_id=0)
+    marian = MarianConfig(vocab_size=64, decoder_vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
+                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                          decoder_start_token_id=63, pad_token_id=63, eos_token_id=0)
+    with pytest.raises(ValueError, match="Unrecognized configuration class"):
+        AutoModelForCausalLM.from_config(t5)
+    decoder_only = AutoModelForCausalLM.from_config(copy.deepcopy(marian))  # (it makes its config a decoder's)
+    assert not any(name.startswith("model.encoder") or ".encoder." in name for name, _ in decoder_only.named_parameters())
+    for config in (t5, marian):
+        torch.manual_seed(0)
+        model = AutoModelForSeq2SeqLM.from_config(config).eval()
+        assert any(".encoder." in name or name.startswith("encoder.") for name, _ in model.named_parameters())
+        out = model.generate(input_ids=torch.tensor([[5, 6, 7, 1]]), attention_mask=torch.ones(1, 4, dtype=torch.long),
+                             max_new_tokens=3, do_sample=False)
+        assert out.shape[0] == 1 and 2 <= out.shape[1] <= 4
+
+
 def test_save_function_is_ignored_and_is_main_process_decides_who_writes(tmp_path):
     """NM622: transformers 5.23's save_pretrained never calls save_function (every process wrote the checkpoint);
     is_main_process=False, what the rewrite passes on the other processes, writes nothing."""

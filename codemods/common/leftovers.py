@@ -33,6 +33,9 @@ OLD_STACK = (
 
 #: old-stack packages replaced as a whole (no name of theirs has a native twin): one marker on the import
 WHOLE = ("neuronperf",)
+#: old-stack packages that moved (their names live on in another package): the marker on each import says
+#: where, and covers the uses of what it binds (a kernel's every `nl.load` is no TODO of its own)
+MOVED = ("neuronxcc.nki",)
 
 #: ``import torch_neuronx`` itself is the TorchNeuron plugin (the seeds import it); only its XLA-era APIs are old
 NATIVE = ("torch_neuronx",)
@@ -80,6 +83,8 @@ ADVICE = (
       "torch_xla.runtime.device_type"),
      "Replace `{name}` by a Neuron test: hasattr(torch, \"neuron\") and torch.neuron.is_available()."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
+    (("neuronxcc.nki.kernels", "neuronxcc.nki._private_kernels"),
+     "Copy the `{name}` kernel's source from nki-samples into the project and port it to `@nki.jit`."),
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
     (("neuronx_distributed_inference.models.diffusers",),
      "Replace `{name}`: load the pipeline with its Diffusers class and move it with .to(\"neuron\")."),
@@ -164,6 +169,10 @@ class OldStackLeftovers(PythonRule):
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
+        """neuronxcc.nki.kernels shipped ready-made kernels (attention, vision, normalization) inside the compiler
+        package; the standalone `nki` package has the language (nki.language, nki.isa), not those kernels: their
+        source is in the nki-samples repository, to copy and port to the `nki` API (a kernel returns its output
+        instead of filling one it is given).""",
         """`neuronxcc.nki` is the NKI namespace of the XLA-era compiler package; NKI kernels called from
         TorchNeuron are written against the standalone `nki` package (`import nki`, `@nki.jit`).""",
         """NxD Inference's diffusion applications (Flux and its backbone, text-encoder and VAE configs) compiled
@@ -306,6 +315,9 @@ class OldStackLeftovers(PythonRule):
                     if all(n != local for _, _, n in names):
                         names.append((node, qual, local))
                 continue
+            if qual.startswith(MOVED):  # (the self-check does not remove them: they are no old-stack root)
+                grouped.setdefault((stmt, _template(qual)), []).append((node, qual, local))
+                continue
             bare = [n for n, anc in refs if not (anc and isinstance(anc[-1], cst.Attribute) and anc[-1].value is n)]
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
@@ -332,8 +344,8 @@ class OldStackLeftovers(PythonRule):
             # the native device module, which has none of them
             ctx.marker(node, INF1_MARKER.format(name=qual))
             return
-        if qual is None or not old_stack(qual) or qual.startswith(WHOLE):
-            return  # (a package replaced as a whole: the marker on its import covers its uses)
+        if qual is None or not old_stack(qual) or qual.startswith(WHOLE + MOVED):
+            return  # (a package replaced as a whole, or moved: the marker on its import covers its uses)
         if self._covered(ctx, qual):
             return
         written = cst.Module([]).code_for_node(node)

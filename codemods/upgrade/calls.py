@@ -519,6 +519,15 @@ class TargetTokenizer(PythonRule):
 
 #: removed tasks whose model class does the same job directly (better than the chat-model advice for them)
 _INSTEAD = {"question-answering": "Load AutoModelForQuestionAnswering and run it directly."}
+#: the removed seq2seq tasks: their models (T5, BART, Marian) do not load in the text-generation pipeline that
+#: Transformers suggests; the model class and generate() keep what the pipeline computed
+_SEQ2SEQ = "Load AutoModelForSeq2SeqLM and call its generate()."
+
+
+def _instead(task: str) -> str | None:
+    if task in ("text2text-generation", "summarization", "translation") or task.startswith("translation_"):
+        return _SEQ2SEQ if api().removed_task(task) is not None else None
+    return _INSTEAD.get(task) or api().removed_task(task)
 
 
 class RemovedPipelineTasks(PythonRule):
@@ -533,7 +542,9 @@ class RemovedPipelineTasks(PythonRule):
         Transformers says to use instead (the text-generation pipeline with a chat model, the
         image-text-to-text one, Diffusers) is read from the installed library
         (`transformers.pipelines.REMOVED_TASKS`, through the target data) and given in the
-        marker; a seq2seq model still runs with its model class and `generate()`.
+        marker, except for the seq2seq tasks (text2text-generation, summarization, translation):
+        their models (T5, BART, Marian) do not load in the text-generation pipeline, and still run
+        with `AutoModelForSeq2SeqLM` and `generate()`, which the marker says.
     """
     before = """
         from transformers import pipeline
@@ -543,7 +554,7 @@ class RemovedPipelineTasks(PythonRule):
     after = """
         from transformers import pipeline
 
-        # TODO(neuron-migrate NM621): The `summarization` pipeline is gone in Transformers 5: use the `text-generation` pipeline with a chat model instead.
+        # TODO(neuron-migrate NM621): The `summarization` pipeline is gone in Transformers 5: load AutoModelForSeq2SeqLM and call its generate().
         summarizer = pipeline("summarization", model="t5-small")
     """
     caveats = """
@@ -562,7 +573,7 @@ class RemovedPipelineTasks(PythonRule):
         task = literal(arg.value) if arg is not None else None
         if not isinstance(task, str):
             return
-        instead = _INSTEAD.get(task) or api().removed_task(task)
+        instead = _instead(task)
         if instead is None:
             return
         advice = instead[0].lower() + instead[1:]

@@ -20,6 +20,7 @@ from difflib import SequenceMatcher
 import ast
 
 from migrator.filekinds.notebook import (
+    RunKind,
     RunUnit,
     _migrate_program,
     _program_cells,
@@ -34,6 +35,11 @@ SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it
 PYTHON_LANGS = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh"})
 CONSOLE_LANGS = frozenset({"console", "shell-session", "shellsession"})
+#: fenced blocks that hold a file of another kind, migrated as that file (``run_kind``): a Dockerfile shown in a
+#: page (also an untagged block whose first instruction is FROM)
+FILE_LANGS = {"dockerfile": ("dockerfile", "Dockerfile"), "docker": ("dockerfile", "Dockerfile"),
+              "containerfile": ("dockerfile", "Dockerfile")}
+_DOCKERFILE_START = re.compile(r"^FROM\s+\S+", re.I)
 
 _OPEN_RE = re.compile(r"^( *)(`{3,}|~{3,})(.*)$")
 _PROMPTS = ("$ ", "# ")
@@ -221,10 +227,22 @@ def _is_console(lang: str, bodies: list[str]) -> bool:
 _NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
+def _file_kind(lang: str, stripped: list[str]) -> tuple[str, str] | None:
+    """(kind, name) of a block holding a file of another kind (:data:`FILE_LANGS`), else None."""
+    if lang in FILE_LANGS:
+        return FILE_LANGS[lang]
+    first = next((b for b in stripped if b.strip() and not b.lstrip().startswith("#")), "")
+    if not lang and _DOCKERFILE_START.match(first):
+        return FILE_LANGS["dockerfile"]
+    return None
+
+
 def transform_markdown(
-    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990"
+    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990",
+    run_kind: RunKind | None = None,
 ) -> tuple[str, list[Finding]]:
-    """Migrate the fenced Python and shell code blocks of a Markdown (or MDX) document.
+    """Migrate the fenced Python and shell code blocks of a Markdown (or MDX) document, and the blocks that
+    hold a file of another kind (a Dockerfile) through ``run_kind(text, kind=..., name=...)`` when given.
 
     Returns ``text`` itself when nothing changed; otherwise only lines inside code blocks differ.
     Findings' lines are 1-based lines of the whole document.
@@ -239,7 +257,8 @@ def transform_markdown(
              for b in blocks]
     for k, block in enumerate(blocks):
         lang = block.lang
-        if lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS:
+        if lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS and (
+                run_kind is None or (lang and lang not in FILE_LANGS)):
             continue
         raw = lines[block.start : block.end]
         if not raw:
@@ -265,7 +284,16 @@ def transform_markdown(
                 res.append((f, n, removed[n]))
             return res
 
-        if lang in PYTHON_LANGS:
+        other = _file_kind(lang, stripped) if run_kind is not None and lang not in PYTHON_LANGS | SHELL_LANGS else None
+        if other is None and lang not in PYTHON_LANGS | SHELL_LANGS | CONSOLE_LANGS:
+            continue  # an untagged block that holds no file of a known kind
+        if other is not None:
+            kind, name = other
+            new, fs = run_kind(content, kind=kind, name=name)
+            block_findings = local(fs)
+            if new != content:
+                new_bodies = [_body(x)[0] for x in split_lines(new)]
+        elif lang in PYTHON_LANGS:
             doctest = any(s.lstrip().startswith(">>>") for s in stripped)
             if doctest:
                 done = _doctest(stripped, run_python, run_shell)
