@@ -1,4 +1,4 @@
-"""NM510, NM511, NM512, NM514, NM526: launch, Slurm and shell scripts.
+"""NM510, NM511, NM512, NM514, NM526, NM528: launch, Slurm and shell scripts.
 
 Shell units are ``.sh``/``.slurm`` files, notebook ``!`` lines and ``%%bash`` cells, and bash fences
 of Markdown documents. Every unit is lexed and parsed once (:mod:`codemods.project.shell_syntax`)
@@ -646,4 +646,66 @@ class XlaDlcImageCommand(ShellRule):
                 plan.marker(ctx, s.group, IMAGE_MARKER)
 
 
-RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand)
+# ------------------------------------------------------------------------------------------------
+# NM528: XLA-era DLAMI virtual environments
+
+
+#: a virtual environment of the Neuron Deep Learning AMI (`/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference`,
+#: `/opt/aws_neuron_venv_pytorch_1_13_inf1`); the TensorFlow ones are no concern of this tool
+_DLAMI_VENV_RE = re.compile(r"/opt/aws_neuronx?_venv(?!_tensorflow)\w*")
+_VENV_TORCH_RE = re.compile(r"pytorch_(\d+)_(\d+)")
+VENV_MARKER = ("Use a TorchNeuron (torch-neuronx 2.13+) environment here: this Deep Learning AMI venv has the "
+               "XLA-era Neuron stack.")
+
+
+def xla_era_venv(text: str) -> bool:
+    """Whether ``text`` names a Deep Learning AMI virtual environment of the XLA-era stack (any but one whose
+    name says PyTorch 2.13 or later, the TorchNeuron ones)."""
+    for m in _DLAMI_VENV_RE.finditer(text):
+        version = _VENV_TORCH_RE.search(m.group(0))
+        if version is None or (int(version.group(1)), int(version.group(2))) < (2, 13):
+            return True
+    return False
+
+
+class XlaDlamiVenv(ShellRule):
+    id = "NM528"
+    markers = ((VENV_MARKER, """The virtual environments of the Neuron Deep Learning AMI before TorchNeuron
+        (`/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference`, `..._inference_vllm_0_16`, `..._transformers_neuronx`)
+        hold torch-xla, the XLA-era torch-neuronx and the libraries built on them; the migrated scripts need
+        TorchNeuron (torch-neuronx 2.13+), which they do not have."""),)
+    title = "XLA-era Deep Learning AMI virtual environment activated or used"
+    fix = "manual"
+    triggers = ("_venv",)
+    why = """
+        Launch scripts, notebooks and READMEs activate one of the Neuron Deep Learning AMI's
+        virtual environments (`source /opt/aws_neuronx_venv_pytorch_2_9/bin/activate`), run its
+        interpreter (`/opt/aws_neuronx_venv_.../bin/python train.py`) or put it on the PATH. Those
+        environments have the XLA-era stack (torch-xla, NxD, optimum-neuron, vLLM on NxD
+        Inference); the migrated code needs TorchNeuron. Each command or assignment that names
+        one gets a marker: which environment to use instead depends on the user's AMI and SDK.
+    """
+    before = """
+        source /opt/aws_neuronx_venv_pytorch_2_9_nxd_inference/bin/activate
+        python generate.py
+    """
+    after = """
+        # TODO(neuron-migrate NM528): Use a TorchNeuron (torch-neuronx 2.13+) environment here: this Deep Learning AMI venv has the XLA-era Neuron stack.
+        source /opt/aws_neuronx_venv_pytorch_2_9_nxd_inference/bin/activate
+        python generate.py
+    """
+    caveats = """
+        A venv whose name says PyTorch 2.13 or later (`aws_neuronx_venv_pytorch_2_13`) is taken for a
+        TorchNeuron one and left alone; the TensorFlow environments are not flagged. A path built
+        from variables is recognised only where the literal path appears (a default value counts).
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        for s in u.simples:
+            if any(xla_era_venv(u.toks[i].text) for i in (*s.assigns, *s.words)):
+                plan.marker(ctx, s.group, VENV_MARKER)
+
+
+RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand,
+         XlaDlamiVenv)
