@@ -342,7 +342,7 @@ def test_nm104_keywords_exist_in_diffusers():
                 import torch
 
                 assert kws <= set(inspect.signature(torch.compile).parameters), (after.name, kws)
-            elif method in ("load_lora_weights", "fuse_lora", "set_adapters", "load_ip_adapter",
+            elif method in ("load_lora_weights", "fuse_lora", "unload_lora_weights", "set_adapters", "load_ip_adapter",
                             "set_ip_adapter_scale"):
                 sd = targets["StableDiffusionPipeline"]
                 params = inspect.signature(getattr(sd, method)).parameters
@@ -453,6 +453,64 @@ images = pipe("a cat", num_inference_steps=2, generator=torch.manual_seed(0), ou
 np.save(sys.argv[2], images)
 print(json.dumps(list(images.shape)))
 '''
+
+
+LORA_EXPORT = '''
+from optimum.neuron import NeuronStableDiffusionPipeline
+
+pipe = NeuronStableDiffusionPipeline.from_pretrained(
+    "base", export=True, batch_size=1, height=32, width=32, num_images_per_prompt=1,
+    lora_model_ids="lora", lora_weight_names="pytorch_lora_weights.safetensors", lora_adapter_names="lcm",
+)
+pipe.save_pretrained("fused")
+image = pipe("a cat", num_inference_steps=2).images[0]
+'''
+
+
+def test_a_fused_lora_saved_by_the_migration_loads_back(tiny_sd, tmp_path, rules):
+    """NM104's LoRA steps end with unload_lora_weights(): the fused weights stay (the output differs from the base
+    model's) and save_pretrained writes plain keys, so the saved pipeline loads back with the same output. Without
+    the unload the PEFT layers are saved too (base_layer / lora_A keys) and the reloaded UNet computes
+    something else."""
+    import torch
+    from diffusers import StableDiffusionPipeline
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    migrated, _ = _migrate(textwrap.dedent(LORA_EXPORT), rules)
+    steps = re.findall(r"^pipe\.(\w+)\(", migrated, re.M)
+    assert steps[:3] == ["load_lora_weights", "fuse_lora", "unload_lora_weights"] and "save_pretrained" in steps
+    torch.manual_seed(0)
+    base = StableDiffusionPipeline.from_pretrained(tiny_sd)
+    base.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, target_modules=["to_q", "to_k", "to_v"], init_lora_weights=False))
+    StableDiffusionPipeline.save_lora_weights(tmp_path / "lora", unet_lora_layers=get_peft_model_state_dict(base.unet),
+                                              weight_name="pytorch_lora_weights.safetensors")
+    x, t, c = torch.randn(1, 4, 16, 16), torch.tensor(1), torch.randn(1, 4, 8)
+
+    def run(unload: bool, name: str):
+        pipe = StableDiffusionPipeline.from_pretrained(tiny_sd)
+        pipe.load_lora_weights(str(tmp_path / "lora"), weight_name="pytorch_lora_weights.safetensors",
+                               adapter_name="lcm")
+        pipe.fuse_lora()
+        if unload:
+            pipe.unload_lora_weights()
+        with torch.no_grad():
+            fused = pipe.unet(x, t, c).sample
+        pipe.save_pretrained(tmp_path / name)
+        with torch.no_grad():
+            reloaded = StableDiffusionPipeline.from_pretrained(tmp_path / name).unet(x, t, c).sample
+        return fused, reloaded
+
+    with torch.no_grad():
+        plain = StableDiffusionPipeline.from_pretrained(tiny_sd).unet(x, t, c).sample
+    fused, reloaded = run(True, "fused")
+    assert not torch.allclose(fused, plain)  # the adapter is in the weights
+    torch.testing.assert_close(reloaded, fused)
+    try:
+        fused, reloaded = run(False, "with_peft_layers")
+    except Exception:
+        return  # the saved pipeline does not even load: what the unload prevents
+    assert not torch.allclose(reloaded, fused)
 
 
 def test_migrated_stable_diffusion_runs_like_diffusers(tiny_sd, tmp_path, rules):

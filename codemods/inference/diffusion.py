@@ -111,7 +111,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         data parallelism. Under TorchNeuron the diffusers pipeline itself runs on the `neuron`
         device: it is loaded with `dtype` and moved with `.to("neuron")`, the shapes are passed
         to the pipeline call (keep them fixed so that one graph is compiled), and LoRA adapters are
-        loaded with `load_lora_weights` and fused with `fuse_lora`.
+        loaded with `load_lora_weights`, fused with `fuse_lora` and their PEFT layers unloaded with
+        `unload_lora_weights` (the fused weights stay; a saved pipeline then loads back as the old
+        export did).
     """
     before = """
         from optimum.neuron import NeuronStableDiffusionPipeline
@@ -613,7 +615,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
 
 
 def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[str, list[cst.Arg]]] | None:
-    """load_lora_weights(...) per adapter, then set_adapters + fuse_lora (None: not literal enough)."""
+    """load_lora_weights(...) per adapter, then set_adapters + fuse_lora + unload_lora_weights (None: not literal
+    enough). The unload keeps the fused weights and drops the PEFT layers around them: without it save_pretrained
+    writes `base_layer`/`lora_A` keys that the saved pipeline does not load back."""
 
     def items(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
         if value is None:
@@ -649,6 +653,7 @@ def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[s
     if len(ids) == 1:
         fuse = [cst.Arg(keyword=cst.Name("lora_scale"), value=scales[0], equal=EQ)] if scales else []
         steps.append(("fuse_lora", fuse))
+        steps.append(("unload_lora_weights", []))  # the fused weights stay; save_pretrained writes plain keys
         return steps
     if names is None:
         return None  # several adapters need names to be weighted
@@ -658,6 +663,7 @@ def _lora_steps(lora: dict[str, cst.BaseExpression], quote: str) -> list[tuple[s
                                 equal=EQ))
     steps.append(("set_adapters", set_args))
     steps.append(("fuse_lora", []))
+    steps.append(("unload_lora_weights", []))
     return steps
 
 
