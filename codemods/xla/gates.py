@@ -10,6 +10,8 @@ the gate alone, so each gate gets a marker; the migrated code inside it is left 
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.leftovers import old_stack
@@ -26,6 +28,16 @@ XLA_PROBES = (
     "accelerate.utils.is_tpu_available",
 )
 FIND_SPEC = ("importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader")
+#: the same question asked by a package's name or requirement (Lightning's caches, transformers' helper), answered
+#: "no" on a TorchNeuron host for every old-stack package
+PACKAGE_PROBES = (
+    "lightning_utilities.core.imports.RequirementCache", "lightning_utilities.core.imports.ModuleAvailableCache",
+    "lightning_utilities.core.imports.module_available", "lightning_utilities.core.imports.package_available",
+    "lightning.fabric.utilities.imports.RequirementCache", "lightning.pytorch.utilities.imports.RequirementCache",
+    "pytorch_lightning.utilities.imports.RequirementCache", "pytorch_lightning.utilities.imports._module_available",
+    "pytorch_lightning.utilities.imports._package_available", "transformers.utils.import_utils._is_package_available",
+)
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 NATIVE_TEST = "torch.neuron.is_available()"
 #: the gate of a module that serves other accelerators through torch_xla (TPUs): its XLA branch stays
 SIDE_BY_SIDE_MARKER = ("Add a torch.neuron.is_available() branch beside this torch_xla one: the module also serves "
@@ -36,11 +48,13 @@ class OldStackAvailabilityGates(PythonRule):
     id = "NM420"
     title = "Availability gates that test for the old stack (find_spec, is_torch_xla_available, try-import)"
     fix = "manual"
-    triggers = ("find_spec", "find_loader", "is_torch_xla_available", "is_torch_tpu_available", "is_tpu_available",
+    triggers = ("find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
+                "is_torch_xla_available", "is_torch_tpu_available", "is_tpu_available",
                 "torch_xla", "optimum.neuron", "transformers_neuronx", "neuronx_distributed", "torch_neuron")
     why = """
         A script that chooses its device by asking whether the old stack is installed
-        (`importlib.util.find_spec("torch_xla") is not None`, `is_torch_xla_available()`, or
+        (`importlib.util.find_spec("torch_xla") is not None`, `is_torch_xla_available()`,
+        Lightning's `RequirementCache("torch_xla")` / `module_available(...)`, or
         `try: import torch_xla.core.xla_model as xm / except ImportError: xm = None` followed by
         `if xm is not None:`) gets "no" on a TorchNeuron host, where none of those packages exists,
         and silently runs its other branch: on CPU or CUDA code, or not at all. TorchNeuron's test
@@ -58,7 +72,7 @@ class OldStackAvailabilityGates(PythonRule):
     after = """
         import importlib.util
 
-        # TODO(neuron-migrate NM420): this asks for `torch_xla`, which TorchNeuron hosts lack: test torch.neuron.is_available() instead
+        # TODO(neuron-migrate NM420): This asks for `torch_xla`, which TorchNeuron hosts lack: test torch.neuron.is_available() instead.
         if importlib.util.find_spec("torch_xla") is not None:
             device = "neuron"
         else:
@@ -83,12 +97,15 @@ class OldStackAvailabilityGates(PythonRule):
         if qual in XLA_PROBES:
             ctx.marker(node, f"{qual.rsplit('.', 1)[-1]}() is False on TorchNeuron: test {NATIVE_TEST} instead")
             return
-        if qual not in FIND_SPEC or not node.args or node.args[0].keyword is not None:
+        if qual not in FIND_SPEC + PACKAGE_PROBES or not node.args or node.args[0].keyword is not None:
             return
         value = node.args[0].value
         name = value.evaluated_value if isinstance(value, (cst.SimpleString, cst.ConcatenatedString)) else None
+        if isinstance(name, str) and qual in PACKAGE_PROBES:
+            m = _PACKAGE_NAME.match(name.strip())  # a requirement ("torch_xla>=2.1") or a distribution ("torch-xla")
+            name = m.group(0).replace("-", "_") if m else None
         if isinstance(name, str) and (old_stack(name) or name == "optimum"):
-            ctx.marker(node, f"this asks for `{name}`, which TorchNeuron hosts lack: test {NATIVE_TEST} instead")
+            ctx.marker(node, f"This asks for `{name}`, which TorchNeuron hosts lack: test {NATIVE_TEST} instead.")
 
     def _on_try(self, node: cst.Try, ctx: PythonContext) -> None:
         modules = []
