@@ -17,6 +17,7 @@ from typing import Callable
 from codemods.project import dependency_policy as deps
 from codemods.project.dependency_policy import _NEURON_HOST
 from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _merge, assignments, deletion_span, plan_for, render
+from codemods.project.serving import SERVING_MARKER, neuron_sdk_server
 from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.project.xla_env import (
     BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron,
@@ -52,6 +53,16 @@ def xla_era_image(image: str) -> bool:
         return False
     torch = _TAG_TORCH_RE.match(tag)
     return not (torch and (int(torch.group(1)), int(torch.group(2))) >= TORCHNEURON_TORCH)
+
+
+def xla_era_server_image(image: str) -> bool:
+    """Whether an image is one of the Neuron SDK's model servers (codemods.project.serving) from an SDK before
+    TorchNeuron (its tag names an older SDK, or none)."""
+    if not neuron_sdk_server(image):
+        return False
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    sdk = _SDK_RE.search(tag)
+    return not (sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK)
 
 
 @dataclass
@@ -336,10 +347,15 @@ class XlaDlcBaseImage(DockerRule):
     message = "Switch to a TorchNeuron image (Neuron SDK 2.33+), or install torch-neuronx 2.13+ on a plain base."
     markers = ((message, """This is an XLA-era Neuron Deep Learning Container: it ships torch-xla and torch-neuronx's
         XLA backend (and optimum-neuron in the Hugging Face variants), which the migrated code does not use;
-        it needs TorchNeuron, the native `neuron` device of torch-neuronx 2.13+ (Neuron SDK 2.33+)."""),)
+        it needs TorchNeuron, the native `neuron` device of torch-neuronx 2.13+ (Neuron SDK 2.33+)."""),
+               (SERVING_MARKER, """The image builds or starts one of the Neuron SDK's model servers (vLLM on NxD
+        Inference, DJL LMI, TGI's Neuron backend), which needs its own XLA-era torch-neuronx, compiler flags and
+        cache settings: the migration leaves its installs and environment as they are (codemods.project.serving),
+        and moving the server is one step, to a TorchNeuron serving image."""),)
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
         u = plan.unit
+        serving = neuron_sdk_server(u.src)
         for g, ins in enumerate(u.instructions):
             if ins.keyword not in ("FROM", "ARG"):
                 continue
@@ -349,9 +365,9 @@ class XlaDlcBaseImage(DockerRule):
                 continue
             for w in words:
                 image = w.text.split("=", 1)[1] if ins.keyword == "ARG" and "=" in w.text else w.text
-                if not xla_era_image(image):
+                if not xla_era_image(image) and not (serving and xla_era_server_image(image)):
                     continue
-                plan.marker(ctx, g, self.message)
+                plan.marker(ctx, g, SERVING_MARKER if serving else self.message)
                 break
 
 
@@ -424,6 +440,8 @@ class OldPythonBaseImage(DockerRule):
                 (Ubuntu 24.04, Debian bookworm, python:3.11+, a TorchNeuron DLC) or install a newer Python in it."""),)
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
+        if neuron_sdk_server(plan.unit.src):
+            return  # a model server of the Neuron SDK keeps its environment and installs (codemods.project.serving)
         if _OWN_PYTHON.search(ctx.text) or not _INSTALLS_TARGET.search(ctx.text):
             return
         u = plan.unit
@@ -471,6 +489,8 @@ class DockerfileEnv(DockerRule):
     """
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
+        if neuron_sdk_server(plan.unit.src):
+            return  # a model server of the Neuron SDK keeps its environment and installs (codemods.project.serving)
         u = plan.unit
         for g, ins in enumerate(u.instructions):
             if ins.keyword != "ENV":
@@ -755,6 +775,8 @@ class DockerPipInstall(DockerRule):
     """
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
+        if neuron_sdk_server(plan.unit.src):
+            return  # a model server of the Neuron SDK keeps its environment and installs (codemods.project.serving)
         u = plan.unit
         installs: list[PipInstall] = []
         exec_items: dict[tuple, list[tuple[int, int]]] = {}  # ("exec", g): element spans

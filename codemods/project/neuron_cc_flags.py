@@ -10,6 +10,7 @@ import re
 from typing import Callable
 
 from codemods.project.dockerfile import _env_instructions, docker_plan
+from codemods.project.serving import neuron_sdk_server
 from codemods.project.shell_plans import ShellPlan, ShellRule, assignments
 from migrator.model import fitted
 
@@ -157,6 +158,8 @@ class NeuronCcFlags(ShellRule):
 
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
+        if neuron_sdk_server(u.src):
+            return  # a model server of the Neuron SDK keeps its compiler flags (codemods.project.serving)
         for s in u.simples:
             for a in plan.assignments(s):
                 if a.name != "NEURON_CC_FLAGS" or a.value is None:
@@ -203,7 +206,7 @@ def edit_cc_flags(
 def dockerfile_cc_flags(rule: str, ctx) -> None:
     """NM513 on `ENV NEURON_CC_FLAGS=...` (called by the NM513 rule for Dockerfiles)."""
     plan = docker_plan(ctx)
-    if plan is None:
+    if plan is None or neuron_sdk_server(plan.unit.src):
         return
     u = plan.unit
     for g, ins, pairs, legacy, editable in _env_instructions(plan, rule):

@@ -26,6 +26,7 @@ from codemods.project.shell_plans import (
     word_value,
 )
 from codemods.project.dockerfile import xla_era_image
+from codemods.project.serving import neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
     BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron,
@@ -378,6 +379,8 @@ class XlaOnlyEnvironment(ShellRule):
     """
 
     def contribute(self, plan: ShellPlan, ctx) -> None:
+        if neuron_sdk_server(plan.unit.src):
+            return  # a model server of the Neuron SDK keeps its environment (codemods.project.serving)
         u = plan.unit
         removed: dict[str, list[Simple]] = {}
         for s in u.simples:
@@ -695,6 +698,8 @@ class XlaDlamiVenv(ShellRule):
         python generate.py
     """
     caveats = """
+        Only activating the environment, running one of its programs or assigning its path (`PATH=`,
+        `PY=`) counts: a command that only reads its files (`ls .../site-packages`) is not flagged.
         A venv whose name says PyTorch 2.13 or later (`aws_neuronx_venv_pytorch_2_13`) is taken for a
         TorchNeuron one and left alone; the TensorFlow environments are not flagged. A path built
         from variables is recognised only where the literal path appears (a default value counts).
@@ -703,8 +708,20 @@ class XlaDlamiVenv(ShellRule):
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         for s in u.simples:
-            if any(xla_era_venv(u.toks[i].text) for i in (*s.assigns, *s.words)):
+            if any(xla_era_venv(u.toks[i].text) for i in s.assigns) or self._uses_venv(u, s):
                 plan.marker(ctx, s.group, VENV_MARKER)
+
+    @staticmethod
+    def _uses_venv(u: ShellUnit, s: Simple) -> bool:
+        """The command activates the environment (`source .../bin/activate`) or runs one of its programs
+        (`/opt/aws_neuronx_venv_.../bin/python train.py`); naming its files otherwise (`ls .../site-packages`) is
+        reading the old stack, not running on it."""
+        words = [u.toks[i].text for i in s.words]
+        if not words:
+            return False
+        if xla_era_venv(words[0]):
+            return True
+        return words[0] in ("source", ".") and len(words) > 1 and xla_era_venv(words[1])
 
 
 RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand,

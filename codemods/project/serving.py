@@ -1,0 +1,23 @@
+"""The Neuron SDK's model servers (vLLM on NxD Inference, DJL LMI, TGI's Neuron backend): a launcher or an image
+built on one keeps its own compiler flags, compile cache and XLA-era torch-neuronx, which the server needs. The
+migration does not move a server: the environment and install rules leave such a unit as it is, and NM520 says
+on the image what moving it would take."""
+
+from __future__ import annotations
+
+import re
+
+#: what names one of the SDK's serving stacks in a Dockerfile or a launch script: its images (vLLM, DJL LMI and
+#: TGI on Neuron), its packages (vllm-neuron, vllm_neuron, djl_python) and DJL's server start. A bare `vllm serve`
+#: does not count: vLLM runs on TorchNeuron too
+_SERVING = re.compile(
+    r"pytorch-inference-vllm-neuronx|vllm[-_]neuron\b|djl-inference:[^\s\"']*neuronx|djl[-_]serving|djl_python|"
+    r"huggingface-neuronx-tgi|neuronx-tgi|text-generation-inference[^\s\"']*neuronx|dockerd-entrypoint\.sh\s+serve"
+)
+SERVING_MARKER = ("This image serves models with the Neuron SDK's vLLM/NxD Inference: move it to a TorchNeuron "
+                  "serving image as a whole.")
+
+
+def neuron_sdk_server(text: str) -> bool:
+    """Whether a Dockerfile or a launch script builds or starts one of the Neuron SDK's model servers."""
+    return _SERVING.search(text) is not None
