@@ -23,8 +23,9 @@ def serves_other_accelerators(source: str) -> bool:
     """Whether a module uses torch_xla for other XLA devices: nothing in it names Neuron, and it is Cloud TPU code
     (TPU wheels or runtime settings, a device named "tpu"), or it uses torch_xla as one optional backend among
     others: every torch_xla import is in the body of a ``try`` whose ImportError handler falls back to something
-    (a flag, a None) and the module dispatches on another accelerator too (``cuda``, ``mps``): a generic
-    library's handler. Its torch_xla code is not known to be Neuron code: the torch-xla rules leave it alone, NM420
+    (a flag, a None), or the module imports no torch_xla at all (it asks `"torch_xla" in sys.modules`, passes
+    "xla://"), and the module dispatches on another accelerator too (``cuda``, ``mps``): a generic library's
+    handler. Its torch_xla code is not known to be Neuron code: the torch-xla rules leave it alone, NM420
     asks for a neuron branch beside a gate, NM900 marks the import."""
     own = _OWN_COMMENTS.sub("", source)  # this tool's markers name Neuron: they are not the module's
     if "torch_xla" not in source or _NEURON_NAMED.search(own):
@@ -41,15 +42,12 @@ def serves_other_accelerators(source: str) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) and any(_falls_back(h) for h in node.handlers):
             gated.update(id(s) for s in node.body)
-    found = False
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if any(n == "torch_xla" or n.startswith("torch_xla.") for n in names):
-                if id(node) not in gated:
-                    return False
-                found = True
-    return found
+            if any(n == "torch_xla" or n.startswith("torch_xla.") for n in names) and id(node) not in gated:
+                return False
+    return True  # every torch_xla import falls back, or there is none (`"torch_xla" in sys.modules`, "xla://")
 
 
 def _falls_back(handler: ast.ExceptHandler) -> bool:

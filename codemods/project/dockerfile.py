@@ -351,7 +351,8 @@ class XlaDlcBaseImage(DockerRule):
                (SERVING_MARKER, """The image builds or starts one of the Neuron SDK's model servers (vLLM on NxD
         Inference, DJL LMI, TGI's Neuron backend), which needs its own XLA-era torch-neuronx, compiler flags and
         cache settings: the migration leaves its installs and environment as they are (codemods.project.serving),
-        and moving the server is one step, to a TorchNeuron serving image."""),)
+        and moving the server is one step, to a TorchNeuron serving image. The marker goes on the first FROM
+        (an ARG naming the image before it is left alone), unless that image is a server of a TorchNeuron SDK."""),)
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
         u = plan.unit
@@ -363,11 +364,19 @@ class XlaDlcBaseImage(DockerRule):
                 words = u.words(ins)
             except ShellSyntaxError:
                 continue
+            if serving and ins.keyword == "ARG":
+                continue
+            if serving and ins.keyword == "FROM":
+                # the server is built in this image (on a plain base too): one marker on its first FROM, unless the
+                # base is a server image of TorchNeuron's SDK already
+                if not any(neuron_sdk_server(w.text) and not xla_era_server_image(w.text) for w in words):
+                    plan.marker(ctx, g, SERVING_MARKER)
+                return
             for w in words:
                 image = w.text.split("=", 1)[1] if ins.keyword == "ARG" and "=" in w.text else w.text
-                if not xla_era_image(image) and not (serving and xla_era_server_image(image)):
+                if not xla_era_image(image):
                     continue
-                plan.marker(ctx, g, SERVING_MARKER if serving else self.message)
+                plan.marker(ctx, g, self.message)
                 break
 
 

@@ -14,7 +14,7 @@ _SERVING = re.compile(
     r"pytorch-inference-vllm-neuronx|vllm[-_]neuron\b|djl-inference:[^\s\"']*neuronx|djl[-_]serving|djl_python|"
     r"huggingface-neuronx-tgi|neuronx-tgi|text-generation-inference[^\s\"']*neuronx|dockerd-entrypoint\.sh\s+serve"
 )
-SERVING_MARKER = ("This image serves models with the Neuron SDK's vLLM/NxD Inference: move it to a TorchNeuron "
+SERVING_MARKER = ("This image builds a Neuron SDK model server (vLLM, DJL, TGI): move it to a TorchNeuron "
                   "serving image as a whole.")
 
 
