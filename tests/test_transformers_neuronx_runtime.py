@@ -49,3 +49,19 @@ def test_gpt2_sampling_server_runs_on_one_device(tmp_path: Path):
     first, second = scope["answer"](ids), scope["answer"](ids)  # two requests: no reset needed between them
     assert first.shape == (1, 12) and torch.equal(first, second)
     assert torch.equal(first[:, :3], ids)
+
+
+def test_tp_degrees_nm411_keeps_divide_the_key_value_heads_it_assumes():
+    """NM411 turns tp_degree into DistributedConfig(tp_size=N) only for powers of two up to 8 (MAX_KV_HEADS): Llama's
+    tensor-parallel plan shards k_proj across ranks, so a Llama 2 70B (8 key/value heads) loads at tp_size 8 and
+    cannot at 32, the tp_degree transformers-neuronx reached by replicating them (the fixture marks that one)."""
+    from transformers import LlamaConfig
+    from transformers.distributed.tensor_parallel import get_kv_heads_per_rank
+
+    from codemods.xla.transformers_neuronx import MAX_KV_HEADS
+
+    plan = LlamaConfig().base_model_tp_plan
+    assert get_kv_heads_per_rank(plan, MAX_KV_HEADS, 8) == 1
+    assert get_kv_heads_per_rank(plan, MAX_KV_HEADS, 32) is None
+    after = (Path(__file__).parent / "fixtures" / "NM411" / "tp_sizes.after.py").read_text()
+    assert "DistributedConfig(tp_size=8)" in after and "tp_size=32" not in after.replace("tp_degree=32", "")

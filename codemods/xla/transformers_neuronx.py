@@ -83,9 +83,14 @@ def _shardable(cls: str) -> bool | None:
 
 #: transformers-neuronx's compiled-artifact calls (a directory of NEFFs): a Transformers model has
 #: ``save``/``load`` of neither kind (AttributeError), and TorchNeuron compiles at the first call
+#: the key/value heads of most grouped-query-attention models (Llama 2 70B, Llama 3, Mistral): a larger tp_degree
+#: was transformers-neuronx's to replicate them, which Transformers' tensor-parallel plans do not
+MAX_KV_HEADS = 8
 ARTIFACT_CALLS = {
     "save": "`{m}.save(...)` wrote transformers-neuronx compiled artifacts: drop it, or use `{m}.save_pretrained(dir)`.",
     "load": "`{m}.load(...)` read transformers-neuronx compiled artifacts: drop it (TorchNeuron compiles at first call).",
+    "enable_speculative_decoder": "Drop `{m}.enable_speculative_decoder(...)`: pass the draft model to generate() as "
+                                  "assistant_model=.",
 }
 
 
@@ -284,11 +289,12 @@ class TransformersNeuronxSampling(PythonRule):
             origin = "tp_degree" if "tp_degree" in kw else "the default tp_degree"
             markers.append(f"{origin}={tp} dropped ({MODEL_TYPES[cls]} has no tensor-parallel plan in Transformers): "
                            "check that the model fits one NeuronCore")
-        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and tp & (tp - 1):
-            # not a power of two: transformers-neuronx padded the heads, Transformers' tensor-parallel plan
-            # shards them evenly (get_kv_heads_per_rank: None where tp_size does not divide them)
+        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and (tp & (tp - 1) or tp > MAX_KV_HEADS):
+            # not a power of two, or more ranks than the key/value heads of most GQA models (8: Llama 2 70B,
+            # Llama 3, Mistral): transformers-neuronx padded or replicated the heads, Transformers' tensor-parallel
+            # plan shards them evenly (get_kv_heads_per_rank: None where tp_size does not divide them)
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
-            markers.append(f"Load with DistributedConfig(tp_size=N), N dividing the model's attention heads, under "
+            markers.append(f"Load with DistributedConfig(tp_size=N), N dividing the model's key/value heads, under "
                            f"torchrun: tp_degree={tp} may not.")
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
             dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
