@@ -31,6 +31,7 @@ from migrator.filekinds.notebook import (
 from migrator.model import MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
+EMPTIED_BLOCK_MESSAGE = "Every line of this example was old-stack only and is gone: rewrite it for TorchNeuron or drop it."
 
 PYTHON_LANGS = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh"})
@@ -227,6 +228,20 @@ def _is_console(lang: str, bodies: list[str]) -> bool:
 _NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
+def _statements(text: str) -> int | None:
+    try:
+        return len(ast.parse(text).body)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def _emptied(before: str, after: str, findings: list[Finding]) -> str | None:
+    """The rule whose edits left a Python block that had statements with none (every line removed), else None."""
+    if not _statements(before) or _statements(after) != 0:
+        return None
+    return next((f.rule for f in findings if f.fix == "applied"), None)
+
+
 def _file_kind(lang: str, stripped: list[str]) -> tuple[str, str] | None:
     """(kind, name) of a block holding a file of another kind (:data:`FILE_LANGS`), else None."""
     if lang in FILE_LANGS:
@@ -311,6 +326,14 @@ def transform_markdown(
                 block_findings = local(res.findings)
                 if res.text != content:
                     new_bodies = [_body(x)[0] for x in split_lines(res.text)]
+                    emptied = _emptied(content, res.text, res.findings)
+                    if emptied is not None:
+                        # an example whose every statement the rules removed shows nothing: the page's reader
+                        # is told, on the block's first line, instead of finding an empty block
+                        message = EMPTIED_BLOCK_MESSAGE
+                        block_findings.append((Finding(line=1, column=1, rule=emptied, message=message, fix="manual"),
+                                               0, removed[0]))
+                        new_bodies = [marker_text(emptied, message)] + [b for b in new_bodies if b.strip()]
             if failed and mentions_neuron(content):
                 findings.append(
                     Finding(
