@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from migrator.model import fitted
+from migrator.model import OUTSIDE_NAMES, fitted
 
 SAVES = ("save_pretrained", "push_to_hub")
 MODEL_ID_KEYWORDS = ("model_id", "model_name_or_path", "pretrained_model_name_or_path", "model")
@@ -240,8 +240,8 @@ def export_only_loads(ctx) -> dict[int, ExportOnly]:
             continue
         target = _target(stack)
         uses = _other_uses(inv, scope, target) if target is not None else None
-        if uses is None:
-            continue
+        if uses is None or (scope is module and target.value in OUTSIDE_NAMES.get()):
+            continue  # (a later block of the page uses the loaded model: it is not an export only)
         saved_to: str | None = None
         saves = 0
         statements: list[cst.CSTNode] = []

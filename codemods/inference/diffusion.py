@@ -39,7 +39,7 @@ from codemods.inference.args import (
 )
 from codemods.common.renames import load_table
 from migrator.imports import build_dotted
-from migrator.model import fitted
+from migrator.model import OUTSIDE_NAMES, fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 
@@ -204,7 +204,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         called = name is not None and name in info["called"]
         # a compile-and-save script: the pipeline is exported and saved, never called
         saved_only = (export_value is True and name is not None and not called and name in info["saved"]
-                      and name not in info["used"])
+                      and name not in info["used"] and name not in OUTSIDE_NAMES.get())  # (nor a later block of a page)
 
         for a in star:
             markers.append((f"Pass the shapes in **{_short(code(a.value))} to the pipeline call; drop export and compiler options.",
@@ -352,13 +352,18 @@ class DiffusionPipelinesOnNeuron(PythonRule):
                 markers.append("ip_adapter_* arguments were dropped: load the adapter with pipe.load_ip_adapter(...)")
         if saved_only:
             shape_text = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
-            markers.append(
+            markers.append((fitted(
+                f"This saves a plain checkpoint now: serve it with from_pretrained(...).to(\"neuron\"), called with "
+                f"{shape_text}.",
+                "This saves a plain checkpoint now: serve it with from_pretrained(...).to(\"neuron\") and fixed shapes.")
+                if shape_text else
+                "This saves a plain checkpoint now: serve it with from_pretrained(...).to(\"neuron\") and fixed shapes.",
                 "this script compiled the pipeline ahead of time and saved it; on TorchNeuron compilation is lazy "
                 "(at the first call of the loaded pipeline), so it now saves a plain diffusers checkpoint"
                 + (f" in {code(dtype_expr)}" if dtype_expr is not None else "")
                 + f": the serving script loads it{_or_original(_model_id(args, kw), code)} with "
                 f"from_pretrained(...).to(\"neuron\"), compiles the denoiser there"
-                + (f" and calls the pipeline with {shape_text}" if shape_text else ""))
+                + (f" and calls the pipeline with {shape_text}" if shape_text else "")))
         if follow and name is None:
             markers.append("the LoRA/IP-Adapter arguments were dropped: load them on the pipeline with "
                            + ", ".join(f"pipe.{m}(...)" for m, _ in follow))
