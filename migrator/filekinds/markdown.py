@@ -228,6 +228,20 @@ def _is_console(lang: str, bodies: list[str]) -> bool:
 _NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
+_FLAG_LINE = re.compile(r"\s*--?[A-Za-z]")
+
+
+def _continued(lines: list[str]) -> list[str]:
+    """``lines`` with a backslash ending each line that a line of flags (``--name value``: no command starts with
+    a dash) directly follows, when it has none: the command a page wrote over several lines."""
+    out = list(lines)
+    for i in range(1, len(out)):
+        prev = out[i - 1].rstrip()
+        if _FLAG_LINE.match(out[i]) and prev and not prev.endswith("\\") and " #" not in f" {prev}":
+            out[i - 1] = prev + " \\"
+    return out
+
+
 def _statements(text: str) -> int | None:
     try:
         return len(ast.parse(text).body)
@@ -351,9 +365,14 @@ def transform_markdown(
             if out != stripped:
                 new_bodies = out
         else:
-            new, fs = run_shell(content)
+            # a page's command written over several lines without backslashes (`optimum-cli export neuron --model m`,
+            # then a line `--batch_size 1`) is one command to its reader: the rules see it continued, and where
+            # they change nothing the block keeps its bytes
+            joined = _continued(stripped)
+            shown = "\n".join(joined) + "\n"
+            new, fs = run_shell(shown)
             block_findings = local(fs)
-            if new != content:
+            if new != shown:
                 new_bodies = [_body(x)[0] for x in split_lines(new)]
 
         for f, n, col in block_findings:
