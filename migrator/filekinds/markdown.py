@@ -8,7 +8,10 @@ console transcripts (``$ cmd`` / ``# cmd`` prompts followed by output) have only
 migrated. Python blocks written as interpreter sessions (``>>> `` / ``... `` prompts, output lines
 between the examples) are one program whose examples are migrated like a notebook's cells: prompts
 stripped, examples joined, migrated, split back and prompted again, each example's output kept after
-it. A Python block that cannot be migrated gets a visible marker as its first line.
+it. A Python block that cannot be migrated gets a visible marker as its first line, and so does one
+whose every statement the rules removed. Dockerfile blocks (``dockerfile``, or untagged and starting
+with ``FROM``) are migrated as Dockerfiles; a shell command written over several lines without
+backslashes (flag lines that start with a dash) is shown to the shell rules as one command.
 """
 
 from __future__ import annotations
