@@ -310,7 +310,9 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         if call_shapes and not saved_only:
             listed = ", ".join(f"{k}={code(v)}" for k, v in call_shapes.items())
             if not called:  # a call of it reports (or marks) the shapes it is given where that edit lands
-                markers.append(f"pass {listed} to every call of this pipeline (fixed shapes avoid recompiles)")
+                markers.append((fitted(f"Pass {listed} to every call of this pipeline: fixed shapes avoid recompiles.",
+                                       f"Pass {', '.join(call_shapes)} of the export to every call of this pipeline."),
+                                f"pass {listed} to every call of this pipeline (fixed shapes avoid recompiles)"))
         batch = shapes.get("batch_size")
         if batch is not None:
             if literal(batch) == 1:
