@@ -41,15 +41,25 @@ TORCHNEURON_TORCH = (2, 13)
 _TAG_TORCH_RE = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?-neuronx\b")
 
 
+def _image_tag(image: str) -> str:
+    """The tag of an image reference (``repo/name:tag``), or "" where it has none."""
+    return image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+
+
+def _torchneuron_sdk(tag: str) -> bool:
+    """Whether an image tag names a Neuron SDK of TorchNeuron (``...-sdk2.33.0-...`` and later)."""
+    sdk = _SDK_RE.search(tag)
+    return bool(sdk) and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK
+
+
 def xla_era_image(image: str) -> bool:
     """Whether a container image reference is an XLA-era Neuron Deep Learning Container
     (`pytorch-training-neuronx` / `pytorch-inference-neuronx`, also the Hugging Face ones, whose tag
     names a Neuron SDK before TorchNeuron or no SDK and PyTorch release at all)."""
     if not _XLA_DLC_RE.search(image):
         return False
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    sdk = _SDK_RE.search(tag)
-    if sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK:
+    tag = _image_tag(image)
+    if _torchneuron_sdk(tag):
         return False
     torch = _TAG_TORCH_RE.match(tag)
     return not (torch and (int(torch.group(1)), int(torch.group(2))) >= TORCHNEURON_TORCH)
@@ -58,11 +68,7 @@ def xla_era_image(image: str) -> bool:
 def xla_era_server_image(image: str) -> bool:
     """Whether an image is one of the Neuron SDK's model servers (codemods.project.serving) from an SDK before
     TorchNeuron (its tag names an older SDK, or none)."""
-    if not neuron_sdk_server(image):
-        return False
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    sdk = _SDK_RE.search(tag)
-    return not (sdk and (int(sdk.group(1)), int(sdk.group(2))) >= TORCHNEURON_SDK)
+    return neuron_sdk_server(image) and not _torchneuron_sdk(_image_tag(image))
 
 
 @dataclass
