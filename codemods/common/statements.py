@@ -4,6 +4,8 @@ rules. No rules here."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from migrator.rules import PythonContext
@@ -84,3 +86,52 @@ def with_blank_line(updated: cst.BaseStatement) -> cst.BaseStatement:
     if lines and lines[0].comment is None:
         return updated
     return updated.with_changes(leading_lines=[cst.EmptyLine(indent=False)] + lines)
+
+
+#: a read of the wall clock or of a performance counter (``time.perf_counter()``, ``from time import monotonic``,
+#: ``timeit.default_timer()``): what times the statements between two such reads
+CLOCK_READ = re.compile(
+    r"(?<![\w.])(?:time\.)?(?:perf_counter|monotonic)(?:_ns)?\s*\(|\btime\.(?:time|process_time)(?:_ns)?\s*\("
+    r"|(?<![\w.])(?:timeit\.)?default_timer\s*\("
+)
+
+
+def block_of(ctx: PythonContext, statement: cst.CSTNode) -> tuple[list[cst.CSTNode], int] | None:
+    """The statements of the block that holds ``statement`` (an IndentedBlock's or the Module's) and its index
+    there; None where ``statement`` is not on the stack or not directly in a block."""
+    try:
+        i = index_in_stack(ctx, statement)
+    except LookupError:
+        return None
+    parent = ctx.stack[i - 1] if i else None
+    body = getattr(parent, "body", None)
+    if not isinstance(parent, (cst.IndentedBlock, cst.Module)) or not isinstance(body, (list, tuple)):
+        return None
+    k = next((j for j, n in enumerate(body) if n is statement), None)
+    return (list(body), k) if k is not None else None
+
+
+def reads_clock(node: cst.CSTNode) -> bool:
+    return bool(CLOCK_READ.search(cst.Module(body=[]).code_for_node(node)))
+
+
+def clock_after(ctx: PythonContext, statement: cst.CSTNode) -> bool:
+    """Whether a statement after ``statement`` in its block reads a clock, and one before it does in its block or in
+    a block around it (up to the enclosing function): the statement sits in a timed region."""
+    found = block_of(ctx, statement)
+    if found is None:
+        return False
+    body, k = found
+    if not any(reads_clock(s) for s in body[k + 1:]):
+        return False
+    node = statement
+    while found is not None:
+        body, k = found
+        if any(reads_clock(s) for s in body[:k]):
+            return True
+        i = index_in_stack(ctx, node)
+        outer = next((n for n in reversed(ctx.stack[: i - 1]) if isinstance(n, cst.BaseCompoundStatement)), None)
+        if outer is None or isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        node, found = outer, block_of(ctx, outer)
+    return False

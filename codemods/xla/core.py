@@ -34,6 +34,7 @@ from typing import Callable
 
 import libcst as cst
 
+from codemods.common.statements import block_of, clock_after
 from codemods.xla import device_vars
 from codemods.xla.optimizer_step import XlaOptimizerStep
 from codemods.xla.base import (
@@ -357,7 +358,10 @@ class XlaStepMarkers(_XlaRule):
         torch_xla.step():` is unwrapped, and `xm.add_step_closure(fn, args)` - which ran `fn`
         once the step's tensors were materialised - becomes the direct call `fn(*args)`.
         `mark_step(wait=True)` waited for the device, so it becomes
-        `torch.accelerator.synchronize()`.
+        `torch.accelerator.synchronize()`; so does a cut between two clock reads (`t0 =
+        time.perf_counter()` ... `xm.mark_step()` ... `time.perf_counter() - t0`), where it was what
+        put the device's work inside the measured time (eager operations are queued
+        asynchronously too).
     """
     before = """
         import torch_xla.core.xla_model as xm
@@ -394,12 +398,14 @@ class XlaStepMarkers(_XlaRule):
         wait = _literal_bool(bound.get("wait"), False)
         if wait is None:
             return "`wait=` is not a literal"
-        if wait:
+        statement = _expression_statement(ctx, call)
+        timed = statement is not None and _timed_cut(ctx, statement[1])
+        if wait or timed:
             new = _expr(f"{_torch(ctx, ctx.imports.binding_of(func))}.accelerator.synchronize()")
             ctx.replace(call, new)
-            ctx.finding(call, f"{qual}(wait=True) -> torch.accelerator.synchronize()")
+            done = "(wait=True)" if wait else "() between clock reads"
+            ctx.finding(call, f"{qual}{done} -> torch.accelerator.synchronize()")
             return None
-        statement = _expression_statement(ctx, call)
         if statement is None:
             return "it is part of an expression"
         _remove_small_statement(ctx, *statement)
@@ -500,6 +506,21 @@ class XlaStepMarkers(_XlaRule):
         pending[id(block)].add(key)
         ctx.finding(call, "with torch_xla.step(): unwrapped (TorchNeuron executes eagerly)")
         return None
+
+
+def _timed_cut(ctx: PythonContext, line: cst.CSTNode) -> bool:
+    """Whether the graph cut on ``line`` ends a timed region (a clock read before it and one after it) with nothing
+    after it that waits for the device already: the cut is what made the time include the device's work, so it
+    becomes a device synchronization rather than nothing."""
+    if not clock_after(ctx, line):
+        return False
+    found = block_of(ctx, line)
+    following = found[0][found[1] + 1] if found is not None and found[1] + 1 < len(found[0]) else None
+    return following is None or not _WAITS.search(_code(following))
+
+
+#: a statement that waits for the device itself (what a timed cut followed by it needs no synchronize for)
+_WAITS = re.compile(r"\bwait_device_ops\s*\(|\bsynchronize\s*\(|\bmark_step\s*\(\s*wait\s*=\s*True")
 
 
 def _no_params(params: cst.Parameters) -> bool:

@@ -18,7 +18,7 @@ from libcst import matchers
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
     _remove_small_statement, _torch)
-from codemods.common.statements import with_blank_line
+from codemods.common.statements import block_of, reads_clock, with_blank_line
 from codemods.xla.artifacts import (
     MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, scope_of, unchain)
 from migrator.model import fitted
@@ -799,23 +799,14 @@ def _walk(node: cst.CSTNode):
         yield from _walk(child)
 
 
-#: clock reads that time the statement between them (``start = time.time(); trace(...); took = time.time() - start``)
-_CLOCK = re.compile(r"\btime\.(?:time|perf_counter|monotonic|process_time)(?:_ns)?\s*\(")
-
-
 def _timed(line: cst.SimpleStatementLine, ctx: PythonContext) -> bool:
     """Whether the statement right before ``line`` and the one right after it read a clock: the trace on this
     line was timed (a compile-time metric), so the compile must still happen on this line."""
-    i = next((k for k, n in enumerate(ctx.stack) if n is line), None)
-    parent = ctx.stack[i - 1] if i else None
-    body = getattr(parent, "body", None)
-    body = getattr(body, "body", body)  # an IndentedBlock's statements, or the Module's
-    if not isinstance(body, (list, tuple)):
+    found = block_of(ctx, line)
+    if found is None:
         return False
-    k = next((j for j, n in enumerate(body) if n is line), None)
-    if k is None or k == 0 or k + 1 >= len(body):
-        return False
-    return bool(_CLOCK.search(_code(body[k - 1])) and _CLOCK.search(_code(body[k + 1])))
+    body, k = found
+    return 0 < k < len(body) - 1 and reads_clock(body[k - 1]) and reads_clock(body[k + 1])
 
 
 def _literal_value(value: cst.BaseExpression, ctx: PythonContext) -> cst.BaseExpression:
