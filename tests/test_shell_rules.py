@@ -420,6 +420,44 @@ def test_prerun_with_other_arguments_kept_and_marked():
                           "neuron_parallel_compile pre-run.")
 
 
+@pytest.mark.parametrize("name, script", [
+    ("precompile.sh", None),
+    ("compile_llama.slurm", None),
+    # the launcher's name says nothing, but the script it launches shortened its run for the graph extraction
+    ("launch.sh", "import os\nsteps = 10 if os.environ.get('NEURON_EXTRACT_GRAPHS_ONLY') else 1000\n"),
+])
+def test_compile_only_job_kept_and_marked(tmp_path: Path, name: str, script: str | None):
+    src = "set -e\nneuron_parallel_compile torchrun --nproc_per_node=32 train.py --max_steps 10\n"
+    if script is not None:
+        (tmp_path / "train.py").write_text(script)
+    out, findings = migrate_text(src, "shell", ruleset(("NM511",)), tmp_path / name)
+    # the job is not turned into a real training run: its command stays as it was, marked for deletion
+    assert out == ("set -e\n# TODO(neuron-migrate NM511): Delete this job: it only pre-compiled graphs with "
+                   "neuron_parallel_compile (TorchNeuron compiles on first use).\n" + src.split("\n", 1)[1])
+    assert [f.fix for f in findings if f.rule == "NM511"] == ["manual"]
+    assert migrate_text(out, "shell", ruleset(("NM511",)), tmp_path / name)[0] == out
+
+
+@pytest.mark.parametrize("name, script", [
+    ("train.sh", None),
+    ("launch.sh", "import os\nsteps = 1000\n"),
+])
+def test_real_job_loses_the_prefix(tmp_path: Path, name: str, script: str | None):
+    # negative: a launcher that is not a compile job (name, launched script) runs its command for real
+    if script is not None:
+        (tmp_path / "train.py").write_text(script)
+    src = "neuron_parallel_compile torchrun train.py\n"
+    out, _ = migrate_text(src, "shell", ruleset(("NM511",)), tmp_path / name)
+    assert out == "torchrun train.py\n"
+
+
+def test_compile_job_with_its_real_run_beside_it_drops_the_prerun(tmp_path: Path):
+    # a file named for compiling that also runs the same command for real: the pre-run is the twin case
+    src = "neuron_parallel_compile torchrun t.py\ntorchrun t.py\n"
+    out, _ = migrate_text(src, "shell", ruleset(("NM511",)), tmp_path / "compile_and_train.sh")
+    assert out.splitlines()[1:] == ["torchrun t.py"]
+
+
 def test_options_marked():
     out = check("neuron_parallel_compile --command clean\n")
     assert out.startswith("# TODO(neuron-migrate NM511)")

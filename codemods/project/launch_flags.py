@@ -23,7 +23,8 @@ from codemods.project.dependency_policy import (
 from codemods.project.dockerfile import (
     PIP_INSTALL_MARKERS, PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments,
 )
-from codemods.project.shell_plans import ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, plan_for, word_value
+from codemods.project.shell_plans import (
+    ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, launched_source, plan_for, word_value)
 from codemods.project.shell_syntax import ASSIGN_RE, Simple
 from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS
 
@@ -746,21 +747,6 @@ def _fit(marker: str, script: str, **values: str) -> str:
     return text if len(text) <= 120 else marker.format(script="the script", **values)
 
 
-def _script_text(ctx, script: str) -> str | None:
-    """The launched script's source, read beside the launcher or, for a path relative to the project's root
-    (``examples/train.py`` in a launcher under ``scripts/``), beside one of its three nearest parent folders;
-    None where it cannot be read."""
-    path = getattr(ctx, "path", None)
-    if path is None or "$" in script or script.startswith(("/", "~")):
-        return None
-    for folder in [path.parent, *path.parent.parents][:4]:
-        try:
-            return (folder / script).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-    return None
-
-
 #: a launcher (or the notebook or document around it) that names optimum-neuron or its training classes
 _OPTIMUM_NAMED = re.compile(r"optimum[-_.\s]neuron|Neuron(?:Trainer|TrainingArguments|SFTTrainer|SFTConfig)\b", re.I)
 
@@ -781,7 +767,7 @@ def _accepted_by_script(ctx, script: str, flags: list[_Flag], u: ShellUnit) -> t
     TP_SIZE/PP_SIZE only on a launch that is evidently optimum-neuron's (it passes a flag only
     optimum-neuron's training arguments had, or the launcher, the notebook or the document around it names
     optimum-neuron): neuronx-distributed's examples take --tensor_parallel_size in their own argparse too."""
-    text = _script_text(ctx, script)
+    text = launched_source(ctx, script)
     if text is not None:
         own = [f for f in flags if re.search(r"""['"]""" + re.escape(f.name) + r"""['"]""", text)]
         return [f for f in flags if f not in own], []
@@ -798,7 +784,7 @@ _TRAINER_PARSERS = ("HfArgumentParser", "TrlParser", "TrainingArguments", "parse
 def _parses_training_arguments(ctx, script: str) -> bool:
     """Whether the launched script, read beside the launcher, parses TrainingArguments (so it accepts
     ``--torch_compile``): a plain argparse loop exits on an unknown flag. False when it cannot be read."""
-    text = _script_text(ctx, script)
+    text = launched_source(ctx, script)
     return text is not None and any(name in text for name in _TRAINER_PARSERS)
 
 
@@ -885,7 +871,7 @@ class DeactivateAsyncLoad(ShellRule):
         found = [(s, find_launch(u, s, env)) for s in u.simples if not plan.is_removed(s)]
         launches = [s for s, launch in found if launch is not None]
         # every launched script read beside the launcher and none loads with Transformers: nothing to set
-        texts = [_script_text(ctx, launch.script_name) for _s, launch in found if launch is not None]
+        texts = [launched_source(ctx, launch.script_name) for _s, launch in found if launch is not None]
         if not launches or all(t is not None and not _LOADS_WITH_TRANSFORMERS.search(t) for t in texts):
             return
         lines = ctx.lines

@@ -20,6 +20,7 @@ from codemods.project.shell_plans import (
     command_name,
     comment_line,
     embedded_scripts,
+    launched_source,
     literal_script,
     references,
     rewrite_script,
@@ -158,6 +159,7 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
 CONSOLIDATE_MARKER = ("Consolidate with transformers.distributed.consolidate_distributed_checkpoint(ckpt_dir, out_dir) "
                       "instead.")
 PRERUN_MARKER = "Delete this command unless it should run twice: it was the neuron_parallel_compile pre-run."
+COMPILE_JOB_MARKER = "Delete this job: it only pre-compiled graphs with neuron_parallel_compile (TorchNeuron compiles on first use)."
 EXTRACT_GRAPHS_MARKER = "Keep only the real-run branch and drop this NEURON_EXTRACT_GRAPHS_ONLY test: nothing sets it now."
 
 
@@ -251,7 +253,10 @@ class NeuronParallelCompile(ShellRule):
     id = "NM511"
     markers = ((PRERUN_MARKER, """neuron_parallel_compile ran the command once to extract and compile its graphs
         ahead of time, then the script ran it again for real. TorchNeuron compiles at the first call, so the
-        pre-run became a real run of its own: delete it unless two runs are wanted."""),)
+        pre-run became a real run of its own: delete it unless two runs are wanted."""),
+               (COMPILE_JOB_MARKER, """The file is a pre-compilation job (its name says so, or the script it
+        launches shortens its run under NEURON_EXTRACT_GRAPHS_ONLY): without the wrapper it would train for
+        real, so the command is kept as it was, for a person to delete the job."""))
     title = "neuron_parallel_compile prefix removed"
     fix = "mixed"
     triggers = ("neuron_parallel_compile",)
@@ -260,7 +265,11 @@ class NeuronParallelCompile(ShellRule):
         Neuron compile cache of the XLA stack. TorchNeuron compiles with `torch.compile` on first
         use; the wrapper does not exist any more. The prefix is removed and the command runs as is.
         When the script runs the very same command again afterwards (the usual "pre-compile, then
-        train" pair), the pre-run is removed instead, so that training does not run twice.
+        train" pair), the pre-run is removed instead, so that training does not run twice. A file
+        that is only a pre-compilation job (`precompile.sh`, `compile_llama.slurm`: its name says
+        compile, or the script it launches shortens its run when `NEURON_EXTRACT_GRAPHS_ONLY` is
+        set) is not turned into a real training job: its command is kept as it was and marked for
+        deletion.
     """
     before = """
         neuron_parallel_compile torchrun --nproc_per_node=32 train.py --max_steps 10
@@ -305,17 +314,34 @@ class NeuronParallelCompile(ShellRule):
                 self.finding(ctx, plan, npc, "removed the neuron_parallel_compile pre-run: the same "
                              f"command runs {where} in this script and compiles on first use")
                 continue
+            scripts = {u.text(i) for i in wrapped if u.text(i).endswith((".py", ".sh"))}
+            if _compile_job(ctx, scripts):
+                plan.marker(ctx, s.group, COMPILE_JOB_MARKER)
+                continue
             plan.delete(self.id, npc)
             self.finding(ctx, plan, npc, "removed the neuron_parallel_compile prefix: the command now "
                          "runs for real (TorchNeuron compiles on first use); delete it if it was only a "
                          "pre-compilation run")
-            scripts = {u.text(i) for i in wrapped if u.text(i).endswith((".py", ".sh"))}
             if scripts and any(
                 t is not s and t.words and u.text(t.words[0]) == u.text(wrapped[0])
                 and scripts <= {u.text(i) for i in t.words}
                 for t in u.simples_by_command.get(u.text(wrapped[0]), ())
             ):
                 plan.marker(ctx, s.group, PRERUN_MARKER)
+
+
+#: a file name that says the file is a compile job (`precompile.sh`, `compile_llama.slurm`, `neuron_compile.sh`)
+_COMPILE_FILE = re.compile(r"compil", re.I)
+
+
+def _compile_job(ctx, scripts: set[str]) -> bool:
+    """Whether a neuron_parallel_compile command with no real run beside it is a pre-compilation job only: the
+    file's name says compile, or a script it launches tests NEURON_EXTRACT_GRAPHS_ONLY (it shortened its run
+    for the graph extraction). Without the wrapper such a job would train for real."""
+    path = getattr(ctx, "path", None)
+    if path is not None and _COMPILE_FILE.search(path.stem):
+        return True
+    return any("NEURON_EXTRACT_GRAPHS_ONLY" in (launched_source(ctx, name) or "") for name in scripts)
 
 
 #: commands that run their first operand as a program (`srun neuron_parallel_compile torchrun ...`)

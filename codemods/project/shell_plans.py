@@ -711,6 +711,21 @@ _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 _SHELL_C = re.compile(r"-[A-Za-z]*c[A-Za-z]*\Z")
 
 
+def launched_source(ctx, script: str) -> str | None:
+    """The launched script's source, read beside the launcher or, for a path relative to the project's root
+    (``examples/train.py`` in a launcher under ``scripts/``), beside one of its three nearest parent folders;
+    None where it cannot be read."""
+    path = getattr(ctx, "path", None)
+    if path is None or "$" in script or script.startswith(("/", "~")):
+        return None
+    for folder in [path.parent, *path.parent.parents][:4]:
+        try:
+            return (folder / script).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return None
+
+
 def embedded_scripts(unit: ShellUnit, s: Simple) -> list[int]:
     """Tokens of ``s`` that hold a script another shell runs: the operand of ``bash -c`` (also
     behind a launcher: ``srun bash -c ...``) and the single operand of ``eval``."""
