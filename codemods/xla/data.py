@@ -120,6 +120,12 @@ class _Uses(cst.CSTVisitor):
         node.value.visit(self)
         return False  # the attribute name is not a use
 
+    def visit_Param(self, node: cst.Param) -> bool:
+        for part in (node.annotation, node.default):
+            if part is not None:
+                part.visit(self)
+        return False  # a parameter's name binds the name, it does not use it
+
     def visit_Arg(self, node: cst.Arg) -> bool:
         node.value.visit(self)
         return False  # a keyword is not a use
@@ -165,11 +171,25 @@ def _move_statement(target: cst.BaseExpression, device: str, body_code: str) -> 
     return None
 
 
-def _already_moved(body_code: str, target: cst.BaseExpression) -> bool:
+def _already_moved(body: cst.IndentedBlock, target: cst.BaseExpression) -> bool:
+    """Whether the loop body moves its batch itself on every pass: a ``name = ....to(...)`` statement for each name
+    of the target, directly in the body or in a ``with`` block of it. A move under an ``if`` (``if backend !=
+    "xla": batch = batch.to(device)``, the other backends' path) or a ``try`` does not count: on the path the
+    device loader served, nothing would move the batch."""
     names = [target.value] if isinstance(target, cst.Name) else [
         el.value.value for el in getattr(target, "elements", ()) if isinstance(el.value, cst.Name)
     ]
-    return bool(names) and all(re.search(rf"\b{re.escape(n)}\s*=.*\.to\(", body_code) for n in names)
+    code = "\n".join(_code(s) for s in _unconditional(body))
+    return bool(names) and all(re.search(rf"\b{re.escape(n)}\s*=.*\.to\(", code) for n in names)
+
+
+def _unconditional(block: cst.BaseSuite):
+    """The simple statement lines that run on every pass through ``block`` (those of its ``with`` blocks too)."""
+    for statement in getattr(block, "body", ()):
+        if isinstance(statement, cst.SimpleStatementLine):
+            yield statement
+        elif isinstance(statement, cst.With):
+            yield from _unconditional(statement.body)
 
 
 class XlaDeviceLoader(_XlaRule):
@@ -360,6 +380,8 @@ class XlaDeviceLoader(_XlaRule):
         var = parent.targets[0].target.value
         scope = _scope_of(ctx, index)
         uses = _Uses(var, scope)
+        if isinstance(loader, cst.Name) and loader.value == var:
+            uses.handled.add(id(loader))  # `loader = pl.MpDeviceLoader(loader, device)`: the wrapped loader is no use
         scope.visit(uses)
         line = ctx.stack[index - 2]
         if not uses.loops or not simple_device:
@@ -395,7 +417,7 @@ class XlaDeviceLoader(_XlaRule):
             ctx.marker(loop, "move the batch to the device at the top of this loop (the device loader did it)")
             return
         body_code = _code(loop.body)
-        if _already_moved(body_code, target):
+        if _already_moved(loop.body, target):
             return
         found = _move_statement(target, device, body_code)
         if found is None:
