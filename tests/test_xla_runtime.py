@@ -174,6 +174,48 @@ def test_optimizer_step_becomes_ddp_and_the_ranks_step_with_the_averaged_gradien
         assert torch.allclose(torch.tensor(got), want, atol=1e-5)
 
 
+GUARDED_STEP = """
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--distributed":
+        dist.init_process_group("xla")
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(rank + 1)
+    optimizer.zero_grad()
+    model(torch.randn(8, 4)).pow(2).sum().backward()
+    xm.optimizer_step(optimizer)
+    print(json.dumps({"rank": rank, "grads": [p.grad.flatten().tolist() for p in model.parameters()]}))
+
+
+main()
+"""
+
+
+def test_ddp_wrap_under_a_conditional_process_group_runs_single_process_too(tmp_path: Path, rules: RuleSet):
+    text = _migrated(GUARDED_STEP, rules)
+    assert "if torch.distributed.is_initialized():\n        model = torch.nn.parallel.DistributedDataParallel(model)" in text
+    script = tmp_path / "step.py"
+    script.write_text(_on_cpu(text))
+    # one process, no process group: the DDP wrap is skipped and the script steps as before
+    single = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert single.returncode == 0, single.stdout + single.stderr
+    # two processes with the group: DDP averages the gradients, as xm.optimizer_step did
+    proc = _torchrun(tmp_path, script, "--distributed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert [r["rank"] for r in reports] == [0, 1] and reports[0]["grads"] == reports[1]["grads"]
+
+
 # --------------------------------------------------------------------------- xm.all_reduce('sum', t) (NM412)
 
 REDUCE = """

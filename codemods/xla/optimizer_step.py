@@ -55,8 +55,10 @@ class XlaOptimizerStep(_XlaRule):
         in a multi-process script with a process group whose module wraps no model yet, the model
         the optimizer was built from (`optimizer = Opt(model.parameters(), ...)`, with `model`
         assigned earlier in the same function) is wrapped in `DistributedDataParallel` just before
-        the optimizer is built; where that cannot be seen, a marker says that the averaging is
-        missing. An end-of-line comment describing the old step (`# all-reduces across cores`)
+        the optimizer is built (under `if torch.distributed.is_initialized():` unless an
+        `init_process_group(...)` statement runs before it on every path: a script that makes its
+        group only `if args.distributed:` still runs as one process); where that cannot be seen,
+        a marker says that the averaging is missing. An end-of-line comment describing the old step (`# all-reduces across cores`)
         is removed.
     """
     before = """
@@ -187,6 +189,10 @@ def _wrap_model(optimizer: cst.BaseExpression, call: cst.Call, ctx: PythonContex
     except NameClash:
         return False
     ddp = cst.parse_statement(f"{model} = {torch}.nn.parallel.DistributedDataParallel({model})\n")
+    if not _group_made_before(body[:k], ctx):
+        # the process group is made under a condition (`if args.distributed:`), elsewhere, or by a Trainer: a run
+        # without one (a single process) must not build a DDP module, which needs it
+        ddp = cst.parse_statement(f"if {torch}.distributed.is_initialized():\n    {cst.Module(body=[]).code_for_node(ddp)}")
 
     def wrap(updated: cst.BaseStatement) -> cst.FlattenSentinel:
         return cst.FlattenSentinel([ddp.with_changes(leading_lines=updated.leading_lines),
@@ -197,6 +203,15 @@ def _wrap_model(optimizer: cst.BaseExpression, call: cst.Call, ctx: PythonContex
                       "gradients in backward(), as xm.optimizer_step did before the step")
     ctx.local_state().setdefault("wraps", []).append((id(scope), model, parameters))
     return True
+
+
+def _group_made_before(statements, ctx: PythonContext) -> bool:
+    """Whether an ``init_process_group(...)`` statement runs on every path before the wrap: a statement of its own
+    earlier in the wrapping function (or module), or one at the module's top level."""
+    def inits(stmt: cst.CSTNode) -> bool:
+        return isinstance(stmt, cst.SimpleStatementLine) and "init_process_group(" in cst.Module(body=[]).code_for_node(stmt)
+
+    return any(inits(stmt) for stmt in statements) or any(inits(stmt) for stmt in ctx.module.body)
 
 
 _MODEL_CALLS = ("parameters", "state_dict", "load_state_dict")
