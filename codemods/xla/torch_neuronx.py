@@ -158,7 +158,8 @@ class NeuronTrace(_XlaRule):
         precision (`--model-type`, `-O2`) one naming them, to check whether TorchNeuron still needs them. The trace
         created its `compiler_workdir`; code that writes into it next would fail, so a pure path
         expression gets `os.makedirs(path, exist_ok=True)` after the compile. Compile is lazy: a traced
-        model the scope only saves (never calls) gets one warm-up call under `torch.no_grad()` with
+        model the scope only saves (never calls), assigned to a name, an attribute (`self.neuron`) or
+        an item (`models[bs]`), gets one warm-up call under `torch.no_grad()` with
         the example inputs it was traced with, moved to `neuron`, so that the graph is compiled (and
         cached) where the trace compiled it (a marker where the inputs cannot be written again).
         The traced artifact (`traced.save(path)`, `torch.jit.save(traced, path)`) has no native
@@ -301,6 +302,11 @@ class NeuronTrace(_XlaRule):
                 # the tensors the trace took: `traced(*example)` moves each of them
                 state.setdefault("examples", {})[(scope, target)] = example_arg.value.value
             self._warm_up(call, target, bound.get("example_inputs"), ctx)
+        else:
+            held = _assigned_target(call, ctx)  # `self.neuron = trace(...)`, `models[bs] = trace(...)`
+            if held is not None:
+                state.setdefault("held", set()).add((scope, held))
+                self._warm_up(call, held, bound.get("example_inputs"), ctx)
         example = bound.get("example_inputs")
         shapes = "the traced shapes"
         sliced = False
@@ -424,6 +430,11 @@ class NeuronTrace(_XlaRule):
                               "torch_neuronx.trace), and compiling a compiled module wraps it twice")
             return
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("save", "load"):
+            return
+        if func.attr.value == "save" and (id(scope_of(ctx)), _code(func.value)) in ctx.local_state().get("held", ()):
+            ctx.marker(call, "Save the weights (state_dict or save_pretrained) here, not a traced Neuron model.",
+                       detail=f"{_code(func.value)} is the compiled model now, which has no .save(): save the weights "
+                              "(torch.save of its _orig_mod.state_dict(), or save_pretrained) and compile after loading")
             return
         qual = ctx.qualname(func)
         own_unit = NX in ctx.source  # else a unit shown for its jit.load (project_triggers)
@@ -921,8 +932,9 @@ def _torch_value(value: cst.BaseExpression, ctx: PythonContext) -> bool:
 
 
 def _name_re(name: str) -> re.Pattern[str]:
-    """The name ``name`` as a word of code (not an attribute ``x.name``, not a longer name)."""
-    return re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+    """The name ``name`` (or a target expression, ``self.model``, ``models[bs]``) as a word of code (not an attribute
+    ``x.name``, not a longer name)."""
+    return re.compile(rf"(?<![\w.]){re.escape(name)}(?!\w)")
 
 
 def _uses(code: str, name: str):
@@ -1035,6 +1047,15 @@ def _assigned_name(call: cst.Call, ctx: PythonContext) -> str | None:
             return target.value
     if isinstance(parent, cst.AnnAssign) and parent.value is call and isinstance(parent.target, cst.Name):
         return parent.target.value
+    return None
+
+
+def _assigned_target(call: cst.Call, ctx: PythonContext) -> str | None:
+    """The code of the target of ``<attribute or subscript> = <call>`` (one target), else None."""
+    parent = ctx.stack[-3] if len(ctx.stack) > 2 and ctx.stack[-2] is call else ctx.parent
+    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0].target, (cst.Attribute, cst.Subscript)):
+        return _code(parent.targets[0].target)
     return None
 
 
