@@ -70,6 +70,13 @@ GATE_MARKER = "Replace or remove this old-stack import: TorchNeuron lacks it, so
 MODEL_CLASS_ADVICE = "Replace `{name}` with its Transformers class on \"neuron\" (DistributedConfig under torchrun if sharded)."
 HELPER_ADVICE = "Replace `{name}`, a helper of the old inference stack, with Transformers or plain torch code."
 
+#: NxD Inference's test, accuracy and benchmark helpers: a module that uses them is an NxDI test or validation
+#: script, whose every NxDI name (config, model class, adapter, helper) is one program to port, not names to swap
+NXDI = "neuronx_distributed_inference"
+NXDI_TESTING = (f"{NXDI}.utils.testing", f"{NXDI}.utils.accuracy", f"{NXDI}.utils.benchmark")
+NXDI_PROGRAM_MARKER = ("Port this NxD Inference test script to Transformers on \"neuron\" by hand: NxDI has no TorchNeuron "
+                       "form.")
+
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
@@ -88,8 +95,7 @@ ADVICE = (
     (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
     (("neuronx_distributed_inference.models.diffusers",),
      "Replace `{name}`: load the pipeline with its Diffusers class and move it with .to(\"neuron\")."),
-    (("neuronx_distributed_inference.utils.testing", "neuronx_distributed_inference.utils.accuracy",
-      "neuronx_distributed_inference.utils.benchmark"),
+    (NXDI_TESTING,
      "Replace `{name}` (NxDI test code): run the module on \"neuron\" and compare with torch.testing.assert_close."),
     (("neuronx_distributed_inference.utils.hf_adapter.HuggingFaceGenerationAdapter",),
      "Call generate() on the Transformers model itself instead of wrapping it in `{name}`."),
@@ -140,6 +146,13 @@ class OldStackLeftovers(PythonRule):
         runtime settings, a device named "tpu"), or uses torch_xla as one optional backend beside CUDA/MPS: its
         torch_xla code serves other XLA devices, so the torch-xla rules leave it alone. Add a TorchNeuron path
         (torch.neuron.is_available(), torch.device("neuron")) beside it, or port it by hand if it was Neuron code."""),
+               (NXDI_PROGRAM_MARKER, """The module uses NxD Inference's test, accuracy or benchmark helpers: it
+        compiles an NxDI model or block, runs it and checks it against a reference, and each of its NxDI names
+        (NeuronConfig, the Neuron model class, the generation adapter, the helpers) belongs to that one program.
+        With TorchNeuron the model is the Transformers one (from_pretrained with device_map="neuron", or
+        DistributedConfig under torchrun where it was sharded), generate() runs it, and
+        torch.testing.assert_close compares it with the CPU reference. The marker's long form lists what each
+        name becomes."""),
                (HELPER_ADVICE, """A function of transformers-neuronx or NxD Inference (a checkpoint, sharding or
         compile helper): neither package is part of TorchNeuron, and Transformers' own loading, generation and
         DistributedConfig sharding take their place, or plain torch code does."""),
@@ -322,6 +335,14 @@ class OldStackLeftovers(PythonRule):
             if not bare and (refs or "NM992" in ctx.checks):
                 continue  # only `mod.name` uses (each checked on its own), or none (NM992 removes it)
             grouped.setdefault((stmt, _template(qual)), []).append((node, qual, local))
+        program = [names for (_stmt, _t), names in grouped.items() if names[0][1].startswith(NXDI)]
+        if any(q.startswith(NXDI_TESTING) for names in program for _, q, _ in names):
+            # an NxDI test script: one marker on its first NxDI import, the advice for each name in its long form
+            for names in program:
+                del grouped[next(k for k, v in grouped.items() if v is names)]
+            found = [entry for names in program for entry in names]
+            ctx.marker(found[0][0], NXDI_PROGRAM_MARKER,  # (the aliases are in the order of the source)
+                       detail=" ".join(f"{n}: {_advice(q, n)}" for _, q, n in found))
         for names in grouped.values():
             node, qual, local = names[0]
             message = _advice(qual, local) if len(names) == 1 else _list_advice(qual, [n for _, _, n in names])
