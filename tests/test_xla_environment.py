@@ -83,3 +83,22 @@ def test_explain_example_is_what_the_rule_does(rule_id: str, tmp_path: Path):
         return
     out, _ = migrate(before.encode(), "python", RuleSet.from_selection(RuleSelection()))
     assert out.decode() == after
+
+
+@pytest.mark.parametrize("name, text", [
+    ("cache_sh", "#!/bin/bash\nexport TRANSFORMERS_CACHE=/data/cache\npython serve.py\n"),
+    ("Dockerfile", "FROM python:3.11\nENV TRANSFORMERS_CACHE=/data/cache\n"),
+    ("setup_py", "import os\nos.environ['TRANSFORMERS_CACHE'] = '/data/cache'\n"),
+])
+def test_transformers_4_cache_setting_is_kept_and_marked(tmp_path: Path, name: str, text: str):
+    # Transformers 5 reads no TRANSFORMERS_CACHE: downloads would silently go to the default hub cache
+    import inspect
+
+    import transformers.utils.hub as hub
+    assert "TRANSFORMERS_CACHE" not in inspect.getsource(hub)  # the pinned target ignores it (what the marker says)
+    out = _run(tmp_path, **{name: text})
+    migrated = next(iter(out.values()))
+    assert "TODO(neuron-migrate NM5" in migrated or "TODO(neuron-migrate NM416)" in migrated
+    assert "Rename TRANSFORMERS_CACHE to HF_HUB_CACHE" in migrated
+    assert migrated.count("/data/cache") == 1  # the setting is kept, for a person to rename
+

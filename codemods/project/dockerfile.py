@@ -487,7 +487,8 @@ class DockerfileEnv(DockerRule):
         `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, `PJRT_DEVICE`, ...) or by optimum-neuron are
         removed; the other variables of the same instruction are kept. An `ENV` left empty is
         removed. `NEURON_COMPILE_CACHE_URL` (TorchNeuron's NEFF cache is
-        `TORCH_NEURONX_NEFF_CACHE_DIR`) and `NEURON_PLATFORM_TARGET_OVERRIDE` are kept with a marker.
+        `TORCH_NEURONX_NEFF_CACHE_DIR`), `NEURON_PLATFORM_TARGET_OVERRIDE` and Transformers 4's
+        `TRANSFORMERS_CACHE` (Transformers 5 ignores it: `HF_HUB_CACHE`) are kept with a marker.
     """
     before = """
         ENV XLA_USE_BF16=1 NEURON_RT_NUM_CORES=2

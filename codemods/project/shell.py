@@ -384,9 +384,10 @@ class XlaOnlyEnvironment(ShellRule):
         the float32 model in bf16): a marker in the launcher says that the script must now choose
         bf16 itself (NM415 rewrites the reads of these variables in the scripts it launches).
         `NEURON_COMPILE_CACHE_URL` (the XLA stack's NEFF cache: TorchNeuron's is
-        `TORCH_NEURONX_NEFF_CACHE_DIR`, a setting a person chooses) and
-        `NEURON_PLATFORM_TARGET_OVERRIDE` (whether TorchNeuron reads it is not established) are
-        kept with a marker.
+        `TORCH_NEURONX_NEFF_CACHE_DIR`, a setting a person chooses),
+        `NEURON_PLATFORM_TARGET_OVERRIDE` (whether TorchNeuron reads it is not established) and
+        Transformers 4's `TRANSFORMERS_CACHE` (Transformers 5 ignores it: `HF_HUB_CACHE`) are kept
+        with a marker.
     """
     before = """
         export NEURON_FUSE_SOFTMAX=1 NEURON_RT_NUM_CORES=2

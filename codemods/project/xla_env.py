@@ -56,6 +56,9 @@ MARKED_VARS: dict[str, str] = {
                                 "NEURON_COMPILE_CACHE_URL was the XLA stack's.",
     "NEURON_PLATFORM_TARGET_OVERRIDE": "Check that TorchNeuron's compiler reads NEURON_PLATFORM_TARGET_OVERRIDE "
                                        "before relying on it to pick the target.",
+    # Transformers 4's cache settings: Transformers 5 reads none of them (the hub's own settings decide)
+    **{name: f"Rename {name} to HF_HUB_CACHE: Transformers 5 ignores it and downloads to the default hub cache."
+       for name in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE")},
 }
 #: the long forms of the MARKED_VARS markers (``explain``)
 _MARKED_WHY = {
@@ -65,6 +68,11 @@ _MARKED_WHY = {
     "NEURON_PLATFORM_TARGET_OVERRIDE": """Made the XLA stack (and optimum-neuron's export) compile for another
      instance type (trn1, trn2, inf2) than the host's; whether TorchNeuron's compile path reads it is not
      established, so it is kept.""",
+    **dict.fromkeys(("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE"),
+                    """Transformers 4 took its download directory from TRANSFORMERS_CACHE (and the older
+     PYTORCH_TRANSFORMERS_CACHE / PYTORCH_PRETRAINED_BERT_CACHE); Transformers 5 reads none of them, so the
+     models go to the hub's default cache (~/.cache/huggingface/hub), often a small root disk. HF_HUB_CACHE
+     names the same directory for huggingface_hub (HF_HOME its parent)."""),
 }
 #: the XLA-era precision switches: removing them from a launcher changes the precision of the run
 BF16_VARS = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")

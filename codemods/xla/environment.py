@@ -393,8 +393,9 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
         `runtime_env={"env_vars": {...}}`: the entry is removed. A dict with such a key whose use
         as an environment is not seen gets a marker. `NEURON_COMPILE_CACHE_URL` (the XLA stack's
         NEFF cache: TorchNeuron's cache directory is `TORCH_NEURONX_NEFF_CACHE_DIR`, which a person
-        chooses) and `NEURON_PLATFORM_TARGET_OVERRIDE` (its effect on TorchNeuron is not established)
-        are kept with a marker, in every form.
+        chooses), `NEURON_PLATFORM_TARGET_OVERRIDE` (its effect on TorchNeuron is not established)
+        and Transformers 4's `TRANSFORMERS_CACHE` (Transformers 5 ignores it: `HF_HUB_CACHE`) are
+        kept with a marker, in every form.
     """
     before = """
         import os
