@@ -1211,3 +1211,28 @@ def test_other_tools_behind_wrappers_keep_their_tensor_parallel_flag(src):
     """vLLM & co. have a --tensor-parallel-size of their own: no NM515 marker asks to move it, whatever runs them."""
     out = check("export XLA_USE_BF16=1\n" + src)
     assert "NM515" not in out and src.strip() in out
+
+
+# ---------------------------------------------------------------------------------------------
+# an "xla" device or backend given to the launched script (NM515)
+
+
+@pytest.mark.parametrize("launch, flag", [
+    ("torchrun --nproc_per_node 32 pretrain_gpt.py --distributed-backend xla --tp 8", "--distributed-backend"),
+    ("python infer.py --device=xla:0", "--device"),
+    ("srun torchrun train.py --accelerator xla", "--accelerator"),
+])
+def test_xla_value_of_a_device_flag_marked_in_a_neuron_launcher(launch: str, flag: str):
+    src = f"# Trainium (Neuron) job\n{launch}\n"
+    out = check(src)
+    assert out == (f"# Trainium (Neuron) job\n# TODO(neuron-migrate NM515): Pass neuron instead of xla to {flag} if the "
+                   f"script takes it: TorchNeuron has no xla device or backend.\n{launch}\n")
+
+
+@pytest.mark.parametrize("src", [
+    "python train.py --device xla\n",  # nothing says Neuron: a TPU launcher's xla is right
+    "# Neuron job\npython train.py --run-name xla --device cpu\n",  # not a device's value
+    "# Neuron job\necho --device xla\n",  # no launch
+])
+def test_xla_value_left_alone_where_it_is_no_neuron_device(src: str):
+    assert check(src) == src

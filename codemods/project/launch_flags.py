@@ -392,7 +392,16 @@ MOVE_FLAGS_MARKER = "Move {flags} to TP_SIZE/FSDP_SIZE in the launch environment
 SCRIPT_UNKNOWN_MARKER = "Keep the {flags} flags if {script} parses them itself, else move them to {vars}: it is not in this run."
 PP_MARKER = "Fit the model with TP_SIZE/FSDP_SIZE instead of PP_SIZE: a migrated Trainer script has no pipeline stages."
 #: NM515's markers and their long forms
+XLA_VALUE_MARKER = "Pass neuron instead of xla to {flag} if the script takes it: TorchNeuron has no xla device or backend."
+#: a script flag that names a device or a backend (`--device xla`, `--distributed-backend xla`, `--accelerator=xla`)
+_DEVICE_FLAG = re.compile(r"--[\w-]*(?:device|backend|accelerator|platform)[\w-]*", re.I)
+
 LAUNCH_MARKERS = (
+    (XLA_VALUE_MARKER,
+     """The launched script is given "xla" as a device or backend (its own argparse option: Megatron's
+     --distributed-backend, a --device flag): TorchNeuron's device is "neuron" and its process-group backend
+     "neuron", and torch has no "xla" of either. Whether the script accepts "neuron" for that option is its
+     own choice list, so the launch is marked, not edited."""),
     (MOVE_FLAGS_MARKER,
      """The migrated script reads its parallel layout from the environment (TP_SIZE, FSDP_SIZE: a
      DistributedConfig on the model load under torchrun), not from optimum-neuron's command-line flags,
@@ -433,7 +442,7 @@ class LaunchFlags(ShellRule):
     markers = LAUNCH_MARKERS
     title = "Script flags of optimum-neuron's training arguments: TP_SIZE/FSDP_SIZE, removed, --torch_compile"
     fix = "mixed"
-    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS
+    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS + ("xla",)
     why = """
         The migrated training scripts parse transformers' `TrainingArguments`, which do not have
         optimum-neuron's parallelism flags: with TorchNeuron the layout comes from a
@@ -451,7 +460,8 @@ class LaunchFlags(ShellRule):
         on by default in optimum-neuron 0.4: FSDP_SIZE would shard them). `--torch_compile true` is added to launches of a `.py` script that writes to
         `--output_dir` and is a Trainer script (it was given optimum-neuron's training flags, or it
         sits beside the launcher and parses TrainingArguments): on Trainium torch.compile picks the
-        Neuron backend.
+        Neuron backend. A device or backend flag given `xla` (`--distributed-backend xla`, `--device
+        xla`) in a Neuron launcher gets a marker: the value is the script's own choice.
     """
     before = """
         torchrun --nproc_per_node=32 train.py --tensor_parallel_size 8 --zero_1 true --async_save --output_dir out
@@ -495,6 +505,7 @@ class LaunchFlags(ShellRule):
         holders = self._usable_holders(plan, found)
         for launch in found:
             self._launch(plan, ctx, launch, env, neuron, holders)
+            self._xla_values(plan, ctx, launch, neuron)
         launches = {id(launch.s) for launch in found} | {id(h.s) for h in holders.values()}
         # flags this rule cannot edit: in variables it cannot follow, non-Python launches
         for s in u.simples:
@@ -505,6 +516,22 @@ class LaunchFlags(ShellRule):
             name = (u.value(s.words[0]) or "").rsplit("/", 1)[-1] if s.words else ""
             if hits and not _echo_like(u, s) and name != "optimum-cli" and not _runs_other_tool(u, s):
                 _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(hits)))
+
+    def _xla_values(self, plan: ShellPlan, ctx, launch: Launch, neuron: bool) -> None:
+        """`--distributed-backend xla` / `--device=xla` given to the launched script of a Neuron launcher: a
+        marker (the script's own option: whether it takes "neuron" is its choice list)."""
+        u = plan.unit
+        if not (neuron or re.search(r"neuron", _document(ctx, u), re.I)):
+            return  # a TPU launcher: its xla is right
+        values = [u.value(i) for i in launch.args]
+        for k, v in enumerate(values):
+            if v is None:
+                continue
+            flag, _, inline = v.partition("=")
+            value = inline if inline else (values[k + 1] if k + 1 < len(values) else None)
+            if _DEVICE_FLAG.fullmatch(flag) and value is not None and re.fullmatch(r"xla(?::\d+)?", value):
+                _mark(plan, ctx, launch.s.group, XLA_VALUE_MARKER.format(flag=flag))
+                return
 
     def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
         """Variables holding script flags that can be edited where they are assigned: assigned once
