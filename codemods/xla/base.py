@@ -272,6 +272,8 @@ def _is_reference(node: cst.Name, parent: cst.CSTNode | None) -> bool:
         return False
     if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.ImportAlias, cst.AsName)):
         return False
+    if isinstance(parent, (cst.AssignTarget, cst.AnnAssign)) and parent.target is node:
+        return False  # `xb = None` (the fallback of an import gate) binds the name, it does not use its value
     return True
 
 
