@@ -161,6 +161,8 @@ def _chains(tree: ast.Module, names: dict[str, str]):
     for node in ast.walk(tree):
         if id(node) in inner or not isinstance(node, (ast.Attribute, ast.Name)):
             continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            continue  # `xb = None`: rebinds the name, no use of the module
         parts = []
         cur = node
         while isinstance(cur, ast.Attribute):
