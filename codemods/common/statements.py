@@ -116,18 +116,16 @@ def reads_clock(node: cst.CSTNode) -> bool:
 
 
 def clock_after(ctx: PythonContext, statement: cst.CSTNode) -> bool:
-    """Whether a statement after ``statement`` in its block reads a clock, and one before it does in its block or in
-    a block around it (up to the enclosing function): the statement sits in a timed region."""
-    found = block_of(ctx, statement)
-    if found is None:
-        return False
-    body, k = found
-    if not any(reads_clock(s) for s in body[k + 1:]):
-        return False
-    node = statement
+    """Whether a statement after ``statement`` reads a clock and one before it does, each in its block or in a
+    block around it (up to the enclosing function): the statement sits in a timed region
+    (``t0 = time.time()`` ... ``if backend == "xla": xm.mark_step()`` ... ``took = time.time() - t0``)."""
+    before = after = False
+    node, found = statement, block_of(ctx, statement)
     while found is not None:
         body, k = found
-        if any(reads_clock(s) for s in body[:k]):
+        before = before or any(reads_clock(s) for s in body[:k])
+        after = after or any(reads_clock(s) for s in body[k + 1:])
+        if before and after:
             return True
         i = index_in_stack(ctx, node)
         outer = next((n for n in reversed(ctx.stack[: i - 1]) if isinstance(n, cst.BaseCompoundStatement)), None)
