@@ -30,6 +30,7 @@ from codemods.common.arg_plan import (
 from codemods.common.statements import expression_statement, remove_small_statement
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, target_of
 from codemods.upgrade.overrides import trainer_base
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 from migrator.selfcheck.targetapi import api
 
@@ -317,8 +318,16 @@ class TrainingArgumentsFields(PythonRule):
         rewrite_call(ctx, node, plan)
 
 
+#: the marker on `SomeTrainer(..., tokenizer=...)` whose class the module does not show (imported from the project)
+UNSEEN_TRAINER_MARKER = "Pass processing_class= for tokenizer= if {name} is a Transformers/TRL trainer: v5 rejects tokenizer=."
+
+
 class TrainerProcessingClass(PythonRule):
     id = "NM603"
+    markers = ((UNSEEN_TRAINER_MARKER, """A class named like a trainer is given tokenizer=, and the module does not
+        show what it derives from (it is imported from the project, or assigned from a variable): if it is a
+        Transformers or TRL trainer, its __init__ in Transformers 5 / TRL 1.x takes processing_class= and raises a
+        TypeError on tokenizer=; if it is a class of its own that takes tokenizer, nothing is to be done."""),)
     title = "Trainer / Seq2SeqTrainer / TRL trainers: tokenizer= -> processing_class="
     fix = "mixed"
     triggers = ("Trainer(",)
@@ -356,11 +365,24 @@ class TrainerProcessingClass(PythonRule):
         target = target_of(ctx, node.func)
         if target is None and isinstance(node.func, cst.Name):
             target = forwarding_subclass(ctx, node.func.value)
-        if target is None or not renamed_keyword(target, "tokenizer", "processing_class"):
+        if target is None:
+            name = node.func.value if isinstance(node.func, cst.Name) else \
+                node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+            if name is not None and name.endswith("Trainer") and not _defined_here(ctx, name) \
+                    and re.search(r"\b(?:transformers|trl|optimum\.neuron)\b", ctx.source):
+                ctx.marker(node, fitted(UNSEEN_TRAINER_MARKER.format(name=name),
+                                        UNSEEN_TRAINER_MARKER.format(name="this class")))
+            return
+        if not renamed_keyword(target, "tokenizer", "processing_class"):
             return
         plan = ArgPlan()
         tokenizer_to_processing_class(node, ctx, plan, target.rsplit(".", 1)[-1])
         rewrite_call(ctx, node, plan)
+
+
+def _defined_here(ctx: PythonContext, name: str) -> bool:
+    """A class of this name is defined in the module (what it derives from is then seen, or it is no trainer)."""
+    return any(isinstance(stmt, cst.ClassDef) and stmt.name.value == name for stmt in ctx.module.body)
 
 
 def forwarding_subclass(ctx: PythonContext, name: str) -> str | None:
