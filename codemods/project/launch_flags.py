@@ -395,6 +395,9 @@ PP_MARKER = "Fit the model with TP_SIZE/FSDP_SIZE instead of PP_SIZE: a migrated
 XLA_VALUE_MARKER = "Pass neuron instead of xla to {flag} if the script takes it: TorchNeuron has no xla device or backend."
 #: a script flag that names a device or a backend (`--device xla`, `--distributed-backend xla`, `--accelerator=xla`)
 _DEVICE_FLAG = re.compile(r"--[\w-]*(?:device|backend|accelerator|platform)[\w-]*", re.I)
+#: the pre-filter of those flags (a bare "xla" would let every `xlabel` of a plotting library in)
+_XLA_VALUE_TRIGGERS = tuple(f"{name}{sep}xla" for name in ("device", "backend", "accelerator", "platform")
+                            for sep in (" ", "="))
 
 LAUNCH_MARKERS = (
     (XLA_VALUE_MARKER,
@@ -442,7 +445,7 @@ class LaunchFlags(ShellRule):
     markers = LAUNCH_MARKERS
     title = "Script flags of optimum-neuron's training arguments: TP_SIZE/FSDP_SIZE, removed, --torch_compile"
     fix = "mixed"
-    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS + ("xla",)
+    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS + _XLA_VALUE_TRIGGERS
     why = """
         The migrated training scripts parse transformers' `TrainingArguments`, which do not have
         optimum-neuron's parallelism flags: with TorchNeuron the layout comes from a
