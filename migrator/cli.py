@@ -658,3 +658,7 @@ def __getattr__(name: str):
     if name == "app":  # ``from migrator.cli import app``: the typer app
         return _typer_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":  # ``python -m migrator.cli`` runs the CLI as ``python -m migrator`` does
+    entry()

@@ -262,3 +262,15 @@ def test_help_still_goes_through_typer(tmp_path: Path) -> None:
     code, mods = _imported(["--help"], tmp_path)
     assert code == 0
     assert "typer" in mods
+
+
+@pytest.mark.parametrize("module", ["migrator", "migrator.cli"])
+def test_both_module_entry_points_run_the_cli(tmp_path: Path, module: str) -> None:
+    """``python -m migrator.cli`` is what a user types after reading ``migrator/cli.py``: it must run
+    the CLI (a module without the ``__main__`` guard imports and exits 0 having done nothing)."""
+    (tmp_path / "old.py").write_text("from optimum.neuron import NeuronTrainer\n\nNeuronTrainer(model=m)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-m", module, "--no-progress", "--check", "old.py"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, (res.stdout[-2000:], res.stderr[-2000:])
+    assert "NeuronTrainer" in res.stdout
