@@ -30,6 +30,8 @@ from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 _READS = ("os.environ.get", "os.getenv")
+#: calls that unset the variable named by their first argument
+_UNSET_CALLS = ("os.environ.pop", "os.unsetenv")
 _WRAPPERS = {"int": int, "bool": bool, "str": str}
 #: what the launchers set (``XLA_USE_BF16=1``), as the script reads it
 _LAUNCHER_VALUE = "1"
@@ -382,7 +384,9 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
         What the shell rules do to launchers (NM512, NM513), done to the same settings written from
         Python: `os.environ["NEURON_FUSE_SOFTMAX"] = "1"`, `os.environ["PJRT_DEVICE"] = "NEURON"`,
         `os.environ.setdefault("NEURON_PARALLEL_COMPILE_MAX_RETRIES", "1")` and the other variables
-        only the XLA stack (or neuron_parallel_compile) reads are removed. `NEURON_CC_FLAGS` set
+        only the XLA stack (or neuron_parallel_compile) reads are removed, and so is a statement
+        that only unsets one (`os.environ.pop("XLA_IR_DEBUG", None)`, `del os.environ[...]`,
+        `os.unsetenv(...)`): nothing reads it on TorchNeuron. `NEURON_CC_FLAGS` set
         from string literals (directly, through a variable assigned one literal, or appended to
         the inherited value) loses the XLA-era compiler flags (`--distribution-strategy`,
         `--cache_dir`, `--retry_failed_compilation`); the other flags (`--model-type` among them)
@@ -418,7 +422,7 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
 
     def handlers(self):
         return {cst.Assign: self._on_assign, cst.AugAssign: self._on_assign, cst.Call: self._on_call,
-                cst.Name: self._on_name, cst.Dict: self._on_mapping}
+                cst.Name: self._on_name, cst.Dict: self._on_mapping, cst.Del: self._on_del}
 
     # ---- mappings: os.environ.update({...}), env={**os.environ, ...}, runtime_env={"env_vars": {...}}
     def _on_mapping(self, node: cst.CSTNode, ctx: PythonContext) -> None:
@@ -479,8 +483,19 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
         if name is not None:
             self._write(node, name, node.value, ctx)
 
+    def _on_del(self, node: cst.Del, ctx: PythonContext) -> None:
+        name = environment_subscript(node.target, ctx)  # del os.environ["XLA_IR_DEBUG"]
+        if name is not None:
+            self._unset(node, name, ctx)
+
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         self._on_mapping(node, ctx)
+        if ctx.qualname(node.func) in _UNSET_CALLS and node.args and isinstance(node.args[0].value, cst.SimpleString) \
+                and not node.args[0].keyword and not node.args[0].star:
+            statement = _expression_statement(ctx, node)  # the value popped is used: not only an unsetting
+            if statement is not None:
+                self._unset(statement[0], node.args[0].value.evaluated_value, ctx)
+            return
         if not isinstance(node.func, cst.Attribute) or node.func.attr.value not in ("setdefault", "putenv"):
             return
         if ctx.qualname(node.func) not in ("os.environ.setdefault", "os.putenv"):
@@ -508,6 +523,17 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
             ctx.finding(small, f"removed the setting of {name}: {reason}")
         else:
             ctx.marker(small, f"{name} is set for the XLA stack only ({reason}): remove this setting")
+
+    def _unset(self, small: cst.BaseSmallStatement, name: str, ctx: PythonContext) -> None:
+        """``os.environ.pop("XLA_IR_DEBUG", None)``, ``del os.environ[...]``, ``os.unsetenv(...)`` of a variable only
+        the XLA stack reads: nothing reads it on TorchNeuron, so unsetting it does nothing (removed)."""
+        reason = xla_only_reason(name) if name not in BF16_VARS and name not in MARKED_VARS else None
+        if reason is None:
+            return  # bf16 (NM409), the marked variables and everything else: not only the XLA stack's
+        if _remove(small, ctx):
+            ctx.finding(small, f"removed the unsetting of {name}: {reason}")
+        else:
+            ctx.marker(small, f"{name} is read by the XLA stack only: remove this line.")
 
     def _cc_flags(self, small: cst.CSTNode, value: cst.BaseExpression, ctx: PythonContext, remove=None) -> None:
         """``remove``: removes the setting (default: the statement ``small``); False when it cannot."""

@@ -56,7 +56,8 @@ class OldStackAvailabilityGates(PythonRule):
         (`importlib.util.find_spec("torch_xla") is not None`, `is_torch_xla_available()`,
         Lightning's `RequirementCache("torch_xla")` / `module_available(...)`, or
         `try: import torch_xla.core.xla_model as xm / except ImportError: xm = None` followed by
-        `if xm is not None:`) gets "no" on a TorchNeuron host, where none of those packages exists,
+        `if xm is not None:`, or `"torch_xla" in sys.modules`, whether something imported it) gets
+        "no" on a TorchNeuron host, where none of those packages exists,
         and silently runs its other branch: on CPU or CUDA code, or not at all. TorchNeuron's test
         is `torch.neuron.is_available()`. The marker goes on the gate; which branch holds the
         migrated code is for a person to see.
@@ -90,10 +91,28 @@ class OldStackAvailabilityGates(PythonRule):
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Try: self._on_try}
+        return {cst.Call: self._on_call, cst.Try: self._on_try, cst.Comparison: self._on_comparison}
+
+    def _on_comparison(self, node: cst.Comparison, ctx: PythonContext) -> None:
+        """``"torch_xla" in sys.modules``: nothing imports torch_xla after the migration."""
+        if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, (cst.In, cst.NotIn)):
+            return
+        if ctx.qualname(node.comparisons[0].comparator) != "sys.modules" or not isinstance(node.left, cst.SimpleString):
+            return
+        self._imported_test(node, node.left.evaluated_value, ctx)
+
+    def _imported_test(self, node: cst.CSTNode, name, ctx: PythonContext) -> None:
+        if not isinstance(name, str) or not old_stack(name):
+            return
+        if serves_other_accelerators(ctx.source):
+            return  # a generic library's check inside its XLA branch (TPUs): not Neuron code
+        ctx.marker(node, f"Nothing imports `{name}` after the migration: test {NATIVE_TEST} instead.")
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
+        if qual == "sys.modules.get" and node.args and isinstance(node.args[0].value, cst.SimpleString):
+            self._imported_test(node, node.args[0].value.evaluated_value, ctx)
+            return
         if qual in XLA_PROBES:
             ctx.marker(node, f"{qual.rsplit('.', 1)[-1]}() is False on TorchNeuron: test {NATIVE_TEST} instead")
             return
