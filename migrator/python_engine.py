@@ -36,21 +36,15 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     _Note,
 )
 from migrator.model import is_old_stack
+from migrator.tree import child_nodes, code_fields
 
-#: dataclass fields that never contain nodes a rule cares about (whitespace, punctuation)
-_SKIP_FIELD_PREFIXES = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace",
-                        "lines_after", "header", "footer", "equal", "colon", "arrow", "dot", "lbracket", "rbracket",
-                        "lbrace", "rbrace", "operator", "asynchronous", "star", "first_line", "empty_lines", "indent",
-                        "last_line", "newline", "prefix", "quote", "between")
 _SHAPES: dict[type, tuple[tuple[str, ...], bool]] = {}
 _IS_NODE: dict[type, bool] = {}
 
 
 def _shape(t: type) -> tuple[tuple[str, ...], bool]:
     """(fields worth walking, is a statement) for a node type, computed once per type."""
-    import dataclasses
-
-    fields = tuple(f.name for f in dataclasses.fields(t) if not f.name.startswith(_SKIP_FIELD_PREFIXES))
+    fields = code_fields(t)
     if t is cst.ImportAlias:
         fields = ()  # names inside `import a.b as c` are not references
     found = _SHAPES[t] = (fields, issubclass(t, STATEMENT_TYPES))
@@ -239,14 +233,9 @@ def _without_emptied(original: cst.If, updated: cst.If) -> cst.If | None:
     return None
 
 
-def _children(n: cst.CSTNode):
-    """The child nodes the walks care about (whitespace and punctuation skipped)."""
-    for name in (_SHAPES.get(type(n)) or _shape(type(n)))[0]:
-        value = getattr(n, name)
-        if type(value) in (tuple, list):
-            yield from (v for v in value if isinstance(v, cst.CSTNode))
-        elif isinstance(value, cst.CSTNode):
-            yield value
+def _children(n: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes the walks care about (names inside ``import a.b as c`` are not references)."""
+    return [] if type(n) is cst.ImportAlias else child_nodes(n)
 
 
 def _names_in(node: cst.CSTNode, seen: set[str]) -> None:

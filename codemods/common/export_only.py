@@ -33,6 +33,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from migrator.model import OUTSIDE_NAMES, fitted
+from migrator.tree import child_nodes
 
 SAVES = ("save_pretrained", "push_to_hub")
 MODEL_ID_KEYWORDS = ("model_id", "model_name_or_path", "pretrained_model_name_or_path", "model")
@@ -149,39 +150,65 @@ def _in_assert(stack: list[cst.CSTNode], i: int) -> cst.CSTNode | None:
 class _Inventory(NamedTuple):
     loads: list[tuple[cst.Call, list[cst.CSTNode]]]  # the optimum.neuron loads, with their stacks
     cli_scopes: dict[int, CliExport]  # functions that run `optimum-cli export neuron`
-    names: dict[tuple[int, str], list[tuple[int, list[cst.CSTNode]]]]  # (scope, name) -> uses
+    names: dict[str, list[cst.Name]]  # name -> its Name nodes, in walk order
+    parents: dict[int, cst.CSTNode]  # id(node) -> its parent, for the nodes below the module
 
 
 def _inventory(ctx) -> _Inventory:
-    """The unit's optimum.neuron loads and every use of every name, per scope (one walk per unit)."""
+    """The unit's optimum.neuron loads and every Name node, by name, with the tree's parent links (one walk
+    per unit; a use's ancestors are looked up only for the names asked about: :func:`_uses`)."""
     cache = ctx.scratch
     if "_export_only_inventory" in cache:
         return cache["_export_only_inventory"]
     module = ctx.module
-    found = _Inventory([], {}, {})
+    found = _Inventory([], {}, {}, {})
     cache["_export_only_inventory"] = found
     if "from_pretrained" not in ctx.source:
         return found
-    source = ctx.source
-
-    def walk(node: cst.CSTNode, stack: list[cst.CSTNode]) -> None:
-        stack.append(node)
-        if isinstance(node, cst.Call) and _is_load(node, ctx):
-            found.loads.append((node, list(stack)))
-        elif isinstance(node, cst.Call) and "optimum-cli" in source:
-            cli = cli_export(node, ctx)
-            if cli is not None:
-                found.cli_scopes.setdefault(id(_scope_of(stack, module)), cli)
-        elif isinstance(node, cst.Name):
-            # every function around the use: a use in a nested function counts for the outer scopes too
-            for scope in [module, *(n for n in stack if isinstance(n, (cst.FunctionDef, cst.Lambda)))]:
-                found.names.setdefault((id(scope), node.value), []).append((len(stack) - 1, list(stack)))
-        for child in node.children:
-            walk(child, stack)
-        stack.pop()
-
-    walk(module, [])
+    cli = "optimum-cli" in ctx.source
+    names, parents = found.names, found.parents
+    Call, Name = cst.Call, cst.Name
+    todo: list[cst.CSTNode] = [module]
+    while todo:
+        node = todo.pop()
+        t = type(node)
+        if t is Name:
+            names.setdefault(node.value, []).append(node)
+            continue
+        if t is Call:
+            if _is_load(node, ctx):
+                found.loads.append((node, _ancestry(found, node)))
+            elif cli:
+                command = cli_export(node, ctx)
+                if command is not None:
+                    found.cli_scopes.setdefault(id(_scope_of(_ancestry(found, node), module)), command)
+        children = child_nodes(node)
+        for child in children:
+            parents[id(child)] = node
+        todo.extend(reversed(children))
     return found
+
+
+def _ancestry(inv: _Inventory, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The module, ``node``'s ancestors and ``node`` (the walk's stack at ``node``)."""
+    out = [node]
+    parent = inv.parents.get(id(node))
+    while parent is not None:
+        out.append(parent)
+        parent = inv.parents.get(id(parent))
+    out.reverse()
+    return out
+
+
+def _uses(inv: _Inventory, scope: cst.CSTNode, name: str) -> list[tuple[int, list[cst.CSTNode]]]:
+    """The Name nodes of ``name`` in ``scope`` (the module, or a function or lambda: a use in a nested
+    function counts for the outer scopes too), each as (its index, its stack)."""
+    out = []
+    for node in inv.names.get(name, ()):
+        stack = _ancestry(inv, node)
+        if isinstance(scope, cst.Module) or any(n is scope for n in stack):
+            out.append((len(stack) - 1, stack))
+    return out
 
 
 def _scope_of(stack: list[cst.CSTNode], module: cst.Module) -> cst.CSTNode:
@@ -201,7 +228,7 @@ def _other_uses(inv: _Inventory, scope: cst.CSTNode, target: cst.Name):
     """The uses of ``target``'s name in ``scope`` other than the assignment itself, attribute names and
     keywords; None when a function or class of that name makes them unknowable."""
     out = []
-    for j, use in inv.names.get((id(scope), target.value), []):
+    for j, use in _uses(inv, scope, target.value):
         node, up = use[j], use[j - 1]
         if node is target:
             continue
