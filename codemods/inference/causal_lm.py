@@ -439,7 +439,8 @@ class CausalLMStaticCache(PythonRule):
             applied.append(f"n_positions={ctx.module.code_for_node(seq.value)} becomes "
                            "generation_config.max_cache_len (the tokens, prompt + generated, it compiled for)")
         estimate = keywords.get("context_length_estimate")
-        idle = never_run(ctx, node)  # nothing here calls the model: no inputs to pad or pool
+        # nothing here calls the model: no inputs to pad or pool (asked only where the answer is used)
+        idle = (estimate is not None or not self.static_cache) and never_run(ctx, node)
         if estimate is not None and not idle:
             extra_markers.append((
                 f"Pad the prompts to one fixed length (padding={quote}max_length{quote}) so one prefill graph compiles.",

@@ -186,6 +186,8 @@ class RemovedNames(PythonRule):
                 or (isinstance(parent, cst.Arg) and parent.keyword is node)
                 or isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef))):
             return
+        if ctx.imports.resolve(node) is None:
+            return  # not a name an import binds (most are): no qualified name, nothing removed
         if isinstance(parent, cst.Attribute) and parent.value is node and lookup(ctx.qualname(parent)) is not None:
             return  # the longer dotted name is the removed one: handled at its Attribute
         if self._in_import(ctx) or ctx.is_ignored(node):
