@@ -38,7 +38,7 @@ class Positions:
         self.statements = statements
         self._index = {id(s): i for i, s in enumerate(statements)}
         self._starts: list[tuple[int, int]] | None = None
-        self._per_statement: dict[int, dict[int, CodeRange]] = {}
+        self._per_statement: dict[tuple[int, bool], dict[int, CodeRange]] = {}
         self._exact: dict[cst.CSTNode, CodeRange] | None = None
 
     # ------------------------------------------------------------------ public
@@ -94,18 +94,22 @@ class Positions:
         k = self._index.get(id(stmt))
         if k is None:
             return None
-        table = self._per_statement.get(id(stmt))
+        # a node in the header of a compound statement (an `if` test, a function's signature or decorators):
+        # the header's code alone gives its position, not the whole body's
+        header = stmt_pos + 1 < len(chain) and _in_header(stmt, chain[stmt_pos + 1])
+        table = self._per_statement.get((id(stmt), header))
         if table is None:
-            table = self._codegen_positions(stmt, chain[:stmt_pos], k)
+            table = self._codegen_positions(stmt, chain[:stmt_pos], k, header)
             if table is None:
                 return None
-            self._per_statement[id(stmt)] = table
+            self._per_statement[(id(stmt), header)] = table
         return table.get(id(node))
 
-    def _start_of(self, text: str, k: int) -> tuple[int, int] | None:
+    def _start_of(self, text: str | None, k: int) -> tuple[int, int] | None:
         """(line, column) where statement ``k``, whose code is ``text``, starts: found in the source
-        when the text occurs once there at the start of a line (no parse needed), else from ``ast``."""
-        idx = self.source.find(text)  # the text starts with the statement's indentation
+        when the text occurs once there at the start of a line (no parse needed), else (and when
+        ``text`` is None: not the statement's whole code) from ``ast``."""
+        idx = self.source.find(text) if text is not None else -1  # the text starts with the statement's indentation
         if idx >= 0 and (idx == 0 or self.source[idx - 1] in "\r\n") and self.source.find(text, idx + 1) < 0:
             return self.source.count("\n", 0, idx) + 1, len(text) - len(text.lstrip(" \t\f"))
         starts = self._statement_starts()
@@ -113,7 +117,8 @@ class Positions:
             return None
         return starts[k]
 
-    def _codegen_positions(self, stmt, ancestors, k: int) -> dict[int, CodeRange] | None:
+    def _codegen_positions(self, stmt, ancestors, k: int, header: bool = False) -> dict[int, CodeRange] | None:
+        """Positions of the nodes of statement ``k`` (``header``: of its header only, the body left out)."""
         indents = [
             (a.indent if a.indent is not None else self.module.default_indent)
             for a in ancestors
@@ -127,10 +132,12 @@ class Positions:
         )
         state.indent_tokens.extend(indents)
         bare = stmt.with_changes(leading_lines=())
+        if header:
+            bare = _header_only(bare)
         bare._codegen(state)
         computed = provider._computed
         text = "".join(state.tokens)
-        start = self._start_of(text, k)
+        start = self._start_of(None if header else text, k)
         # the generated text begins on the statement's first line (a decorator's for a decorated
         # definition) with its indentation: the column where the source has it is the check
         if start is None or bare not in computed or start[1] != len(text) - len(text.lstrip(" \t\f")):
@@ -144,6 +151,27 @@ class Positions:
                 end=type(rng.end)(rng.end.line + shift, rng.end.column),
             )
         return table
+
+
+#: compound statements whose header comes before everything else they hold (``body``, then ``orelse``)
+_HEADED = (cst.If, cst.While, cst.For, cst.With, cst.FunctionDef, cst.ClassDef)
+_PASS = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Pass()])])
+
+
+def _in_header(stmt: cst.CSTNode, child: cst.CSTNode) -> bool:
+    """Whether ``child``, a child of ``stmt``, is part of its header (not its body or else branch)."""
+    return type(stmt) in _HEADED and child is not stmt.body and child is not getattr(stmt, "orelse", None)
+
+
+def _header_only(stmt: cst.CSTNode) -> cst.CSTNode:
+    """``stmt`` with a one-line body and no else branch: the header's code and positions unchanged."""
+    body = stmt.body
+    if isinstance(body, cst.IndentedBlock):
+        body = _PASS.with_changes(header=body.header, indent=body.indent)
+    changes = {"body": body}
+    if getattr(stmt, "orelse", None) is not None:
+        changes["orelse"] = None
+    return stmt.with_changes(**changes)
 
 
 def _statements(body: list[ast.stmt]):

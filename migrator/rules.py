@@ -282,21 +282,22 @@ class PythonContext:
         """The qualified name ``node`` refers to through the module's imports; None as well where a
         function around the node being handled binds the root name itself (``grads = []`` in a
         module that imports ``grads``: ``grads.append`` is the list's)."""
-        qualified = self.imports.resolve(node)
-        if qualified is not None and self._shadowed(node):
-            return None
-        return qualified
+        return self.qualname_at(node, self.stack)
 
-    def _shadowed(self, node: cst.BaseExpression) -> bool:
+    def qualname_at(self, node: cst.BaseExpression, ancestors: Sequence[cst.CSTNode]) -> str | None:
+        """:meth:`qualname` of a node whose ancestors are ``ancestors`` (a walk of the rule's own)."""
+        qualified = self.imports.resolve(node)
+        if qualified is None:
+            return None
         root = node
-        while isinstance(root, cst.Attribute):
+        while type(root) is cst.Attribute:
             root = root.value
-        return isinstance(root, cst.Name) and self.bound_locally(root.value, self.stack)
+        return None if type(root) is cst.Name and self.bound_locally(root.value, ancestors) else qualified
 
     def bound_locally(self, name: str, ancestors: Sequence[cst.CSTNode]) -> bool:
         """Whether a function among ``ancestors`` binds ``name`` itself (see :mod:`migrator.scopes`)."""
         for anc in ancestors:
-            if isinstance(anc, FUNCTIONS):
+            if type(anc) in FUNCTIONS:  # (libcst's node classes are final: a type test is exact, and fast)
                 names = self._locals.get(id(anc))
                 if names is None:
                     names = self._locals[id(anc)] = local_names(anc, ":=" in self.source)

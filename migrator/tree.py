@@ -55,3 +55,17 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         n = todo.pop()
         yield n
         todo.extend(reversed(child_nodes(n)))
+
+
+def walk_with_ancestors(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, list[cst.CSTNode]]]:
+    """``(n, ancestors)`` for ``node`` and every node below it that can hold code, in pre-order;
+    ``ancestors`` (outermost first, ``node`` included for the nodes below it) is one list the walk
+    changes as it goes: read it at once, copy it to keep it."""
+    ancestors: list[cst.CSTNode] = []
+    todo: list[tuple[cst.CSTNode, int]] = [(node, 0)]
+    while todo:
+        n, depth = todo.pop()
+        del ancestors[depth:]
+        yield n, ancestors
+        ancestors.append(n)
+        todo.extend((child, depth + 1) for child in reversed(child_nodes(n)))

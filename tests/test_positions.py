@@ -91,3 +91,51 @@ def test_real_modules():
              Path(__file__).parent / "fixtures" / "NM301" / "example_train.before.py"]
     for i, path in enumerate(files):
         assert _check(path.read_text(encoding="utf-8"), sample=400, seed=i) > 100
+
+
+HEADERS = '''\
+if cond(a):
+    x = 1
+    y = 2
+elif other(b):
+    z = 3
+else:
+    w = 4
+while flag(c): pass
+for i in items(d):  # comment
+    pass
+else:
+    pass
+with open(e) as fh, ctx(f):
+    pass
+
+@deco(g)
+@other
+async def fn(h: int = dflt(i), *args: j, **kwargs) -> ret(k):
+    return h
+
+
+class K(Base(l), metaclass=meta(m)):
+    def method(self, n=o):
+        if p: q()
+'''
+
+
+def test_header_nodes_come_from_the_header_alone():
+    """A node in a compound statement's header (an if test, a signature, a decorator, a base class) gets
+    the position the whole-module provider gives, from the code of the header only."""
+    module = cst.parse_module(HEADERS)
+    exact = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes, statements = _nodes_with_ancestors(module)
+    positions = Positions(module, HEADERS, statements)
+    headed = (cst.If, cst.While, cst.For, cst.With, cst.FunctionDef, cst.ClassDef)
+    checked = set()
+    for node, anc in nodes:
+        if isinstance(node, cst.Name) and node in exact:
+            assert positions.get(node, anc) == exact[node], node.value
+            stmt = next(a for a in reversed(anc) if isinstance(a, STATEMENT_TYPES))
+            if isinstance(stmt, headed) and stmt.body not in anc:
+                checked.add(node.value)
+    assert positions._exact is None
+    assert set("abcdefghijklmo") <= checked  # every header above was answered from its header
+    assert any(header for _, header in positions._per_statement)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from migrator.rules import PythonContext
+from migrator.tree import child_nodes
 
 #: what a trace saved: the Transformers model it wraps (``save_pretrained``), or another module's state dict
 PRETRAINED = "pretrained"
@@ -170,7 +171,7 @@ def _scan(ctx: PythonContext) -> Artifacts:
 
     def walk(node: cst.CSTNode, scope: cst.CSTNode, parent: cst.CSTNode | None) -> None:
         if isinstance(node, (cst.FunctionDef, cst.Lambda)) and node is not scope:
-            for child in node.children:
+            for child in child_nodes(node):
                 walk(child, node, node)
             return
         if isinstance(node, cst.Call):
@@ -181,7 +182,7 @@ def _scan(ctx: PythonContext) -> Artifacts:
                 _trace(node, scope, parent, held, table, ctx, torchscript=True)
             elif qual == "torch.jit.save" or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "save"):
                 _save(node, qual == "torch.jit.save", scope, table)
-        for child in node.children:
+        for child in child_nodes(node):
             walk(child, scope, node)
         # an assignment is recorded after its value (the trace in `traced = trace(...)` is seen first)
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):

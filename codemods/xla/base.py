@@ -346,6 +346,8 @@ class _XlaRule(NeuronXlaOnly, PythonRule):
         return {cst.Attribute: self._on_reference, cst.Name: self._on_reference}
 
     def _on_reference(self, node: cst.CSTNode, ctx: PythonContext) -> None:
+        if ctx.imports.resolve(node) not in self.owns:  # type: ignore[arg-type]
+            return  # (most names and attributes: the cheap test first, qualname is this or None)
         parent = ctx.parent
         if isinstance(node, cst.Name) and not _is_reference(node, parent):
             return

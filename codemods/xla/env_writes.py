@@ -16,12 +16,14 @@ only there, and mark it elsewhere (a dict with such a key whose use is not seen)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
 
 from codemods.project.xla_env import BF16_VARS, xla_only_reason
 from migrator.rules import PythonContext
+from migrator.tree import walk_with_ancestors
 
 #: keywords whose value is a process environment (subprocess/asyncio ``env=``, Ray's ``env_vars``)
 ENV_KEYWORDS = ("env", "env_vars")
@@ -37,52 +39,51 @@ class EnvEntry:
     node: cst.CSTNode
 
 
-def _is_environ_copy(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
-    """``os.environ``, ``os.environ.copy()``, ``dict(os.environ, ...)``, ``{**os.environ, ...}``."""
-    if ctx.qualname(expr) == _ENVIRON:
+def _is_environ_copy(expr: cst.BaseExpression, ctx: PythonContext,
+                     qualname: Callable[[cst.BaseExpression], str | None] | None = None) -> bool:
+    """``os.environ``, ``os.environ.copy()``, ``dict(os.environ, ...)``, ``{**os.environ, ...}``
+    (``qualname``: how names resolve where ``expr`` is; default the node being handled's)."""
+    qualname = qualname or ctx.qualname
+    if qualname(expr) == _ENVIRON:
         return True
     if isinstance(expr, cst.Call):
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "copy" and not expr.args:
-            return ctx.qualname(expr.func.value) == _ENVIRON
+            return qualname(expr.func.value) == _ENVIRON
         if isinstance(expr.func, cst.Name) and expr.func.value == "dict" and expr.args \
                 and expr.args[0].keyword is None and not expr.args[0].star:
-            return ctx.qualname(expr.args[0].value) == _ENVIRON
+            return qualname(expr.args[0].value) == _ENVIRON
     if isinstance(expr, cst.Dict):
-        return any(isinstance(el, cst.StarredDictElement) and ctx.qualname(el.value) == _ENVIRON
+        return any(isinstance(el, cst.StarredDictElement) and qualname(el.value) == _ENVIRON
                    for el in expr.elements)
     return False
 
 
 def environment_names(ctx: PythonContext) -> frozenset[str]:
-    """Names of the unit that hold a process environment (computed once per unit): assigned a copy
-    of ``os.environ``, or passed as ``env=``/``env_vars=``, to ``os.environ.update``, or as the
-    ``"env_vars"`` of a Ray runtime environment."""
-    state = ctx.local_state()
-    if "environment_names" in state:
-        return state["environment_names"]
+    """Names of the unit that hold a process environment (computed once per unit, for every rule):
+    assigned a copy of ``os.environ``, or passed as ``env=``/``env_vars=``, to ``os.environ.update``,
+    or as the ``"env_vars"`` of a Ray runtime environment."""
+    cache = ctx.scratch
+    if "_environment_names" in cache:
+        return cache["_environment_names"]
     found: set[str] = set()
-
-    class Uses(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if _is_environ_copy(node.value, ctx):
-                found.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
-
-        def visit_Arg(self, node: cst.Arg) -> None:
+    # every form names os.environ, env= or env_vars: a unit without "env" has none
+    for node, ancestors in walk_with_ancestors(ctx.module) if "env" in ctx.source else ():
+        t = type(node)
+        if t is cst.Assign:
+            if _is_environ_copy(node.value, ctx, lambda e: ctx.qualname_at(e, ancestors)):
+                found.update(a.target.value for a in node.targets if isinstance(a.target, cst.Name))
+        elif t is cst.Arg:
             if node.keyword is not None and node.keyword.value in ENV_KEYWORDS and isinstance(node.value, cst.Name):
                 found.add(node.value.value)
-
-        def visit_DictElement(self, node: cst.DictElement) -> None:
+        elif t is cst.DictElement:
             if _key(node.key) in ENV_KEYWORDS and isinstance(node.value, cst.Name):
                 found.add(node.value.value)
-
-        def visit_Call(self, node: cst.Call) -> None:
+        elif t is cst.Call:
             if isinstance(node.func, cst.Attribute) and node.func.attr.value == "update" and node.args \
-                    and ctx.qualname(node.func.value) == _ENVIRON and isinstance(node.args[0].value, cst.Name):
+                    and ctx.qualname_at(node.func.value, ancestors) == _ENVIRON and isinstance(node.args[0].value, cst.Name):
                 found.add(node.args[0].value.value)
-
-    ctx.module.visit(Uses())
-    state["environment_names"] = frozenset(found)
-    return state["environment_names"]
+    cache["_environment_names"] = frozenset(found)
+    return cache["_environment_names"]
 
 
 def is_environment(expr: cst.BaseExpression, ctx: PythonContext) -> bool:

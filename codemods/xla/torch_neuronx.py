@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-from libcst import matchers
 
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
@@ -23,6 +22,7 @@ from codemods.xla.artifacts import (
     MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, scope_of, unchain)
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
+from migrator.tree import walk
 
 NX = "torch_neuronx"
 
@@ -102,8 +102,18 @@ def _changed_later(ctx: PythonContext, name: str) -> bool:
 FUNCTION_DEFS = (cst.FunctionDef,)
 
 
-def _calls(node: cst.CSTNode):
-    return matchers.findall(node, matchers.Call())
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    return [n for n in walk(node) if type(n) is cst.Call]
+
+
+def _scope_code(node: cst.CSTNode, ctx: PythonContext) -> str:
+    """``_code(node)`` of a function, class or module of the unit, generated once per unit (the rules read
+    the original tree, which does not change while they run)."""
+    cache = ctx.scratch.setdefault("_nm410_code", {})
+    found = cache.get(id(node))
+    if found is None:
+        found = cache[id(node)] = _code(node)
+    return found
 
 
 class NeuronTrace(_XlaRule):
@@ -316,12 +326,12 @@ class NeuronTrace(_XlaRule):
             names = list(dict.fromkeys(_code(p) for p in parts))
             shapes = "the shapes of " + ", ".join(f"`{n}`" for n in names)
             # `trace(model, batch[:1])`: the example is a slice of the real batch, not the shape to pad to
-            scope_code = _code(scope_of(ctx))
+            scope_code = _scope_code(scope_of(ctx), ctx)
             sliced = any(isinstance(p, cst.Subscript) or (isinstance(p, cst.Name) and re.search(
                 rf"^[ \t]*{p.value}[ \t]*=[ \t]*[\w.]+\[[^\]\n]*:[^\]\n]*\][ \t]*(#.*)?$", scope_code, re.M))
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
-        stays = target is not None and _stays_here(scope_of(ctx), target)
+        stays = target is not None and _stays_here(scope_of(ctx), target, ctx)
         if stays:
             ctx.finding(call, f"inputs of {target}(...) moved to the neuron device: nothing outside this scope calls it")
         elif target is not None:
@@ -336,7 +346,7 @@ class NeuronTrace(_XlaRule):
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
         if stays and example is not None and _example_calls_only(scope_of(ctx), target, example.value):
             pass  # every call takes the example itself: one shape, nothing to pad
-        elif stays and "called" not in set(_uses(_code(scope_of(ctx)), target)):
+        elif stays and "called" not in set(_uses(_scope_code(scope_of(ctx), ctx), target)):
             pass  # never called where it is compiled (saved, deleted): the shapes are its loader's business
         elif sliced:
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
@@ -353,7 +363,7 @@ class NeuronTrace(_XlaRule):
         # matrix multiplications cast to BF16; a model the scope loads or casts to bf16/fp16 runs them so already
         default_cast = _tokens(_literal_value(args_value, ctx)) if args_value is not None else []
         if (default_cast is not None and not any(t.startswith(PRECISION_OPTIONS) for t in default_cast)
-                and not _LOW_PRECISION.search(_code(scope_of(ctx)))):
+                and not _LOW_PRECISION.search(_scope_code(scope_of(ctx), ctx))):
             ctx.marker(call, "Run the model in bf16 for the old speed (dtype=torch.bfloat16 or .to(torch.bfloat16)): the trace auto-cast its matmuls.",
                        detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
                               "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
@@ -681,7 +691,7 @@ class NeuronTrace(_XlaRule):
         compile cache) happens as before."""
         scope = scope_of(ctx)
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
-        if not _only_saved(_code(scope), name) and not (line is not None and _timed(line, ctx)):
+        if not _only_saved(_scope_code(scope, ctx), name) and not (line is not None and _timed(line, ctx)):
             return
         args = _example_call_args(example.value, id(scope), ctx) if example is not None else None
         if line is None or args is None or len(getattr(line, "body", ())) != 1:
@@ -792,7 +802,7 @@ def _skipped_while_exists(path: cst.BaseExpression, ctx: PythonContext) -> bool:
     for anc in ctx.stack:
         if not isinstance(anc, cst.If):
             continue
-        for node in _walk(anc.test):
+        for node in walk(anc.test):
             if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                     and node.func.attr.value in _EXISTS):
                 continue
@@ -802,12 +812,6 @@ def _skipped_while_exists(path: cst.BaseExpression, ctx: PythonContext) -> bool:
             if _same_path(target, path):
                 return True
     return False
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def _timed(line: cst.SimpleStatementLine, ctx: PythonContext) -> bool:
@@ -1147,7 +1151,7 @@ def _pure_path(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
     return True
 
 
-def _stays_here(scope: cst.CSTNode, name: str) -> bool:
+def _stays_here(scope: cst.CSTNode, name: str, ctx: PythonContext) -> bool:
     """Whether the compiled model ``name`` is used only in ``scope`` (a function, or the module outside its
     functions and classes), where its calls get their inputs moved: assigned, called, saved or deleted there,
     never returned, passed on, stored elsewhere or read by a nested function."""
@@ -1155,9 +1159,9 @@ def _stays_here(scope: cst.CSTNode, name: str) -> bool:
         nested = [stmt for stmt in scope.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
     else:
         nested = [n for n in _nested_defs(scope) if n is not scope]
-    if any(_name_re(name).search(_code(n)) for n in nested):
+    if any(_name_re(name).search(_scope_code(n, ctx)) for n in nested):
         return False  # a nested function or class reads it
-    return None not in set(_uses(_code(scope), name))
+    return None not in set(_uses(_scope_code(scope, ctx), name))
 
 
 def _example_calls_only(scope: cst.CSTNode, name: str, example: cst.BaseExpression) -> bool:
@@ -1189,8 +1193,8 @@ def _first(module: cst.Module, earlier: list[cst.CSTNode], node: cst.CSTNode) ->
     return False
 
 
-def _nested_defs(node: cst.CSTNode):
-    return matchers.findall(node, matchers.FunctionDef() | matchers.Lambda() | matchers.ClassDef())
+def _nested_defs(node: cst.CSTNode) -> list[cst.CSTNode]:
+    return [n for n in walk(node) if type(n) in (cst.FunctionDef, cst.Lambda, cst.ClassDef)]
 
 
 RULES = (NeuronTrace,)
