@@ -34,6 +34,7 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     _Edit,
     _ImportAsk,
     _Note,
+    trigger_scan,
 )
 from migrator.model import is_old_stack
 from migrator.tree import child_nodes, code_fields
@@ -347,7 +348,8 @@ def run_python(
     new, findings = _run_once(source, rules, owners, project, checks)
     if new == source or not (SECOND_PASS if second_pass is None else second_pass):
         return new, findings
-    if not any(r.applies_to(new, project) for r in rules):
+    found = trigger_scan(rules).found(new)
+    if not any(r.applies_to(new, project, found) for r in rules):
         return new, findings
     try:
         again, more = _run_once(new, rules, owners, project, checks)
@@ -367,7 +369,8 @@ def _run_once(
     source: str, rules: Sequence[PythonRule], owners: Owners, project: frozenset[str], checks: frozenset[str],
 ) -> tuple[str, list[Finding]]:
     """One pass of the rules over ``source`` (see :func:`run_python`)."""
-    active = [r for r in rules if r.applies_to(source, project)]
+    found = trigger_scan(rules).found(source)
+    active = [r for r in rules if r.applies_to(source, project, found)]
     existing = find_markers(source)
     if not active:
         return source, existing

@@ -81,12 +81,15 @@ class Rule:
         return None
 
     @classmethod
-    def applies_to(cls, text: str, project: frozenset[str] = frozenset()) -> bool:
+    def applies_to(cls, text: str, project: frozenset[str] = frozenset(),
+                   found: frozenset[str] | None = None) -> bool:
         """Whether a unit with this text is shown to the rule (``project``: ids of the rules whose
-        project-wide context is on in this run, see ``project_triggers``)."""
-        if not cls.triggers or any(t in text for t in cls.triggers):
+        project-wide context is on in this run, see ``project_triggers``; ``found``: the triggers that
+        occur in ``text``, where the caller found them in one pass: :class:`TriggerScan`)."""
+        has = text.__contains__ if found is None else found.__contains__
+        if not cls.triggers or any(has(t) for t in cls.triggers):
             return True
-        return cls.id in project and any(t in text for t in cls.project_triggers)
+        return cls.id in project and any(has(t) for t in cls.project_triggers)
 
     @classmethod
     def launch_facts(cls, kind: str, text: str) -> Iterable[LaunchFact]:
@@ -133,6 +136,42 @@ class RuleDoc:
 
 
 Handler = Callable[[cst.CSTNode, "PythonContext"], None]
+
+
+class TriggerScan:
+    """Which of some rules' ``triggers`` and ``project_triggers`` occur in a text, found in one pass (an
+    Aho-Corasick automaton, ahocorasick-rs) instead of one substring search per trigger and rule:
+    :meth:`Rule.applies_to` takes the answer. :meth:`found` is None without ahocorasick-rs."""
+
+    def __init__(self, rules: Iterable[type[Rule] | Rule]) -> None:
+        self._patterns = sorted({t for r in rules for t in (*r.triggers, *r.project_triggers)} - {""})
+        self._automaton = None
+        try:
+            import ahocorasick_rs
+        except ImportError:  # pragma: no cover - a dependency; the substring tests answer the same
+            return
+        if self._patterns:
+            self._automaton = ahocorasick_rs.AhoCorasick(self._patterns,
+                                                         implementation=ahocorasick_rs.Implementation.DFA)
+
+    def found(self, text: str) -> frozenset[str] | None:
+        """The triggers occurring in ``text`` (overlapping ones too; ``""``, in every text, included)."""
+        if self._automaton is None:
+            return None
+        return frozenset([self._patterns[i] for i, _start, _end in
+                          self._automaton.find_matches_as_indexes(text, overlapping=True)] + [""])
+
+
+_SCANS: dict[tuple, TriggerScan] = {}
+
+
+def trigger_scan(rules: Sequence[Rule]) -> TriggerScan:
+    """The :class:`TriggerScan` of these rules (built once per set of triggers)."""
+    key = tuple((r.triggers, r.project_triggers) for r in rules)
+    scan = _SCANS.get(key)
+    if scan is None:
+        scan = _SCANS[key] = TriggerScan(rules)
+    return scan
 
 
 class PythonRule(Rule):

@@ -22,7 +22,7 @@ from migrator.model import (
     marker_text,
     unparsable_message,
 )
-from migrator.rules import LineEdit, TextContext, TextRule
+from migrator.rules import LineEdit, TextContext, TextRule, trigger_scan
 
 
 def indentation(line: str) -> str:
@@ -37,7 +37,8 @@ def run_text(
     while it accepted the input is never handed back; the rules whose edits made it so are dropped
     (NM991 markers say so), or, when that does not help, the unit is left as it was."""
     findings = find_markers(text)
-    active = [r for r in rules if kind in r.kinds and r.applies_to(text, project)]
+    found = trigger_scan(rules).found(text)
+    active = [r for r in rules if kind in r.kinds and r.applies_to(text, project, found)]
     if not active:
         return text, findings
     ctx = TextContext(text, kind, path)

@@ -63,5 +63,6 @@ class NeuronXlaOnly:
     serves other XLA devices (:func:`serves_other_accelerators`) is not shown to them."""
 
     @classmethod
-    def applies_to(cls, text: str, project: frozenset[str] = frozenset()) -> bool:
-        return super().applies_to(text, project) and not serves_other_accelerators(text)  # type: ignore[misc]
+    def applies_to(cls, text: str, project: frozenset[str] = frozenset(),
+                   found: frozenset[str] | None = None) -> bool:
+        return super().applies_to(text, project, found) and not serves_other_accelerators(text)  # type: ignore[misc]

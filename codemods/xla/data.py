@@ -683,7 +683,10 @@ class XlaPrecisionAndMetrics(_XlaRule):
     def _on_read(self, node: cst.CSTNode, ctx: PythonContext) -> None:
         """XLA_USE_BF16/XLA_DOWNCAST_BF16 read: NM415 rewrites it where the run's launchers set it,
         else a marker (the migrated launchers no longer set it: the test reads as unset)."""
-        if ("XLA_USE_BF16" in ctx.source or "XLA_DOWNCAST_BF16" in ctx.source) and not launcher_sets_bf16(ctx):
+        named = ctx.scratch.get("_bf16_vars_named")
+        if named is None:  # (once per unit, not once per string of it)
+            named = ctx.scratch["_bf16_vars_named"] = "XLA_USE_BF16" in ctx.source or "XLA_DOWNCAST_BF16" in ctx.source
+        if named and not launcher_sets_bf16(ctx):
             mark_reads(node, ctx)
 
     def rewrite(self, qual, call, func, ctx):
