@@ -395,6 +395,38 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, siz
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# ----------------------------------------------------------------------------- corpus C
+
+
+def bench_corpus_c(folder: Path, repeat: int, budget: float) -> None:
+    """(a) and (b) on real old-stack files: every parsable ``.py`` file under ``folder`` (the development
+    corpus built by ../shared/corpus/build.py), timed as corpus B's."""
+    print(f"== Corpus C: the real old-stack .py files under {folder}")
+    rules = RuleSet.from_selection(RuleSelection())
+    texts = []
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            cst.parse_module(text)
+        except Exception:  # not Python 3 (the corpus has some): neither side can run it
+            continue
+        texts.append(text)
+    if not texts:
+        print("no parsable .py file there")
+        print()
+        return
+    engine_texts(texts[:5], rules)
+    m_a, m_b = paired(texts, rules, repeat, 2 * budget)
+    n = len(texts)
+    changed = sum(1 for old, new in zip(texts, m_b.result) if new != old)  # type: ignore[arg-type]
+    print(f"files: {n}, {sum(len(t.encode()) for t in texts) / 1024:.0f} KB in all")
+    print(f"{'(a) plain libcst parse+codegen, 1 process, no I/O':52}: {m_a.best:7.3f} s  {rate(n, m_a.best):7.1f} files/s  ({m_a.note})")
+    print(f"{'(b) engine migrate_text,        1 process, no I/O':52}: {m_b.best:7.3f} s  {rate(n, m_b.best):7.1f} files/s  "
+          f"({m_b.note})  changed {changed}/{n}")
+    print(f"TARGET C: (b)/(a) <= {TARGET_B_RATIO}: {m_b.best / m_a.best:.2f} -> {verdict(m_b.best / m_a.best <= TARGET_B_RATIO)}")
+    print()
+
+
 def _where(func: tuple[str, int, str]) -> str | None:
     """'migrator', 'codemods', 'libcst' or None for a pstats function key."""
     filename, _, name = func
@@ -464,6 +496,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--corpus-a", default="pandas", help="installed package used as corpus A (default pandas)")
     ap.add_argument("--skip-a", action="store_true", help="skip corpus A")
     ap.add_argument("--skip-b", action="store_true", help="skip corpus B")
+    ap.add_argument("--corpus-c", type=Path, default=None,
+                    help="folder of real old-stack files (the development corpus, e.g. ../corpus): time (a) and (b) on "
+                         "its .py files too")
     args = ap.parse_args(argv)
     lo, _, hi = args.size_b.partition("-")
     size_kb = (int(lo), int(hi or lo))
@@ -480,6 +515,8 @@ def main(argv: list[str] | None = None) -> None:
         bench_corpus_a(package_dir(args.corpus_a), args.jobs, args.repeat, args.budget, args.limit, args.sample)
     if not args.skip_b:
         bench_corpus_b(pkg, args.jobs, args.repeat, args.budget, args.files_b, size_kb, args.profile_files)
+    if args.corpus_c is not None:
+        bench_corpus_c(args.corpus_c, args.repeat, args.budget)
     print(f"benchmark wall time: {time.perf_counter() - t0:.1f} s; load average at end: {_load()} "
           f"(other processes on the machine skew the figures)")
 
