@@ -26,7 +26,7 @@ from codemods.project.shell_plans import (
     rewrite_script,
     word_value,
 )
-from codemods.project.dockerfile import xla_era_image
+from codemods.project.dockerfile import xla_era_image, xla_era_server_image
 from codemods.project.serving import neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
@@ -637,22 +637,38 @@ class ExtractGraphsOnly(ShellRule):
 #: a container image reference: registry/name[:tag][@digest], no spaces (a sentence naming an image is not one)
 _IMAGE_REF_RE = re.compile(r"[\w.\-/]+(:[\w.\-]+)?(@[\w:]+)?\Z")
 IMAGE_MARKER = "Use a TorchNeuron image (Neuron SDK 2.33+) here: this XLA-era Neuron container has no native neuron device."
+SERVER_IMAGE_MARKER = "Move this Neuron SDK model server (vLLM, DJL, TGI) to a TorchNeuron serving image as a whole."
+#: a model-server image built for Neuron (DJL's `djl-serving:0.29.0-pytorch-inf2`, `djl-inference:...-neuronx-...`);
+#: `djl-serving:0.29.0-lmi` is DJL for GPUs
+_NEURON_TAG_RE = re.compile(r"neuronx|inf2|inferentia", re.I)
+
+
+def _server_image(ref: str) -> bool:
+    """Whether a container image reference is one of the Neuron SDK's model servers of the XLA era."""
+    return xla_era_server_image(ref) and _NEURON_TAG_RE.search(ref) is not None
 
 
 class XlaDlcImageCommand(ShellRule):
     id = "NM526"
     markers = ((IMAGE_MARKER, """The `pytorch-training-neuronx` / `pytorch-inference-neuronx` Deep Learning
         Containers of Neuron SDKs before TorchNeuron ship torch-xla and torch-neuronx's XLA backend; the
-        migrated code needs TorchNeuron (torch-neuronx 2.13+, Neuron SDK 2.33+)."""),)
+        migrated code needs TorchNeuron (torch-neuronx 2.13+, Neuron SDK 2.33+)."""),
+               (SERVER_IMAGE_MARKER, """The Neuron SDK's model servers (DJL LMI `djl-serving:*-inf2` /
+        `djl-inference:*-neuronx-*`, vLLM on NxD Inference, TGI's Neuron backend) bring their own XLA-era
+        torch-neuronx, compiler flags and compile cache: the migration leaves the server's launcher as it is
+        (codemods.project.serving). Moving the deployment to TorchNeuron means a TorchNeuron serving image and
+        that server's own configuration for it, not an edit of this command."""),)
     title = "XLA-era Neuron Deep Learning Container image pulled, run or named in a shell command"
     fix = "manual"
-    triggers = ("-neuronx",)
+    triggers = ("-neuronx", "djl-serving", "-inf2")
     why = """
         NM520 flags the base image of a Dockerfile. Launch scripts, notebooks and READMEs name the
         same images on the command line: `docker pull <image>`, `docker run ... <image> python
         train.py`, `docker build --build-arg BASE_IMAGE=<image>`, or a variable (`IMAGE=<image>`)
         that later commands use. The migrated code needs TorchNeuron, which those images do not
-        have: each command (or assignment) that names an XLA-era image gets a marker.
+        have: each command (or assignment) that names an XLA-era image gets a marker. An image of one
+        of the Neuron SDK's model servers (DJL's `deepjavalibrary/djl-serving:0.29.0-pytorch-inf2`) gets
+        its own marker: the migration leaves a server's launcher as it is, and the image is what says so.
     """
     before = """
         docker pull 763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.0-ubuntu20.04
@@ -674,6 +690,8 @@ class XlaDlcImageCommand(ShellRule):
             images = [v.split("=", 1)[-1] for v in values if v is not None]
             if any(_IMAGE_REF_RE.match(v) and xla_era_image(v) for v in images):
                 plan.marker(ctx, s.group, IMAGE_MARKER)
+            elif any(_IMAGE_REF_RE.match(v) and _server_image(v) for v in images):
+                plan.marker(ctx, s.group, SERVER_IMAGE_MARKER)
 
 
 # ------------------------------------------------------------------------------------------------
