@@ -11,7 +11,7 @@ from typing import Callable
 
 from codemods.project.dockerfile import _env_instructions, docker_plan
 from codemods.project.serving import neuron_sdk_server
-from codemods.project.shell_plans import ShellPlan, ShellRule, assignments
+from codemods.project.shell_plans import ShellPlan, ShellRule, appends, assignments
 from migrator.model import fitted
 
 #: neuronx-cc flags that only made sense for the XLA training pipeline (removed); value: takes an argument
@@ -147,7 +147,8 @@ class NeuronCcFlags(ShellRule):
     kinds = ("shell", "dockerfile")
     caveats = """
         Values built with quotes inside, escapes or `$(...)` are only flagged. Also applies to
-        `ENV NEURON_CC_FLAGS=...` in Dockerfiles.
+        `ENV NEURON_CC_FLAGS=...` in Dockerfiles. An append (`NEURON_CC_FLAGS+=" --flag"`) that adds
+        only XLA-era flags is removed; one that adds other flags too is flagged, not rewritten.
     """
 
     def apply(self, ctx) -> None:
@@ -171,6 +172,26 @@ class NeuronCcFlags(ShellRule):
                     replace=lambda text, tok=a.tok: plan.replace(self.id, tok, text),
                     mark=lambda message, g=s.group: plan.marker(ctx, g, message),
                 )
+            for a in appends(u, s):
+                if a.name == "NEURON_CC_FLAGS" and a.value is not None:
+                    self._append(plan, ctx, s, a)
+
+    def _append(self, plan: ShellPlan, ctx, s, a) -> None:
+        """``NEURON_CC_FLAGS+=" --flag"``: the flags it adds are judged as an assignment's; an append of
+        XLA-era flags only goes, one that mixes them with others gets a marker (its text is a fragment of
+        the value: it is not rewritten)."""
+        decided = cc_flags_plan(a.value)
+        if decided is None:
+            return
+        action, _new, message = decided
+        u = plan.unit
+        if action == "remove" and plan.editable(self.id, s):
+            plan.delete(self.id, a.tok)
+            start = u.toks[a.tok].start
+            ctx.finding(u.line_of(start), "removed an append to NEURON_CC_FLAGS: it only added XLA-era compiler flags",
+                        "applied", u.col_of(start) + 1)
+            return
+        plan.marker(ctx, s.group, message or CC_MARK_PLAIN)
 
 
 def edit_cc_flags(

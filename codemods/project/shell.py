@@ -16,6 +16,7 @@ from codemods.project.shell_plans import (
     ShellPlan,
     ShellRule,
     ShellUnit,
+    appends,
     assignments,
     command_name,
     comment_line,
@@ -424,6 +425,16 @@ class XlaOnlyEnvironment(ShellRule):
                 if a.name in BF16_VARS and a.form != "unset" and bf16_switched_on(a.value):
                     # the precision of the run changes: say so in the launcher itself
                     mark_bf16_launch(plan, ctx, self.id, s.group, a.name)
+            for a in appends(u, s):  # `XLA_FLAGS+=" --xla_dump_to=/tmp"`: adds to a variable with no effect either
+                reason = xla_only_reason(a.name)
+                if reason is None or a.name in BF16_VARS or a.name == "NEURON_CC_FLAGS":
+                    continue  # (NEURON_CC_FLAGS: NM513's)
+                if plan.editable(self.id, s):
+                    plan.delete(self.id, a.tok)
+                    removed.setdefault(a.name, []).append(s)
+                    self.finding(ctx, plan, a.tok, f"removed the append to {a.name}: {reason}")
+                else:
+                    plan.marker(ctx, s.group, f"Remove this append to {a.name}: it has no effect on TorchNeuron.")
             name = command_name(u, s)
             if name in ("mpirun", "mpiexec", "orterun"):
                 self._mpirun(plan, ctx, s, removed)

@@ -165,7 +165,7 @@ class Assignment:
     tok: int
     name: str
     value: str | None  # raw text after "=", None for `export NAME` / `unset NAME`
-    form: str  # "prefix" (X=1 cmd / X=1 alone), "export", "unset", "env"
+    form: str  # "prefix" (X=1 cmd / X=1 alone), "export", "unset", "env"; "append" (X+=1: see appends)
 
 
 _ENV_FLAGS = {"-i", "--ignore-environment", "-0", "--null", "-v", "--debug", "-"}
@@ -226,6 +226,21 @@ def assignments(unit: ShellUnit, s: Simple) -> list[Assignment]:
                 m = ASSIGN_RE.match(unit.text(i))
                 if m and not m.group(2) and not m.group(3):
                     out.append(Assignment(i, m.group(1), unit.text(i)[m.end():], "env"))
+    return out
+
+
+def appends(unit: ShellUnit, s: Simple) -> list[Assignment]:
+    """The ``NAME+=value`` words of a simple command (alone, before a command, or ``export NAME+=value``):
+    they add to the value the variable had, so :func:`assignments` (whole values) leaves them out; form
+    "append"."""
+    words = list(s.assigns)
+    if command_name(unit, s) == "export":
+        words += s.words[1:]
+    out = []
+    for i in words:
+        m = ASSIGN_RE.match(unit.text(i))
+        if m and m.group(3) and not m.group(2):
+            out.append(Assignment(i, m.group(1), unit.text(i)[m.end():], "append"))
     return out
 
 
