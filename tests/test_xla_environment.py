@@ -102,3 +102,30 @@ def test_transformers_4_cache_setting_is_kept_and_marked(tmp_path: Path, name: s
     assert "Rename TRANSFORMERS_CACHE to HF_HUB_CACHE" in migrated
     assert migrated.count("/data/cache") == 1  # the setting is kept, for a person to rename
 
+
+
+SHADOWED_OS = """\
+import os
+
+
+def launch():
+    child = os.environ.copy()
+    child["XLA_USE_BF16"] = "1"
+    return child
+
+
+def fake(os):
+    mine = os.environ.copy()
+    mine["XLA_USE_BF16"] = "1"
+    return mine
+"""
+
+
+def test_an_environment_copy_is_told_from_a_parameter_named_os():
+    """``mine = os.environ.copy()`` where ``os`` is a parameter is not a process environment: its entries
+    stay, whichever function the rules visit first; the real copy loses its bf16 switch."""
+    from migrator.engine import RuleSet, migrate_text
+
+    out, _ = migrate_text(SHADOWED_OS, "python", RuleSet.from_selection(RuleSelection()))
+    assert 'child["XLA_USE_BF16"]' not in out
+    assert 'mine["XLA_USE_BF16"] = "1"' in out
