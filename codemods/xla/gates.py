@@ -16,6 +16,8 @@ import libcst as cst
 
 from codemods.common.leftovers import old_stack
 from codemods.common.accelerators import serves_other_accelerators
+from codemods.common.export_only import kept_names
+from codemods.common.renames import load_table
 from migrator.imports import falls_back
 from migrator.rules import PythonContext, PythonRule
 
@@ -87,7 +89,9 @@ class OldStackAvailabilityGates(PythonRule):
         left alone: the migration keeps that import in the gate when it removes the old ones, so
         the gate then tests for TorchNeuron. A `try:` whose body imports an old-stack module is a gate only when one of its handlers
         catches ImportError (or ModuleNotFoundError, Exception) and does something other than
-        `pass` or re-raising; an import kept only for its side effects is NM900's business.
+        `pass` or re-raising; an import kept only for its side effects is NM900's business. Nor is a
+        `try:` whose old-stack imports are all names the rename table rewrites (`from optimum.neuron
+        import NeuronModelForCausalLM` becomes a Transformers import): the migrated import does not fail.
     """
 
     def handlers(self):
@@ -134,7 +138,8 @@ class OldStackAvailabilityGates(PythonRule):
             for small in stmt.body:
                 if isinstance(small, cst.Import):
                     modules += [ctx.module.code_for_node(a.name) for a in small.names]
-                elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
+                        and not _renamed(small, ctx):
                     modules.append(ctx.module.code_for_node(small.module))
         old = [m for m in modules if old_stack(m)]
         if not old or "torch_neuronx" in modules:
@@ -147,6 +152,18 @@ class OldStackAvailabilityGates(PythonRule):
             # second run finds it above the gate
             ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
                              f"gate on {NATIVE_TEST} instead")
+
+
+def _renamed(imp: cst.ImportFrom, ctx: PythonContext) -> bool:
+    """Whether the rename table gives every name of ``from <old stack> import a, b`` a native one (the renames
+    rewrite the import: it no longer fails on TorchNeuron), none of them kept as it is (an export-only load's
+    class)."""
+    if isinstance(imp.names, cst.ImportStar):
+        return False
+    module = ctx.module.code_for_node(imp.module)
+    table, kept = load_table(), kept_names(ctx)
+    return all(table.get(f"{module}.{a.name.value}") is not None and (a.asname or a).name.value not in kept
+               if isinstance(a.name, cst.Name) else False for a in imp.names)
 
 
 RULES = (OldStackAvailabilityGates,)
