@@ -139,7 +139,7 @@ class OldStackAvailabilityGates(PythonRule):
                 if isinstance(small, cst.Import):
                     modules += [ctx.module.code_for_node(a.name) for a in small.names]
                 elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
-                        and not _renamed(small, ctx):
+                        and not _renamed(stmt, small, ctx):
                     modules.append(ctx.module.code_for_node(small.module))
         old = [m for m in modules if old_stack(m)]
         if not old or "torch_neuronx" in modules:
@@ -154,16 +154,23 @@ class OldStackAvailabilityGates(PythonRule):
                              f"gate on {NATIVE_TEST} instead")
 
 
-def _renamed(imp: cst.ImportFrom, ctx: PythonContext) -> bool:
-    """Whether the rename table gives every name of ``from <old stack> import a, b`` a native one (the renames
-    rewrite the import: it no longer fails on TorchNeuron), none of them kept as it is (an export-only load's
-    class)."""
+def _renamed(line: cst.SimpleStatementLine, imp: cst.ImportFrom, ctx: PythonContext) -> bool:
+    """Whether the rename table gives every name of ``from <old stack> import a, b`` (on ``line``) a native one
+    (the renames rewrite the import: it no longer fails on TorchNeuron), none of them kept as it is (an
+    export-only load's class, an import whose line silences its rename rule)."""
     if isinstance(imp.names, cst.ImportStar):
         return False
     module = ctx.module.code_for_node(imp.module)
     table, kept = load_table(), kept_names(ctx)
-    return all(table.get(f"{module}.{a.name.value}") is not None and (a.asname or a).name.value not in kept
-               if isinstance(a.name, cst.Name) else False for a in imp.names)
+    for alias in imp.names:
+        qualified = f"{module}.{alias.name.value}" if isinstance(alias.name, cst.Name) else ""
+        rename = table.get(qualified)
+        if rename is None or (alias.asname or alias).name.value in kept:
+            return False
+        renamer = ctx.owner(qualified) if ctx.owner_renames(qualified) else rename.rule  # who rewrites the import
+        if ctx.is_ignored(line, renamer):
+            return False
+    return True
 
 
 RULES = (OldStackAvailabilityGates,)
