@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 #: prefixes of the dataclass fields that hold no code (whitespace, punctuation, operator tokens)
-SKIP_FIELD_PREFIXES = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace",
+_SKIP_FIELD_PREFIXES = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace",
                        "lines_after", "header", "footer", "equal", "colon", "arrow", "dot", "lbracket", "rbracket",
                        "lbrace", "rbrace", "operator", "asynchronous", "star", "first_line", "empty_lines", "indent",
                        "last_line", "newline", "prefix", "quote", "between")
@@ -32,7 +32,7 @@ def code_fields(t: type) -> tuple[str, ...]:
     found = _FIELDS.get(t)
     if found is None:
         found = _FIELDS[t] = tuple(f.name for f in dataclasses.fields(t)
-                                   if f.name in _CODE_FIELDS or not f.name.startswith(SKIP_FIELD_PREFIXES))
+                                   if f.name in _CODE_FIELDS or not f.name.startswith(_SKIP_FIELD_PREFIXES))
     return found
 
 

@@ -16,7 +16,7 @@ only there, and mark it elsewhere (a dict with such a key whose use is not seen)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -40,21 +40,24 @@ class EnvEntry:
 
 
 def _is_environ_copy(expr: cst.BaseExpression, ctx: PythonContext,
-                     qualname: Callable[[cst.BaseExpression], str | None] | None = None) -> bool:
-    """``os.environ``, ``os.environ.copy()``, ``dict(os.environ, ...)``, ``{**os.environ, ...}``
-    (``qualname``: how names resolve where ``expr`` is; default the node being handled's)."""
-    qualname = qualname or ctx.qualname
-    if qualname(expr) == _ENVIRON:
+                     ancestors: Sequence[cst.CSTNode] | None = None) -> bool:
+    """``os.environ``, ``os.environ.copy()``, ``dict(os.environ, ...)``, ``{**os.environ, ...}`` (``ancestors``:
+    nodes around ``expr``, where it is not the node being handled: its names resolve there)."""
+    where = ctx.stack if ancestors is None else ancestors
+
+    def environ(e: cst.BaseExpression) -> bool:
+        return ctx.qualname_at(e, where) == _ENVIRON
+
+    if environ(expr):
         return True
     if isinstance(expr, cst.Call):
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "copy" and not expr.args:
-            return qualname(expr.func.value) == _ENVIRON
+            return environ(expr.func.value)
         if isinstance(expr.func, cst.Name) and expr.func.value == "dict" and expr.args \
                 and expr.args[0].keyword is None and not expr.args[0].star:
-            return qualname(expr.args[0].value) == _ENVIRON
+            return environ(expr.args[0].value)
     if isinstance(expr, cst.Dict):
-        return any(isinstance(el, cst.StarredDictElement) and qualname(el.value) == _ENVIRON
-                   for el in expr.elements)
+        return any(isinstance(el, cst.StarredDictElement) and environ(el.value) for el in expr.elements)
     return False
 
 
@@ -70,7 +73,7 @@ def environment_names(ctx: PythonContext) -> frozenset[str]:
     for node, ancestors in walk_with_ancestors(ctx.module) if "env" in ctx.source else ():
         t = type(node)
         if t is cst.Assign:
-            if _is_environ_copy(node.value, ctx, lambda e: ctx.qualname_at(e, ancestors)):
+            if _is_environ_copy(node.value, ctx, ancestors):
                 found.update(a.target.value for a in node.targets if isinstance(a.target, cst.Name))
         elif t is cst.Arg:
             if node.keyword is not None and node.keyword.value in ENV_KEYWORDS and isinstance(node.value, cst.Name):
