@@ -114,6 +114,11 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def print_measure(label: str, m: Measure, n: int, extra: str = "") -> None:
+    """One timing line: the label, the best time, the rate over ``n`` files, how it was measured."""
+    print(f"{label:52}: {m.best:7.3f} s  {rate(n, m.best):7.1f} files/s  ({m.note}){extra}")
+
+
 def libcst_roundtrip(texts: list[str]) -> int:
     n = 0
     for text in texts:
@@ -367,7 +372,7 @@ def bench_corpus_b(pkg: Path, jobs: int, repeat: int, budget: float, k: int, siz
         t_a = m_a.best
 
         def line(label: str, m: Measure, extra: str = "") -> None:
-            print(f"{label:52}: {m.best:7.3f} s  {rate(n, m.best):7.1f} files/s  ({m.note}){extra}")
+            print_measure(label, m, n, extra)
 
         line("(a) plain libcst parse+codegen, 1 process, no I/O", m_a)
         line("(b) engine migrate_text,        1 process, no I/O", m_b, f"  changed {changed_b}/{n}")
@@ -420,9 +425,8 @@ def bench_corpus_c(folder: Path, repeat: int, budget: float) -> None:
     n = len(texts)
     changed = sum(1 for old, new in zip(texts, m_b.result) if new != old)  # type: ignore[arg-type]
     print(f"files: {n}, {sum(len(t.encode()) for t in texts) / 1024:.0f} KB in all")
-    print(f"{'(a) plain libcst parse+codegen, 1 process, no I/O':52}: {m_a.best:7.3f} s  {rate(n, m_a.best):7.1f} files/s  ({m_a.note})")
-    print(f"{'(b) engine migrate_text,        1 process, no I/O':52}: {m_b.best:7.3f} s  {rate(n, m_b.best):7.1f} files/s  "
-          f"({m_b.note})  changed {changed}/{n}")
+    print_measure("(a) plain libcst parse+codegen, 1 process, no I/O", m_a, n)
+    print_measure("(b) engine migrate_text,        1 process, no I/O", m_b, n, f"  changed {changed}/{n}")
     print(f"TARGET C: (b)/(a) <= {TARGET_B_RATIO}: {m_b.best / m_a.best:.2f} -> {verdict(m_b.best / m_a.best <= TARGET_B_RATIO)}")
     print()
 
