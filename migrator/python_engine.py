@@ -645,10 +645,12 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
     for b in ctx.imports.all_bindings():
         if b.local in dead and b.alias is not None:
             removal_ids.add(id(b.alias))
-    removal_ids -= _gate_keepers(ctx, removal_ids)
     # an import is added only where the migrated code uses it, or where it stands in for an
     # import that goes away: same local name (an alias kept), or an import that was never used
     used_locals = {name for name, refs in refs_by_name.items() if refs}
+    replaced = {id(a.replaces.alias) for a in asks
+                if a.replaces is not None and a.replaces.alias is not None and a.bound in seen_names}
+    removal_ids -= _gate_keepers(ctx, removal_ids, replaced)
 
     def stands_in(a: _ImportAsk) -> bool:
         b = a.replaces
@@ -665,13 +667,18 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
     return new_module.code, frozenset(seen_names | unbound)
 
 
-def _gate_keepers(ctx: PythonContext, removal_ids: set[int]) -> set[int]:
+def _gate_keepers(ctx: PythonContext, removal_ids: set[int], replaced: set[int]) -> set[int]:
     """The import aliases about to be removed that a ``try: import X ... except ImportError:`` gate
     needs: the gate's imports decide which branch runs, so removing all of them (their uses were
     migrated) would make the gate always pass. A gate keeps its imports that are not of the old
     stack (``import torch_neuronx``: the TorchNeuron plugin, there on a TorchNeuron host); when all
     its imports are of the old stack and all would go, they all stay (the gate then fails on
-    TorchNeuron as it would on any host without the old stack, which a rule may mark)."""
+    TorchNeuron as it would on any host without the old stack, which a rule may mark) -- unless
+    each of them is ``replaced`` (aliases a used native import takes the place of, in the gate:
+    ``from optimum.neuron import NeuronModelForCausalLM`` -> ``from transformers import
+    AutoModelForCausalLM``): the gate then tests for the native library its branch uses, and
+    keeping the old import would make it fail on TorchNeuron (its except branch unbinding the
+    native name)."""
     gates: dict[int, list[Binding]] = {}
     for b in ctx.imports.all_bindings():
         if b.alias is None:
@@ -682,8 +689,8 @@ def _gate_keepers(ctx: PythonContext, removal_ids: set[int]) -> set[int]:
     keep: set[int] = set()
     for bindings in gates.values():
         going = [b for b in bindings if id(b.alias) in removal_ids]
-        if not going or len(going) < len(bindings):
-            continue  # an import of the gate stays: it still tests for that
+        if not going or len(going) < len(bindings) or all(id(b.alias) in replaced for b in going):
+            continue  # an import of the gate stays (it still tests for that), or native ones take their place
         native = [b for b in going if not is_old_stack(b.qualified)]
         keep.update(id(b.alias) for b in (native or going))
     return keep

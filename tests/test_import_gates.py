@@ -57,6 +57,36 @@ def test_an_old_stack_only_gate_keeps_its_import_and_is_marked(rules: RuleSet):
     assert "NM420" in text.split("try:\n", 1)[0]
 
 
+RENAMED_GATE = """\
+try:
+    from optimum.neuron import NeuronModelForCausalLM
+except ImportError:
+    NeuronModelForCausalLM = None
+
+
+def load(path):
+    return NeuronModelForCausalLM.from_pretrained(path)
+"""
+
+
+def test_a_gate_of_renamed_imports_tests_for_the_native_library(rules: RuleSet):
+    """Every old-stack import of the gate is one the rename table replaces with a used native import:
+    that import takes its place (the gate now tests for Transformers, which the migrated branch uses); the
+    old one kept beside it would fail on TorchNeuron and its except branch would unbind the native name."""
+    text = _out(RENAMED_GATE, rules)
+    body = text.split("try:\n", 1)[1].split("except ImportError:", 1)[0]
+    assert body.strip() == "from transformers import AutoModelForCausalLM"
+    assert "optimum" not in text and "NM420" not in text
+    scope: dict = {}
+    exec(compile(text, "migrated.py", "exec"), scope)  # this host has Transformers, not optimum-neuron
+    assert scope["AutoModelForCausalLM"] is __import__("transformers").AutoModelForCausalLM
+
+
+def test_a_gate_of_renamed_imports_is_idempotent(rules: RuleSet):
+    once = _out(RENAMED_GATE, rules)
+    assert _out(once, rules) == once
+
+
 def test_an_import_outside_a_gate_still_goes(rules: RuleSet):
     text = _out("import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n", rules)
     assert "torch_xla" not in text and 'torch.device("neuron")' in text
