@@ -96,6 +96,7 @@ TABLE = (
     ('NM620', 'text', ('shell', 'dockerfile'), ('huggingface-cli',), (), (), ()),
     ('NM621', 'python', ('python', 'notebook', 'markdown'), ('pipeline(',), (), (), ()),
     ('NM622', 'python', ('python', 'notebook', 'markdown'), ('save_function=',), (), (), ()),
+    ('NM623', 'python', ('python', 'notebook', 'markdown'), ('.get_head_mask(', '.invert_attention_mask(', '.get_extended_attention_mask(', '.create_extended_attention_mask_for_decoder(', '.floating_point_ops(', '.estimate_tokens(', '.prune_heads(', '.to_bettertransformer(', '.reverse_bettertransformer('), (), (), ()),
     ('NM900', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'neuronperf', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla', 'neuronxcc', 'optimum.commands', 'torch.neuron.trace', 'torch.neuron.DataParallel', 'torch.neuron.analyze_model'), (), (), ()),
     ('NM901', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), (), ()),
     ('NM902', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import', 'torch_xla', 'neuronperf', 'torch_neuron', 'transformers_neuronx', 'neuronx_distributed', 'libneuronxla', 'neuronxcc', 'optimum.commands', 'torch.neuron.trace', 'torch.neuron.DataParallel', 'torch.neuron.analyze_model'), (), (), ()),

@@ -103,3 +103,21 @@ def test_sample_outputs_alias_the_generate_outputs():
     assert data().removed_attr("transformers.PreTrainedTokenizerBase", "encode_plus")
     change = data().method_change("transformers.Trainer.compute_loss")
     assert ["num_items_in_batch", "POSITIONAL_OR_KEYWORD", None] in change["added"]
+
+
+def test_the_removed_model_helpers_are_gone_from_v5_models():
+    """NM623's table: every helper is listed removed by the data, and no v5 model class has it (an encoder, a
+    decoder with generate(), the base class), so a call raises AttributeError there."""
+    import transformers
+
+    from codemods.upgrade.calls import MODEL, MODEL_HELPERS
+
+    classes = (transformers.PreTrainedModel, transformers.BertModel, transformers.PerceiverModel,
+               transformers.GPT2LMHeadModel, transformers.LlamaForCausalLM)
+    for name in MODEL_HELPERS:
+        assert data().removed_attr(MODEL, name), name
+        assert not any(hasattr(cls, name) for cls in classes), name
+    model = transformers.BertModel(transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                                           intermediate_size=8, vocab_size=16))
+    with pytest.raises(AttributeError):
+        model.invert_attention_mask(__import__("torch").ones(1, 4))

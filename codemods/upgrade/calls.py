@@ -7,7 +7,8 @@
 * NM618 ``tok.apply_chat_template(msgs, return_tensors="pt")`` used as a tensor (v4's return): ``return_dict=False``
   (v5 returns a BatchEncoding);
 * NM619 ``with tok.as_target_tokenizer(): labels = tok(targets)`` (removed in v5) -> ``tok(text_target=targets)``;
-* NM621 ``pipeline("summarization")`` and the other tasks v5 removed: a marker with what Transformers says instead.
+* NM621 ``pipeline("summarization")`` and the other tasks v5 removed: a marker with what Transformers says instead;
+* NM623 ``self.get_head_mask(...)``, ``model.invert_attention_mask(...)`` and the other model helpers v5 removed: a marker.
 """
 
 from __future__ import annotations
@@ -583,5 +584,82 @@ class RemovedPipelineTasks(PythonRule):
                    detail=f"transformers 5 removed the {task!r} pipeline task: {instead}")
 
 
+MODEL = "transformers.PreTrainedModel"
+_COPY = "copy its 4.x code into the project (v5 models build their own masks)"
+#: the model helpers (4.x ``ModuleUtilsMixin`` / ``PreTrainedModel`` methods) v5 removed, with what to do instead; a
+#: name counts only while the generated upgrade data lists it among PreTrainedModel's removed attributes
+MODEL_HELPERS = {
+    "get_head_mask": "drop head_mask (v5 layers take none) or copy its 4.x code into the project",
+    "invert_attention_mask": _COPY,
+    "get_extended_attention_mask": _COPY,
+    "create_extended_attention_mask_for_decoder": _COPY,
+    "floating_point_ops": "copy its 4.x code into the project",
+    "estimate_tokens": "copy its 4.x code into the project",
+    "prune_heads": "drop the call or prune the layers by hand",
+    "to_bettertransformer": "drop the call: v5 models run SDPA attention by default",
+    "reverse_bettertransformer": "drop the call: v5 models run SDPA attention by default",
+}
+
+
+class RemovedModelHelpers(PythonRule):
+    id = "NM623"
+    title = "Model helper methods removed in v5 (get_head_mask, invert_attention_mask, get_extended_attention_mask...)"
+    fix = "manual"
+    triggers = tuple(f".{name}(" for name in MODEL_HELPERS)
+    why = """
+        Transformers 5 removed the mask and bookkeeping helpers 4.x models inherited from
+        `ModuleUtilsMixin` (`get_head_mask`, `invert_attention_mask`, `get_extended_attention_mask`,
+        `create_extended_attention_mask_for_decoder`, `floating_point_ops`, `estimate_tokens`), head
+        pruning (`prune_heads`) and the BetterTransformer conversion: calling one raises an
+        AttributeError. Code that drives a model's submodules itself (a wrapper that traces the
+        encoder of a Perceiver, a hand-written forward) called them; v5 models build their masks in
+        `transformers.masking_utils` and their layers take no head mask. The list is checked against
+        the generated upgrade data (PreTrainedModel's removed attributes).
+    """
+    before = """
+        from transformers import PerceiverModel
+
+        model = PerceiverModel.from_pretrained("deepmind/multimodal-perceiver")
+        mask = model.invert_attention_mask(attention_mask)
+    """
+    after = """
+        from transformers import PerceiverModel
+
+        model = PerceiverModel.from_pretrained("deepmind/multimodal-perceiver")
+        # TODO(neuron-migrate NM623): `invert_attention_mask` is gone in Transformers 5: copy its 4.x code into the project (v5 models build their own masks).
+        mask = model.invert_attention_mask(attention_mask)
+    """
+    caveats = """
+        The receiver's type is not followed: a call counts in a unit that imports Transformers (or
+        optimum, whose models the migration makes Transformers ones) and defines no function of that
+        name (a project's own model class may provide it).
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute):
+            return
+        name = func.attr.value
+        advice = MODEL_HELPERS.get(name)
+        if advice is None or data().removed_attr(MODEL, name) is None:
+            return
+        if not _imports_transformers(ctx) or re.search(rf"\bdef\s+{name}\b", ctx.source):
+            return
+        ctx.marker(node, fitted(f"`{name}` is gone in Transformers 5: {advice}.",
+                                f"This model helper is gone in Transformers 5: {advice}."),
+                   detail=f"transformers 5 removed PreTrainedModel.{name} (last in {data().removed_attr(MODEL, name)})")
+
+
+def _imports_transformers(ctx: PythonContext) -> bool:
+    key = "NM623.imports_transformers"
+    if key not in ctx.scratch:
+        ctx.scratch[key] = any(b.qualified.split(".", 1)[0] in ("transformers", "optimum")
+                               for b in ctx.imports.all_bindings())
+    return ctx.scratch[key]
+
+
 RULES = (EncodePlus, FlashAttention, RemovedArgumentFields, TorchscriptFlag, ChatTemplateTensors, TargetTokenizer,
-         RemovedPipelineTasks)
+         RemovedPipelineTasks, RemovedModelHelpers)
