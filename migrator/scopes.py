@@ -70,6 +70,14 @@ class _Binder(cst.CSTVisitor):
         return False
 
 
+def bound_names(module: cst.Module) -> frozenset[str]:
+    """The names a module's own scope binds other than by import (assignments, definitions, loop and
+    ``with`` targets, ``:=``); the import index (:mod:`migrator.imports`) has the imported ones."""
+    binder = _Binder()
+    module.visit(binder)
+    return frozenset(binder.bound)
+
+
 def local_names(function: cst.FunctionDef | cst.Lambda, walrus: bool = True) -> frozenset[str]:
     """The names ``function`` binds in its own scope. ``walrus=False`` (the module has no ``:=``) walks
     the statements only, not the expressions: the same names, several times faster."""

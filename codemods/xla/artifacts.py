@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from migrator.rules import PythonContext
+from migrator.scopes import bound_names
 from migrator.tree import child_nodes
 
 #: what a trace saved: the Transformers model it wraps (``save_pretrained``), or another module's state dict
@@ -152,7 +153,26 @@ def not_a_module(expr: cst.BaseExpression, scope: cst.CSTNode, ctx: PythonContex
         # module instance (instances are made where they are traced); which one is not known here
         shown = f"`{name}`" if len(name) <= 24 else "the traced name"
         return f"{shown} may be an imported function: compile it as it is"
+    if not local and not _MODULE_NAME.search(name) and name not in module_names(ctx) and not any(
+            type(a) in (cst.FunctionDef, cst.Lambda) and ctx.bound_locally(name, [a]) for a in ctx.stack):
+        # bound nowhere in the unit (a snippet of a document, a name another cell or module defines) and not
+        # named as a module is: a function as often as a module, and only a module has .to()
+        shown = f"`{name}`" if len(name) <= 14 else "the traced name"
+        return f"{shown} comes from elsewhere: only a module takes .to(\"neuron\")"
     return None
+
+
+#: how a name that holds an nn.Module is written (`model`, `neuron_model`, `net`, `unet`, `text_encoder`, `vae`)
+_MODULE_NAME = re.compile(r"model|net|module|encoder|decoder|vae|transformer|layer|block|backbone|head|classifier",
+                          re.IGNORECASE)
+
+
+def module_names(ctx: PythonContext) -> frozenset[str]:
+    """The names the unit's module scope binds (assignments, definitions, imports, loop targets...)."""
+    found = ctx.scratch.get("artifacts.module_names")
+    if found is None:
+        found = ctx.scratch["artifacts.module_names"] = bound_names(ctx.module) | frozenset(ctx.imports.bindings)
+    return found
 
 
 # ------------------------------------------------------------------------------------------- the scan

@@ -761,12 +761,15 @@ class NeuronTrace(_XlaRule):
                 return
             ctx.marker(call, f"Move each tensor unpacked into {name}(...) with * / ** to the neuron device by hand.")
             return
-        if not any(_movable(arg.value) for arg in call.args):
+        scalars = _scalar_names(ctx)
+        if not any(_movable(arg.value) and not _scalar(arg.value, scalars) for arg in call.args):
             return
         q = _quote(ctx)
         lists = {k[1] for k in state.get("lists", set()) if k[0] == scope}
 
         def move(value: cst.BaseExpression) -> cst.BaseExpression:
+            if _scalar(value, scalars):
+                return value  # a number (a length, a bound): it has no .to(), and the compiled model takes it as it is
             if isinstance(value, cst.Name) and value.value in containers:
                 # a tuple (list) of tensors has no .to(): each element moves
                 if value.value in lists:
@@ -1064,6 +1067,57 @@ def _assigned_target(call: cst.Call, ctx: PythonContext) -> str | None:
 
 
 _LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+#: names that hold a number by convention (a length, a size, a count, a bound): `seq_len`, `max_len`, `batch_size`,
+#: `num_beams`, `clip_max`, `eps`; a tensor of lengths is written in the plural (`lengths`, `x_lens`) and moves
+_SCALAR_NAME = re.compile(r"^(?:\w+_)?(?:len|length|size|count|dim|idx|index|step|max|min|eps|scale|temperature|seed)$"
+                          r"|^(?:num|n|max|min|clip)_\w+$|^[nkij]$|^top_[kp]$")
+#: calls whose result is a Python number
+_NUMBER_CALLS = ("int", "float", "len", "round", "abs", "math.ceil", "math.floor", "math.sqrt")
+
+
+def _number(value: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """Whether ``value`` computes a Python number (literals, arithmetic of them, ``int(...)``, ``len(...)``)."""
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _number(value.expression, ctx)
+    if isinstance(value, cst.BinaryOperation):
+        return _number(value.left, ctx) and _number(value.right, ctx)
+    if isinstance(value, cst.Call):
+        name = _code(value.func)
+        return name in _NUMBER_CALLS and ctx.qualname(value.func) in (None, name)
+    return False
+
+
+def _scalar_names(ctx: PythonContext) -> frozenset[str]:
+    """The names the current scope (or the module) assigns only Python numbers to."""
+    scope = scope_of(ctx)
+    key = f"NM410.scalars.{id(scope)}"
+    cached = ctx.scratch.get(key)
+    if cached is not None:
+        return cached
+    numbers: set[str] = set()
+    others: set[str] = set()
+    for body in {id(b): b for b in (scope, ctx.module)}.values():
+        for node in walk(body.body if isinstance(body, cst.FunctionDef) else body):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                (numbers if _number(node.value, ctx) else others).add(node.targets[0].target.value)
+            elif isinstance(node, cst.For) and isinstance(node.target, cst.Name) and isinstance(node.iter, cst.Call) \
+                    and _code(node.iter.func) == "range":
+                numbers.add(node.target.value)
+    found = ctx.scratch[key] = frozenset(numbers - others)
+    return found
+
+
+def _scalar(value: cst.BaseExpression, scalars: frozenset[str]) -> bool:
+    """A value that is a Python number, not a tensor: a number literal, a name assigned only numbers, or a
+    name that by convention holds one (``seq_len``, ``clip_max``): no ``.to()`` for it."""
+    if isinstance(value, (cst.Integer, cst.Float)) or (
+            isinstance(value, cst.UnaryOperation) and isinstance(value.expression, (cst.Integer, cst.Float))):
+        return True
+    return isinstance(value, cst.Name) and (value.value in scalars or bool(_SCALAR_NAME.match(value.value)))
 
 
 def _movable(value: cst.BaseExpression) -> bool:
