@@ -51,6 +51,48 @@ def test_gpt2_sampling_server_runs_on_one_device(tmp_path: Path):
     assert torch.equal(first[:, :3], ids)
 
 
+def _simple_sample(model, input_ids, sequence_length, eos_token_id, top_k):
+    """transformers-neuronx's sampling.simple_sample/sample_loop (GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM), on a
+    Transformers model: the EOS score is -inf before every draw, and the loop runs to sequence_length."""
+    tokens, ids = [input_ids], input_ids
+    for _ in range(input_ids.shape[1], sequence_length):
+        scores = model(ids).logits[:, -1, :].clone()
+        scores[:, eos_token_id] = -float("inf")
+        values, indices = torch.topk(scores, top_k)
+        pick = torch.gather(indices, 1, torch.multinomial(torch.softmax(values, dim=-1), 1, replacement=True))
+        tokens.append(pick)
+        ids = torch.cat(tokens, dim=-1)
+    return ids
+
+
+def test_sample_of_a_never_eos_model_keeps_its_length_after_the_migration(tmp_path: Path):
+    """A GPT-2 whose EOS is its likeliest token: the old .sample returned sequence_length tokens and no EOS;
+    the migrated generate() (min_length=max_length) does too, where without min_length it stops at EOS."""
+    out, _ = migrate(textwrap.dedent(SOURCE).encode(), "python", RuleSet.from_selection(RuleSelection()))
+    text = out.decode()
+    assert "min_length=12" in text and ".to(model.device)" not in text
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=32, n_positions=64,
+                                     eos_token_id=7, bos_token_id=7)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    bias = torch.zeros(32)
+    bias[7] = 50.0  # added to the logits (a forward hook): EOS is drawn at once whenever it may be
+    model.lm_head.register_forward_hook(lambda m, i, o: o + bias)
+    model.save_pretrained(tmp_path / "ckpt")
+    ids = torch.tensor([[1, 2, 3]])
+    torch.manual_seed(0)
+    old = _simple_sample(model, ids, 12, eos_token_id=7, top_k=4)
+    assert old.shape == (1, 12) and not (old[:, 3:] == 7).any()
+
+    scope = {"CHECKPOINT": str(tmp_path / "ckpt"), "SPLIT": str(tmp_path / "split")}
+    exec(compile(text.replace('"neuron"', '"cpu"'), "migrated.py", "exec"), scope)
+    scope["model"].lm_head.register_forward_hook(lambda m, i, o: o + bias)
+    new = scope["answer"](ids)
+    assert new.shape == (1, 12) and not (new[:, 3:] == 7).any()
+    without = scope["model"].generate(ids, max_length=12, do_sample=True, top_k=1)  # the form before the fix
+    assert without.shape[1] < 12
+
+
 def test_tp_degrees_nm411_keeps_divide_the_key_value_heads_it_assumes():
     """NM411 turns tp_degree into DistributedConfig(tp_size=N) only for powers of two up to 8 (MAX_KV_HEADS): Llama's
     tensor-parallel plan shards k_proj across ranks, so a Llama 2 70B (8 key/value heads) loads at tp_size 8 and

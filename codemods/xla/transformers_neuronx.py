@@ -61,6 +61,9 @@ SPLIT_SAVES = (f"{NX}.module.save_pretrained_split", f"{NX}.save_pretrained_spli
 CLASSES = tuple(
     name for module, cls in MODELS.items() for name in (f"{NX}.{cls}", f"{NX}.{module}.model.{cls}")
 ) + (f"{NX}.NeuronAutoModelForCausalLM",)  # dispatches to the classes above (same arguments)
+#: the models whose .sample was transformers-neuronx's simple_sample (sampling.py: the EOS score is set to -inf
+#: before every draw, so the output always has sequence_length tokens)
+NEVER_EOS = ("gpt2", "gptj", "gptneox", "opt", "bloom")
 AMP = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 DEFAULTS = {"n_positions": 2048, "amp": "f32", "tp_degree": 2}
 #: sample(input_ids, sequence_length, start_ids=None, top_k=50, top_p=1.0, eos_token_override=None,
@@ -68,6 +71,12 @@ DEFAULTS = {"n_positions": 2048, "amp": "f32", "tp_degree": 2}
 SAMPLE_PARAMS = ("input_ids", "sequence_length", "start_ids", "top_k", "top_p", "eos_token_override",
                  "temperature", "streamer", "stopping_criteria_list", "no_repeat_ngram_size")
 SAMPLE_DEFAULTS = (("top_k", "50"), ("top_p", "1.0"), ("temperature", "1.0"))
+
+
+def _module_of(cls: str) -> str | None:
+    """The transformers-neuronx model module (``gptj``) of a class's qualified name, or None (the auto class)."""
+    name = cls.rsplit(".", 1)[-1]
+    return next((module for module, c in MODELS.items() if c == name), None)
 
 
 def _shardable(cls: str) -> bool | None:
@@ -124,8 +133,9 @@ class TransformersNeuronxSampling(PythonRule):
         `distributed_config=DistributedConfig(tp_size=tp_degree)` under torchrun when
         `tp_degree` > 1, which is the default), a static KV cache of `n_positions` tokens, no
         `.to_neuron()`, and `.sample(ids, sequence_length=N, top_k=K)` becomes
-        `.generate(ids.to(model.device), max_length=N, do_sample=True, top_k=K, top_p=1.0,
-        temperature=1.0)` (`.sample` took token ids on the CPU) -
+        `.generate(ids, max_length=N, do_sample=True, top_k=K, top_p=1.0, temperature=1.0)` (the ids
+        stay on the CPU, where `.sample` took them and where generate() on Neuron wants them;
+        `min_length=N` too for GPT-2, GPT-J, GPT-NeoX, OPT and BLOOM, whose sampler never sampled EOS) -
         transformers-neuronx's own defaults, written out so that the checkpoint's
         generation_config does not change them.
     """
@@ -154,14 +164,7 @@ class TransformersNeuronxSampling(PythonRule):
 
         def complete(model, input_ids):
             with torch.inference_mode():
-                return model.generate(
-                    input_ids.to(model.device),
-                    max_length=256,
-                    do_sample=True,
-                    top_k=20,
-                    top_p=1.0,
-                    temperature=1.0,
-                )
+                return model.generate(input_ids, max_length=256, do_sample=True, top_k=20, top_p=1.0, temperature=1.0)
     """
     caveats = """
         `path` must be a regular Hugging Face checkpoint (a `save_pretrained_split` directory is
@@ -343,7 +346,9 @@ class TransformersNeuronxSampling(PythonRule):
         target = _assigned_target(ctx, call)
         inserted = target is not None and _insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
         if target is not None:
-            ctx.local_state().setdefault("models", set()).add(ctx.module.code_for_node(target))
+            code = ctx.module.code_for_node(target)
+            ctx.local_state().setdefault("models", set()).add(code)
+            ctx.local_state().setdefault("classes", {}).setdefault(code, set()).add(cls)
         if not inserted:
             n = max_len_code or ctx.module.code_for_node(kw["n_positions"].value)
             markers.append(f"set a static cache on this model: `model.generation_config.cache_implementation = "
@@ -376,19 +381,26 @@ class TransformersNeuronxSampling(PythonRule):
             ctx.marker(call, "stopping_criteria_list= becomes generate(stopping_criteria=StoppingCriteriaList([...])) "
                              "with transformers stopping criteria")
         names = {"sequence_length": "max_length", "eos_token_override": "eos_token_id"}
+        classes = ctx.local_state().get("classes", {}).get(receiver, set())
+        # GPT-2, GPT-J, GPT-NeoX, OPT and BLOOM sampled with transformers-neuronx's simple_sample, which never
+        # samples EOS (its score is -inf at every step): always sequence_length tokens; generate() stops at EOS
+        # unless min_length is the same length. The Llama family's sampler stops at EOS as generate() does
+        never_eos = bool(classes) and all(_module_of(c) in NEVER_EOS for c in classes)
+        if not never_eos and not (classes and all(_module_of(c) in MODELS and _module_of(c) not in NEVER_EOS
+                                                  for c in classes)):
+            ctx.marker(call, "Pass min_length= equal to max_length if this is GPT-2/GPT-J/GPT-NeoX/OPT/BLOOM: "
+                             "its .sample never stopped at EOS.")
 
         def build(updated: cst.Call) -> cst.Call:
             ub = {}
             for i, a in enumerate(updated.args):
                 ub[SAMPLE_PARAMS[i] if a.keyword is None else a.keyword.value] = a
-            ids = ub["input_ids"].value
-            already = (isinstance(ids, cst.Call) and isinstance(ids.func, cst.Attribute) and ids.func.attr.value == "to")
-            if not already:  # .sample took CPU token ids; generate() wants them on the model's device
-                ids = cst.Call(func=cst.Attribute(value=_atomic(ids), attr=cst.Name("to")),
-                               args=[cst.Arg(value=cst.Attribute(value=_atomic(updated.func.value),  # type: ignore[union-attr]
-                                                                 attr=cst.Name("device")))])
-            args = [cst.Arg(value=ids)]
+            # .sample took token ids on the CPU, as generate() on Neuron wants them (it moves what forward
+            # consumes, keeps the growing tensors on the CPU, and returns the output where the inputs were)
+            args = [cst.Arg(value=ub["input_ids"].value)]
             args.append(cst.Arg(keyword=cst.Name("max_length"), value=ub["sequence_length"].value, equal=_EQ))
+            if never_eos:
+                args.append(cst.Arg(keyword=cst.Name("min_length"), value=ub["sequence_length"].value, equal=_EQ))
             args.append(cst.Arg(keyword=cst.Name("do_sample"), value=cst.Name("True"), equal=_EQ))
             for key, default in SAMPLE_DEFAULTS:
                 value = ub[key].value if key in ub else cst.parse_expression(default)
@@ -405,7 +417,8 @@ class TransformersNeuronxSampling(PythonRule):
         explicit = [k for k, _ in SAMPLE_DEFAULTS if k not in bound]
         ctx.finding(call, f"{receiver}.sample(...) -> {receiver}.generate(..., do_sample=True)"
                           + (f" with transformers-neuronx's defaults made explicit ({', '.join(explicit)})"
-                             if explicit else ""))
+                             if explicit else "")
+                          + (", min_length=max_length (its sampler never sampled EOS)" if never_eos else ""))
 
 
 def _target(ctx: PythonContext, binding) -> cst.BaseExpression:
