@@ -208,7 +208,11 @@ def test_migrated_sequence_classification_runs_like_transformers(tiny_bert, tmp_
     assert 'device_map="neuron"' in migrated
     assert 'padding="max_length", max_length=24, truncation=True' in migrated
     assert ".to(model.device)" in migrated
-    assert not [f for f in findings if f.fix == "manual"], [f.message for f in findings if f.fix == "manual"]
+    # auto_cast="matmul" ran only the matmuls in bf16 (auto_cast_type's default): the model stays float32, and the
+    # one thing left to do is the autocast that splits precision the same way
+    assert "dtype=" not in "\n".join(line for line in migrated.splitlines() if "TODO(" not in line)
+    assert [f.message for f in findings if f.fix == "manual"] == [
+        'Wrap the model\'s calls in torch.autocast("neuron", dtype=torch.bfloat16): the export cast its matmuls only.']
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     ref_model = AutoModelForSequenceClassification.from_pretrained(tiny_bert).eval()

@@ -11,7 +11,7 @@ SOURCE = textwrap.dedent("""
     from optimum.neuron import NeuronWhisperForConditionalGeneration
 
     model = NeuronWhisperForConditionalGeneration.from_pretrained(
-        "w", export=True, batch_size=1, sequence_length=128, auto_cast_type="bf16")
+        "w", export=True, batch_size=1, sequence_length=128, auto_cast="all", auto_cast_type="bf16")
     tokens = model.generate(features)
 """)
 
@@ -23,6 +23,17 @@ def test_whisper_markers_name_generate_and_the_features_dtype():
     assert "Move the audio features with .to(model.device, model.dtype): generate() does not cast them." in manual
     assert not any("padding=" in m for m in manual)  # never the text-model padding advice
     assert "dtype=torch.bfloat16" in new
+
+
+def test_a_whisper_cast_as_its_default_stays_float32_with_an_autocast_marker():
+    """optimum-neuron's seq2seq export cast only the matmuls (auto_cast="matmul" by default): no bf16 model."""
+    source = SOURCE.replace('auto_cast="all", ', "")
+    new, findings = migrate_text(source, "python", RuleSet.from_selection(RuleSelection()))
+    manual = [f.message for f in findings if f.rule == "NM103" and f.fix == "manual"]
+    assert "dtype=" not in "\n".join(line for line in new.splitlines() if "TODO(" not in line)
+    assert 'Wrap the model\'s calls in torch.autocast("neuron", dtype=torch.bfloat16): the export cast its matmuls only.' \
+        in manual
+    assert not any("audio features with .to(" in m for m in manual)
 
 
 def test_a_bf16_whisper_rejects_float32_features_and_takes_cast_ones():

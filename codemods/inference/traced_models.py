@@ -30,6 +30,7 @@ from codemods.inference.args import (
     COMPILER_KNOBS,
     DTYPES,
     EQ,
+    NOT,
     expand_literal_kwargs,
     literal_dicts,
     hug_layout,
@@ -81,6 +82,10 @@ SHAPE_KWARGS = (
     "vae_scale_factor", "encoder_hidden_size", "image_encoder_shapes", "rotary_axes_dim",
 )
 KNOBS = tuple(dict.fromkeys((*COMPILER_KNOBS, "export", "auto_cast_type", "tensor_parallel_size")))
+#: optimum-neuron's export defaults of (auto_cast, auto_cast_type) where a class's differ from NeuronTracedModel's
+#: (None: no cast, the model ran in float32): the seq2seq models (NeuronModelForConditionalGeneration) cast
+#: their matmuls to bf16 (modeling_seq2seq.py, 0.0.x to 0.4)
+CAST_DEFAULTS = {"NeuronModelForSeq2SeqLM": ("matmul", "bf16"), "NeuronWhisperForConditionalGeneration": ("matmul", "bf16")}
 DTYPE_KWARGS = ("torch_dtype", "dtype")
 CALL_TIME = ("output_attentions", "output_hidden_states")
 TOKENIZER_SUFFIXES = ("Tokenizer", "TokenizerFast")
@@ -104,8 +109,11 @@ class TracedModelsOnNeuron(PythonRule):
         optimum-neuron traced encoder, vision and audio models ahead of time for static input
         shapes (`export=True, batch_size=..., sequence_length=...` plus compiler options). Under
         TorchNeuron the Transformers class runs eagerly on the `neuron` device and compiles per input
-        shape, so the load becomes `from_pretrained(id, device_map="neuron")` (dtype from
-        `auto_cast_type`), the compiler options go, and the static sequence length becomes padding
+        shape, so the load becomes `from_pretrained(id, device_map="neuron")` (with
+        `dtype=` of `auto_cast_type` where `auto_cast="all"` cast the whole model; `"matmul"`, the
+        seq2seq models' default, cast only the matmuls: a marker asks for `torch.autocast`; without
+        `auto_cast` the model ran in float32 and `auto_cast_type` is dropped), the compiler options
+        go, and the static sequence length becomes padding
         of the tokenizer call that feeds the model (`padding="max_length", max_length=N,
         truncation=True`), whose output is moved to the model (`.to(model.device)`).
     """
@@ -201,20 +209,33 @@ class TracedModelsOnNeuron(PythonRule):
         elif export is not None and export_value not in (True, False):
             markers.append(f"Point this load at the original checkpoint where export={_short(code(export.value))} is false.")
 
-        # ---- dtype
+        # ---- dtype: what the compiler cast (optimum-neuron's auto_cast / auto_cast_type, with the class's defaults)
         dtype_expr: cst.BaseExpression | None = None
         acast = kw.get("auto_cast_type")
         auto_cast = kw.get("auto_cast")
-        casting = auto_cast is None or literal(auto_cast.value) not in ("none", None)
-        if acast is not None and casting:
-            value = literal(acast.value)
-            if isinstance(value, str) and value in DTYPES and DTYPES[value] != "float32":
-                dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
-                applied.append(f"auto_cast_type={code(acast.value)} becomes dtype=torch.{DTYPES[value]} "
-                               "(the whole model, not only the matmuls, runs in that dtype)")
-            elif not (isinstance(value, str) and value in DTYPES):
-                markers.append(f"Pass dtype=torch.bfloat16 ('bf16') or torch.float16 ('fp16') for auto_cast_type="
-                               f"{_short(code(acast.value), 20)}.")
+        default_cast, default_type = CAST_DEFAULTS.get(class_name, (None, "bf16"))  # the compiler's --auto-cast-type
+        cast = literal(auto_cast.value) if auto_cast is not None else default_cast
+        value = literal(acast.value) if acast is not None else default_type
+        if cast is NOT:
+            markers.append(f"Pass dtype=torch.bfloat16 where auto_cast={_short(code(auto_cast.value), 20)} is 'all', "
+                           "or wrap the calls in torch.autocast for 'matmul'.")
+        elif cast in (None, "none"):
+            if acast is not None:  # optimum-neuron ignored it: the model ran in float32
+                applied.append(f"auto_cast_type={code(acast.value)} dropped: without auto_cast the model ran in "
+                               "float32, as it does now")
+        elif not (isinstance(value, str) and value in DTYPES):
+            markers.append(f"Pass dtype=torch.bfloat16 ('bf16') or torch.float16 ('fp16') for auto_cast_type="
+                           f"{_short(code(acast.value) if acast is not None else 'None', 20)}.")
+        elif DTYPES[value] == "float32":
+            pass
+        elif cast == "all":
+            dtype_expr = torch_dtype(ctx, DTYPES[value], quote, ctx.imports.binding_of(node.func))
+            applied.append(f"auto_cast=\"all\", auto_cast_type={value!r} becomes dtype=torch.{DTYPES[value]}")
+        elif acast is not None or auto_cast is not None:
+            # "matmul": the compiler ran the matrix multiplications in that dtype and the rest in float32; a bf16
+            # model would run everything in it (other numbers): autocast is the same split
+            markers.append(f"Wrap the model's calls in torch.autocast(\"neuron\", dtype=torch.{DTYPES[value]}): the "
+                           "export cast its matmuls only.")
         explicit_dtype = next((kw[k] for k in DTYPE_KWARGS if k in kw), None)
         if dtype_expr is not None and "Whisper" in class_name:
             # generate() does not cast float32 audio features to a bf16/fp16 model's dtype (the conv raises)
