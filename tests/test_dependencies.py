@@ -370,3 +370,35 @@ def test_rules_are_registered():
     assert ids["NM502"].kinds == ("requirements",)
     assert set(ids["NM501"].kinds) == {"requirements", "pyproject"}
     assert textwrap.dedent(ids["NM501"].why)
+
+
+def test_dependency_floors_are_those_of_the_installed_targets():
+    """codemods/project/dependency_floors.json is what tools/gen_dependency_floors.py reads from the installed
+    targets' metadata (skipped where another release of a target is installed than the file records)."""
+    import subprocess
+    import sys
+
+    data = policy.dependency_floors()
+    for lib, version in data["versions"].items():
+        try:
+            installed = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.skip(f"{lib} is not installed")
+        if installed != version:
+            pytest.skip(f"installed {lib} {installed}, the data records {version}")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "tools" / "gen_dependency_floors.py"), "--check"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert data["floors"]["transformers"]["regex"]  # the pin a real Dockerfile kept below it
+
+
+@pytest.mark.parametrize("library", ["transformers", "trl"])
+def test_a_raised_neighbour_pin_admits_what_the_target_requires(library):
+    """Each floor the rules raise a pin to is inside the installed target's own requirement of that package."""
+    floors = policy.dependency_floors()["floors"][library]
+    for line in importlib.metadata.requires(library) or ():
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        if name in floors and not (req.marker is not None and "extra" in str(req.marker)):
+            assert req.specifier.contains(floors[name], prereleases=True), (library, str(req))

@@ -965,7 +965,11 @@ class LibraryTooOld(_DependencyRule):
         The migrated code uses APIs of the current Hugging Face libraries (`DistributedConfig`,
         `device_map="neuron"`, the `neuron` compile backend...). In a file that NM501 migrates, a pin
         that caps one of them below that version is replaced by a lower bound:
-        {", ".join(f"`{n}>={v}`" for n, v in MINIMUMS.items())}. Extras, environment markers and
+        {", ".join(f"`{n}>={v}`" for n, v in MINIMUMS.items())}. A pin of another package that a
+        target library the list installs requires at a higher version (`regex==2023.12.25` beside
+        `transformers>=5.23`, which requires `regex>=2025.10.22`; `datasets==2.16.1` beside TRL 1.16)
+        would make the install unresolvable: it is raised to that floor, read from the installed
+        targets' metadata (`tools/gen_dependency_floors.py`). Extras, environment markers and
         comments of the line are kept.
     """
     before = """

@@ -8,10 +8,13 @@ pyproject.toml) are read and edited in :mod:`codemods.project.dependencies`, set
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Iterator
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -176,6 +179,29 @@ _LONG = dict((
 def long_forms(*markers: str) -> tuple[tuple[str, str], ...]:
     """``Rule.markers`` for a rule that writes these of the dependency markers."""
     return tuple((m, _LONG[m]) for m in markers)
+
+
+_FLOORS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dependency_floors.json")
+
+
+@lru_cache(maxsize=1)
+def dependency_floors() -> dict:
+    """``{"versions": {target library: its pinned release}, "floors": {target library: {dependency: the lowest
+    version that release requires}}}`` (generated from the installed targets' metadata by
+    ``tools/gen_dependency_floors.py``)."""
+    with open(_FLOORS_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _floors(libraries: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """dependency -> (the highest floor the target ``libraries`` require of it, the library that requires it)."""
+    out: dict[str, tuple[str, str]] = {}
+    table = dependency_floors()["floors"]
+    for lib in libraries:
+        for dep, floor in table.get(lib, {}).items():
+            if dep not in out or Version(floor) > Version(out[dep][0]):
+                out[dep] = (floor, lib)
+    return out
 
 
 def _min_spec(name: str) -> str:
@@ -503,4 +529,24 @@ def _decide_all(entries: list[_Entry], repo_hint: bool, base: str = "",
         if d is not None:
             decisions[i] = d
     _allocate(entries, decisions, base, included)
+    # the target libraries each list installs after the migration (kept, raised or added): a pin beside them
+    # below what their pinned release requires (`regex==2023.12.25` next to transformers>=5.23) makes the
+    # install unresolvable, so it is raised to that floor
+    installs: dict[str, set[str]] = {}
+    for i, e in enumerate(entries):
+        d = decisions.get(i)
+        names = installs.setdefault(e.group, set())
+        if d is None or d.action != "replace":
+            names.add(e.name)
+        if d is not None:
+            names.update(d.adds)
+    for i, e in enumerate(entries):
+        if i in decisions or e.url or e.spec is None or e.name in MINIMUMS:
+            continue
+        floor = _floors(installs.get(e.group, set()) | installs.get(base, set())).get(e.name)
+        if floor is not None and all(_below(s, Version(floor[0])) for s in e.spec):
+            lib = floor[1]
+            version = dependency_floors()["versions"].get(lib, "")
+            decisions[i] = _Decision("NM503", "respec", f"{e.name} raised to >={floor[0]}, which {lib} {version} "
+                                     "requires", new_spec=f">={floor[0]}")
     return decisions

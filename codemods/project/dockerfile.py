@@ -765,7 +765,8 @@ class DockerPipInstall(DockerRule):
         libraries the migrated code imports at the versions it needs, `torch-xla`, `libneuronxla`
         and `neuronx-distributed(-training)` go (TorchNeuron, `torch-neuronx`, takes their place),
         XLA-era `torch-neuronx` and `neuronx-cc` pins are dropped, and `transformers` & co. pinned
-        too low are raised. All the `pip install` commands of the Dockerfile count as one list (a
+        too low are raised, with the pins beside them that those libraries' releases reject
+        (`regex==2023.12.25` next to `transformers>=5.23`). All the `pip install` commands of the Dockerfile count as one list (a
         library installed by another `RUN` is not added again). Options (`--extra-index-url`,
         `-U`...), other packages and line continuations are kept; specs with shell-special
         characters are written quoted.
