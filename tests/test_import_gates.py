@@ -121,3 +121,16 @@ def test_a_neuron_module_with_an_xla_gate_is_migrated(rules: RuleSet, change):
 def test_a_module_serving_other_xla_devices_is_migrated_in_one_run(rules: RuleSet):
     out = _out(OTHER_ACCELERATORS, rules)
     assert _out(out, rules) == out  # the marker names Neuron: it is not the module's own mention
+
+
+PROBE = (Path(__file__).parent / "fixtures" / "NM420" / "xla_version_probe.before.py").read_text()
+
+
+@pytest.mark.parametrize("change", [
+    ("import pytest\n", "import pytest\n\n# runs on trn1 instances\n"),  # it names Neuron hardware: Neuron code
+    ("    XLA_AVAILABLE = packaging", "    DEVICE = torch_xla.device()\n    XLA_AVAILABLE = packaging"),  # runs XLA code
+])
+def test_a_version_probe_that_is_neuron_code_gets_the_gate_marker(rules: RuleSet, change):
+    out = _out(PROBE.replace(*change), rules)
+    assert "these old-stack imports fail and the except branch runs" in out
+    assert "serves other XLA devices" not in out

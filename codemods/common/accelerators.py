@@ -25,18 +25,18 @@ def serves_other_accelerators(source: str) -> bool:
     others: every torch_xla import is in the body of a ``try`` whose ImportError handler falls back to something
     (a flag, a None), or the module imports no torch_xla at all (it asks `"torch_xla" in sys.modules`, passes
     "xla://"), and the module dispatches on another accelerator too (``cuda``, ``mps``): a generic library's
-    handler. Its torch_xla code is not known to be Neuron code: the torch-xla rules leave it alone, NM420
+    handler -- or it reads nothing of torch_xla but its version (a probe: a test suite's skip condition). Its torch_xla code is not known to be Neuron code: the torch-xla rules leave it alone, NM420
     asks for a neuron branch beside a gate, NM900 marks the import."""
     own = _OWN_COMMENTS.sub("", source)  # this tool's markers name Neuron: they are not the module's
     if "torch_xla" not in source or _NEURON_NAMED.search(own):
         return False
     if _TPU_CODE.search(own):
         return True  # Cloud TPU code: its wheels, its runtime settings, a device named "tpu"
-    if not _OTHER_ACCELERATOR.search(own):
-        return False
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError):
+        return False
+    if not _OTHER_ACCELERATOR.search(own) and not _probes_only(tree):
         return False
     gated: set[int] = set()
     for node in ast.walk(tree):
@@ -48,6 +48,23 @@ def serves_other_accelerators(source: str) -> bool:
             if any(n == "torch_xla" or n.startswith("torch_xla.") for n in names) and id(node) not in gated:
                 return False
     return True  # every torch_xla import falls back, or there is none (`"torch_xla" in sys.modules`, "xla://")
+
+
+def _probes_only(tree: ast.Module) -> bool:
+    """Whether the module's torch_xla imports are only an availability probe: nothing reads the names they bind
+    but their ``__version__`` (``try: import torch_xla; OK = version(torch_xla.__version__) >= ...``), so the
+    module runs no XLA code itself: what it tests for (a test suite's skip condition) is PyTorch/XLA."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                module = a.name if isinstance(node, ast.Import) else f"{node.module or ''}.{a.name}"
+                if module == "torch_xla" or module.startswith("torch_xla."):
+                    bound.add(a.asname or a.name.split(".")[0])
+    if not bound:
+        return False
+    versions = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "__version__"}
+    return not any(isinstance(n, ast.Name) and n.id in bound and id(n) not in versions for n in ast.walk(tree))
 
 
 def _falls_back(handler: ast.ExceptHandler) -> bool:

@@ -369,6 +369,8 @@ class OldStackLeftovers(PythonRule):
             return  # (a package replaced as a whole, or moved: the marker on its import covers its uses)
         if self._covered(ctx, qual):
             return
+        if qual.startswith("torch_xla") and serves_other_accelerators(ctx.source):
+            return  # code for other XLA devices: the one marker on its import or gate says what to do
         written = cst.Module([]).code_for_node(node)
         ctx.marker(node, _advice(qual, written), detail=self._detail(qual, written))
 
