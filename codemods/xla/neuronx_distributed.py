@@ -273,6 +273,21 @@ _SHORT_NATIVE = {
 _GATHERED = {"ColumnParallelLinear": ("gather_output", True), "ParallelEmbedding": ("shard_across_embedding", False)}
 
 
+#: the name of a fused query/key/value projection (`self.Wqkv`, `qkv_proj`, `query_key_value`)
+_FUSED_QKV = re.compile(r"qkv|query_key_value", re.IGNORECASE)
+
+
+def _assigned_to(ctx: PythonContext) -> str:
+    """The code of the target the node being handled is assigned to (``self.Wqkv = ColumnParallelLinear(...)``),
+    or ""."""
+    for node in reversed(ctx.stack):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            return ctx.module.code_for_node(node.targets[0].target)
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return ""
+    return ""
+
+
 MOVE_MARKER = "Re-tie shared weights after this move if the model has any (model.tie_weights()): .to() may copy them."
 
 
@@ -422,9 +437,22 @@ class NxdBuildingBlocks(_XlaRule):
             ctx.marker(node, UTIL_MARKER, detail=detail)
             return
         last = qual.rsplit(".", 1)[-1]
+        if last == "ColumnParallelLinear" and call is not None and _FUSED_QKV.search(_assigned_to(ctx)):
+            # one weight holding q, k and v: ColwiseParallel() would give each rank a contiguous block of it
+            # (all q on the first ranks), where NxD sharded each of the three
+            ctx.marker(node, "Split this fused qkv layer into q, k and v nn.Linear layers, each sharded by "
+                             "ColwiseParallel().", detail=detail)
+            return
         keyword, default = _GATHERED.get(last, (None, False))
         given = None if call is None else next(
             (a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+        if keyword is not None and call is not None and given is not None and not (
+                isinstance(given, cst.Name) and given.value in ("True", "False")):
+            # whether the output is whole is decided at run time: the plan's layout depends on it
+            layer = "nn.Linear" if "Linear" in last else "nn.Embedding"
+            ctx.marker(node, f"Replace {last} with an {layer} sharded by ColwiseParallel(), "
+                             "output_layouts=Replicate() if it gathers.", detail=detail)
+            return
         if keyword is not None and call is not None and (
                 (isinstance(given, cst.Name) and given.value == "True") or (given is None and default)):
             # the layer's output is whole on every rank: the plan must replicate it too
