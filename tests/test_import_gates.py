@@ -134,3 +134,18 @@ def test_a_version_probe_that_is_neuron_code_gets_the_gate_marker(rules: RuleSet
     out = _out(PROBE.replace(*change), rules)
     assert "these old-stack imports fail and the except branch runs" in out
     assert "serves other XLA devices" not in out
+
+
+def test_stdlib_imports_leave_a_failing_gate_and_the_module_runs(rules: RuleSet):
+    """On a host without the old stack (this one, as a TorchNeuron host) the migrated module's function runs: the
+    standard-library names it uses are bound after the gate (the original's failed with a NameError)."""
+    source = (Path(__file__).parent / "fixtures" / "NM420" / "stdlib_imports_in_gate.before.py").read_text()
+    torch = pytest.importorskip("torch")
+    original: dict = {}
+    exec(compile(source, "original.py", "exec"), original)
+    with pytest.raises(NameError):
+        original["where"](torch.zeros(1))
+    migrated: dict = {}
+    exec(compile(_out(source, rules), "migrated.py", "exec"), migrated)
+    device, line, json = migrated["where"](torch.zeros(1))
+    assert device == torch.device("cpu") and line > 0 and json is None  # the fallback's binding kept

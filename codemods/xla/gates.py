@@ -11,6 +11,7 @@ the gate alone, so each gate gets a marker; the migrated code inside it is left 
 from __future__ import annotations
 
 import re
+import sys
 
 import libcst as cst
 
@@ -20,6 +21,7 @@ from codemods.common.export_only import kept_names
 from codemods.common.renames import load_table
 from migrator.imports import falls_back
 from migrator.rules import PythonContext, PythonRule
+from migrator.tree import walk
 
 #: functions of the target libraries that report whether torch-xla is usable: False on TorchNeuron
 XLA_PROBES = (
@@ -148,10 +150,84 @@ class OldStackAvailabilityGates(PythonRule):
             if serves_other_accelerators(ctx.source):
                 ctx.marker(node, SIDE_BY_SIDE_MARKER)
                 return
+            self._hoist_stdlib_imports(node, ctx)
             # one text whatever the gate still imports (the migration may remove some of them): a
             # second run finds it above the gate
             ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
                              f"gate on {NATIVE_TEST} instead")
+
+
+    @staticmethod
+    def _hoist_stdlib_imports(node: cst.Try, ctx: PythonContext) -> None:
+        """The standard-library imports of an old-stack gate's body (``from inspect import currentframe`` beside
+        ``import torch_xla...``) move out of it, right after the ``try`` statement: on TorchNeuron the gate fails
+        before them, and the module goes on without names it uses elsewhere (a NameError later). Those the gate
+        itself uses (its body, its except branch) stay, as do those the except branch binds."""
+        moved = [stmt for stmt in node.body.body if isinstance(stmt, cst.SimpleStatementLine) and stmt.body
+                 and all(_stdlib_import(small) for small in stmt.body)]
+        if not moved or len(moved) == len(node.body.body) or not isinstance(ctx.parent, (cst.Module, cst.IndentedBlock)):
+            return
+        own = {id(n) for m in moved for n in walk(m)}  # (the imports' own names are no use)
+        used = {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in own}
+        used |= {n for h in node.handlers for n in _assigned_names(h.body)}
+        moved = [m for m in moved if not (_bound_by(m) & used)]
+        if not moved:
+            return
+        ids = {id(m) for m in moved}
+        codes = {cst.Module([]).code_for_node(m).strip() for m in moved}
+
+        def hoist(updated: cst.Try) -> cst.FlattenSentinel:
+            body = [s for s in updated.body.body if id(s) not in ids
+                    and cst.Module([]).code_for_node(s).strip() not in codes]
+            return cst.FlattenSentinel([updated.with_changes(body=updated.body.with_changes(body=body)),
+                                        *(m.with_changes(leading_lines=[]) for m in moved)])
+
+        ctx.replace(node, hoist)
+        names = ", ".join(sorted({n for m in moved for n in _bound_by(m)}))
+        ctx.finding(node, f"standard-library imports ({names}) moved out of the old-stack gate, after it: on "
+                          "TorchNeuron its imports fail before them")
+
+
+def _stdlib_import(small: cst.BaseSmallStatement) -> bool:
+    """``import os`` / ``from inspect import currentframe`` of a standard-library module (absolute, no star)."""
+    if isinstance(small, cst.Import):
+        return all(_stdlib(cst.Module([]).code_for_node(a.name)) for a in small.names)
+    if isinstance(small, cst.ImportFrom):
+        return (small.module is not None and not small.relative and not isinstance(small.names, cst.ImportStar)
+                and _stdlib(cst.Module([]).code_for_node(small.module)))
+    return False
+
+
+def _stdlib(module: str) -> bool:
+    return module.split(".", 1)[0] in sys.stdlib_module_names
+
+
+def _bound_by(stmt: cst.SimpleStatementLine) -> set[str]:
+    """The names an import line binds."""
+    out: set[str] = set()
+    for small in stmt.body:
+        names = getattr(small, "names", ())
+        if isinstance(names, cst.ImportStar):
+            continue
+        for a in names:
+            if a.asname is not None and isinstance(a.asname.name, cst.Name):
+                out.add(a.asname.name.value)
+            else:
+                out.add(cst.Module([]).code_for_node(a.name).split(".", 1)[0])
+    return out
+
+
+def _assigned_names(body: cst.BaseSuite) -> set[str]:
+    """The names the simple statements of a block assign or import."""
+    out: set[str] = set()
+    for stmt in getattr(body, "body", ()):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        out |= _bound_by(stmt)
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                out |= {t.target.value for t in small.targets if isinstance(t.target, cst.Name)}
+    return out
 
 
 def _renamed(line: cst.SimpleStatementLine, imp: cst.ImportFrom, ctx: PythonContext) -> bool:
