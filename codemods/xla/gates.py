@@ -51,7 +51,7 @@ SIDE_BY_SIDE_MARKER = ("Add a torch.neuron.is_available() branch beside this tor
 class OldStackAvailabilityGates(PythonRule):
     id = "NM420"
     title = "Availability gates that test for the old stack (find_spec, is_torch_xla_available, try-import)"
-    fix = "manual"
+    fix = "mixed"
     triggers = ("find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
                 "is_torch_xla_available", "is_torch_tpu_available", "is_tpu_available",
                 "torch_xla", "optimum.neuron", "transformers_neuronx", "neuronx_distributed", "torch_neuron")
@@ -64,7 +64,13 @@ class OldStackAvailabilityGates(PythonRule):
         "no" on a TorchNeuron host, where none of those packages exists,
         and silently runs its other branch: on CPU or CUDA code, or not at all. TorchNeuron's test
         is `torch.neuron.is_available()`. The marker goes on the gate; which branch holds the
-        migrated code is for a person to see.
+        migrated code is for a person to see. The standard-library imports of such a `try:` body
+        (`from inspect import currentframe` beside `import torch_xla...`) move out of it, right
+        after the statement: the gate fails before them on TorchNeuron, and the module's other uses
+        of those names would raise NameError (those the gate's own code uses, or its except branch
+        binds, stay). A module that reads nothing of torch_xla but its version (a test suite's
+        skip condition) and names Neuron nowhere tests for PyTorch/XLA itself: it gets the
+        side-by-side marker below.
     """
     before = """
         import importlib.util
