@@ -271,3 +271,18 @@ def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path):
     strict = torch.compile(scope["Scale"](), backend="eager", fullgraph=True, dynamic=False)
     with pytest.raises(Exception, match="(?i)graph.break"):
         strict(torch.ones(2, 3))
+
+
+def test_a_compiled_module_has_none_of_the_torchscript_attributes_nm410_marks():
+    """NM410's TORCHSCRIPT_ATTRIBUTES: the trace (TorchScript) had them, the torch.compile'd module raises."""
+    import torch
+
+    from codemods.xla.torch_neuronx import TORCHSCRIPT_ATTRIBUTES
+
+    model = torch.nn.Linear(2, 2).eval()
+    scripted = torch.jit.trace(model, torch.ones(1, 2))
+    compiled = torch.compile(model)
+    for attr in TORCHSCRIPT_ATTRIBUTES:
+        assert hasattr(scripted, attr), attr
+        with pytest.raises(AttributeError):
+            getattr(compiled, attr)

@@ -251,7 +251,32 @@ class NeuronTrace(_XlaRule):
         table = super().handlers()
         table[cst.Call] = self._on_call
         table[cst.Assign] = self._on_assign
+        on_reference = table[cst.Attribute]
+
+        def on_attribute(node: cst.Attribute, ctx: PythonContext) -> None:
+            on_reference(node, ctx)
+            self._on_torchscript_attribute(node, ctx)
+
+        table[cst.Attribute] = on_attribute
         return table
+
+    @staticmethod
+    def _on_torchscript_attribute(node: cst.Attribute, ctx: PythonContext) -> None:
+        """``traced.code`` / ``traced.graph``: what a TorchScript module (the trace) had, a compiled module has not
+        (AttributeError)."""
+        if node.attr.value not in TORCHSCRIPT_ATTRIBUTES or not isinstance(node.value, cst.Name):
+            return
+        name = node.value.value
+        state = ctx.local_state()
+        if (id(scope_of(ctx)), name) not in (state.get("traced") or {}):
+            return
+        ctx.marker(node, fitted(f"`{name}.{node.attr.value}` is TorchScript's: drop it, or print the compiled graph "
+                                "with TORCH_LOGS=graph_code.",
+                                f"This is a TorchScript attribute: drop it, or print the compiled graph with "
+                                "TORCH_LOGS=graph_code."),
+                   detail=f"{name} is a torch.compile'd module now, which has no .{node.attr.value} (TorchScript's "
+                          "view of the traced graph); TORCH_LOGS=graph_code or torch._dynamo.explain show what "
+                          "dynamo compiled")
 
     def rewrite(self, qual, call, func, ctx):
         if qual in DROPPED:
@@ -782,6 +807,10 @@ class NeuronTrace(_XlaRule):
 
         ctx.replace(call, build)
         ctx.finding(call, f"inputs of the compiled model {name}(...) moved to the neuron device")
+
+
+#: what a traced TorchScript module has and a compiled one has not: its code and graphs
+TORCHSCRIPT_ATTRIBUTES = ("code", "graph", "inlined_graph", "code_with_constants", "graph_for", "original_name")
 
 
 #: a load or cast to a 16-bit dtype in the code: `dtype=torch.bfloat16`, `.to(torch.float16)`, `.half()`
