@@ -20,7 +20,7 @@ from codemods.project.shell_plans import Lines, Plan, ShellPlan, ShellUnit, _mer
 from codemods.project.serving import SERVING_MARKER, neuron_sdk_server
 from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.project.xla_env import (
-    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron,
+    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on, ignored_by_torchneuron,
     mark_bf16_launch, xla_only_reason)
 from migrator.model import fitted
 from migrator.rules import TextRule
@@ -532,7 +532,7 @@ class DockerfileEnv(DockerRule):
                 plan.delete(self.id, (g, p.word))
                 w = u.words(ins)[p.word]
                 ctx.finding(u.line_of(w.start), f"removed ENV {p.name}: {reason}", "applied", u.col_of(w.start) + 1)
-                if p.name in BF16_VARS and bf16_switched_on(p.value):
+                if p.name in BF16_VARS and switched_on(p.value):
                     mark_bf16_launch(plan, ctx, self.id, g, p.name)
         for _g, body in plan.bodies():  # `RUN <<EOF` scripts: `export X=1`, `X=1 cmd`, `env X=1 cmd`, `unset X`
             bu = body.unit

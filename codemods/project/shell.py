@@ -31,7 +31,7 @@ from codemods.project.dockerfile import xla_era_image, xla_era_server_image
 from codemods.project.serving import neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
-    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, bf16_switched_on, ignored_by_torchneuron,
+    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on, ignored_by_torchneuron,
     mark_bf16_launch, xla_only_reason)
 from migrator.model import ignored_rules, is_silenced
 
@@ -162,6 +162,10 @@ CONSOLIDATE_MARKER = ("Consolidate with transformers.distributed.consolidate_dis
 PRERUN_MARKER = "Delete this command unless it should run twice: it was the neuron_parallel_compile pre-run."
 COMPILE_JOB_MARKER = "Delete this job: it only pre-compiled graphs with neuron_parallel_compile (TorchNeuron compiles on first use)."
 EXTRACT_GRAPHS_MARKER = "Keep only the real-run branch and drop this NEURON_EXTRACT_GRAPHS_ONLY test: nothing sets it now."
+EXTRACT_GRAPHS_OFF_MARKER = ("Delete this NEURON_EXTRACT_GRAPHS_ONLY=0 once the launched scripts drop their tests of it: "
+                             "every run is real now.")
+EXTRACT_GRAPHS_SET_MARKER = ("Delete this NEURON_EXTRACT_GRAPHS_ONLY setting: it asked for a graph-extraction run, "
+                             "which TorchNeuron does not have.")
 
 
 class OptimumCliCommands(ShellRule):
@@ -422,7 +426,7 @@ class XlaOnlyEnvironment(ShellRule):
                 removed.setdefault(a.name, []).append(s)
                 what = {"unset": f"`unset {a.name}`"}.get(a.form, a.name)
                 self.finding(ctx, plan, a.tok, f"removed {what}: {reason}")
-                if a.name in BF16_VARS and a.form != "unset" and bf16_switched_on(a.value):
+                if a.name in BF16_VARS and a.form != "unset" and switched_on(a.value):
                     # the precision of the run changes: say so in the launcher itself
                     mark_bf16_launch(plan, ctx, self.id, s.group, a.name)
             for a in appends(u, s):  # `XLA_FLAGS+=" --xla_dump_to=/tmp"`: adds to a variable with no effect either
@@ -610,7 +614,13 @@ def _export_list(value: str) -> tuple[list[str], list[str]] | None:
 class ExtractGraphsOnly(ShellRule):
     id = "NM514"
     markers = ((EXTRACT_GRAPHS_MARKER, """NEURON_EXTRACT_GRAPHS_ONLY was set by neuron_parallel_compile during its
-        graph-extraction pre-run; without that tool nothing sets it, so only the real-run branch runs."""),)
+        graph-extraction pre-run; without that tool nothing sets it, so only the real-run branch runs."""),
+               (EXTRACT_GRAPHS_OFF_MARKER, """A launcher that sets NEURON_EXTRACT_GRAPHS_ONLY=0 asks the scripts it
+        runs for the real run, which is now the only one: once their tests of the variable keep only that
+        branch, the setting is dead. It is kept until then: a test written `= 0` would take the other branch
+        without it."""),
+               (EXTRACT_GRAPHS_SET_MARKER, """NEURON_EXTRACT_GRAPHS_ONLY=1 made the scripts run their short
+        graph-extraction path for neuron_parallel_compile; TorchNeuron has no such pre-run."""))
     title = "NEURON_EXTRACT_GRAPHS_ONLY branches flagged"
     fix = "manual"
     triggers = ("NEURON_EXTRACT_GRAPHS_ONLY",)
@@ -631,6 +641,12 @@ class ExtractGraphsOnly(ShellRule):
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         seen: set[int] = set()
+        for s in u.simples:  # a setting of it is no test: its own marker
+            for a in plan.assignments(s):
+                if a.name == "NEURON_EXTRACT_GRAPHS_ONLY" and a.form != "unset" and s.group not in seen:
+                    seen.add(s.group)
+                    plan.marker(ctx, s.group, EXTRACT_GRAPHS_SET_MARKER if switched_on(a.value)
+                                else EXTRACT_GRAPHS_OFF_MARKER)
         for i, tok in enumerate(u.toks):
             if tok.kind not in ("word", "arith") or "NEURON_EXTRACT_GRAPHS_ONLY" not in tok.text:
                 continue

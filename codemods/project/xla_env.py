@@ -86,8 +86,8 @@ for _name in sorted(env_vars("XLA_*", "PT_XLA_*", "PJRT_*", "TPU_*", "NEURON_PJR
             "torch-xla setting"
 
 
-def bf16_switched_on(value: str | None) -> bool:
-    """Whether a launcher's value of XLA_USE_BF16/XLA_DOWNCAST_BF16 turned bf16 on (set and not 0)."""
+def switched_on(value: str | None) -> bool:
+    """Whether a launcher's value of a switch (XLA_USE_BF16, NEURON_EXTRACT_GRAPHS_ONLY) turned it on (set and not 0)."""
     if value is None:
         return False
     value = value.strip("\"'")
