@@ -167,7 +167,9 @@ class NeuronTrace(_XlaRule):
         marker to express them as the model's dtype or `torch.autocast`, and options that choose no
         precision (`--model-type`, `-O2`) one naming them, to check whether TorchNeuron still needs them. The trace
         created its `compiler_workdir`; code that writes into it next would fail, so a pure path
-        expression gets `os.makedirs(path, exist_ok=True)` after the compile. Compile is lazy: a traced
+        expression gets `os.makedirs(path, exist_ok=True)` after the compile, where the unit names that
+        path again (a literal's text, a name read again, a part of `os.path.join(...)`) and does not
+        create it itself. Compile is lazy: a traced
         model the scope only saves (never calls), assigned to a name, an attribute (`self.neuron`) or
         an item (`models[bs]`), gets one warm-up call under `torch.no_grad()` with
         the example inputs it was traced with, moved to `neuron`, so that the graph is compiled (and
@@ -420,7 +422,8 @@ class NeuronTrace(_XlaRule):
         workdir = bound.get("compiler_workdir")
         line = ctx.statement()
         if workdir is not None and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 \
-                and _pure_path(workdir.value, ctx) and not (isinstance(workdir.value, cst.Name) and workdir.value.value == "None"):
+                and _pure_path(workdir.value, ctx) and not (isinstance(workdir.value, cst.Name) and workdir.value.value == "None") \
+                and _used_elsewhere(workdir.value, ctx):
             # the trace made that folder (os.makedirs): what the script writes there next needs it
             try:
                 makedirs = _code(ctx.name_for("os.makedirs", style="module"))
@@ -820,6 +823,32 @@ _LOW_PRECISION = re.compile(r"\b(?:torch_)?dtype\s*=\s*(?:torch\.)?(?:bfloat16|f
 
 #: calls that test whether a path exists (``os.path.exists(p)``, ``Path(p).exists()``, ``p.is_file()``...)
 _EXISTS = ("exists", "isfile", "isdir", "is_file", "is_dir")
+
+
+def _used_elsewhere(path: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """Whether the unit refers to the trace's compiler_workdir other than in the trace (and does not create it
+    itself): a later write into that folder needs the folder the trace made. A string literal counts where its
+    text occurs again; a name where it is read again; another expression where its code occurs again."""
+    code = ctx.code  # (comments blanked)
+    if isinstance(path, cst.Call) and path.args:  # os.path.join(WORKDIR, "cc"): where its parts are used again
+        return any(_used_elsewhere(a.value, ctx) for a in path.args if not a.star)
+    if isinstance(path, cst.SimpleString):
+        text = path.evaluated_value
+        if not isinstance(text, str) or not text.strip("./"):
+            return False
+        needle = text.rstrip("/")
+        found = code.count(needle) > 1
+    elif isinstance(path, cst.Name):
+        found = len(ctx.references(path.value)) > 1
+        needle = path.value
+    else:
+        needle = _code(path)
+        found = code.count(needle) > 1
+    if not found:
+        return False
+    made = re.compile(r"(?:makedirs|mkdir)\(\s*" + re.escape(needle) if not isinstance(path, cst.SimpleString) else
+                      r"(?:makedirs|mkdir)\(\s*[\"']" + re.escape(needle))
+    return not made.search(code) and not re.search(r"mkdir\s+(?:-p\s+)?[\"']?" + re.escape(needle), code)
 
 
 def _same_path(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
