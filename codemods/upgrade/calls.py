@@ -262,18 +262,22 @@ class TorchscriptFlag(PythonRule):
         attribute and `from_pretrained` rejects the keyword (a TypeError from the model's
         `__init__`). The native stack compiles with torch.compile, which needs neither. The model
         now returns ModelOutput objects: indexing (`model(x)[0]`) gives what the tuple gave, tuple
-        unpacking does not (iterating a ModelOutput yields its keys): the marker says so.
+        unpacking does not (iterating a ModelOutput yields its keys): the marker says so, in a unit
+        that unpacks anything as a tuple (`a, b = ...`, `*x`, `tuple(x)`); where the outputs can only be
+        indexed, the keyword goes without one.
     """
     before = """
         from transformers import AutoModelForSequenceClassification
 
         model = AutoModelForSequenceClassification.from_pretrained(name, torchscript=True)
+        loss, logits = model(**batch)
     """
     after = """
         from transformers import AutoModelForSequenceClassification
 
         # TODO(neuron-migrate NM615): Use out.to_tuple() where this model's outputs are unpacked: torchscript=True is gone.
         model = AutoModelForSequenceClassification.from_pretrained(name)
+        loss, logits = model(**batch)
     """
     caveats = """
         Not `return_dict=False` instead: in 5.23 a config-wide `return_dict=False` reaches the inner
@@ -298,16 +302,36 @@ class TorchscriptFlag(PythonRule):
         if "torchscript" in kw and api().accepts(target, "torchscript") is False:
             drop.add("torchscript")
             value = literal(kw["torchscript"].value)
-            if value is not False and value is not None:
+            if value is not False and value is not None and _unpacks(ctx):
                 ctx.marker(node, TORCHSCRIPT_MARKER)
+            elif value is not False and value is not None:
+                ctx.finding(kw["torchscript"], "torchscript=True dropped (gone in transformers v5): the outputs, "
+                                               "ModelOutput objects now, are only indexed here (out[0] works)")
             else:
                 ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
         if ("return_dict" in kw and literal(kw["return_dict"].value) is False and target.endswith(".from_pretrained")):
             drop.add("return_dict")
-            if "torchscript" not in drop or literal(kw["torchscript"].value) in (False, None):
+            if ("torchscript" not in drop or literal(kw["torchscript"].value) in (False, None)) and _unpacks(ctx):
                 ctx.marker(node, RETURN_DICT_MARKER)
+            elif "torchscript" not in drop or literal(kw["torchscript"].value) in (False, None):
+                ctx.finding(kw["return_dict"], "return_dict=False dropped (it makes traced models fail in v5): the "
+                                               "outputs are only indexed here (out[0] works on a ModelOutput)")
         if drop:
             rewrite_call(ctx, node, ArgPlan(drop=drop))
+
+
+#: code that unpacks a value as a tuple: `a, b = ...`, `(a, b) = ...`, `*out`, `tuple(out)`, `list(out)`
+_UNPACKING = re.compile(r"^[ \t]*\(?[ \t]*\*?[A-Za-z_][\w.\[\]]*[ \t]*,[^=\n]*=(?!=)|[(,][ \t]*\*[A-Za-z_]|\b(?:tuple|list)\([A-Za-z_]",
+                        re.MULTILINE)
+
+
+def _unpacks(ctx: PythonContext) -> bool:
+    """Whether the unit unpacks anything as a tuple (where a model's tuple outputs could be): a ModelOutput is
+    indexed like the tuple was (out[0]), and only unpacking needs out.to_tuple()."""
+    key = "NM615.unpacks"
+    if key not in ctx.scratch:
+        ctx.scratch[key] = bool(_UNPACKING.search(ctx.code))
+    return ctx.scratch[key]
 
 
 CHAT_TEMPLATE_MARKER = "apply_chat_template returns a BatchEncoding in transformers 5: pass return_dict=False or read [\"input_ids\"]."
