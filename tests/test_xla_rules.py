@@ -306,3 +306,28 @@ def test_explain_examples_are_real_output(rule, rules: RuleSet):
     migrated, findings = migrate((doc.before + "\n").encode(), "python", rules)
     assert migrated.decode().strip("\n") == doc.after
     assert any(f.rule == rule.id for f in findings)
+
+
+def test_a_rank_queried_before_init_runs_without_a_process_group(tmp_path):
+    """NM404's rank_before_init fixture, run in one process (gloo for neuron): the migrated rank query before
+    init_process_group reads the environment; dist.get_rank() there raised 'Default process group has not been
+    initialized'."""
+    import torch.distributed as dist
+
+    text = (FIXTURES / "NM404" / "rank_before_init.after.py").read_text()
+    assert 'rank = int(os.environ.get("RANK", 0))' in text
+    env = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        scope: dict = {}
+        exec(compile(text.replace('backend="neuron"', 'backend="gloo"'), "migrated.py", "exec"), scope)
+        assert scope["setup"](False) == 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

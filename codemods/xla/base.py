@@ -19,6 +19,7 @@ from codemods.common.statements import (
 )
 from migrator.imports import Binding, dotted
 from migrator.rules import NameClash, PythonContext, PythonRule
+from migrator.tree import walk
 XM = "torch_xla.core.xla_model"
 XR = "torch_xla.runtime"
 XLA_BACKEND = "torch_xla.distributed.xla_backend"
@@ -61,7 +62,36 @@ _GROUP_MAKERS = ("init_process_group", "TrainingArguments(", "Trainer(", "Distri
 
 
 def _has_process_group(ctx: PythonContext) -> bool:
-    return any(h in ctx.code for h in _GROUP_MAKERS)
+    """Whether the module makes a process group, and the node being handled does not run before its function
+    (or the module) calls ``init_process_group``: a rank query in a statement above that call (`rank =
+    xm.get_ordinal()` then `init_process_group(..., rank=rank)`) runs without one."""
+    return any(h in ctx.code for h in _GROUP_MAKERS) and not _before_init(ctx)
+
+
+def _before_init(ctx: PythonContext) -> bool:
+    scope_index = next((i for i in range(len(ctx.stack) - 1, -1, -1)
+                        if isinstance(ctx.stack[i], (cst.FunctionDef, cst.Module))), None)
+    if scope_index is None or scope_index + 1 >= len(ctx.stack):
+        return False
+    scope = ctx.stack[scope_index]
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) and isinstance(scope.body, cst.IndentedBlock) \
+        else scope.body if isinstance(scope, cst.Module) else ()
+    inner = ctx.stack[scope_index + 1]
+    if isinstance(scope, cst.FunctionDef):
+        inner = ctx.stack[scope_index + 2] if scope_index + 2 < len(ctx.stack) else None  # (past the IndentedBlock)
+    here = next((k for k, stmt in enumerate(body) if stmt is inner), None)
+    if here is None:
+        return False
+    for stmt in body[here + 1:]:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        for node in walk(stmt):
+            if isinstance(node, cst.Call) and ctx.qualname(node.func) in _INITS:
+                return True
+    return False
+
+
+_INITS = ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
 
 
 def _quote(ctx: PythonContext) -> str:

@@ -602,8 +602,10 @@ class XlaRankQueries(_XlaRule):
             print("local master")
     """
     caveats = """
-        In a module that calls `init_process_group`, a rank query that runs before that call
-        now raises; move it after, or use the environment form. `local=` given as a variable,
+        In a module that calls `init_process_group`, a query in a statement above that call in the
+        same function (or module body) gets the environment form (it runs without a process group);
+        one elsewhere that runs before the call (a helper called first) now raises: move it after,
+        or use the environment form. `local=` given as a variable,
         and the `defval=` argument of old torch-xla versions, get a marker.
     """
 
