@@ -241,6 +241,13 @@ def _header_neutral(stmt: cst.CSTNode) -> bool:
     return True
 
 
+def _cell_boundary(stmt: cst.CSTNode) -> bool:
+    """A notebook program's statement that starts a cell (``__nm_cell__(k)``)."""
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+            and isinstance(stmt.body[0].value, cst.Call) and isinstance(stmt.body[0].value.func, cst.Name)
+            and stmt.body[0].value.func.value == CELL_BOUNDARY)
+
+
 def index_imports(module: cst.Module) -> ImportIndex:
     index = ImportIndex(order={id(stmt): pos for pos, stmt in enumerate(module.body)})
     leading = True
@@ -526,6 +533,10 @@ class ImportFixer(cst.CSTTransformer):
         targets: dict[str, int] = {}
         for idx, stmt in enumerate(body):
             orig_id = self.original_lines.get(id(stmt), id(stmt))
+            if is_module and _cell_boundary(stmt):
+                # a notebook's next cell: a new import joins no line of an earlier cell, which a reader may
+                # skip (an optional login cell) or run after this one
+                targets = {}
             module = _merge_target(stmt, self.removals)
             groups = []
             if self.by_anchor.get(orig_id):  # they replace this line: earlier lines only

@@ -522,3 +522,21 @@ def test_applied_findings_stand_only_for_edits_in_the_diff(src, out, reported):
     new, findings = run_python(src, [rule], Owners([rule]), checks=frozenset())
     assert new == out
     assert [f.fix for f in findings] == ["applied"] * reported
+
+
+def test_a_new_import_joins_no_import_line_of_an_earlier_notebook_cell():
+    """A replacement import stays in the cell of the import it replaces: an earlier cell with a line of the same
+    module (an optional login cell) may be skipped by a reader, and its cell then raised NameError."""
+    import json as _json
+
+    from tests.test_fixtures import migrate as _migrate
+
+    cells = [["from huggingface_hub import notebook_login\n", "notebook_login()"],
+             ["from huggingface_hub import HfFolder\n", "token = HfFolder.get_token()\n", "print(token)"]]
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
+                    for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    out, _ = _migrate(_json.dumps(nb, indent=1).encode(), "notebook", RuleSet.from_selection(RuleSelection()))
+    first, second = ("".join(c["source"]) for c in _json.loads(out)["cells"])
+    assert first == "".join(cells[0])
+    assert second.startswith("from huggingface_hub import get_token\n") and "token = get_token()" in second
+    exec(compile(second, "cell.py", "exec"), {"print": lambda *a: None})  # the cell runs on its own
