@@ -107,3 +107,21 @@ def test_tp_degrees_nm411_keeps_divide_the_key_value_heads_it_assumes():
     assert get_kv_heads_per_rank(plan, MAX_KV_HEADS, 32) is None
     after = (Path(__file__).parent / "fixtures" / "NM411" / "tp_sizes.after.py").read_text()
     assert "DistributedConfig(tp_size=8)" in after and "tp_size=32" not in after.replace("tp_degree=32", "")
+
+
+def test_assisted_generation_rejects_the_static_cache_nm411_leaves_out_of_speculative_scopes():
+    """The speculative fixture's loads get no static cache: generate(assistant_model=) raises with one, and runs
+    with the dynamic cache (tiny Llama target and draft on CPU)."""
+    text = (Path(__file__).parent / "fixtures" / "NM411" / "speculative.after.py").read_text()
+    assert "cache_implementation" not in text
+    config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    target, draft = transformers.LlamaForCausalLM(config).eval(), transformers.LlamaForCausalLM(config).eval()
+    ids = torch.tensor([[1, 2, 3]])
+    out = target.generate(ids, assistant_model=draft, max_length=12, do_sample=False)
+    assert out.shape[1] == 12
+    target.generation_config.cache_implementation = "static"
+    target.generation_config.max_cache_len = 64
+    with pytest.raises(ValueError, match="[Ss]tatic"):
+        target.generate(ids, assistant_model=draft, max_length=12, do_sample=False)

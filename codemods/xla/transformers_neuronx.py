@@ -22,6 +22,8 @@ top_p=0.9) would otherwise change what ``.sample`` did.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.inference.causal_lm import (
@@ -61,6 +63,22 @@ SPLIT_SAVES = (f"{NX}.module.save_pretrained_split", f"{NX}.save_pretrained_spli
 CLASSES = tuple(
     name for module, cls in MODELS.items() for name in (f"{NX}.{cls}", f"{NX}.{module}.model.{cls}")
 ) + (f"{NX}.NeuronAutoModelForCausalLM",)  # dispatches to the classes above (same arguments)
+#: transformers-neuronx's speculative decoding (a draft model beside the target): natively generate(assistant_model=),
+#: which raises on a static cache ("assisted generate is not supported with Static cache classes")
+_SPECULATIVE = re.compile(r"\benable_speculative_decoder\b|\bSpeculativeGenerator\b|transformers_neuronx\.speculation")
+def _speculative_scope(ctx: PythonContext) -> bool:
+    """Whether the scope of the load being handled (its function, or the module's own statements) decodes
+    speculatively: its models are the target and the draft of assisted generation."""
+    scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    if scope is not None:
+        return _SPECULATIVE.search(ctx.module.code_for_node(scope)) is not None
+    key = "NM411.speculative_module"
+    if key not in ctx.scratch:
+        ctx.scratch[key] = any(_SPECULATIVE.search(ctx.module.code_for_node(stmt)) for stmt in ctx.module.body
+                               if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)))
+    return ctx.scratch[key]
+
+
 #: the models whose .sample was transformers-neuronx's simple_sample (sampling.py: the EOS score is set to -inf
 #: before every draw, so the output always has sequence_length tokens)
 NEVER_EOS = ("gpt2", "gptj", "gptneox", "opt", "bloom")
@@ -178,7 +196,9 @@ class TransformersNeuronxSampling(PythonRule):
         they load with `device_map="neuron"` and a marker. `.sample` is rewritten only on a name (or attribute) that a rewritten
         `from_pretrained` was assigned to in the same module (a `model` parameter counts when
         the module rewrote a load into `model`). The static-cache lines are inserted after the
-        assignment; a load that is not assigned gets a marker instead.
+        assignment; a load that is not assigned gets a marker instead. A load in a scope that decodes
+        speculatively (`enable_speculative_decoder`, `SpeculativeGenerator`: a target and a draft
+        model) gets no static cache: `generate(assistant_model=...)` rejects one on either model.
     """
 
     def handlers(self):
@@ -344,7 +364,12 @@ class TransformersNeuronxSampling(PythonRule):
 
         ctx.replace(call, rewrite)
         target = _assigned_target(ctx, call)
-        inserted = target is not None and _insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote))
+        speculative = _speculative_scope(ctx)
+        inserted = speculative or (
+            target is not None and _insert_after(ctx, holder, lambda line: _cache_lines(line, holder, quote)))
+        if speculative:
+            applied.append("no static cache: the unit decodes speculatively, and assisted generation "
+                           "(generate(assistant_model=...)) rejects a static cache on either model")
         if target is not None:
             code = ctx.module.code_for_node(target)
             ctx.local_state().setdefault("models", set()).add(code)
@@ -353,8 +378,9 @@ class TransformersNeuronxSampling(PythonRule):
             n = max_len_code or ctx.module.code_for_node(kw["n_positions"].value)
             markers.append(f"set a static cache on this model: `model.generation_config.cache_implementation = "
                            f"{quote}static{quote}` and `model.generation_config.max_cache_len = {n}`")
-        ctx.finding(call, f"{cls}.from_pretrained -> {TARGET}.from_pretrained(..., {placement[0]}=...) with a static "
-                          "cache" + ("" if "n_positions" in kw else " of the default n_positions=2048"))
+        ctx.finding(call, f"{cls}.from_pretrained -> {TARGET}.from_pretrained(..., {placement[0]}=...)" + (
+            "" if speculative else " with a static cache" + ("" if "n_positions" in kw else
+                                                            " of the default n_positions=2048")))
         for message in applied:
             ctx.finding(call, message)
         for message in markers:
