@@ -320,8 +320,9 @@ class TorchscriptFlag(PythonRule):
             rewrite_call(ctx, node, ArgPlan(drop=drop))
 
 
-#: code that unpacks a value as a tuple: `a, b = ...`, `(a, b) = ...`, `*out`, `tuple(out)`, `list(out)`
-_UNPACKING = re.compile(r"^[ \t]*\(?[ \t]*\*?[A-Za-z_][\w.\[\]]*[ \t]*,[^=\n]*=(?!=)|[(,][ \t]*\*[A-Za-z_]|\b(?:tuple|list)\([A-Za-z_]",
+#: code that unpacks a value as a tuple: `a, b = ...`, `(a, b) = ...`, `first, *rest = ...`, `tuple(out)`,
+#: `list(out)` (a call's `*args` unpacks its inputs, not outputs)
+_UNPACKING = re.compile(r"^[ \t]*\(?[ \t]*\*?[A-Za-z_][\w.\[\]]*[ \t]*,[^=\n]*=(?!=)|\b(?:tuple|list)\([A-Za-z_]",
                         re.MULTILINE)
 
 
