@@ -729,7 +729,7 @@ class EmbeddingModel(CausalLMStaticCache):
 
         def load(model_id):
             # TODO(neuron-migrate NM109): Pad the inputs to max_length=512 (padding="max_length", truncation=True).
-            # TODO(neuron-migrate NM109): Pool the last non-padding token of outputs.last_hidden_state yourself, unless the code already does.
+            # TODO(neuron-migrate NM109): Move the inputs to model.device and pool the last non-padding token of last_hidden_state, unless the code does.
             model = AutoModel.from_pretrained(model_id, device_map="neuron")
             return model
     """
@@ -766,9 +766,12 @@ class EmbeddingModel(CausalLMStaticCache):
                        "Pad the inputs to the compiled sequence length (padding=\"max_length\", truncation=True)."),
                 "each new input length compiles a new graph"))
         markers.append((
-            "Pool the last non-padding token of outputs.last_hidden_state yourself, unless the code already does.",
-            "AutoModel returns the hidden states of every position, NeuronModelForEmbedding returned the last "
-            "position's: pool them (then normalize if your model expects it) or load the model with "
+            "Move the inputs to model.device and pool the last non-padding token of last_hidden_state, unless the "
+            "code does.",
+            "NeuronModelForEmbedding took CPU inputs; a model loaded with device_map=\"neuron\" does not move the "
+            "inputs of its forward calls (only generate() does): move them with .to(model.device). AutoModel returns "
+            "the hidden states of every position, NeuronModelForEmbedding returned the last position's: pool them "
+            "(then normalize if your model expects it) or load the model with "
             f"sentence_transformers.SentenceTransformer(model_id, device={quote}neuron{quote})"))
         return markers
 
