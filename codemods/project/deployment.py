@@ -41,7 +41,7 @@ class SageMakerNeuronImages(PythonRule):
     why = """
         SageMaker deployment code chooses its container in Python: an `image_uri=` naming an
         XLA-era Neuron Deep Learning Container (the test of NM520), a Hugging Face
-        `transformers_version=`/`pytorch_version=` pair on a Neuron instance (`ml.inf2`,
+        `transformers_version=`/`pytorch_version=` pair (a PyTorch estimator's `framework_version=`) on a Neuron instance (`ml.inf2`,
         `ml.trn1`: SageMaker resolves it to the Neuron image of that era), or
         `get_huggingface_llm_image_uri("huggingface-neuronx")` / `image_uris.retrieve(...neuronx...)`.
         Those images carry torch-xla and the XLA-based torch-neuronx, so the migrated code
@@ -91,6 +91,13 @@ class SageMakerNeuronImages(PythonRule):
             if isinstance(backend, str) and "neuron" in backend:
                 ctx.marker(node, "this returns an XLA-era Neuron container: deploy with a TorchNeuron image instead")
             return
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("deploy", "compile"):
+            # `estimator.deploy(instance_type="ml.inf1.xlarge")`, `.compile(target_instance_family="ml_inf1")`: Inf1
+            kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+            target = _literal(kw.get("instance_type"), ctx) or _literal(kw.get("target_instance_family"), ctx) or ""
+            if target.startswith(("ml.inf1", "ml_inf1")):
+                ctx.marker(node, f"{target} runs only torch-neuron (Inf1): deploy on an instance TorchNeuron supports")
+            return
         if not (qual.startswith("sagemaker.") and qual.rsplit(".", 1)[-1] in SAGEMAKER_CLASSES):
             return
         kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
@@ -104,7 +111,7 @@ class SageMakerNeuronImages(PythonRule):
             return
         if "image_uri" in kw:
             return
-        for key in ("transformers_version", "pytorch_version"):
+        for key in ("transformers_version", "pytorch_version", "framework_version"):
             version = _literal(kw.get(key), ctx)
             if version is not None:
                 message = f"{key}=\"{version}\" resolves to an XLA-era Neuron image: pass image_uri= a TorchNeuron image"
