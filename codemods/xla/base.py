@@ -119,15 +119,23 @@ def _module_local(ctx: PythonContext, module: str, anchor: Binding | None, asnam
     st = _state(ctx).setdefault("locals", {})
     if module in st:
         return st[module]
-    local = ctx.imports.local_for(module)
+    local, everywhere = _reaching(ctx, module)
     if local is None:
         want = asname or module
         if not ctx.imports.is_free(want, module):
             raise NameClash(f"cannot import {module}: the name {want!r} is already used")
         ctx.add_import(module, None, asname, anchor)
-        local = want
-    st[module] = local
+        local, everywhere = want, True
+    if everywhere:
+        st[module] = local
     return local
+
+
+def _reaching(ctx: PythonContext, qualified: str) -> tuple[str | None, bool]:
+    """The local name of an import of ``qualified`` that has run where the node being handled runs (an import
+    inside another function does not count), and whether it is a module-level one (good for every use)."""
+    b = ctx.imports.binding_for(qualified, ctx.enclosing())
+    return (b.local, b.toplevel) if b is not None else (None, False)
 
 
 def _torch(ctx: PythonContext, anchor: Binding | None) -> str:
@@ -172,7 +180,9 @@ def _dist(ctx: PythonContext, anchor: Binding | None) -> str:
     st = _state(ctx).setdefault("locals", {})
     if "torch.distributed" in st:
         return st["torch.distributed"]
-    local = ctx.imports.local_for("torch.distributed")
+    local, everywhere = _reaching(ctx, "torch.distributed")
+    if local is not None and not everywhere:
+        return local  # an import in this function: not for the others
     if local is None:
         torch_local = ctx.imports.local_for("torch")
         if torch_local is not None and re.search(rf"\b{re.escape(torch_local)}\.distributed\.", ctx.source):
