@@ -393,6 +393,9 @@ SCRIPT_UNKNOWN_MARKER = "Keep the {flags} flags if {script} parses them itself, 
 PP_MARKER = "Fit the model with TP_SIZE/FSDP_SIZE instead of PP_SIZE: a migrated Trainer script has no pipeline stages."
 #: NM515's markers and their long forms
 XLA_VALUE_MARKER = "Pass neuron instead of xla to {flag} if the script takes it: TorchNeuron has no xla device or backend."
+#: a script flag asking for torch-xla's serialization (Megatron-LM's Neuron fork: --save-xser, --load-xser)
+_XSER_FLAG = re.compile(r"--(?:save|load|use)[-_]xser", re.I)
+XSER_MARKER = "Drop {flag} if the script takes it: TorchNeuron saves with torch.save or DCP, not torch-xla's xser format."
 #: a script flag that names a device or a backend (`--device xla`, `--distributed-backend xla`, `--accelerator=xla`)
 _DEVICE_FLAG = re.compile(r"--[\w-]*(?:device|backend|accelerator|platform)[\w-]*", re.I)
 #: the pre-filter of those flags (a bare "xla" would let every `xlabel` of a plotting library in)
@@ -405,6 +408,10 @@ LAUNCH_MARKERS = (
      --distributed-backend, a --device flag): TorchNeuron's device is "neuron" and its process-group backend
      "neuron", and torch has no "xla" of either. Whether the script accepts "neuron" for that option is its
      own choice list, so the launch is marked, not edited."""),
+    (XSER_MARKER,
+     """torch-xla's xser checkpoints (torch_xla.utils.serialization) store each tensor in its own file; the
+     migrated code has no torch_xla to write or read them. The flag is the launched script's own option, so
+     the launch is marked, not edited."""),
     (MOVE_FLAGS_MARKER,
      """The migrated script reads its parallel layout from the environment (TP_SIZE, FSDP_SIZE: a
      DistributedConfig on the model load under torchrun), not from optimum-neuron's command-line flags,
@@ -445,7 +452,7 @@ class LaunchFlags(ShellRule):
     markers = LAUNCH_MARKERS
     title = "Script flags of optimum-neuron's training arguments: TP_SIZE/FSDP_SIZE, removed, --torch_compile"
     fix = "mixed"
-    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS + _XLA_VALUE_TRIGGERS
+    triggers = _FLAG_TRIGGERS + _STACK_TRIGGERS + _XLA_VALUE_TRIGGERS + ("-xser", "_xser")
     why = """
         The migrated training scripts parse transformers' `TrainingArguments`, which do not have
         optimum-neuron's parallelism flags: with TorchNeuron the layout comes from a
@@ -534,7 +541,10 @@ class LaunchFlags(ShellRule):
             value = inline if inline else (values[k + 1] if k + 1 < len(values) else None)
             if _DEVICE_FLAG.fullmatch(flag) and value is not None and re.fullmatch(r"xla(?::\d+)?", value):
                 _mark(plan, ctx, launch.s.group, XLA_VALUE_MARKER.format(flag=flag))
-                return
+                break
+        xser = next((v for v in values if v is not None and _XSER_FLAG.fullmatch(v.partition("=")[0])), None)
+        if xser is not None:
+            _mark(plan, ctx, launch.s.group, XSER_MARKER.format(flag=xser.partition("=")[0]))
 
     def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
         """Variables holding script flags that can be edited where they are assigned: assigned once
