@@ -25,8 +25,9 @@ def serves_other_accelerators(source: str) -> bool:
     others: every torch_xla import is in the body of a ``try`` whose ImportError handler falls back to something
     (a flag, a None), or the module imports no torch_xla at all (it asks `"torch_xla" in sys.modules`, passes
     "xla://"), and the module dispatches on another accelerator too (``cuda``, ``mps``): a generic library's
-    handler -- or it reads nothing of torch_xla but its version (a probe: a test suite's skip condition). Its torch_xla code is not known to be Neuron code: the torch-xla rules leave it alone, NM420
-    asks for a neuron branch beside a gate, NM900 marks the import."""
+    handler -- or it reads nothing of torch_xla but its version (a probe: a test suite's skip condition). Its
+    torch_xla code is not known to be Neuron code: the torch-xla rules leave it alone, NM420 asks for a neuron
+    branch beside a gate, NM900 marks the import."""
     own = _OWN_COMMENTS.sub("", source)  # this tool's markers name Neuron: they are not the module's
     if "torch_xla" not in source or _NEURON_NAMED.search(own):
         return False

@@ -20,6 +20,7 @@ from codemods.common.statements import (
 from migrator.imports import Binding, dotted
 from migrator.rules import NameClash, PythonContext, PythonRule
 from migrator.tree import walk
+
 XM = "torch_xla.core.xla_model"
 XR = "torch_xla.runtime"
 XLA_BACKEND = "torch_xla.distributed.xla_backend"

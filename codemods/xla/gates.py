@@ -162,7 +162,6 @@ class OldStackAvailabilityGates(PythonRule):
             ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
                              f"gate on {NATIVE_TEST} instead")
 
-
     @staticmethod
     def _hoist_stdlib_imports(node: cst.Try, ctx: PythonContext) -> None:
         """The standard-library imports of an old-stack gate's body (``from inspect import currentframe`` beside

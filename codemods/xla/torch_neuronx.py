@@ -274,7 +274,7 @@ class NeuronTrace(_XlaRule):
             return
         ctx.marker(node, fitted(f"`{name}.{node.attr.value}` is TorchScript's: drop it, or print the compiled graph "
                                 "with TORCH_LOGS=graph_code.",
-                                f"This is a TorchScript attribute: drop it, or print the compiled graph with "
+                                "This is a TorchScript attribute: drop it, or print the compiled graph with "
                                 "TORCH_LOGS=graph_code."),
                    detail=f"{name} is a torch.compile'd module now, which has no .{node.attr.value} (TorchScript's "
                           "view of the traced graph); TORCH_LOGS=graph_code or torch._dynamo.explain show what "
@@ -369,7 +369,7 @@ class NeuronTrace(_XlaRule):
                               "inputs given to it anywhere else must be moved, and outputs brought back with .cpu() "
                               "where CPU tensors are needed.")
         else:
-            ctx.marker(call, f"Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
+            ctx.marker(call, "Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
         if stays and example is not None and _example_calls_only(scope_of(ctx), target, example.value):
             pass  # every call takes the example itself: one shape, nothing to pad
