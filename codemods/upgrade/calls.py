@@ -669,13 +669,14 @@ class RemovedModelHelpers(PythonRule):
             return
         name = func.attr.value
         advice = MODEL_HELPERS.get(name)
-        if advice is None or data().removed_attr(MODEL, name) is None:
+        last = data().removed_attr(MODEL, name) if advice is not None else None
+        if last is None:
             return
         if not _imports_transformers(ctx) or re.search(rf"\bdef\s+{name}\b", ctx.source):
             return
         ctx.marker(node, fitted(f"`{name}` is gone in Transformers 5: {advice}.",
                                 f"This model helper is gone in Transformers 5: {advice}."),
-                   detail=f"transformers 5 removed PreTrainedModel.{name} (last in {data().removed_attr(MODEL, name)})")
+                   detail=f"transformers 5 removed PreTrainedModel.{name} (last in {last})")
 
 
 def _imports_transformers(ctx: PythonContext) -> bool:

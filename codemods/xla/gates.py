@@ -174,8 +174,8 @@ class OldStackAvailabilityGates(PythonRule):
             return
         own = {id(n) for m in moved for n in walk(m)}  # (the imports' own names are no use)
         used = {n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in own}
-        used |= {n for h in node.handlers for n in _assigned_names(h.body)}
-        moved = [m for m in moved if not (_bound_by(m) & used)]
+        used |= {n for h in node.handlers for n in _assigned_names(h.body, ctx)}
+        moved = [m for m in moved if not (_bound_by(m, ctx) & used)]
         if not moved:
             return
         ids = {id(m) for m in moved}
@@ -188,7 +188,7 @@ class OldStackAvailabilityGates(PythonRule):
                                         *(m.with_changes(leading_lines=[]) for m in moved)])
 
         ctx.replace(node, hoist)
-        names = ", ".join(sorted({n for m in moved for n in _bound_by(m)}))
+        names = ", ".join(sorted({n for m in moved for n in _bound_by(m, ctx)}))
         ctx.finding(node, f"standard-library imports ({names}) moved out of the old-stack gate, after it: on "
                           "TorchNeuron its imports fail before them")
 
@@ -207,28 +207,18 @@ def _stdlib(module: str) -> bool:
     return module.split(".", 1)[0] in sys.stdlib_module_names
 
 
-def _bound_by(stmt: cst.SimpleStatementLine) -> set[str]:
-    """The names an import line binds."""
-    out: set[str] = set()
-    for small in stmt.body:
-        names = getattr(small, "names", ())
-        if isinstance(names, cst.ImportStar):
-            continue
-        for a in names:
-            if a.asname is not None and isinstance(a.asname.name, cst.Name):
-                out.add(a.asname.name.value)
-            else:
-                out.add(cst.Module([]).code_for_node(a.name).split(".", 1)[0])
-    return out
+def _bound_by(stmt: cst.SimpleStatementLine, ctx: PythonContext) -> set[str]:
+    """The names an import line binds (the module's import index has them)."""
+    return {b.local for b in ctx.imports.all_bindings() if b.line is stmt and b.alias is not None}
 
 
-def _assigned_names(body: cst.BaseSuite) -> set[str]:
+def _assigned_names(body: cst.BaseSuite, ctx: PythonContext) -> set[str]:
     """The names the simple statements of a block assign or import."""
     out: set[str] = set()
     for stmt in getattr(body, "body", ()):
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
-        out |= _bound_by(stmt)
+        out |= _bound_by(stmt, ctx)
         for small in stmt.body:
             if isinstance(small, cst.Assign):
                 out |= {t.target.value for t in small.targets if isinstance(t.target, cst.Name)}
