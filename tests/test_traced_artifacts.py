@@ -286,3 +286,19 @@ def test_a_compiled_module_has_none_of_the_torchscript_attributes_nm410_marks():
         assert hasattr(scripted, attr), attr
         with pytest.raises(AttributeError):
             getattr(compiled, attr)
+
+
+def test_compiled_model_called_outside_no_grad_gives_outputs_without_autograd(tmp_path: Path):
+    # the traced model recorded no autograd: the migrated check() compares with numpy outside no_grad, and the
+    # module it compiled from a copy still runs on the CPU inputs it is given after the trace
+    out = run_pair(tmp_path, "grad_free_outputs", """
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        example = torch.rand(3, 4)
+        got = check(model, example)
+        assert all(p.requires_grad for p in model.parameters())  # the user's module is left as it was
+        print(got.shape, score(model, example).shape, score_in_block(model, example).shape)
+        compiled, fresh = compare_with_fresh(model, example, lambda: torch.nn.Linear(4, 2))
+        print(compiled.shape, fresh.shape)
+        """)
+    assert out.split() == ["(3,", "2)"] * 5

@@ -77,9 +77,14 @@ MUTATORS = frozenset({"cpu", "cuda", "to", "half", "float", "double", "bfloat16"
                       "requires_grad_", "apply", "register_forward_hook", "register_forward_pre_hook"})
 
 
+#: calls that run a module: after the trace the code still runs the CPU module, which an in-place
+#: .to("neuron") would move from under its CPU inputs
+RUNS = frozenset({"forward", "generate"})
+
+
 def _changed_later(ctx: PythonContext, name: str) -> bool:
     """Whether a statement after the one being handled (in its block, or a later one of the module)
-    calls a :data:`MUTATORS` method on ``name``."""
+    calls a :data:`MUTATORS` or :data:`RUNS` method on ``name``, or calls ``name`` itself."""
     stack = ctx.stack
     for i in range(len(stack) - 1, 0, -1):
         block = stack[i - 1]
@@ -89,10 +94,14 @@ def _changed_later(ctx: PythonContext, name: str) -> bool:
             if index is None:
                 continue
             for later in body[index + 1:]:
+                if _rebinds(later, name):
+                    return False  # `name = ...` again: what follows uses another object
                 for node in _calls(later):
                     func = node.func
-                    if (isinstance(func, cst.Attribute) and func.attr.value in MUTATORS
+                    if (isinstance(func, cst.Attribute) and func.attr.value in MUTATORS | RUNS
                             and isinstance(func.value, cst.Name) and func.value.value == name):
+                        return True
+                    if isinstance(func, cst.Name) and func.value == name:
                         return True
             if isinstance(block, cst.Module) or isinstance(stack[i - 2] if i >= 2 else None, FUNCTION_DEFS):
                 return False
@@ -100,6 +109,16 @@ def _changed_later(ctx: PythonContext, name: str) -> bool:
 
 
 FUNCTION_DEFS = (cst.FunctionDef,)
+
+
+def _rebinds(statement: cst.CSTNode, name: str) -> bool:
+    """``statement`` is ``name = <value not naming name>`` (a new object bound to the name)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    assign = statement.body[0]
+    return (isinstance(assign, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name
+                                                   for t in assign.targets)
+            and not any(isinstance(n, cst.Name) and n.value == name for n in walk(assign.value)))
 
 
 def _calls(node: cst.CSTNode) -> list[cst.Call]:
@@ -155,6 +174,12 @@ class NeuronTrace(_XlaRule):
         `fullgraph=True`: tracing recorded a model's data-dependent values as constants, dynamo does
         not (Perceiver's preprocessor reshapes by `np.prod` of a shape: "Could not guard on
         data-dependent expression" under fullgraph), and a graph break runs eagerly instead of failing.
+        The traced model recorded no autograd; where the compiled one may be called outside
+        `torch.no_grad()` / `torch.inference_mode()` (a call the scope shows outside them, or a model
+        that leaves its scope), it is compiled with `.requires_grad_(False)`, so that its outputs carry
+        no autograd either (`.numpy()` on them works, no backward graph is compiled). The trace took a
+        copy: where the code goes on to change the module, call it or run its `forward`/`generate`
+        (the CPU reference of a benchmark), the compiled model is built from `copy.deepcopy(module)`.
         The example inputs are not needed to compile any more;
         their shapes become the shapes to pad real inputs to (a marker says so, unless the compiled
         model never leaves its scope and every call there takes the example itself), and the compiled
@@ -309,6 +334,8 @@ class NeuronTrace(_XlaRule):
             except NameClash:
                 return "the module is changed after the trace and `copy` is taken"
 
+        frozen = _no_autograd(call, ctx)
+
         def build(updated: cst.Call) -> cst.BaseExpression:
             b = _bind_args(updated, params)
             assert b is not None
@@ -319,12 +346,12 @@ class NeuronTrace(_XlaRule):
             ):
                 model = model.func.value  # model.eval() -> model.to("neuron").eval()
             module = f"{copy}({_code(model)})" if copy else _code(_atomic(model))
-            return _expr(f"{torch}.compile({module}.to({q}neuron{q}).eval(), "
+            return _expr(f"{torch}.compile({module}.to({q}neuron{q}).eval(){frozen}, "
                          f"backend={q}neuron{q}, dynamic=False)")
 
         ctx.replace(call, build)
         ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
-                          "backend=\"neuron\")" + (" of a copy of the module (the code changes it after the trace)"
+                          "backend=\"neuron\")" + (" of a copy of the module (the code changes or runs it after the trace)"
                                                    if copy else ""))
         if _in_model_fn(ctx):
             ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
@@ -661,8 +688,8 @@ class NeuronTrace(_XlaRule):
         p = _code(path)
         model = (f"getattr({transformers}, {transformers}.AutoConfig.from_pretrained({p}).architectures[0])"
                  f".from_pretrained({p})")
-        ctx.replace(call, _expr(f"{torch}.compile({model}.to({q}neuron{q}).eval(), backend={q}neuron{q}, "
-                                "dynamic=False)"))
+        ctx.replace(call, _expr(f"{torch}.compile({model}.to({q}neuron{q}).eval(){_no_autograd(call, ctx)}, "
+                                f"backend={q}neuron{q}, dynamic=False)"))
         ctx.finding(call, f"torch.jit.load({p}) -> the Transformers model the tracing script saves there with "
                           "save_pretrained (its class from config.json), compiled with torch.compile")
         if _in_model_fn(ctx):
@@ -696,8 +723,8 @@ class NeuronTrace(_XlaRule):
         ctx.replace(call, ctor.deep_clone())
         ctx.insert_after(line, [
             cst.parse_statement(f"{target}.load_state_dict({torch}.load({p}))\n"),
-            cst.parse_statement(f"{target} = {torch}.compile({target}.to({q}neuron{q}).eval(), backend={q}neuron{q}, "
-                                "dynamic=False)\n"),
+            cst.parse_statement(f"{target} = {torch}.compile({target}.to({q}neuron{q}).eval(){_no_autograd(call, ctx)}, "
+                                f"backend={q}neuron{q}, dynamic=False)\n"),
         ])
         ctx.finding(call, f"torch.jit.load({p}) -> {built} with the state dict the migrated save writes at {p} "
                           "(load_state_dict(torch.load(...))), compiled with torch.compile")
@@ -1303,6 +1330,45 @@ def _first(module: cst.Module, earlier: list[cst.CSTNode], node: cst.CSTNode) ->
             return False
         todo.extend(reversed(n.children))
     return False
+
+
+_NO_GRAD = ("no_grad", "inference_mode")
+
+
+def _no_grad(expr: cst.BaseExpression) -> bool:
+    """``torch.no_grad()``, ``torch.inference_mode()`` (or the bare decorator form)."""
+    if isinstance(expr, cst.Call):
+        expr = expr.func
+    last = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
+    return last in _NO_GRAD
+
+
+def _no_autograd(call: cst.Call, ctx: PythonContext) -> str:
+    """``.requires_grad_(False)`` for the module compiled in place of the trace or traced artifact ``call``
+    (which recorded no autograd), unless the name it is assigned to stays in its scope and every call of it
+    there runs under no_grad / inference_mode: outputs with autograd fail ``.numpy()`` and hold memory."""
+    name = _assigned_name(call, ctx)
+    scope = scope_of(ctx)
+    if name is not None and _stays_here(scope, name, ctx) and not _called_without_grad_off(scope, name):
+        return ""
+    return ".requires_grad_(False)"
+
+
+def _called_without_grad_off(scope: cst.CSTNode, name: str) -> bool:
+    """Whether ``scope`` calls ``name(...)`` outside every ``with torch.no_grad()`` / ``inference_mode()``
+    block and no_grad-decorated function (a call in a nested function counts as outside: its caller is unknown)."""
+    def outside(node: cst.CSTNode, off: bool) -> bool:
+        if isinstance(node, cst.FunctionDef):
+            off = any(_no_grad(d.decorator) for d in node.decorators)
+        elif isinstance(node, cst.Lambda):
+            off = False
+        elif isinstance(node, cst.With) and any(_no_grad(item.item) for item in node.items):
+            return outside(node.body, True)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name and not off:
+            return True
+        return any(outside(child, off) for child in node.children)
+    start = isinstance(scope, cst.FunctionDef) and any(_no_grad(d.decorator) for d in scope.decorators)
+    return any(outside(child, start) for child in scope.children)
 
 
 def _nested_defs(node: cst.CSTNode) -> list[cst.CSTNode]:
