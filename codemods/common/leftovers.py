@@ -39,11 +39,16 @@ MOVED = ("neuronxcc.nki",)
 
 #: ``import torch_neuronx`` itself is the TorchNeuron plugin (the seeds import it); only its XLA-era APIs are old
 NATIVE = ("torch_neuronx",)
+#: submodules of TorchNeuron's own torch_neuronx, which the XLA-era package never had: ``nki_hop`` wraps NKI
+#: kernels as torch operators (``wrap_nki``) for eager mode and torch.compile
+NATIVE_SUBMODULES = ("torch_neuronx.nki_hop",)
 
 
 def old_stack(qualified: str) -> bool:
     if qualified in NATIVE or any(qualified.startswith(n + ".__") for n in NATIVE):
         return False  # the plugin module itself and its module attributes (`torch_neuronx.__version__`)
+    if any(qualified == n or qualified.startswith(n + ".") for n in NATIVE_SUBMODULES):
+        return False
     return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
