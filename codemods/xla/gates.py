@@ -19,7 +19,7 @@ from codemods.common.leftovers import old_stack
 from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.export_only import kept_names
 from codemods.common.renames import load_table
-from migrator.imports import falls_back
+from migrator.imports import catches_import_error, falls_back
 from migrator.rules import PythonContext, PythonRule
 from migrator.tree import walk
 
@@ -43,6 +43,11 @@ PACKAGE_PROBES = (
 )
 _PACKAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 NATIVE_TEST = "torch.neuron.is_available()"
+#: libraries whose import in a gate's except branch makes that branch the native path
+TARGET_LIBRARIES = frozenset({"transformers", "diffusers", "trl", "peft", "accelerate"})
+#: a gate whose try body is the old stack and whose except branch loads the model with a target library
+NATIVE_FALLBACK_MARKER = ("On TorchNeuron these imports fail and the except branch runs: keep its path and drop the "
+                          "old-stack one.")
 #: the gate of a module that serves other accelerators through torch_xla (TPUs): its XLA branch stays
 SIDE_BY_SIDE_MARKER = ("Add a torch.neuron.is_available() branch beside this torch_xla one: the module also serves "
                        "other XLA devices.")
@@ -159,8 +164,11 @@ class OldStackAvailabilityGates(PythonRule):
             self._hoist_stdlib_imports(node, ctx)
             # one text whatever the gate still imports (the migration may remove some of them): a
             # second run finds it above the gate
-            ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
-                             f"gate on {NATIVE_TEST} instead")
+            if _native_fallback(node):
+                ctx.marker(node, NATIVE_FALLBACK_MARKER)
+            else:
+                ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
+                                 f"gate on {NATIVE_TEST} instead")
 
     @staticmethod
     def _hoist_stdlib_imports(node: cst.Try, ctx: PythonContext) -> None:
@@ -191,6 +199,28 @@ class OldStackAvailabilityGates(PythonRule):
         names = ", ".join(sorted({n for m in moved for n in _bound_by(m, ctx)}))
         ctx.finding(node, f"standard-library imports ({names}) moved out of the old-stack gate, after it: on "
                           "TorchNeuron its imports fail before them")
+
+
+def _native_fallback(gate: cst.Try) -> bool:
+    """Whether an ImportError handler of the gate imports a target library (``except ImportError: from
+    transformers import AutoModelForCausalLM``): that branch is the TorchNeuron path, the ``try`` the old one."""
+    for handler in gate.handlers:
+        if not catches_import_error(handler):
+            continue
+        for node in walk(handler.body):
+            if isinstance(node, cst.Import):
+                names = [_dotted(a.name) for a in node.names]
+            elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+                names = [_dotted(node.module)]
+            else:
+                continue
+            if any(n.split(".")[0] in TARGET_LIBRARIES for n in names):
+                return True
+    return False
+
+
+def _dotted(expr: cst.BaseExpression) -> str:
+    return f"{_dotted(expr.value)}.{expr.attr.value}" if isinstance(expr, cst.Attribute) else getattr(expr, "value", "")
 
 
 def _stdlib_import(small: cst.BaseSmallStatement) -> bool:
