@@ -179,9 +179,12 @@ _UTIL_NATIVE = {
         "torch.manual_seed(seed) (DTensor random ops keep sharded dropout consistent across the mesh)",
     f"{PL}.random.get_xla_rng_tracker": "torch.manual_seed / torch.random.fork_rng: there is no XLA RNG tracker",
 }
-UTIL_MARKER = "Replace the neuronx_distributed helpers used here with the plain torch calls they wrap."
+#: some helpers wrap a torch call, others reimplement one (NxD's cumsum is a float64 matmul loop): the marker
+#: names both ways out, not "the call it wraps"
+UTIL_MARKER = "Replace the neuronx_distributed helpers used here with torch code, or copy their source into the project."
 _SENTENCE_BREAK = re.compile(r"[.!?;]\s+[A-Z`\"'(]")
-_UTIL_DEFAULT = "the plain torch / torch.distributed API it wraps (DeviceMesh, DTensor, nn.Module methods)"
+_UTIL_DEFAULT = ("torch / torch.distributed code doing the same (DeviceMesh, DTensor, nn.Module methods), or a copy "
+                 "of its source where it is plain torch")
 _MOE_DEFAULT = (
     "the model's own MoE block from transformers (e.g. MixtralSparseMoeBlock), with expert parallelism from "
     "from_pretrained(..., distributed_config=DistributedConfig(ep_size=N))"
