@@ -295,3 +295,48 @@ def test_mesh_reduce_inside_expressions_reduces_the_values_of_every_rank(tmp_pat
     assert [r["gathered"] for r in reports] == [[10, 20], [10, 20]]
     assert [r["mean"] for r in reports] == ["above", "above"]
     assert [r["printed"] for r in reports] == [1.5, 1.5]
+
+
+# --------------------------------------------------------------------------- xm.rendezvous without a group (NM405)
+
+INDEX = """
+import json
+import os
+import sys
+import time
+
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def build_index(path):
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank() == 0:
+        time.sleep(0.5)
+        with open(path, "w") as f:
+            f.write("built")
+    xm.rendezvous("index built")
+    with open(path) as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    if "RANK" in os.environ:
+        dist.init_process_group("xla")
+    print(json.dumps({"rank": int(os.environ.get("RANK", -1)), "seen": build_index(sys.argv[1])}))
+"""
+
+
+def test_rendezvous_in_code_that_runs_without_a_group_waits_only_where_one_exists(tmp_path: Path, rules: RuleSet):
+    # xm.rendezvous was a no-op in one process; the module tests for a group, so the barrier is guarded by it
+    text = _on_cpu(_migrated(INDEX, rules))
+    script = tmp_path / "index.py"
+    script.write_text(text)
+    alone = subprocess.run([sys.executable, str(script), str(tmp_path / "one.txt")], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr  # an unguarded dist.barrier() raises: no default process group
+    assert json_reports(alone.stdout, "rank") == [{"rank": -1, "seen": "built"}]
+    proc = _torchrun(tmp_path, script, str(tmp_path / "two.txt"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # rank 1 reads only after rank 0 wrote: the barrier still runs under the group
+    assert sorted((r["rank"], r["seen"]) for r in json_reports(proc.stdout, "rank")) == [(0, "built"), (1, "built")]

@@ -694,7 +694,9 @@ class XlaMasterOnlyAndSync(_XlaRule):
         `torch.utils._pytree` is torch's own (private but long-stable) nested-structure mapper;
         objects other than dicts, lists, tuples and namedtuples are saved as they are, as
         `xm.save` did. `dist.barrier()` needs a process group: in a module that
-        never calls `init_process_group` it gets a marker. A rendezvous whose payloads are used,
+        never calls `init_process_group` it gets a marker. A module that asks whether one exists
+        (`dist.is_initialized()`) runs without one too, where the rendezvous did nothing: its
+        barrier becomes `if dist.is_initialized(): dist.barrier()`. A rendezvous whose payloads are used,
         `replicas=`, and master_print/save calls inside an expression or on a line with other
         statements get a marker.
     """
@@ -796,10 +798,27 @@ class XlaMasterOnlyAndSync(_XlaRule):
         replicas = bound.get("replicas")
         if replicas is not None and not (isinstance(replicas.value, cst.List) and not replicas.value.elements):
             return "use dist.barrier(group=dist.new_group(replicas))"
-        if _expression_statement(ctx, call) is None:
+        statement = _expression_statement(ctx, call)
+        if statement is None:
             return "its payloads are used; exchange them with dist.all_gather_object"
         anchor = ctx.imports.binding_of(func)
-        ctx.replace(call, _expr(f"{_dist(ctx, anchor)}.barrier()"))
+        dist = _dist(ctx, anchor)
+        _, container = statement
+        if (isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1
+                and _IS_INITIALIZED.search(ctx.code)):
+            # the module runs without a process group too (it tests for one, wherever it makes one): the
+            # rendezvous was a no-op in a single process, dist.barrier() would raise there
+            def guarded(updated: cst.SimpleStatementLine) -> cst.If:
+                stmt = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()\n")
+                assert isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock)
+                line = stmt.body.body[0].with_changes(trailing_whitespace=updated.trailing_whitespace)
+                return stmt.with_changes(leading_lines=updated.leading_lines,
+                                         body=stmt.body.with_changes(body=[line]))
+            ctx.replace(container, guarded)
+            ctx.finding(call, f"{qual}() -> dist.barrier() where a process group exists (the module runs without "
+                              "one too)")
+            return None
+        ctx.replace(call, _expr(f"{dist}.barrier()"))
         ctx.finding(call, f"{qual}() -> dist.barrier()")
         if not _has_process_group(ctx):
             ctx.marker(
@@ -815,6 +834,10 @@ class XlaMasterOnlyAndSync(_XlaRule):
         ctx.replace(call, _expr(f"{_torch(ctx, ctx.imports.binding_of(func))}.accelerator.synchronize()"))
         ctx.finding(call, f"{qual}() -> torch.accelerator.synchronize()")
         return None
+
+
+#: a module that asks whether a process group exists (`dist.is_initialized()`) runs without one too
+_IS_INITIALIZED = re.compile(r"\bis_initialized\s*\(")
 
 
 def _end_like(args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
