@@ -251,6 +251,11 @@ OLD_STACK_ROOTS = (
 )
 
 
+#: the TorchNeuron plugin: PyTorch autoloads it, and an ``import torch_neuronx`` the migration left unused stays
+#: (the seeds keep it: it documents the device the script runs on)
+NATIVE_PLUGIN = "torch_neuronx"
+
+
 def is_old_stack(module: str) -> bool:
     """Whether ``module`` (or a name in it) belongs to a package of the old stack."""
     return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)

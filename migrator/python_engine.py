@@ -36,7 +36,7 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     _Note,
     trigger_scan,
 )
-from migrator.model import is_old_stack
+from migrator.model import NATIVE_PLUGIN, is_old_stack
 from migrator.tree import child_nodes, code_fields
 
 _SHAPES: dict[type, tuple[tuple[str, ...], bool]] = {}
@@ -643,7 +643,7 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
 
     removal_ids = {id(b.alias) for b in removals if b.alias is not None} | extra_removals
     for b in ctx.imports.all_bindings():
-        if b.local in dead and b.alias is not None:
+        if b.local in dead and b.alias is not None and b.qualified != NATIVE_PLUGIN:
             removal_ids.add(id(b.alias))
     # an import is added only where the migrated code uses it, or where it stands in for an
     # import that goes away: same local name (an alias kept), or an import that was never used

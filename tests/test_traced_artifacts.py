@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import torch
 from codemods.xla.torch_neuronx import ELSEWHERE, LOAD_MARKED
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, run
+from tests.plugin_stub import plugin_stub
 
 FIXTURES = Path(__file__).parent / "fixtures" / "NM410"
 CLASSIFIER = Path(__file__).parent / "verify_fixtures" / "tiny-classifier"
@@ -159,6 +161,7 @@ def run_pair(tmp_path: Path, fixture: str, driver: str) -> str:
     script = tmp_path / f"{fixture}.py"
     script.write_text(on_cpu((FIXTURES / f"{fixture}.after.py").read_text()) + "\n\n" + textwrap.dedent(driver))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    plugin_stub(tmp_path)
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -244,7 +247,7 @@ def test_a_compiled_model_shares_its_module_unless_built_from_a_copy():
     assert own._orig_mod.weight.dtype == torch.float32
 
 
-def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path):
+def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path, monkeypatch):
     """NM410 writes torch.compile without fullgraph=True: a traced model with a data-dependent step (a
     graph break for dynamo; the trace had recorded it as a constant) runs, where fullgraph=True fails."""
     torch = pytest.importorskip("torch")
@@ -265,6 +268,7 @@ def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path):
     assert "fullgraph" not in migrated and "torch.compile(" in migrated
     runnable = migrated.replace('"neuron"', '"cpu"').replace('backend="cpu"', 'backend="eager"')
     scope: dict = {}
+    monkeypatch.setitem(sys.modules, "torch_neuronx", types.ModuleType("torch_neuronx"))  # the plugin it keeps
     exec(compile(runnable, "migrated.py", "exec"), scope)
     assert torch.equal(scope["out"].cpu(), torch.full((2, 3), 2.0))
     torch._dynamo.reset()  # the frame compiled above (with its break) is not reused

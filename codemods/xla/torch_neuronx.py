@@ -251,15 +251,18 @@ class NeuronTrace(_XlaRule):
     """
     after = """
         import torch
+        import torch_neuronx
 
         example = torch.rand(1, 3, 224, 224)
         # TODO(neuron-migrate NM410): Pad the inputs to the shapes of `example` to avoid a compile per input shape.
-        neuron_model = torch.compile(model.to("neuron").eval(), backend="neuron", dynamic=False)
+        neuron_model = torch.compile(model.to("neuron").eval().requires_grad_(False), backend="neuron", dynamic=False)
         logits = neuron_model(images.to("neuron"))
     """
     caveats = """
         `model.to("neuron")` moves the original module (tracing left it on the CPU): a CPU
-        reference run of the same module after this line needs its own copy. `compiler_args` are
+        reference run of the same module in another function needs its own copy (in the same
+        block the rule compiles a copy). `import torch_neuronx` stays: it is the TorchNeuron plugin
+        (PyTorch autoloads it; the seeds keep the import). `compiler_args` are
         dropped: `--auto-cast`/`--auto-cast-type` become a `dtype=` at load time or
         `torch.autocast("neuron", dtype=torch.bfloat16)` by hand (a marker repeats them). A trace
         whose result is not assigned still gets the rewrite and the marker. Inputs are moved only
