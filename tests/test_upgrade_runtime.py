@@ -432,3 +432,18 @@ def test_save_function_is_ignored_and_is_main_process_decides_who_writes(tmp_pat
     assert not list((tmp_path / "b").iterdir())
     model.save_pretrained(tmp_path / "c", is_main_process=True)
     assert (tmp_path / "c" / "model.safetensors").exists()
+
+
+def test_a_return_dict_false_load_nm615_keeps_for_torch_jit_trace_traces(tmp_path):
+    """NM615 leaves from_pretrained(..., return_dict=False) where the unit still traces with torch.jit.trace: in 5.23
+    an encoder loaded that way traces, and without it the tracer stops at the dict output."""
+    from transformers import BertConfig, BertModel
+
+    assert (FIX / "NM615" / "neg_jit_traced.after.py").read_text() == (FIX / "NM615" / "neg_jit_traced.before.py").read_text()
+    BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=37)).save_pretrained(tmp_path)
+    ids = torch.randint(0, 99, (1, 6))
+    traced = torch.jit.trace(BertModel.from_pretrained(tmp_path, return_dict=False).eval(), (ids,))
+    assert isinstance(traced(ids), tuple)
+    with pytest.raises(Exception, match="(?i)dict"):
+        torch.jit.trace(BertModel.from_pretrained(tmp_path).eval(), (ids,))

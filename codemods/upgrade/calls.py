@@ -285,7 +285,10 @@ class TorchscriptFlag(PythonRule):
         attribute 'last_hidden_state'`); for the same reason `from_pretrained(..., return_dict=False)`
         (traced models asked for tuples that way) is dropped too, with the same marker (checked on
         CPU: CLIP, GPT-2 LM head and T5 fail to run with it). `torchscript=False` (the default) is
-        dropped silently. `return_dict=False` on a model's call is left alone: it works.
+        dropped silently. `return_dict=False` on a model's call is left alone: it works. So is a
+        `return_dict=False` load in a unit that still traces with TorchScript (`torch.jit.trace`,
+        torch-neuron's `torch.neuron.trace`): the tracer needs the tuple outputs (a dict output stops
+        it), and an encoder such as BERT loaded that way traces in 5.23.
     """
 
     def handlers(self):
@@ -309,7 +312,8 @@ class TorchscriptFlag(PythonRule):
                                                "ModelOutput objects now, are only indexed here (out[0] works)")
             else:
                 ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
-        if ("return_dict" in kw and literal(kw["return_dict"].value) is False and target.endswith(".from_pretrained")):
+        if ("return_dict" in kw and literal(kw["return_dict"].value) is False and target.endswith(".from_pretrained")
+                and not _JIT_TRACE.search(ctx.code)):
             drop.add("return_dict")
             if ("torchscript" not in drop or literal(kw["torchscript"].value) in (False, None)) and _unpacks(ctx):
                 ctx.marker(node, RETURN_DICT_MARKER)
@@ -318,6 +322,11 @@ class TorchscriptFlag(PythonRule):
                                                "outputs are only indexed here (out[0] works on a ModelOutput)")
         if drop:
             rewrite_call(ctx, node, ArgPlan(drop=drop))
+
+
+#: a TorchScript trace the migration leaves (torch.jit.trace, torch-neuron's torch.neuron.trace): it needs the tuple
+#: outputs a return_dict=False load gives (a dict output stops the tracer)
+_JIT_TRACE = re.compile(r"\b(?:jit|neuron)\s*\.\s*trace\s*\(")
 
 
 #: code that unpacks a value as a tuple: `a, b = ...`, `(a, b) = ...`, `first, *rest = ...`, `tuple(out)`,
