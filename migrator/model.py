@@ -19,6 +19,9 @@ KINDS = ("python", "notebook", "shell", "requirements", "pyproject", "dockerfile
 #: `# TODO(neuron-migrate NM123): message` -- the one marker format for every file kind.
 MARKER_PREFIX = "TODO(neuron-migrate "
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*?)\s*$")
+#: how a marker that keeps old-stack code on purpose begins (a consolidation of the old run's shards, a TPU branch):
+#: the import that code uses stays too, and NM992 says so instead of asking to remove it
+KEEPS_OLD_STACK = "Keep this "
 #: the self-check's findings (migrator.selfcheck.policy): NM991, an edit dropped because it would break
 #: the code; NM992, an old-stack import left behind. On unless --select/--ignore leave them out.
 SELF_CHECKS = frozenset({"NM991", "NM992"})

@@ -8,7 +8,7 @@ import libcst as cst
 
 from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.renames import load_table
-from migrator.model import fitted
+from migrator.model import KEEPS_OLD_STACK, fitted
 from migrator.imports import falls_back, import_gate, old_stack_alternative
 from migrator.rules import PythonContext, PythonRule
 
@@ -65,7 +65,7 @@ _XLA_DEVICE = re.compile(r"xla(?::\d+)?")
 _DEVICE_NAME = re.compile(r"device|accelerator|backend|platform", re.I)
 
 #: the first torch_xla import of a module written for other XLA devices (codemods.common.accelerators)
-OTHER_XLA_MARKER = ("Keep this torch_xla code for TPUs and add a neuron path beside it (torch.device(\"neuron\")), or "
+OTHER_XLA_MARKER = (f"{KEEPS_OLD_STACK}torch_xla code for TPUs and add a neuron path beside it (torch.device(\"neuron\")), or "
                     "port it by hand.")
 
 #: an old-stack import in a ``try`` that only tolerates its absence (``except ImportError: pass``)

@@ -132,6 +132,10 @@ class OldStackImport(Rule):
          names listed are still used below after the migration: rewrite each use with its native
          equivalent (the marker on the use, or `neuron-migrate explain` of its rule, says how), then
          delete the import. Imports nothing uses any more are removed by the migration itself."""),
+        ("Keep this import for the old-stack code kept below ({names}).",
+         """A use of the names listed is kept on the old stack on purpose (its own marker says to keep it: the
+         consolidation of an old run's checkpoints, a branch that serves TPUs), so it still needs this import:
+         keep both where that code runs (an environment with the old package)."""),
         ("Remove this import once the TODOs on {names} below are done.",
          """The imported module does not exist on TorchNeuron, so the script stops at this import. Every
          use of the names listed carries a marker saying what to do there; once those are done the

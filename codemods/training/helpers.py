@@ -36,6 +36,7 @@ from codemods.common.arg_plan import (
     literal,
     statement_indent,
 )
+from migrator.model import KEEPS_OLD_STACK
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 ON = "optimum.neuron"
@@ -121,7 +122,7 @@ def _constant_branch(new: cst.If, keep_body: bool, alone: bool = False):
 _PARALLEL = "Set the parallel layout where the model is loaded (DistributedConfig): {name} was dropped."
 MIXED_BY_HAND = "Pass mixed_precision=\"bf16\" (AUTOCAST_BF16) or load in bf16 (FULL_BF16): {name}."
 CONSOLIDATE_BY_HAND = "Consolidate with transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, out_dir)."
-CONSOLIDATE_KEPT = ("Keep this for old NxD checkpoints (it needs optimum-neuron); use consolidate_distributed_checkpoint "
+CONSOLIDATE_KEPT = (f"{KEEPS_OLD_STACK}for old NxD checkpoints (it needs optimum-neuron); use consolidate_distributed_checkpoint "
                     "for new ones.")
 CONSOLIDATE_KEPT_DETAIL = (
     "this unit does not train, so the checkpoints it consolidates are most likely the old run's NxD shards, which "

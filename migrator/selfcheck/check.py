@@ -513,16 +513,26 @@ def marked(lines: list[str], stmt: ast.stmt, end: int | None = None) -> bool:
     """A marker (or an ignore comment) on the statement's lines (up to line ``end``: the header of a
     compound statement) or in the comments right above it."""
     end = end or getattr(stmt, "end_lineno", None) or stmt.lineno
+    if any(ignored_rules(lines[ln - 1] if ln - 1 < len(lines) else "") is not None for ln in range(stmt.lineno, end + 1)):
+        return True
+    return bool(markers_on(lines, stmt, end))
+
+
+def markers_on(lines: list[str], stmt: ast.stmt, end: int | None = None) -> list[str]:
+    """The texts of the markers on the statement's lines (up to line ``end``) and in the comments right above it."""
+    end = end or getattr(stmt, "end_lineno", None) or stmt.lineno
+    found = []
     for ln in range(stmt.lineno, end + 1):
-        text = lines[ln - 1] if ln - 1 < len(lines) else ""
-        if MARKER_RE.search(text) or ignored_rules(text) is not None:
-            return True
+        m = MARKER_RE.search(lines[ln - 1] if ln - 1 < len(lines) else "")
+        if m:
+            found.append(m.group(2))
     ln = stmt.lineno - 1
     while ln >= 1 and lines[ln - 1].lstrip().startswith("#"):
-        if MARKER_RE.search(lines[ln - 1]):
-            return True
+        m = MARKER_RE.search(lines[ln - 1])
+        if m:
+            found.append(m.group(2))
         ln -= 1
-    return False
+    return found
 
 
 def _old_stack(index: int, scan: _Scan, lines: list[str]) -> list[Violation]:

@@ -22,9 +22,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.model import DROPPED_RULE, OUTSIDE_NAMES, UNPARSABLE
+from migrator.model import DROPPED_RULE, KEEPS_OLD_STACK, OUTSIDE_NAMES, UNPARSABLE
 from migrator.selfcheck.check import (
-    KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, parses,
+    KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, markers_on,
+    parses,
 )
 
 OLD_IMPORT_RULE = "NM992"
@@ -171,8 +172,12 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
-        if all(seen.get(n) for n in names) and all(
-                marked(lines, stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in seen[n]):
+        spans = [(stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in seen.get(n, ())]
+        every_use_marked = all(seen.get(n) for n in names) and all(marked(lines, *span) for span in spans)
+        if every_use_marked and any(t.startswith(KEEPS_OLD_STACK) for span in spans for t in markers_on(lines, *span)):
+            # a use is kept on the old stack on purpose (its marker says so): so is the import it needs
+            message = f"Keep this import for the old-stack code kept below ({names_listed(names)})."
+        elif every_use_marked:
             # each use says what to do already: the import only goes once they are done
             message = f"Remove this import once the TODOs on {names_listed(names)} below are done."
         else:
