@@ -34,7 +34,7 @@ TABLE = (
     ('NM304', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainer', 'NeuronSFTTrainer', 'NeuronTrainingArguments', 'NeuronSFTConfig', 'TrainiumTrainer', 'TrainiumTrainingArguments', 'Seq2SeqNeuronTrainer', 'Seq2SeqNeuronTrainingArguments'), (), (), ()),
     ('NM305', 'python', ('python', 'notebook', 'markdown'), ('tensor_parallel_size', 'tensor-parallel-size', 'pipeline_parallel_size', 'pipeline-parallel-size'), (), (), ()),
     ('NM306', 'python', ('python', 'notebook', 'markdown'), ('--tensor_parallel_size', '--tensor-parallel-size', '--pipeline_parallel_size', '--pipeline-parallel-size', '--zero_1', '--zero-1', '--disable_sequence_parallel', '--skip_cache_push', '--async_save', '--use_autocast', '--disable-sequence-parallel', '--skip-cache-push', '--async-save', '--use-autocast'), (), (), ()),
-    ('NM401', 'python', ('python', 'notebook', 'markdown'), ('torch_xla', '"xla"', "'xla'", '"xla:', "'xla:", 'openxla', 'torchxla_trace_once'), (), (), ()),
+    ('NM401', 'python', ('python', 'notebook', 'markdown'), ('torch_xla', '"xla"', "'xla'", '"xla:', "'xla:", 'openxla', 'torchxla_trace_once'), (), (('xla:compared', ('device == "xla"', "device == 'xla'", 'device != "xla"', "device != 'xla'", 'device=="xla"', "device=='xla'")),), ()),
     ('NM402', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), (), ()),
     ('NM403', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), (), ()),
     ('NM404', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), (), ()),

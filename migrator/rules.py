@@ -455,6 +455,14 @@ class PythonContext:
         ids = {id(node), *(id(a) for a in ancestors)}
         return any(id(e.node) in ids for e in self._edits)
 
+    def marked(self, node: cst.CSTNode, ancestors: Sequence[cst.CSTNode] = ()) -> bool:
+        """Whether some rule so far asked a person to act (a marker) at ``node`` or at one of its ``ancestors`` (the
+        stack it was seen with) within its statement: a rule finishing late does not mark again what another one
+        marked there."""
+        start = max((i for i, a in enumerate(ancestors) if isinstance(a, STATEMENT_TYPES)), default=0)
+        ids = {id(node), *(id(a) for a in ancestors[start:])}
+        return any(n.fix == "manual" and id(n.node) in ids for n in self._notes)
+
     def replace(self, node: cst.CSTNode, new: Replacement) -> None:
         """Replace ``node`` (an original node) by a node, a function of its updated
         form (so that edits inside it are kept), or ``cst.RemovalSentinel.REMOVE``."""

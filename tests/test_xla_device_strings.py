@@ -96,3 +96,27 @@ def test_a_device_with_an_index_never_equals_the_bare_device_but_its_type_does()
     indexed, bare = torch.device("cpu", 0), torch.device("cpu")
     assert indexed != bare
     assert indexed.type == bare.type == "cpu"
+
+
+def test_a_device_flag_given_to_a_callee_that_tests_it_in_another_file_is_marked_not_renamed(tmp_path):
+    """NM401: device="xla" passed to the project's own class whose module tests `device == "xla"` (a mode flag picking
+    a branch) gets a marker; the same call in a project that compares nothing with "xla" is renamed."""
+    from migrator.discover import Candidate
+    from migrator.engine import run
+
+    caller = 'import torch_xla.core.xla_model as xm\nfrom wrapper import Wrapper\n\nw = Wrapper(device="xla")\n'
+    callee = ('class Wrapper:\n    def __init__(self, device="cpu"):\n'
+              '        self.cache = [] if device == "xla" else None\n')
+
+    def migrated(files: dict[str, str]) -> str:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        results = run([Candidate(folder / n, n, "python") for n in files], RuleSelection(), jobs=1)
+        return next(r.new_bytes.decode() for r in results if r.path == "main.py")
+
+    flagged = migrated({"main.py": caller, "wrapper.py": callee})
+    assert 'device="xla"' in flagged and "NM401): Pass \"neuron\" here" in flagged
+    plain = migrated({"main.py": caller, "wrapper.py": callee.replace('device == "xla"', "device is not None")})
+    assert 'device="neuron"' in plain and "NM401" not in plain

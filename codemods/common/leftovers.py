@@ -314,7 +314,7 @@ class OldStackLeftovers(PythonRule):
             # key for a code path (NM420 marks that path's gate), not a device: changing it breaks the path
             keyed = any("device" not in m.group(1).lower() for m in _XLA_KEY_COMPARE.finditer(ctx.source))
             for node, stack in () if keyed else ctx.local_state().get("xla", ()):
-                if not ctx.edited(node, stack):
+                if not ctx.edited(node, stack) and not ctx.marked(node, stack):
                     ctx.marker(node, XLA_STRING_MARKER)
         # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
         grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}

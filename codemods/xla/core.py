@@ -68,6 +68,7 @@ from codemods.xla.base import (
     XR,
 )
 from migrator.imports import Binding, dotted
+from migrator.model import fitted
 from migrator.rules import PythonContext
 from migrator.scopes import FUNCTIONS
 
@@ -86,6 +87,29 @@ def _xla_consumer(call: cst.Call, ctx: PythonContext) -> bool:
     return qual is not None and qual.startswith("torch_xla") and qual not in XlaDevice.owns
 
 
+#: libraries whose device= takes a torch device: "xla" passed to them is a device string to rename
+_DEVICE_LIBRARIES = frozenset({"torch", "transformers", "diffusers", "accelerate", "peft", "trl", "datasets",
+                               "sentence_transformers", "torchvision", "torchaudio", "timm", "lightning",
+                               "pytorch_lightning", "optimum", "vllm", "deepspeed", "numpy"})
+#: a comparison of a variable with the string "xla" (`if device == "xla":`), in the unit or the run
+_COMPARED_WITH_XLA = re.compile(r"""(?<![.\w])([A-Za-z_]\w*)\s*[!=]=\s*["']xla["']|["']xla["']\s*[!=]=\s*([A-Za-z_]\w*)(?![\w.(])""")
+XLA_COMPARED = "xla:compared"
+#: torch methods that take device= (on a module or tensor whose class the rule cannot see)
+_TENSOR_METHODS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "to_empty"})
+
+
+def _mode_flag(call: cst.Call, qual: str | None, ctx: PythonContext) -> bool:
+    """Whether ``device="xla"`` given to ``call`` may be a mode flag of the project's own code rather than a torch
+    device: the callee is no library's (a class or function of the project) and the unit or the run compares a
+    plain variable with "xla" (the callee choosing a branch by it, which the rename would skip)."""
+    if qual is not None and qual.split(".")[0] in _DEVICE_LIBRARIES:
+        return False
+    if qual is None and isinstance(call.func, cst.Attribute) and call.func.attr.value in _TENSOR_METHODS:
+        return False  # `model.to(device="xla")`, `x.new_zeros(..., device="xla")`: torch's own methods
+    return bool(_COMPARED_WITH_XLA.search(ctx.code)) or XLA_COMPARED in ctx.facts
+
+
+
 class XlaDevice(_XlaRule):
     id = "NM401"
     markers = (
@@ -98,6 +122,9 @@ class XlaDevice(_XlaRule):
     # the xla_device calls need a torch_xla import; "xla" device strings and the XLA compile
     # backends can sit in a helper module that never imports torch_xla itself
     triggers = ("torch_xla", '"xla"', "'xla'", '"xla:', "'xla:", "openxla", "torchxla_trace_once")
+    #: a file of the run compares a variable with "xla" (a project callable's mode test)
+    project_probes = {XLA_COMPARED: ('device == "xla"', "device == 'xla'", 'device != "xla"', "device != 'xla'",
+                                    'device=="xla"', "device=='xla'")}
     owns = (f"{XM}.xla_device", "torch_xla.device")
     natives = {
         f"{XM}.xla_device": 'torch.device("neuron")',
@@ -137,6 +164,10 @@ class XlaDevice(_XlaRule):
         rewritten; `"xla"` elsewhere (a config value, a `device_type` variable, a string held in
         a variable) is left alone. A `devkind=` naming a non-Neuron kind (`"CPU"`, `"GPU"`,
         `"CUDA"`) gets a marker. The per-rank index comes from `LOCAL_RANK`, which torchrun sets.
+        A `device="xla"` given to a callable of the project (no torch or HF library's, nor a
+        tensor method) in a unit or run that compares a variable with "xla" (`if device ==
+        "xla":`, a mode flag choosing a branch, which the rename would skip) gets a marker to
+        change the call and the test together, instead of the rename.
     """
 
     def handlers(self):
@@ -193,6 +224,13 @@ class XlaDevice(_XlaRule):
             self._string_arg(node.args[0].value, ctx, f".to({_code(node.args[0].value)})")
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device":
+                if _xla_string(arg.value) is not None and _mode_flag(node, qual, ctx):
+                    # the project's own callable tests its device argument for "xla": the call and the test
+                    # change together, or the branch the string chose no longer runs
+                    ctx.marker(node, fitted(
+                        f"Pass \"neuron\" here and change the \"xla\" test in `{_code(func)}` with it: it picks a branch by it.",
+                        "Pass \"neuron\" here and change the callee's \"xla\" test with it: it picks a branch by it."))
+                    continue
                 self._string_arg(arg.value, ctx, f"device={_code(arg.value)}")
 
     def _compile_backend(self, call: cst.Call, qual: str, ctx: PythonContext) -> None:
