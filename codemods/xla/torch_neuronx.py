@@ -359,6 +359,7 @@ class NeuronTrace(_XlaRule):
         if _in_model_fn(ctx):
             ctx.local_state()["model_fn_compiled"] = True  # predict_fn calls the compiled model
         target = _assigned_name(call, ctx)
+        saved_only = False
         state = ctx.local_state()
         scope = id(scope_of(ctx))
         model_arg = _uneval(bound["func"].value)
@@ -371,6 +372,9 @@ class NeuronTrace(_XlaRule):
             self._warm_up(call, target, bound.get("example_inputs"), ctx)
         else:
             held = _assigned_target(call, ctx)  # `self.neuron = trace(...)`, `models[bs] = trace(...)`
+            # `wrapper.m = trace(wrapper.m, ...)` at module level, then only saved in the unit: never called here
+            saved_only = (held is not None and isinstance(scope_of(ctx), cst.Module) and not held.startswith("self.")
+                          and _only_saved(ctx.code.replace(_code(call), "", 1), held))
             if held is not None:
                 state.setdefault("held", set()).add((scope, held))
                 self._warm_up(call, held, bound.get("example_inputs"), ctx)
@@ -398,12 +402,12 @@ class NeuronTrace(_XlaRule):
                               f"their inputs moved there with .to({q}neuron{q}); the traced model took CPU tensors, so "
                               "inputs given to it anywhere else must be moved, and outputs brought back with .cpu() "
                               "where CPU tensors are needed.")
-        else:
+        elif not saved_only:
             ctx.marker(call, "Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
         if stays and example is not None and _example_calls_only(scope_of(ctx), target, example.value):
             pass  # every call takes the example itself: one shape, nothing to pad
-        elif stays and "called" not in set(_uses(_scope_code(scope_of(ctx), ctx), target)):
+        elif (stays and "called" not in set(_uses(_scope_code(scope_of(ctx), ctx), target))) or saved_only:
             pass  # never called where it is compiled (saved, deleted): the shapes are its loader's business
         elif sliced:
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
@@ -452,6 +456,7 @@ class NeuronTrace(_XlaRule):
         workdir = bound.get("compiler_workdir")
         line = ctx.statement()
         if workdir is not None and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 \
+                and not isinstance(line.body[0], (cst.Return, cst.Raise)) \
                 and _pure_path(workdir.value, ctx) and not (isinstance(workdir.value, cst.Name) and workdir.value.value == "None") \
                 and _used_elsewhere(workdir.value, ctx):
             # the trace made that folder (os.makedirs): what the script writes there next needs it
@@ -749,7 +754,9 @@ class NeuronTrace(_XlaRule):
         compile cache) happens as before."""
         scope = scope_of(ctx)
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
-        if not _only_saved(_scope_code(scope, ctx), name) and not (line is not None and _timed(line, ctx)):
+        # the trace's own reading of the module it replaces (`x.m = trace(x.m, ...)`) is no use of the result
+        code = _scope_code(scope, ctx).replace(_code(call), "", 1)
+        if not _only_saved(code, name) and not (line is not None and _timed(line, ctx)):
             return
         args = _example_call_args(example.value, id(scope), ctx) if example is not None else None
         if line is None or args is None or len(getattr(line, "body", ())) != 1:
@@ -869,7 +876,12 @@ def _used_elsewhere(path: cst.BaseExpression, ctx: PythonContext) -> bool:
         needle = text.rstrip("/")
         found = code.count(needle) > 1
     elif isinstance(path, cst.Name):
-        found = len(ctx.references(path.value)) > 1
+        # read again after the trace's own statement, in its scope (assignments do not count)
+        statement = ctx.statement()
+        scope_code = _scope_code(scope_of(ctx), ctx)
+        at = scope_code.find(_code(statement)) if statement is not None else -1
+        rest = scope_code[at + len(_code(statement)):] if at >= 0 else ""
+        found = any(use not in ("assigned", "comment") for use in _uses(rest, path.value))
         needle = path.value
     else:
         needle = _code(path)
@@ -1055,7 +1067,8 @@ def _uses(code: str, name: str):
 
 
 def _only_saved(code: str, name: str) -> bool:
-    """``name`` is only assigned and saved in ``code`` (never called, returned or passed on)."""
+    """``name`` is only assigned and saved in ``code`` (never called, returned or passed on; the caller leaves out
+    the trace that reads it, ``x.m = trace(x.m, ...)``)."""
     uses = set(_uses(code, name))
     return bool(uses) and uses <= {"assigned", "saved"}
 
@@ -1248,13 +1261,13 @@ def _tokens(value: cst.BaseExpression) -> list[str] | None:
     """The words of literal compiler_args (a string, a list or tuple of strings), ``=`` split, without the
     options of :data:`NO_EFFECT_OPTIONS` and their values; else None."""
     words: list[str] = []
-    if isinstance(value, cst.SimpleString):
-        words = str(value.evaluated_value).replace("=", " ").split()
+    if isinstance(value, (cst.SimpleString, cst.FormattedString)):
+        words = _words(value)
     elif isinstance(value, (cst.List, cst.Tuple)):
         for el in value.elements:
-            if not isinstance(el.value, cst.SimpleString):
+            if not isinstance(el.value, (cst.SimpleString, cst.FormattedString)):
                 return None
-            words.extend(str(el.value.evaluated_value).replace("=", " ").split())
+            words.extend(_words(el.value))
     else:
         return None
     tokens: list[str] = []
@@ -1265,8 +1278,23 @@ def _tokens(value: cst.BaseExpression) -> list[str] | None:
             continue
         skip = w in NO_EFFECT_OPTIONS
         if not skip:
+            if _HOLE in w:
+                return None  # a computed option (f"--{flag}"): not known
             tokens.append(w)
     return tokens
+
+
+#: what stands for a computed part of an f-string option (`f"--temp-dir={workdir}"`) in its words
+_HOLE = "\0"
+
+
+def _words(string: cst.SimpleString | cst.FormattedString) -> list[str]:
+    """The words of one compiler_args string, ``=`` split; a computed part of an f-string becomes :data:`_HOLE`."""
+    if isinstance(string, cst.SimpleString):
+        text = str(string.evaluated_value)
+    else:
+        text = "".join(part.value if isinstance(part, cst.FormattedStringText) else _HOLE for part in string.parts)
+    return text.replace("=", " ").split()
 
 
 def _no_auto_cast(value: cst.BaseExpression) -> bool:
