@@ -40,6 +40,9 @@ class Traced:
     kind: str
     model: str
     ctor: cst.Call | None = None
+    #: for a Transformers model: the class it was loaded with (``DistilBertModel``, ``AutoModelForMaskedLM``), as
+    #: written in the unit
+    loader: str = ""
 
 
 @dataclass
@@ -246,7 +249,7 @@ def _classify(value: cst.BaseExpression, scope: cst.CSTNode, held: dict[tuple[in
               ctx: PythonContext) -> Traced:
     value = unchain(value)
     if from_transformers(value, ctx):
-        return Traced(PRETRAINED, _code(value))
+        return Traced(PRETRAINED, _code(value), loader=_code(value.func.value))  # type: ignore[attr-defined]
     if isinstance(value, cst.Name):
         known, count = held.get((id(scope), value.value), (None, 0))
         if known is None and not (scope is not ctx.module and ctx.bound_locally(value.value, [scope])):
@@ -254,7 +257,7 @@ def _classify(value: cst.BaseExpression, scope: cst.CSTNode, held: dict[tuple[in
         if known is not None:
             if known.kind == MODULE and count > 1:
                 return Traced(MODULE, value.value)  # built more than once here: which one is not known
-            return Traced(known.kind, value.value, known.ctor)
+            return Traced(known.kind, value.value, known.ctor, known.loader)
         return Traced(MODULE, value.value)
     if isinstance(value, cst.Call) and _module_class(value.func, ctx) and all(_literal_arg(a) for a in value.args):
         return Traced(MODULE, _code(value), value)

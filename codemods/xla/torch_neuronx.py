@@ -207,7 +207,8 @@ class NeuronTrace(_XlaRule):
         that path writes (with a marker to run the migrated tracing script first, except where a
         save in the same scope above the load writes it), where the save can be seen: a save of the same path in the same file (the
         same string, or the same name meaning the same there; in any order in the file) of a
-        Transformers model -> that model, of the class its config.json names; of a module whose
+        Transformers model -> that model, with the class the file loaded it with (else the class its
+        config.json names); of a module whose
         construction the file shows (a `torch.nn` class or a class of the file deriving from one,
         called with literal arguments) -> the module built again, `load_state_dict(torch.load(path))`,
         compiled again. Where the save is in another file (the tracing and serving scripts are often
@@ -664,7 +665,9 @@ class NeuronTrace(_XlaRule):
         if not saved or kinds == {PRETRAINED}:
             here = scope_of(ctx)  # a save in another function may not run before this load: the marker stays
             saves = [node for node, scope, traced in artifacts(ctx).saves.values() if traced in saved and scope is here]
-            self._load_pretrained(call, func, path, bool(saves) and _first(ctx.module, saves, call), ctx)
+            loaders = {t.loader for t in saved}
+            self._load_pretrained(call, func, path, bool(saves) and _first(ctx.module, saves, call), ctx,
+                                  loader=loaders.pop() if len(loaders) == 1 else "")
             return
         ctors = {_code(t.ctor) if t.ctor is not None else None for t in saved}
         if kinds == {MODULE} and len(ctors) == 1 and None not in ctors:
@@ -680,9 +683,11 @@ class NeuronTrace(_XlaRule):
                                     f"{LOAD_MARKED}: load what the save that ran wrote there (a model or a state_dict)."))
 
     def _load_pretrained(self, call: cst.Call, func: cst.Attribute, path: cst.BaseExpression, saved_here: bool,
-                         ctx: PythonContext) -> None:
-        """The Transformers model its migrated save writes with save_pretrained, of the class config.json names
-        (``saved_here``: by a save above it in its scope, which runs first; else a person runs the tracing script)."""
+                         ctx: PythonContext, loader: str = "") -> None:
+        """The Transformers model its migrated save writes with save_pretrained: with the class the unit loaded the
+        saved model with (``loader``, where that name is the Transformers import of the module), else of the class
+        config.json names (``saved_here``: by a save above it in its scope, which runs first; else a person runs
+        the tracing script)."""
         anchor = ctx.imports.binding_of(func)
         try:
             near = next((b for b in ctx.imports.all_bindings()
@@ -694,8 +699,12 @@ class NeuronTrace(_XlaRule):
             return
         q = _quote(ctx)
         p = _code(path)
-        model = (f"getattr({transformers}, {transformers}.AutoConfig.from_pretrained({p}).architectures[0])"
-                 f".from_pretrained({p})")
+        if loader and (ctx.qualname(_expr(loader)) or "").startswith("transformers.") \
+                and not ctx.bound_locally(loader.split(".")[0], ctx.stack):
+            model = f"{loader}.from_pretrained({p})"  # the class the tracing code loaded it with
+        else:
+            model = (f"getattr({transformers}, {transformers}.AutoConfig.from_pretrained({p}).architectures[0])"
+                     f".from_pretrained({p})")
         ctx.replace(call, _expr(f"{torch}.compile({model}.to({q}neuron{q}).eval(){_no_autograd(call, ctx)}, "
                                 f"backend={q}neuron{q}, dynamic=False)"))
         ctx.finding(call, f"torch.jit.load({p}) -> the Transformers model the tracing script saves there with "
