@@ -53,7 +53,8 @@ def old_stack(qualified: str) -> bool:
 
 
 #: what torch-neuron (Inf1) put on torch.neuron; the native torch.neuron (is_available, device_count...) stays
-INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model"})
+INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model",
+                      "torch_neuron.trace", "torch_neuron.DataParallel", "torch_neuron.analyze_model"})
 INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
 
 
@@ -94,6 +95,8 @@ ADVICE = (
     (("torch_xla.core.xla_model.xla_device_hw", "torch_xla.core.xla_model.xla_real_devices",
       "torch_xla.runtime.device_type"),
      "Replace `{name}` by a Neuron test: hasattr(torch, \"neuron\") and torch.neuron.is_available()."),
+    (("torch_neuronx.xla_impl.trace", "torch_neuronx.trace"),
+     "Replace `{name}` (a Neuron trace) with torch.compile(model.to(\"neuron\").eval(), backend=\"neuron\")."),
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki.kernels", "neuronxcc.nki._private_kernels"),
      "Copy the `{name}` kernel's source from nki-samples into the project and port it to `@nki.jit`."),
@@ -184,6 +187,10 @@ class OldStackLeftovers(PythonRule):
         """torch-xla's device-kind queries told a Neuron core from a TPU or a GPU behind the one "xla" device; on
         TorchNeuron the accelerator is its own device type, so the test for Neuron is whether torch-neuronx is there
         and a core is visible (`torch.neuron` exists only where torch-neuronx is installed).""",
+        """torch-neuronx's XLA-era trace compiled a model ahead of time into a TorchScript module for the XLA
+        device; TorchNeuron compiles at the first call with torch.compile(model.to("neuron").eval(),
+        backend="neuron", dynamic=False) (NM410 rewrites a trace it can follow; this one it could not: an
+        import it cannot tell, such as one of two branches).""",
         """torch-xla is not part of TorchNeuron: the neuron device runs eagerly (torch.compile(backend="neuron")
         for graphs) with plain torch.distributed, so XLA-era helpers (mark_step, rendezvous, rng state,
         metrics) have a native torch or torch.distributed equivalent, or none and go.""",
@@ -389,6 +396,8 @@ def _dotted(node) -> str:
 def _template(qual: str) -> str:
     """The advice (a template of :data:`ADVICE`) for the package of ``qual``; a function (a lower-case name) of
     the old inference stack is no model class: it gets the helper advice."""
+    if qual in INF1_API:
+        return INF1_MARKER
     text = next(text for prefixes, text in ADVICE if not prefixes or qual.startswith(prefixes))
     last = qual.rsplit(".", 1)[-1]
     if text == MODEL_CLASS_ADVICE and last[:1].islower():

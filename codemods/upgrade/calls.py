@@ -313,7 +313,7 @@ class TorchscriptFlag(PythonRule):
             else:
                 ctx.finding(kw["torchscript"], "torchscript= dropped (gone in transformers v5)")
         if ("return_dict" in kw and literal(kw["return_dict"].value) is False and target.endswith(".from_pretrained")
-                and not _JIT_TRACE.search(ctx.code)):
+                and not _torchscript_traced(ctx)):
             drop.add("return_dict")
             if ("torchscript" not in drop or literal(kw["torchscript"].value) in (False, None)) and _unpacks(ctx):
                 ctx.marker(node, RETURN_DICT_MARKER)
@@ -326,7 +326,17 @@ class TorchscriptFlag(PythonRule):
 
 #: a TorchScript trace the migration leaves (torch.jit.trace, torch-neuron's torch.neuron.trace): it needs the tuple
 #: outputs a return_dict=False load gives (a dict output stops the tracer)
-_JIT_TRACE = re.compile(r"\b(?:jit|neuron)\s*\.\s*trace\s*\(")
+_JIT_TRACE = re.compile(r"\b(?:jit|neuron|torch_neuron)\s*\.\s*trace\s*\(")
+#: the same functions imported by name (`from torch_neuron import trace`, in an Inf1/Inf2 if/else too)
+_TORCHSCRIPT_TRACES = frozenset({"torch.jit.trace", "torch.neuron.trace", "torch_neuron.trace"})
+
+
+def _torchscript_traced(ctx: PythonContext) -> bool:
+    """Whether the unit traces with TorchScript (a call of torch.jit.trace or torch-neuron's trace, by any name)."""
+    if _JIT_TRACE.search(ctx.code):
+        return True
+    return any(b.qualified in _TORCHSCRIPT_TRACES and re.search(rf"(?<![\w.]){re.escape(b.local)}\s*\(", ctx.code)
+               for b in ctx.imports.all_bindings())
 
 
 #: code that unpacks a value as a tuple: `a, b = ...`, `(a, b) = ...`, `first, *rest = ...`, `tuple(out)`,
