@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
 from migrator.facts import LAUNCHER_KINDS
-from migrator.model import FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding, LaunchFact
+from migrator.model import ENCLOSING_TEXT, FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding, LaunchFact
 
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.rules import Owners, PythonRule, Rule, TextRule
@@ -406,10 +406,13 @@ def migrate_text(
 
     if kind == "python":
         return py(text)
-    if kind == "notebook":
-        return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
-    if kind == "markdown":
-        return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
+    if kind in ("notebook", "markdown"):
+        token = ENCLOSING_TEXT.set(text)  # the pieces' rules may read the whole page (TextContext.enclosing)
+        try:
+            transform = transform_notebook if kind == "notebook" else transform_markdown
+            return transform(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
+        finally:
+            ENCLOSING_TEXT.reset(token)
     if kind == "shell":  # the Python its heredocs feed the interpreter is Python
         return transform_shell(text, py, lambda source: run_text(source, kind, rules.text, path, project,
                                                                  rules.parsers.get(kind)),

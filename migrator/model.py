@@ -264,6 +264,9 @@ def is_old_stack(module: str) -> bool:
     return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)
 
 
+#: the whole text of the notebook or Markdown page the unit being migrated is a piece of ("" for a file that is
+#: its own unit): what a shell line of a notebook runs beside (a model server the notebook starts)
+ENCLOSING_TEXT: contextvars.ContextVar[str] = contextvars.ContextVar("enclosing_text", default="")
 #: names the code around the unit being migrated uses (the later Python blocks of a Markdown page, which the
 #: page's reader runs after this one): an old-stack import they use is not "unused" (the self-check keeps it
 #: with a marker instead of removing it)

@@ -24,7 +24,8 @@ import libcst as cst
 
 from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
 from migrator.model import (
-    MARKER_PREFIX, MARKER_RE, Finding, LaunchFact, fact_values, facts_of, ignored_rules, is_silenced, marker_text)
+    ENCLOSING_TEXT, MARKER_PREFIX, MARKER_RE, Finding, LaunchFact, fact_values, facts_of, ignored_rules, is_silenced,
+    marker_text)
 from migrator.scopes import FUNCTIONS, local_names
 
 RULE_ID_RE = re.compile(r"^NM\d{3}$")
@@ -626,6 +627,11 @@ class TextContext:
     def in_project(self) -> bool:
         """True when the run includes a file matching the current rule's own ``triggers``."""
         return self.rule_id in self.project
+
+    @property
+    def enclosing(self) -> str:
+        """The whole text of the notebook or Markdown page this unit is a piece of; the unit's text otherwise."""
+        return ENCLOSING_TEXT.get() or self.text
 
     @property
     def facts(self) -> frozenset[str]:

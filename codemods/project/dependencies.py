@@ -970,7 +970,9 @@ class LibraryTooOld(_DependencyRule):
         `transformers>=5.23`, which requires `regex>=2025.10.22`; `datasets==2.16.1` beside TRL 1.16)
         would make the install unresolvable: it is raised to that floor, read from the installed
         targets' metadata (`tools/gen_dependency_floors.py`). Extras, environment markers and
-        comments of the line are kept.
+        comments of the line are kept. In a `pip install` command that the migration edits (shell,
+        Dockerfile, notebook), an unpinned target library gets that lower bound too: pip leaves an
+        installed older release in place (`pip install transformers` on an image with 4.x keeps 4.x).
     """
     before = """
         optimum-neuron==0.2.0

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -422,6 +422,20 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
         return _Decision("NM504", "marker", "torch pin older than TorchNeuron's PyTorch",
                          marker=TORCH_MARKER)
     return None
+
+
+def floor_unpinned(entries: list[_Entry], decisions: dict[int, _Decision], command: Callable[[_Entry], object]) -> None:
+    """In a ``pip install`` command the migration edits (one of its requirements has a decision), an unpinned
+    target library gets the floor the migrated code needs: pip leaves an installed older release in place
+    (`pip install transformers` on an image with 4.x keeps 4.x). ``command``: which command an entry is in."""
+    edited = {command(entries[i]) for i in decisions}
+    for i, e in enumerate(entries):
+        if i in decisions or e.url or e.spec is None or e.name not in MINIMUMS or command(e) not in edited:
+            continue
+        if all(str(s) == "" for s in e.spec):
+            decisions[i] = _Decision("NM503", "respec", f"{e.name} given the floor the migrated code needs "
+                                     f"({_min_spec(e.name)}): pip keeps an installed older release",
+                                     new_spec=_min_spec(e.name))
 
 
 def _allocate(entries: list[_Entry], decisions: dict[int, _Decision], base: str = "",

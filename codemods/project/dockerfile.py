@@ -702,6 +702,7 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
     with deps.project_uses(ctx.facts):
         decisions = deps._decide_all(entries, neuron_hint,
                                      base=shared if shared is not None else "" if environment is None else "\0")
+        deps.floor_unpinned(entries, decisions, lambda e: id(e.data["inst"]))
     markers: dict[int, list[str]] = {}
     edits: dict[int, list[tuple]] = {}
     for i, e in enumerate(entries):

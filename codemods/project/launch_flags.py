@@ -25,6 +25,7 @@ from codemods.project.dockerfile import (
 )
 from codemods.project.shell_plans import (
     ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, launched_source, plan_for, word_value)
+from codemods.project.serving import neuron_sdk_server
 from codemods.project.shell_syntax import ASSIGN_RE, Simple
 from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS
 
@@ -991,11 +992,16 @@ class ShellPipInstall(ShellRule):
         Requirements in variables, files (`-r`), paths or URLs, commands inside `$(...)` or
         heredocs, and `%pip` magics are not edited; a `pip install` left with nothing to install,
         or one that checks hashes, gets a marker instead. torch-xla alone counts as old Neuron
-        stack only when the unit names Neuron (the Neuron repository, a `-neuronx` package).
+        stack only when the unit names Neuron (the Neuron repository, a `-neuronx` package). A
+        script, or a notebook, that starts one of the Neuron SDK's model servers (vLLM on NxD
+        Inference, optimum-neuron's vLLM, DJL, TGI) keeps its installs: the server needs its SDK's
+        compiler and packages (codemods.project.serving).
     """
 
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
+        if neuron_sdk_server(u.src) or neuron_sdk_server(ctx.enclosing):
+            return  # a model server of the Neuron SDK keeps its installs (codemods.project.serving)
         installs: list[PipInstall] = []
         for s in u.simples:
             if plan.is_removed(s) or not s.words:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 #: what names one of the SDK's serving stacks in a Dockerfile or a launch script: its images (vLLM, DJL LMI and
-#: TGI on Neuron), its packages (vllm-neuron, vllm_neuron, djl_python) and DJL's server start. A bare `vllm serve`
+#: TGI on Neuron), its packages (vllm-neuron, vllm_neuron, optimum-neuron's vLLM, djl_python) and DJL's server start. A bare `vllm serve`
 #: does not count: vLLM runs on TorchNeuron too
 _SERVING = re.compile(
-    r"pytorch-inference-vllm-neuronx|vllm[-_]neuron\b|djl-inference:[^\s\"']*neuronx|djl[-_]serving|djl_python|"
+    r"pytorch-inference-vllm-neuronx|vllm[-_]neuron\b|optimum[-_]neuron[-_]vllm|djl-inference:[^\s\"']*neuronx|djl[-_]serving|djl_python|"
     r"huggingface-neuronx-tgi|neuronx-tgi|text-generation-inference[^\s\"']*neuronx|dockerd-entrypoint\.sh\s+serve"
 )
 SERVING_MARKER = ("This image builds a Neuron SDK model server (vLLM, DJL, TGI): move it to a TorchNeuron "
