@@ -384,7 +384,7 @@ def migrate_text(
     the files it includes; ``project``: ids of the rules whose project-wide context is on in this run
     (see :meth:`RuleSet.project_context`). Raises UnitSyntaxError/NotebookError."""
     from migrator.filekinds.markdown import transform_markdown
-    from migrator.filekinds.notebook import transform_notebook
+    from migrator.filekinds.notebook import notebook_sources, transform_notebook
     from migrator.filekinds.shell import transform_shell
     from migrator.python_engine import run_python
     from migrator.text_engine import run_text
@@ -407,7 +407,8 @@ def migrate_text(
     if kind == "python":
         return py(text)
     if kind in ("notebook", "markdown"):
-        token = ENCLOSING_TEXT.set(text)  # the pieces' rules may read the whole page (TextContext.enclosing)
+        # the pieces' rules may read the whole page (PythonContext/TextContext.whole_text)
+        token = ENCLOSING_TEXT.set(notebook_sources(text) if kind == "notebook" else text)
         try:
             transform = transform_notebook if kind == "notebook" else transform_markdown
             return transform(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)

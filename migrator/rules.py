@@ -405,6 +405,11 @@ class PythonContext:
         return [(n, anc) for n, anc in self._refs if n.value == local and not self.bound_locally(local, anc)]
 
     @property
+    def whole_text(self) -> str:
+        """The whole text of the notebook or Markdown page this unit is a piece of; the unit's source otherwise."""
+        return ENCLOSING_TEXT.get() or self.source
+
+    @property
     def in_project(self) -> bool:
         """True when the run includes a file matching the current rule's own ``triggers`` (the
         project-wide context of ``Rule.project_triggers``); False for a lone unit."""
@@ -629,7 +634,7 @@ class TextContext:
         return self.rule_id in self.project
 
     @property
-    def enclosing(self) -> str:
+    def whole_text(self) -> str:
         """The whole text of the notebook or Markdown page this unit is a piece of; the unit's text otherwise."""
         return ENCLOSING_TEXT.get() or self.text
 

@@ -18,6 +18,8 @@ The rename table (NM100) renames the classes; this rule owns their ``from_pretra
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.export_only import mark_export_only
@@ -214,7 +216,7 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             markers.append((f"Point this load at the original checkpoint where export={_short(code(export.value))} is false.",
                             "when export is false this loads a pre-exported Neuron pipeline (compiled NEFFs), which "
                             "diffusers cannot load"))
-        elif export_value is not True:
+        elif export_value is not True and not _saved_on_page(ctx, node):
             saver = _saved_by_sibling_branch(ctx, node)
             if saver is not None:
                 markers.append((
@@ -782,6 +784,22 @@ def _scope(ctx: PythonContext) -> dict:
             found["called"].add(k)
     cache[key] = found
     return found
+
+
+def _saved_on_page(ctx: PythonContext, load: cst.Call) -> bool:
+    """Whether the unit saves a pipeline with ``save_pretrained`` to the directory this load reads, above the load
+    (in a notebook or on a page: above it in the whole text), neither of them in an ``if``: the migrated export there
+    writes a plain diffusers checkpoint, which the load reads (a sibling branch that saves is
+    :func:`_saved_by_sibling_branch`'s)."""
+    if not load.args or load.args[0].keyword is not None:
+        return False
+    path = ctx.module.code_for_node(load.args[0].value)
+    if any(isinstance(n, cst.If) for n in ctx.stack):
+        return False  # a cache check: which branch runs is the sibling-branch marker's business
+    text = ctx.whole_text
+    at = text.find(ctx.module.code_for_node(load))
+    save = re.compile(r"^[ \t]*[\w.]+\.save_pretrained\(\s*" + re.escape(path) + r"\s*[,)]", re.MULTILINE)
+    return at >= 0 and any(m.start() < at for m in save.finditer(text))
 
 
 def _saved_by_sibling_branch(ctx: PythonContext, load: cst.Call) -> str | None:

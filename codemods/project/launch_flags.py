@@ -1000,7 +1000,7 @@ class ShellPipInstall(ShellRule):
 
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
-        if neuron_sdk_server(u.src) or neuron_sdk_server(ctx.enclosing):
+        if neuron_sdk_server(u.src) or neuron_sdk_server(ctx.whole_text):
             return  # a model server of the Neuron SDK keeps its installs (codemods.project.serving)
         installs: list[PipInstall] = []
         for s in u.simples:

@@ -83,6 +83,17 @@ def _indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
+def notebook_sources(text: str) -> str:
+    """The notebook's cells' sources, in order, one after the other (the text a reader of the notebook sees); the
+    text itself when it is no notebook JSON."""
+    try:
+        cells = json.loads(text).get("cells", [])
+        return "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                         for c in cells if isinstance(c, dict))
+    except (ValueError, AttributeError):
+        return text
+
+
 def mentions_neuron(text: str) -> bool:
     low = text.lower()
     return "neuron" in low or "xla" in low
