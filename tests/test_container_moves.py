@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from migrator.engine import RuleSelection, RuleSet
+from tests.plugin_stub import plugin_in_process
 from tests.test_fixtures import migrate
 
 
@@ -59,7 +60,8 @@ class _Model(torch.nn.Module):
         return (ids * mask,)
 
 
-def test_migrated_container_calls_run(rules):
+def test_migrated_container_calls_run(rules, monkeypatch):
+    plugin_in_process(monkeypatch)  # the migration keeps `import torch_neuronx`
     out, findings = migrate(textwrap.dedent(SOURCE).encode(), "python", rules)
     text = out.decode()
     assert 'tuple(t.to("neuron") for t in example)' in text

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ import torch
 from codemods.xla.torch_neuronx import ELSEWHERE, LOAD_MARKED
 from migrator.discover import Candidate
 from migrator.engine import RuleSelection, run
-from tests.plugin_stub import plugin_stub
+from tests.plugin_stub import plugin_in_process, plugin_stub
 
 FIXTURES = Path(__file__).parent / "fixtures" / "NM410"
 CLASSIFIER = Path(__file__).parent / "verify_fixtures" / "tiny-classifier"
@@ -268,7 +267,7 @@ def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path, monkeypatc
     assert "fullgraph" not in migrated and "torch.compile(" in migrated
     runnable = migrated.replace('"neuron"', '"cpu"').replace('backend="cpu"', 'backend="eager"')
     scope: dict = {}
-    monkeypatch.setitem(sys.modules, "torch_neuronx", types.ModuleType("torch_neuronx"))  # the plugin it keeps
+    plugin_in_process(monkeypatch)  # the plugin import it keeps
     exec(compile(runnable, "migrated.py", "exec"), scope)
     assert torch.equal(scope["out"].cpu(), torch.full((2, 3), 2.0))
     torch._dynamo.reset()  # the frame compiled above (with its break) is not reused

@@ -180,6 +180,9 @@ class NeuronTrace(_XlaRule):
         no autograd either (`.numpy()` on them works, no backward graph is compiled). The trace took a
         copy: where the code goes on to change the module, call it or run its `forward`/`generate`
         (the CPU reference of a benchmark), the compiled model is built from `copy.deepcopy(module)`.
+        The trace froze the module's Python; the compiled model runs it live, so a process-wide patch
+        below the trace (`F.scaled_dot_product_attention = fn`, `SomeAttention.forward = fn`, meant
+        for the next trace) now reaches it too: a marker asks to limit the patch.
         The example inputs are not needed to compile any more;
         their shapes become the shapes to pad real inputs to (a marker says so, unless the compiled
         model never leaves its scope and every call there takes the example itself), and the compiled
@@ -419,6 +422,19 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, message if len(message) <= 120 else "Pad the inputs to the traced shapes to avoid a "
                        "compile per input shape.",
                        detail="torch.compile compiles the model at its first call, once per input shape.")
+        result = target if target is not None else _assigned_target(call, ctx)
+        patch = _patched_after(call, ctx)
+        if patch is not None and not (result is not None and _only_saved(
+                _scope_code(scope_of(ctx), ctx).replace(_code(call), "", 1), result)):
+            # the trace froze the module as it was; the compiled one runs its Python live, patches and all
+            ctx.marker(call, fitted(
+                f"Limit the `{patch}` patch below to the model it was meant for: this compiled model picks it up.",
+                "Limit the global patch below to the model it was meant for: this compiled model runs live and picks it up."),
+                detail=f"`{patch} = ...` below replaces a function or method for the whole process. The trace had "
+                       "recorded this model before that line, so the patch never reached it; the compiled model "
+                       "runs its Python at every call, so now it does (a patched attention that takes other "
+                       "arguments fails, or computes something else): apply the patch only to the module it was "
+                       "written for, e.g. with set_attn_processor or on that instance.")
         dropped = [k for k in TRACE_KEYWORDS if k in bound]
         args_value = bound["compiler_args"].value if "compiler_args" in bound else None
         # neuronx-cc's default (its mixed-precision guide), which options that choose no precision keep: FP32
@@ -649,6 +665,15 @@ class NeuronTrace(_XlaRule):
                 if _in_model_fn(ctx):
                     ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too
             return  # not an artifact of this project's traces: left alone
+        patch = _patched_between([sid for sid, (p, _, _) in artifacts(ctx).saves.items() if path is not None
+                                  and _same_path(p, path)], call, ctx)
+        if patch is not None:
+            ctx.marker(call, fitted(
+                f"Limit the `{patch}` patch above to the model it was meant for: the model loaded here picks it up.",
+                "Limit the global patch above to the model it was meant for: the model loaded here runs live and picks it up."),
+                detail=f"`{patch} = ...` above replaces a function or method for the whole process. The traced "
+                       "artifact loaded here ran the code it had recorded; the model that replaces it runs its "
+                       "Python at every call, patch included: apply the patch only to the module it was written for.")
         if not known or not (saved or elsewhere == PRETRAINED):
             # the save is in another file, or not one of this path: a Transformers load of a state dict (or the
             # reverse) would fail at run time
@@ -1079,7 +1104,8 @@ def _only_saved(code: str, name: str) -> bool:
     """``name`` is only assigned and saved in ``code`` (never called, returned or passed on; the caller leaves out
     the trace that reads it, ``x.m = trace(x.m, ...)``)."""
     uses = set(_uses(code, name))
-    return bool(uses) and uses <= {"assigned", "saved"}
+    # deleted after the save, handed to async_load (removed with the trace) or named in a comment: still never run
+    return bool(uses - {"comment"}) and uses <= {"assigned", "saved", "deleted", "loaded", "comment"}
 
 
 def _example_call_args(example: cst.BaseExpression, scope: int, ctx: PythonContext) -> str | None:
@@ -1370,6 +1396,66 @@ def _first(module: cst.Module, earlier: list[cst.CSTNode], node: cst.CSTNode) ->
             return False
         todo.extend(reversed(n.children))
     return False
+
+
+def _patch_table(ctx: PythonContext) -> tuple[dict[int, int], list[tuple[int, str]]]:
+    """(the position of each node of the unit in the text's order, [(position, target)] of its assignments to an
+    attribute of an imported module or class that change what models compute (:func:`_replaces_computation`):
+    `F.scaled_dot_product_attention = fn`, `CLIPAttention.forward = fn`, patches for the whole process, which a live
+    compiled model picks up and a traced one did not)."""
+    key = "_nm410_patches"
+    if key not in ctx.scratch:
+        order = {id(n): i for i, n in enumerate(walk(ctx.module))}  # pre-order: the text's order
+
+        def patches_in(node: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+            return [(n, _code(t.target)) for n in walk(node) if isinstance(n, cst.Assign) for t in n.targets
+                    if isinstance(t.target, cst.Attribute) and _imported_root(t.target.value, ctx)
+                    and _replaces_computation(t.target, ctx)]
+
+        patches = [(order[id(n)], target) for n, target in patches_in(ctx.module)]
+        # a function of the unit that patches (`def apply_override(): F.sdpa = fn`) patches where it is called
+        patching = {f.name.value: found[0][1] for f in ctx.module.body if isinstance(f, cst.FunctionDef)
+                    for found in [patches_in(f)] if found}
+        if patching:
+            patches += [(order[id(n)], patching[n.func.value]) for n in walk(ctx.module)
+                        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in patching]
+            patches.sort()
+        ctx.scratch[key] = (order, patches)
+    return ctx.scratch[key]
+
+
+def _patched_after(call: cst.Call, ctx: PythonContext) -> str | None:
+    """The target of the first process-wide patch below the trace ``call`` (:func:`_patch_table`)."""
+    order, patches = _patch_table(ctx)
+    at = order.get(id(call))
+    return next((target for index, target in patches if at is not None and index > at), None)
+
+
+def _patched_between(save_ids: list[int], load: cst.Call, ctx: PythonContext) -> str | None:
+    """The target of a process-wide patch below one of the saves ``save_ids`` (the traces this load reads were
+    frozen before it) and above the load: the rebuilt live model picks it up."""
+    order, patches = _patch_table(ctx)
+    at = order.get(id(load))
+    saved = [order[i] for i in save_ids if i in order]
+    if at is None or not saved:
+        return None
+    return next((target for index, target in reversed(patches) if min(saved) < index < at), None)
+
+
+def _replaces_computation(target: cst.Attribute, ctx: PythonContext) -> bool:
+    """A patch that changes what every model computes: a torch function (`F.scaled_dot_product_attention`), or a
+    class's whole call (`AttnProcessor.__call__`, `Attention.forward`); a helper method patched on one library's
+    class (`Attention.get_attention_scores`) reaches only that library's modules, and is left alone."""
+    return (ctx.qualname(target) or "").startswith("torch.") or target.attr.value in ("__call__", "forward")
+
+
+def _imported_root(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """``expr`` names an imported module or class (``F``, ``torch.nn.functional``, ``CLIPAttention``)."""
+    root = expr
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    return isinstance(root, cst.Name) and ctx.qualname(expr) is not None and any(
+        b.local == root.value for b in ctx.imports.all_bindings())
 
 
 _NO_GRAD = ("no_grad", "inference_mode")
