@@ -284,7 +284,9 @@ class NeuronParallelCompile(ShellRule):
     """
     caveats = """
         A pre-run that differs from the real run (fewer steps, say) is kept and now really runs:
-        delete it if it was only there to compile. `neuron_parallel_compile --command ...` (collect,
+        delete it if it was only there to compile. On a Markdown page or in a notebook, a pre-run
+        whose command another block or cell runs for real keeps the stripped command with a marker
+        to delete it (the two pieces are not one script, so nothing is removed). `neuron_parallel_compile --command ...` (collect,
         compile, clean, analyze) is flagged. Scripts that test `NEURON_EXTRACT_GRAPHS_ONLY` are
         flagged by NM514.
     """
@@ -331,8 +333,20 @@ class NeuronParallelCompile(ShellRule):
                 t is not s and t.words and u.text(t.words[0]) == u.text(wrapped[0])
                 and scripts <= {u.text(i) for i in t.words}
                 for t in u.simples_by_command.get(u.text(wrapped[0]), ())
-            ):
+            ) or _runs_elsewhere_on_page(ctx, " ".join(u.text(i) for i in wrapped)):
                 plan.marker(ctx, s.group, PRERUN_MARKER)
+
+
+def _runs_elsewhere_on_page(ctx, command: str) -> bool:
+    """Whether the notebook or Markdown page this shell unit is a piece of runs ``command`` (the pre-run's wrapped
+    command) in another of its pieces: `neuron_parallel_compile ./train.sh` in one fenced block, `./train.sh` in
+    the next one (the pre-run, now a real run, would run it twice)."""
+    page = ctx.whole_text
+    if page == ctx.text:
+        return False
+    own = {line.strip() for line in ctx.text.splitlines()}
+    return any(line.strip().lstrip("!$ ").strip() == command and line.strip() not in own
+               for line in page.splitlines())
 
 
 #: a file name that says the file is a compile job (`precompile.sh`, `compile_llama.slurm`, `neuron_compile.sh`)
