@@ -233,3 +233,16 @@ def test_migrated_collectives_match_hand_written_torch_distributed(tmp_path: Pat
         assert got == want
     # the input of the single-tensor all_reduce is unchanged (xm.all_reduce returned a new tensor)
     assert json.loads((tmp_path / "migrated" / "out1.json").read_text())["x"] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_second_destroy_process_group_raises_so_nm414_says_delete(tmp_path):
+    """NM414: where the code destroys the process group itself, destroy_model_parallel() is to be deleted, not replaced
+    by dist.destroy_process_group() (fixture NM414/destroy_then_destroy): a second destroy raises."""
+    import torch.distributed as dist
+
+    after = (Path(__file__).parent / "fixtures" / "NM414" / "destroy_then_destroy.after.py").read_text()
+    assert "Delete this call: the code destroys the process group itself." in after
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.destroy_process_group()
+    with pytest.raises((AssertionError, ValueError, RuntimeError)):
+        dist.destroy_process_group()

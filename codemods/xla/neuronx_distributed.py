@@ -17,6 +17,7 @@ import libcst as cst
 from codemods.xla.base import _XlaRule, _bind_args, _code, _device, _expr, _is_reference, short_name
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
+from migrator.tree import walk
 
 NXD = "neuronx_distributed"
 PS = f"{NXD}.parallel_layers.parallel_state"
@@ -181,6 +182,14 @@ _UTIL_NATIVE = {
 }
 #: some helpers wrap a torch call, others reimplement one (NxD's cumsum is a float64 matmul loop): the marker
 #: names both ways out, not "the call it wraps"
+def _destroys_group(ctx: PythonContext) -> bool:
+    """Whether the function around the node being handled (else the module) calls destroy_process_group itself."""
+    scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+    return any(isinstance(n, cst.Call) and (n.func.attr.value if isinstance(n.func, cst.Attribute) else
+                                            getattr(n.func, "value", None)) == "destroy_process_group"
+               for n in walk(scope))
+
+
 UTIL_MARKER = "Replace the neuronx_distributed helpers used here with torch code, or copy their source into the project."
 _SENTENCE_BREAK = re.compile(r"[.!?;]\s+[A-Z`\"'(]")
 _UTIL_DEFAULT = ("torch / torch.distributed code doing the same (DeviceMesh, DTensor, nn.Module methods), or a copy "
@@ -413,6 +422,12 @@ class NxdBuildingBlocks(_XlaRule):
             short = name[len(PS) + 1:]
             native = _PS_NATIVE.get(short, f"{_MESH} the matching mesh[...] query")
             call = parent if isinstance(parent, cst.Call) and parent.func is node else None
+            if short == "destroy_model_parallel" and _destroys_group(ctx):
+                # the code destroys the process group itself: replacing this call with another destroy raises
+                ctx.marker(node, "Delete this call: the code destroys the process group itself.",
+                           detail=f"{qual} (NxD global parallel state): nothing to replace, the process group "
+                                  "is destroyed by the code's own dist.destroy_process_group()")
+                return
             ctx.marker(node, _ps_marker(short, native, call), detail=f"{qual} (NxD global parallel state): {native}")
             return
         native = native_for(name)
