@@ -251,6 +251,7 @@ OLD_STACK_ROOTS = (
     "neuronx_distributed_inference",
     "libneuronxla",
     "torch_neuronx.xla_impl",  # the XLA-era implementation (custom ops, ops, hints): not in the plugin
+    "optimum.exporters.neuron",  # optimum-neuron's exporter (its package registers this namespace)
 )
 
 

@@ -27,6 +27,7 @@ OLD_STACK = (
     "optimum.commands.neuron",
     "optimum.commands.export.neuron",
     "optimum.commands.export.neuronx",
+    "optimum.exporters.neuron",
     "neuronperf",
 )
 
@@ -86,6 +87,8 @@ NXDI_PROGRAM_MARKER = ("Port this NxD Inference test script to Transformers on \
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
+    (("optimum.exporters.neuron",),
+     "Remove `{name}`, optimum-neuron's exporter: compare the compiled model with torch.testing.assert_close."),
     (("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
      "Replace `{name}` with `nki.jit` from the `nki` package: TorchNeuron calls NKI kernels directly."),
     (("torch_xla.utils.serialization.load",),
@@ -126,7 +129,7 @@ class OldStackLeftovers(PythonRule):
     fix = "manual"
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "neuronperf", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
-                "torch.neuron.analyze_model")
+                "torch.neuron.analyze_model", "optimum.exporters.neuron")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -171,6 +174,10 @@ class OldStackLeftovers(PythonRule):
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
+        """optimum-neuron's exporter (optimum.exporters.neuron) compiled a model ahead of time into a Neuron
+        artifact and checked its outputs against the CPU model; TorchNeuron compiles at the first call
+        (torch.compile(backend="neuron")), so there is nothing to export: run the model on "neuron" and compare
+        its outputs with the CPU reference with torch.testing.assert_close.""",
         """torch-neuronx's XLA-era `nki_jit` wrapped an NKI kernel for the XLA graph; TorchNeuron runs kernels
         decorated with `@nki.jit` (the standalone `nki` package) on neuron tensors directly, in eager mode or
         under torch.compile.""",
