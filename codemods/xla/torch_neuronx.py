@@ -180,6 +180,9 @@ class NeuronTrace(_XlaRule):
         no autograd either (`.numpy()` on them works, no backward graph is compiled). The trace took a
         copy: where the code goes on to change the module, call it or run its `forward`/`generate`
         (the CPU reference of a benchmark), the compiled model is built from `copy.deepcopy(module)`.
+        A trace or traced-artifact load put into a part of a Diffusers pipeline the unit loads and
+        never moves (`pipe.unet.m = torch.jit.load(p)`, no `pipe.to(...)`) gets a marker to move the
+        pipeline: the traced part took CPU tensors, the compiled one takes neuron tensors.
         The trace froze the module's Python; the compiled model runs it live, so a process-wide patch
         below the trace (`F.scaled_dot_product_attention = fn`, `SomeAttention.forward = fn`, meant
         for the next trace) now reaches it too: a marker asks to limit the patch.
@@ -379,6 +382,7 @@ class NeuronTrace(_XlaRule):
             # `wrapper.m = trace(wrapper.m, ...)` at module level, then only saved in the unit: never called here
             saved_only = (held is not None and isinstance(scope_of(ctx), cst.Module) and not held.startswith("self.")
                           and _only_saved(ctx.code.replace(_code(call), "", 1), held))
+            _pipeline_on_cpu(call, ctx)
             if held is not None:
                 state.setdefault("held", set()).add((scope, held))
                 self._warm_up(call, held, bound.get("example_inputs"), ctx)
@@ -662,9 +666,11 @@ class NeuronTrace(_XlaRule):
         if not saved and not any(_project_has(f, self.project_probes, ctx) for f in facts):
             if own_unit:  # a Neuron artifact traced outside the project (the module imports torch_neuronx)
                 ctx.marker(call, f"{LOAD_MARKED}{LOAD_BY_HAND}", detail=ARTIFACT_NOTE)
+                _pipeline_on_cpu(call, ctx)
                 if _in_model_fn(ctx):
                     ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too
             return  # not an artifact of this project's traces: left alone
+        _pipeline_on_cpu(call, ctx)
         patch = _patched_between([sid for sid, (p, _, _) in artifacts(ctx).saves.items() if path is not None
                                   and _same_path(p, path)], call, ctx)
         if patch is not None:
@@ -1396,6 +1402,34 @@ def _first(module: cst.Module, earlier: list[cst.CSTNode], node: cst.CSTNode) ->
             return False
         todo.extend(reversed(n.children))
     return False
+
+
+#: a Diffusers pipeline loaded into a name: `pipe = StableDiffusionPipeline.from_pretrained(...)`
+_PIPELINE_LOAD = r"^[ \t]*{name}[ \t]*=[ \t]*[\w.]*Pipeline\w*\.from_pretrained\("
+
+
+def _pipeline_on_cpu(call: cst.Call, ctx: PythonContext) -> None:
+    """A trace or traced-artifact load put into a part of a Diffusers pipeline the unit loads (`pipe.unet.m =
+    torch.jit.load(p)`), in a unit that never moves the pipeline: the traced part took CPU tensors, the compiled one
+    takes neuron tensors, so the pipeline around it must move too (one marker per pipeline)."""
+    held = _assigned_target(call, ctx)
+    root = held.split(".")[0] if held is not None and "." in held else None
+    if root is None or root == "self" or not root.isidentifier():
+        return
+    code = ctx.code
+    if re.search(_PIPELINE_LOAD.format(name=re.escape(root)), code, re.M) is None \
+            or re.search(rf"(?<![\w.]){re.escape(root)}\s*\.\s*to\s*\(", code) is not None:
+        return
+    seen = ctx.local_state().setdefault("pipelines_marked", set())
+    if root in seen:
+        return
+    seen.add(root)
+    ctx.marker(call, fitted(
+        f"Move `{root}` to the neuron device (`{root}.to(\"neuron\")`): its compiled parts take neuron tensors now.",
+        "Move this pipeline to the neuron device (.to(\"neuron\")): its compiled parts take neuron tensors now."),
+        detail="The traced parts took and returned CPU tensors, so the pipeline around them could stay on the CPU; the "
+               "compiled parts run on the neuron device, and the pipeline feeds them its own tensors: move it (after "
+               "putting the parts in) so that every part and every input is on one device.")
 
 
 def _patch_table(ctx: PythonContext) -> tuple[dict[int, int], list[tuple[int, str]]]:
