@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from migrator.discover import Candidate
 from migrator.facts import LAUNCHER_KINDS
-from migrator.model import ENCLOSING_TEXT, FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding, LaunchFact
+from migrator.model import FACT_PREFIX, MARKER_PREFIX, SELF_CHECKS, FileResult, Finding, LaunchFact
 
 if TYPE_CHECKING:  # pragma: no cover
     from migrator.rules import Owners, PythonRule, Rule, TextRule
@@ -384,7 +384,7 @@ def migrate_text(
     the files it includes; ``project``: ids of the rules whose project-wide context is on in this run
     (see :meth:`RuleSet.project_context`). Raises UnitSyntaxError/NotebookError."""
     from migrator.filekinds.markdown import transform_markdown
-    from migrator.filekinds.notebook import notebook_sources, transform_notebook
+    from migrator.filekinds.notebook import transform_notebook
     from migrator.filekinds.shell import transform_shell
     from migrator.python_engine import run_python
     from migrator.text_engine import run_text
@@ -406,14 +406,10 @@ def migrate_text(
 
     if kind == "python":
         return py(text)
-    if kind in ("notebook", "markdown"):
-        # the pieces' rules may read the whole page (PythonContext/TextContext.whole_text)
-        token = ENCLOSING_TEXT.set(notebook_sources(text) if kind == "notebook" else text)
-        try:
-            transform = transform_notebook if kind == "notebook" else transform_markdown
-            return transform(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
-        finally:
-            ENCLOSING_TEXT.reset(token)
+    if kind == "notebook":
+        return transform_notebook(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
+    if kind == "markdown":
+        return transform_markdown(text, py, sh, skipped_rule=SKIPPED_RULE, run_kind=written)
     if kind == "shell":  # the Python its heredocs feed the interpreter is Python
         return transform_shell(text, py, lambda source: run_text(source, kind, rules.text, path, project,
                                                                  rules.parsers.get(kind)),

@@ -19,7 +19,7 @@ from codemods.common.leftovers import old_stack
 from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.export_only import kept_names
 from codemods.common.renames import load_table
-from migrator.imports import catches_import_error, falls_back
+from migrator.imports import catches_import_error, dotted, falls_back
 from migrator.rules import PythonContext, PythonRule
 from migrator.tree import walk
 
@@ -209,18 +209,14 @@ def _native_fallback(gate: cst.Try) -> bool:
             continue
         for node in walk(handler.body):
             if isinstance(node, cst.Import):
-                names = [_dotted(a.name) for a in node.names]
+                names = [dotted(a.name) or "" for a in node.names]
             elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
-                names = [_dotted(node.module)]
+                names = [dotted(node.module) or ""]
             else:
                 continue
             if any(n.split(".")[0] in TARGET_LIBRARIES for n in names):
                 return True
     return False
-
-
-def _dotted(expr: cst.BaseExpression) -> str:
-    return f"{_dotted(expr.value)}.{expr.attr.value}" if isinstance(expr, cst.Attribute) else getattr(expr, "value", "")
 
 
 def _stdlib_import(small: cst.BaseSmallStatement) -> bool:

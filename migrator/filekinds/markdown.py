@@ -31,7 +31,7 @@ from migrator.filekinds.notebook import (
     migrate_python_unit,
     split_lines,
 )
-from migrator.model import MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
+from migrator.model import ENCLOSING_TEXT, MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
 EMPTIED_BLOCK_MESSAGE = "Every line of this example was old-stack only and is gone: rewrite it for TorchNeuron or drop it."
@@ -270,6 +270,18 @@ def _file_kind(lang: str, stripped: list[str]) -> tuple[str, str] | None:
 
 
 def transform_markdown(
+    text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990",
+    run_kind: RunKind | None = None,
+) -> tuple[str, list[Finding]]:
+    """:func:`_transform_markdown`, the blocks' rules reading the whole page (PythonContext/TextContext.whole_text)."""
+    token = ENCLOSING_TEXT.set(text)
+    try:
+        return _transform_markdown(text, run_python, run_shell, skipped_rule=skipped_rule, run_kind=run_kind)
+    finally:
+        ENCLOSING_TEXT.reset(token)
+
+
+def _transform_markdown(
     text: str, run_python: RunUnit, run_shell: RunUnit, *, skipped_rule: str = "NM990",
     run_kind: RunKind | None = None,
 ) -> tuple[str, list[Finding]]:

@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 
 from migrator.discover import kind_of_name
 from migrator.filekinds import UnitSyntaxError
-from migrator.model import CELL_BOUNDARY, MARKER_RE, SKIPPED_CELL, Finding
+from migrator.model import CELL_BOUNDARY, ENCLOSING_TEXT, MARKER_RE, SKIPPED_CELL, Finding
 
 RunUnit = Callable[[str], "tuple[str, list[Finding]]"]
 #: ``run_kind(text, kind=..., name=...)``: migrate a file of ``kind`` (see migrator.discover)
@@ -81,17 +81,6 @@ def _strip_nl(line: str) -> tuple[str, str]:
 
 def _indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def notebook_sources(text: str) -> str:
-    """The notebook's cells' sources, in order, one after the other (the text a reader of the notebook sees); the
-    text itself when it is no notebook JSON."""
-    try:
-        cells = json.loads(text).get("cells", [])
-        return "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
-                         for c in cells if isinstance(c, dict))
-    except (ValueError, AttributeError):
-        return text
 
 
 def mentions_neuron(text: str) -> bool:
@@ -790,16 +779,29 @@ def transform_notebook(
     if not _is_python_notebook(nb):
         return text, []
 
-    code_cells: list[tuple[int, str]] = []
+    sources: list[tuple[int, str, bool]] = []  # (cell index, its source, a code cell)
     for index, cell in enumerate(cells):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+        if not isinstance(cell, dict):
             continue
         src = cell.get("source")
         if isinstance(src, list) and all(isinstance(x, str) for x in src):
-            code_cells.append((index, "".join(src)))
+            sources.append((index, "".join(src), cell.get("cell_type") == "code"))
         elif isinstance(src, str):
-            code_cells.append((index, src))
+            sources.append((index, src, cell.get("cell_type") == "code"))
+    code_cells = [(index, src) for index, src, code in sources if code]
+    # the units' rules may read the whole notebook (PythonContext/TextContext.whole_text)
+    token = ENCLOSING_TEXT.set("\n".join(src for _, src, _ in sources))
+    try:
+        return _migrate_cells(text, start, code_cells, run_python, run_shell, skipped_rule, run_kind)
+    finally:
+        ENCLOSING_TEXT.reset(token)
 
+
+def _migrate_cells(
+    text: str, start: int, code_cells: list[tuple[int, str]], run_python: RunUnit, run_shell: RunUnit,
+    skipped_rule: str, run_kind: RunKind | None,
+) -> tuple[str, list[Finding]]:
+    """transform_notebook's work on the notebook's code cells (``(index, source)``)."""
     # the Python cells are one program: a name imported in one cell is used in the next ones
     python = [
         (i, src) for i, src in code_cells if _is_python_cell(src) and CELL_BOUNDARY not in src
