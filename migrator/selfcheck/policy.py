@@ -161,19 +161,20 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     outside = OUTSIDE_NAMES.get()  # used by the code after this unit (a Markdown page's later blocks)
     lines = new.splitlines()
     still: dict[tuple[int, str], list[str]] = {}
-    seen: dict[str, list[tuple[ast.stmt, int]]] = {}
+    seen: dict[tuple[int, str], list[tuple[ast.stmt, int]]] = {}  # (import statement, name) -> its uses
     for i, info in enumerate(imports):
         if info.module not in modules:
             continue
         own = _uses_of(info, uses, imported)
         if own or info.local in outside:
             still.setdefault((info.statement, info.module), []).append(info.local)
-            seen.setdefault(info.local, []).extend(own)
+            seen.setdefault((info.statement, info.local), []).extend(own)
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
-        spans = [(stmt, line if hasattr(stmt, "body") else None) for n in names for stmt, line in seen.get(n, ())]
-        every_use_marked = all(seen.get(n) for n in names) and all(marked(lines, *span) for span in spans)
+        spans = [(stmt, line if hasattr(stmt, "body") else None)
+                 for n in names for stmt, line in seen.get((statement, n), ())]
+        every_use_marked = all(seen.get((statement, n)) for n in names) and all(marked(lines, *span) for span in spans)
         if every_use_marked and any(t.startswith(KEEPS_OLD_STACK) for span in spans for t in markers_on(lines, *span)):
             # a use is kept on the old stack on purpose (its marker says so): so is the import it needs
             message = f"Keep this import for the old-stack code kept below ({names_listed(names)})."
@@ -231,7 +232,7 @@ def _uses(text: str) -> tuple[dict[str, list[tuple[ast.stmt, int, Scope]]], froz
     first), and the (scope, name) of every import inside a function or class. A function's own variable spelled
     like an import (`grads = []` in a function of a module that imports `grads`) is not a use of the import."""
     try:
-        tree = ast.parse(text)
+        tree = _AnnotationStrings().visit(ast.parse(text))
     except (SyntaxError, ValueError, RecursionError):
         return {}, frozenset()
     used: dict[str, list[tuple[ast.stmt, int, Scope]]] = {}
@@ -272,6 +273,47 @@ def _uses(text: str) -> tuple[dict[str, list[tuple[ast.stmt, int, Scope]]], froz
 
     walk(tree, frozenset(), None, ())
     return used, frozenset(imported)
+
+
+class _AnnotationStrings(ast.NodeTransformer):
+    """Replaces each string annotation (`x: "torch.nn.Module | Model"`, `List["Model"]`) by the expression
+    it spells, at the string's line: a type checker reads the names in it, as pyflakes does."""
+
+    def _annotation(self, node: ast.expr | None) -> ast.expr | None:
+        if node is None:
+            return None
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                return _Quoted().visit(node)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = self._annotation(node.annotation)
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.returns = self._annotation(node.returns)
+        return self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AnnAssign:
+        node.annotation = self._annotation(node.annotation)
+        return self.generic_visit(node)
+
+
+class _Quoted(ast.NodeTransformer):
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if not isinstance(node.value, str):
+            return node
+        try:
+            expr = ast.parse(node.value.strip(), mode="eval").body
+        except SyntaxError:
+            return node
+        for sub in ast.walk(expr):
+            if hasattr(sub, "lineno"):
+                sub.lineno, sub.col_offset = node.lineno, node.col_offset
+        return self.visit(expr)
 
 
 def _uses_of(info: ImportInfo, uses: dict[str, list[tuple[ast.stmt, int, Scope]]],
