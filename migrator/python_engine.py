@@ -443,8 +443,9 @@ def _run_once(
             if key in seen_markers:
                 continue
             seen_markers.add(key)
-            if _marked_above(module, n.statement, text,
-                             ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))):
+            around = ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))
+            if any(_marked_above(module, n.statement, t, around)
+                   for t in (text, *(marker_text(n.rule, m) for m in n.same_as))):
                 continue  # already there: reported by the existing-marker scan
             markers.setdefault(id(n.statement), []).append(text)
             marker_anc[id(n.statement)] = ctx._known.get(id(n.statement), _ancestors_until(n.ancestors, n.statement))

@@ -258,6 +258,8 @@ class _Note:
     ancestors: tuple[cst.CSTNode, ...] = ()
     deep: bool = False
     detail: str | None = None  # a marker's long form (manual findings only)
+    #: other wordings of the same marker: one of them already above the statement counts as this one
+    same_as: tuple[str, ...] = ()
 
 
 @dataclass
@@ -510,13 +512,17 @@ class PythonContext:
         anc, deep = self._ancestors_of(node)
         self._notes.append(_Note(self.rule_id, node, message, fix, None, anc, deep))
 
-    def marker(self, node: cst.CSTNode, message: str, rule: str | None = None, detail: str | None = None) -> None:
+    def marker(self, node: cst.CSTNode, message: str, rule: str | None = None, detail: str | None = None,
+               same_as: Sequence[str] = ()) -> None:
         """Ask a person to act: a ``# TODO(neuron-migrate NMxxx)`` comment above the
         statement around ``node`` plus a manual finding. ``message``: one sentence of at most
         120 characters saying what to do here; ``detail``: its long form for the report (default:
-        the matching entry of the rule's ``markers``)."""
+        the matching entry of the rule's ``markers``); ``same_as``: the other wordings of this marker,
+        where the wording depends on code other rules rewrite (an earlier run's wording, already above
+        the statement, stands: the next run does not add the other one)."""
         anc, deep = self._ancestors_of(node)
-        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", None, anc, deep, detail))
+        self._notes.append(_Note(rule or self.rule_id, node, message, "manual", None, anc, deep, detail,
+                                 tuple(same_as)))
 
     # ---------------------------------------------------------------- imports
     def add_import(self, module: str, name: str | None = None, asname: str | None = None,

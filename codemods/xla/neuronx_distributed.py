@@ -323,14 +323,16 @@ def _only_tp(call: cst.CSTNode | None) -> bool:
     return True
 
 
+_MESH_ANY = ('Replace this with one init_device_mesh("neuron", ...) call, one dimension per parallel size, '
+             'and pass the mesh on.')
+_MESH_DP_TP = 'Replace this with one init_device_mesh("neuron", (dp, tp)) call and pass the mesh where needed.'
+
+
 def _ps_marker(short: str, native: str, call: cst.CSTNode | None = None) -> str:
     """The one-line marker for a parallel-state query ``short`` (``native``: its long form; ``call``: the call
     of it, where it is called)."""
     if short == "initialize_model_parallel":
-        if not _only_tp(call):
-            return ('Replace this with one init_device_mesh("neuron", ...) call, one dimension per parallel size, '
-                    'and pass the mesh on.')
-        return 'Replace this with one init_device_mesh("neuron", (dp, tp)) call and pass the mesh where needed.'
+        return _MESH_DP_TP if _only_tp(call) else _MESH_ANY
     if native.startswith(_MESH):
         return fitted(f"Replace {short} with {native[len(_MESH):].strip()} of a DeviceMesh made once by init_device_mesh.",
                       f"Replace {short} with a query of a DeviceMesh (init_device_mesh).",
@@ -428,7 +430,11 @@ class NxdBuildingBlocks(_XlaRule):
                            detail=f"{qual} (NxD global parallel state): nothing to replace, the process group "
                                   "is destroyed by the code's own dist.destroy_process_group()")
                 return
-            ctx.marker(node, _ps_marker(short, native, call), detail=f"{qual} (NxD global parallel state): {native}")
+            message = _ps_marker(short, native, call)
+            # the sizes' values decide the wording, and other rules rewrite them (NM207 reads a trn_config's
+            # pipeline size as 1): the wording an earlier run wrote stands
+            ctx.marker(node, message, detail=f"{qual} (NxD global parallel state): {native}",
+                       same_as=[m for m in (_MESH_ANY, _MESH_DP_TP) if m != message])
             return
         native = native_for(name)
         if native is None:
