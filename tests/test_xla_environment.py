@@ -64,6 +64,37 @@ def test_without_a_launcher_that_sets_it_the_read_gets_a_marker(tmp_path: Path):
     assert "TODO(neuron-migrate NM409): Replace this code's XLA_USE_BF16/XLA_DOWNCAST_BF16 tests by the precision you want" in script
 
 
+OWN_WRITE = """\
+import os
+
+
+def configure(args):
+    if args.bf16:
+        os.environ["XLA_DOWNCAST_BF16"] = "1"
+
+
+def model_dtype():
+    return "bf16" if os.environ.get("XLA_DOWNCAST_BF16") == "1" else "fp32"
+"""
+
+
+@pytest.mark.parametrize("exported", [True, False])
+def test_a_read_of_what_the_program_sets_itself_gets_one_marker_in_one_run(tmp_path: Path, exported: bool):
+    """The program writes the variable and reads it: its reads hold the program's choice, whether a launcher
+    of the run sets it or not, so the marker is the same; the second run (its launcher no longer sets it)
+    changes nothing."""
+    launcher = "#!/bin/bash\n" + ("export XLA_DOWNCAST_BF16=1\n" if exported else "") + "torchrun train.py --bf16\n"
+    first = _run(tmp_path, train_py=OWN_WRITE, run_sh=launcher)
+    script = first["train.py"]
+    lines = script.splitlines()
+    read = lines.index('    return "bf16" if os.environ.get("XLA_DOWNCAST_BF16") == "1" else "fp32"')
+    assert lines[read - 1] == ("    # TODO(neuron-migrate NM415): XLA_DOWNCAST_BF16 is set by this program and read "
+                               "here, but TorchNeuron ignores it: choose the precision explicitly.")
+    assert "they now read as unset" not in script
+    again = _run(tmp_path, train_py=script, run_sh=first["run.sh"])
+    assert again == first
+
+
 def test_a_launcher_that_turns_bf16_off_gets_no_precision_marker(tmp_path: Path):
     out = _run(tmp_path, run_sh="#!/bin/bash\nexport XLA_USE_BF16=0\ntorchrun --nproc_per_node=2 train.py\n")
     assert "XLA_USE_BF16" not in out["run.sh"]

@@ -21,7 +21,18 @@ import libcst as cst
 
 from codemods.common.statements import with_blank_line
 from codemods.project.xla_env import BF16_VARS
-from codemods.xla.env_writes import bf16_on, drop_entry, environment_subscript, mapping_entries, removable, update_statement
+from codemods.xla.env_writes import (
+    after_settings,
+    bf16_on,
+    drop_entry,
+    environment_subscript,
+    is_bf16_line,
+    mapping_entries,
+    removable,
+    setting_stays,
+    update_statement,
+    value_on,
+)
 from codemods.xla.environment import launcher_sets_bf16, mark_reads
 from codemods.xla.base import (
     _XlaRule,
@@ -845,7 +856,7 @@ class XlaPrecisionAndMetrics(_XlaRule):
         if not (isinstance(key, cst.SimpleString) and key.evaluated_value in BF16_VARS):
             return
         var = key.evaluated_value
-        on = not (isinstance(value, cst.SimpleString) and value.evaluated_value in ("0", ""))
+        on = value_on(value)
         i = _index_in_stack(ctx, node)
         line = ctx.stack[i - 1]
         block = ctx.stack[i - 2] if i >= 2 else None
@@ -857,13 +868,13 @@ class XlaPrecisionAndMetrics(_XlaRule):
         k = next((n for n, st in enumerate(body) if st is line), None)
         if k is None:
             return
-        following = next((st for st in body[k + 1:] if not _is_bf16_line(st)), None)
-        if on and following is None:
+        following = after_settings(body, k)
+        if setting_stays(body, k, on):
             ctx.marker(node, f"Remove {var} (no effect on TorchNeuron) and {_BF16_SHORT}.",
                        detail=f"{var} has no effect on TorchNeuron: remove it; {_BF16_INTENT}")
             return
         ctx.remove_statement(line)
-        first_of_run = k == 0 or not _is_bf16_line(body[k - 1])
+        first_of_run = k == 0 or not is_bf16_line(body[k - 1])
         if first_of_run and following is not None and any(el.comment is None for el in line.leading_lines):
             ctx.replace(following, with_blank_line)
         ctx.finding(node, f"os.environ[{key.value}] setting removed ({var} has no effect on TorchNeuron)")
@@ -871,18 +882,6 @@ class XlaPrecisionAndMetrics(_XlaRule):
             ctx.marker(following, f"The removed XLA_USE_BF16 ran float32 in bf16: {_BF16_SHORT}.",
                        detail="XLA_USE_BF16/XLA_DOWNCAST_BF16 made torch-xla run float32 tensors in bfloat16 and "
                               f"do nothing on TorchNeuron: {_BF16_INTENT}")
-
-
-_BF16_RE = re.compile(
-    r"^\s*os\.environ(?:\[\s*['\"]XLA_(?:USE|DOWNCAST)_BF16['\"]\s*\]\s*=|\.setdefault\(\s*['\"]XLA_(?:USE|DOWNCAST)_BF16)"
-)
-
-
-def _is_bf16_line(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-        and _BF16_RE.match(_code(stmt.with_changes(leading_lines=()))) is not None
-    )
 
 
 _BF16_SHORT = 'load the model in bf16 or use torch.autocast("neuron")'

@@ -16,6 +16,7 @@ only there, and mark it elsewhere (a dict with such a key whose use is not seen)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -159,6 +160,36 @@ def bf16_on(entry: EnvEntry) -> bool:
     if entry.name not in BF16_VARS:
         return False
     return not (isinstance(entry.value, cst.SimpleString) and entry.value.evaluated_value in ("0", "", "false", "False"))
+
+
+_BF16_RE = re.compile(
+    r"^\s*os\.environ(?:\[\s*['\"]XLA_(?:USE|DOWNCAST)_BF16['\"]\s*\]\s*=|\.setdefault\(\s*['\"]XLA_(?:USE|DOWNCAST)_BF16)"
+)
+
+
+def is_bf16_line(stmt: cst.CSTNode) -> bool:
+    """Whether ``stmt`` is a line holding one ``os.environ["XLA_USE_BF16"] = v`` / ``setdefault`` setting."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+        and _BF16_RE.match(cst.Module(body=[]).code_for_node(stmt.with_changes(leading_lines=()))) is not None
+    )
+
+
+def value_on(value: cst.BaseExpression) -> bool:
+    """Whether a bf16 switch set to ``value`` is on (anything but a literal "0" or "")."""
+    return not (isinstance(value, cst.SimpleString) and value.evaluated_value in ("0", ""))
+
+
+def after_settings(body: Sequence[cst.CSTNode], k: int) -> cst.CSTNode | None:
+    """The first statement after ``body[k]`` in its block that is not another bf16 setting line."""
+    return next((st for st in body[k + 1:] if not is_bf16_line(st)), None)
+
+
+def setting_stays(body: Sequence[cst.CSTNode], k: int, on: bool) -> bool:
+    """NM409's decision for the bf16 setting line ``body[k]``: it is deleted, except where it turns bf16 on
+    and nothing but other settings follows it in its block (the marker carrying the bf16 intent then stays on
+    it). The rules that read these variables ask it too: a read after a deleted setting reads it unset."""
+    return on and after_settings(body, k) is None
 
 
 def update_statement(node: cst.CSTNode, ctx: PythonContext) -> tuple[cst.SimpleStatementLine, tuple] | None:

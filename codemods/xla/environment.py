@@ -25,7 +25,17 @@ from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_c
 from codemods.project.launch_env import ENV_FACT, launch_env
 from codemods.project.xla_env import BF16_VARS, MARKED_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
-from codemods.xla.env_writes import bf16_on, drop_entry, environment_subscript, mapping_entries, removable, update_statement
+from codemods.xla.env_writes import (
+    bf16_on,
+    drop_entry,
+    environment_subscript,
+    is_bf16_line,
+    mapping_entries,
+    removable,
+    setting_stays,
+    update_statement,
+    value_on,
+)
 from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
@@ -95,15 +105,43 @@ def _written_by(stmt: cst.CSTNode, ctx: PythonContext) -> set[str]:
     return out & set(BF16_VARS)
 
 
+def _setting_value(line: cst.SimpleStatementLine) -> cst.BaseExpression | None:
+    small = line.body[0]
+    if isinstance(small, cst.Assign):
+        return small.value
+    call = small.value if isinstance(small, cst.Expr) else None
+    return call.args[1].value if isinstance(call, cst.Call) and len(call.args) > 1 else None
+
+
 def written_vars(ctx: PythonContext) -> frozenset[str]:
-    """The bf16 variables the unit itself writes anywhere (computed once per unit): their reads hold
-    what the program set, not what the launchers set."""
+    """The bf16 variables the unit itself writes anywhere and that the migration keeps writing (computed
+    once per unit): their reads hold what the program set, not what the launchers set. A setting NM409
+    deletes does not count (after it the variable reads as unset, as on a second run)."""
     state = ctx.local_state()
     if "written" not in state:
         found: set[str] = set()
 
         class Writes(cst.CSTVisitor):
-            def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            def _body(self, body) -> None:
+                for k, stmt in enumerate(body):
+                    if not isinstance(stmt, cst.SimpleStatementLine):
+                        continue
+                    if is_bf16_line(stmt):
+                        value = _setting_value(stmt)
+                        if value is not None and not setting_stays(body, k, value_on(value)):
+                            continue
+                    for small in stmt.body:
+                        found.update(_written_by(small, ctx))
+
+            def visit_Module(self, node: cst.Module) -> bool:
+                self._body(node.body)
+                return True
+
+            def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+                self._body(node.body)
+                return True
+
+            def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
                 for small in node.body:
                     found.update(_written_by(small, ctx))
                 return False
@@ -242,6 +280,8 @@ def mark_reads(node: cst.CSTNode, ctx: PythonContext) -> None:
     """NM409 where the launchers of the run are not known to set the variable: a marker."""
     if not _top_atom(node, ctx) or _in_write(ctx):
         return  # a write (`os.environ["XLA_USE_BF16"] = "1"`) has NM409's own marker
+    if atom(node, ctx)[0] in written_vars(ctx):
+        return  # the unit sets it itself: NM415's marker (the program's choice is read, not the launchers')
     # one marker per function: the same cause on every read of it there
     scope = next((n for n in reversed(ctx.stack) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
     seen = ctx.scratch.setdefault("NM409-bf16-reads", set())
@@ -351,16 +391,19 @@ class XlaPrecisionReads(NeuronXlaOnly, PythonRule):
                           "this run set bf16 (XLA_USE_BF16=1), which the migrated launchers no longer do")
 
     def _on_atom(self, node: cst.CSTNode, ctx: PythonContext) -> None:
-        if not launcher_sets_bf16(ctx) or id(node) in ctx.local_state().get("done", ()) or not _top_atom(node, ctx):
+        if id(node) in ctx.local_state().get("done", ()) or not _top_atom(node, ctx):
             return
         if _in_write(ctx):
             return  # `os.environ["XLA_USE_BF16"] = "1"`, `del os.environ[...]`: a write, not a read
         var, value = atom(node, ctx)  # type: ignore[misc]
         if var in written_vars(ctx):
             # the unit sets it itself (`if args.bf16: os.environ["XLA_DOWNCAST_BF16"] = "1"`): what is read
-            # here is the program's choice, not the launchers'
+            # here is the program's choice, not the launchers', whatever the launchers set (so the marker
+            # is the same once the migrated launchers no longer set it)
             ctx.marker(node, f"{var} is set by this program and read here, but TorchNeuron ignores it: "
-                             "choose the precision explicitly instead")
+                             "choose the precision explicitly.")
+            return
+        if not launcher_sets_bf16(ctx):
             return
         new = cst.parse_expression(repr(value) if not isinstance(value, str) else f'"{value}"')
         ctx.replace(node, new)
