@@ -340,3 +340,43 @@ def test_rendezvous_in_code_that_runs_without_a_group_waits_only_where_one_exist
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # rank 1 reads only after rank 0 wrote: the barrier still runs under the group
     assert sorted((r["rank"], r["seen"]) for r in json_reports(proc.stdout, "rank")) == [(0, "built"), (1, "built")]
+
+
+# --------------------------------------------------------------------------- a group only a Trainer makes (NM404/NM405)
+
+TRAINER_ONLY = """
+import json
+import sys
+
+import torch
+import torch_xla.core.xla_model as xm
+from transformers import TrainingArguments
+
+
+def main(out):
+    args = TrainingArguments(output_dir=out, use_cpu=True, report_to=[])
+    xm.master_print("configured", args.output_dir == out)
+    xm.save({"w": torch.ones(2)}, out + "/w.pt")
+    xm.rendezvous("saved")
+    print(json.dumps({"rank": xm.get_ordinal(), "world": xm.xrt_world_size()}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+"""
+
+
+def test_rank_queries_and_barriers_of_a_trainer_module_run_without_a_launcher(tmp_path: Path, rules: RuleSet):
+    # the module's only process-group maker is TrainingArguments: a plain `python` run has no group (torch-xla ran
+    # one replica there), so the rank comes from the launcher's environment and the barriers wait where one exists
+    text = _migrated(TRAINER_ONLY, rules)
+    assert "dist.get_rank()" not in text and "if dist.is_initialized():\n        dist.barrier()" in text
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr  # dist.get_rank() / dist.barrier() raise: no default process group
+    assert "configured True" in proc.stdout
+    assert json_reports(proc.stdout, "rank") == [{"rank": 0, "world": 1}]
+    assert torch.load(tmp_path / "w.pt")["w"].tolist() == [1.0, 1.0]

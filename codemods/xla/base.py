@@ -62,6 +62,19 @@ def _multi_process(ctx: PythonContext) -> bool:
 _GROUP_MAKERS = ("init_process_group", "TrainingArguments(", "Trainer(", "DistributedConfig(", "NeuronTrainingArguments(")
 
 
+#: the makers above that make a process group only under a distributed launcher (torchrun sets WORLD_SIZE):
+#: run with plain `python`, a module whose only makers are these has none
+_LAUNCH_MAKERS = ("TrainingArguments(", "Trainer(", "DistributedConfig(", "NeuronTrainingArguments(")
+
+
+def group_by_launch_only(ctx: PythonContext) -> bool:
+    """Whether the module's process group, if any, comes only from a Trainer / TrainingArguments /
+    DistributedConfig (no ``init_process_group`` of its own): a plain ``python`` run has none, where the old
+    rank queries and rendezvous worked (torch-xla ran one replica), so ``dist.get_rank()`` or ``dist.barrier()``
+    would raise there."""
+    return "init_process_group" not in ctx.code and any(h in ctx.code for h in _LAUNCH_MAKERS)
+
+
 def _has_process_group(ctx: PythonContext) -> bool:
     """Whether the module makes a process group, and the node being handled does not run before its function
     (or the module) calls ``init_process_group``: a rank query in a statement above that call (`rank =
@@ -203,14 +216,16 @@ def _local_rank(ctx: PythonContext, anchor: Binding | None) -> str:
 
 
 def _rank(ctx: PythonContext, anchor: Binding | None) -> str:
-    if _has_process_group(ctx):
+    """The global rank: from the process group the module makes, else from the launcher's environment (also
+    where only a Trainer makes one: a plain run has no group, and torchrun sets RANK)."""
+    if _has_process_group(ctx) and not group_by_launch_only(ctx):
         return f"{_dist(ctx, anchor)}.get_rank()"
     q = _quote(ctx)
     return f"int({_os(ctx, anchor)}.environ.get({q}RANK{q}, 0))"
 
 
 def _world_size(ctx: PythonContext, anchor: Binding | None) -> str:
-    if _has_process_group(ctx):
+    if _has_process_group(ctx) and not group_by_launch_only(ctx):
         return f"{_dist(ctx, anchor)}.get_world_size()"
     q = _quote(ctx)
     return f"int({_os(ctx, anchor)}.environ.get({q}WORLD_SIZE{q}, 1))"

@@ -34,7 +34,7 @@ from typing import Callable
 
 import libcst as cst
 
-from codemods.common.statements import block_of, clock_after
+from codemods.common.statements import block_of, clock_after, reads_clock
 from codemods.xla import device_vars
 from codemods.xla.optimizer_step import XlaOptimizerStep
 from codemods.xla.base import (
@@ -48,6 +48,7 @@ from codemods.xla.base import (
     _expr,
     _expression_statement,
     _has_process_group,
+    group_by_launch_only,
     _if_statement,
     _index_in_stack,
     _is_master,
@@ -399,7 +400,8 @@ class XlaStepMarkers(_XlaRule):
         `torch.accelerator.synchronize()`; so does a cut between two clock reads (`t0 =
         time.perf_counter()` ... `xm.mark_step()` ... `time.perf_counter() - t0`), where it was what
         put the device's work inside the measured time (eager operations are queued
-        asynchronously too).
+        asynchronously too), and a cut right before a clock read (`xm.mark_step()` then `t0 =
+        time.perf_counter()`), which kept the warm-up's work out of it.
     """
     before = """
         import torch_xla.core.xla_model as xm
@@ -441,7 +443,7 @@ class XlaStepMarkers(_XlaRule):
         if wait or timed:
             new = _expr(f"{_torch(ctx, ctx.imports.binding_of(func))}.accelerator.synchronize()")
             ctx.replace(call, new)
-            done = "(wait=True)" if wait else "() between clock reads"
+            done = "(wait=True)" if wait else "() bounding a timed region"
             ctx.finding(call, f"{qual}{done} -> torch.accelerator.synchronize()")
             return None
         if statement is None:
@@ -547,13 +549,16 @@ class XlaStepMarkers(_XlaRule):
 
 
 def _timed_cut(ctx: PythonContext, line: cst.CSTNode) -> bool:
-    """Whether the graph cut on ``line`` ends a timed region (a clock read before it and one after it) with nothing
-    after it that waits for the device already: the cut is what made the time include the device's work, so it
-    becomes a device synchronization rather than nothing."""
-    if not clock_after(ctx, line):
-        return False
+    """Whether the graph cut on ``line`` bounds a timed region: it ends one (a clock read before it and one after
+    it) with nothing after it that waits for the device already, or it starts one (the statement right after it
+    reads the clock: the warm-up queued before must be done before the clock starts). The cut is what kept the
+    device's other work out of (or in) the time, so it becomes a device synchronization rather than nothing."""
     found = block_of(ctx, line)
     following = found[0][found[1] + 1] if found is not None and found[1] + 1 < len(found[0]) else None
+    if following is not None and reads_clock(following):
+        return True
+    if not clock_after(ctx, line):
+        return False
     return following is None or not _WAITS.search(_code(following))
 
 
@@ -734,7 +739,9 @@ class XlaMasterOnlyAndSync(_XlaRule):
         `xm.save` did. `dist.barrier()` needs a process group: in a module that
         never calls `init_process_group` it gets a marker. A module that asks whether one exists
         (`dist.is_initialized()`) runs without one too, where the rendezvous did nothing: its
-        barrier becomes `if dist.is_initialized(): dist.barrier()`. A rendezvous whose payloads are used,
+        barrier becomes `if dist.is_initialized(): dist.barrier()`; so does a module whose only
+        process-group maker is a Trainer / TrainingArguments / DistributedConfig (a group exists only
+        under torchrun), whose rank test reads `RANK`. A rendezvous whose payloads are used,
         `replicas=`, and master_print/save calls inside an expression or on a line with other
         statements get a marker.
     """
@@ -806,7 +813,10 @@ class XlaMasterOnlyAndSync(_XlaRule):
         test = None if guarded or everyone else _is_master(ctx, anchor, local)
         # inside any master-only block the other ranks never reach a barrier
         alone = guarded or _already_master_only(ctx, line, not local)
-        wait = f"{_dist(ctx, anchor)}.barrier()" if barrier and not alone and _has_process_group(ctx) else None
+        wait = None
+        if barrier and not alone and _has_process_group(ctx):
+            dist = _dist(ctx, anchor)
+            wait = f"if {dist}.is_initialized():\n    {dist}.barrier()" if _without_group(ctx) else f"{dist}.barrier()"
 
         def new_call(updated: cst.Call) -> cst.Call:
             args = _end_like(make_args(updated), updated.args)
@@ -826,7 +836,8 @@ class XlaMasterOnlyAndSync(_XlaRule):
 
         ctx.replace(line, build)
         where = ("every process" if everyone else "the enclosing master check" if guarded else f"`if {test}:`")
-        ctx.finding(call, f"{dotted(func)}(...) -> {target}(...) by {where}" + (f", then {wait}" if wait else ""))
+        then = wait if wait is None or "\n" not in wait else wait.rsplit(" ", 1)[1] + " where a process group exists"
+        ctx.finding(call, f"{dotted(func)}(...) -> {target}(...) by {where}" + (f", then {then}" if wait else ""))
         return None
 
     def _rendezvous(self, qual, call, func, ctx):
@@ -842,10 +853,9 @@ class XlaMasterOnlyAndSync(_XlaRule):
         anchor = ctx.imports.binding_of(func)
         dist = _dist(ctx, anchor)
         _, container = statement
-        if (isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1
-                and _IS_INITIALIZED.search(ctx.code)):
-            # the module runs without a process group too (it tests for one, wherever it makes one): the
-            # rendezvous was a no-op in a single process, dist.barrier() would raise there
+        if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1 and _without_group(ctx):
+            # the module runs without a process group too: the rendezvous was a no-op in a single process,
+            # dist.barrier() would raise there
             def guarded(updated: cst.SimpleStatementLine) -> cst.If:
                 stmt = cst.parse_statement(f"if {dist}.is_initialized():\n    {dist}.barrier()\n")
                 assert isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock)
@@ -876,6 +886,12 @@ class XlaMasterOnlyAndSync(_XlaRule):
 
 #: a module that asks whether a process group exists (`dist.is_initialized()`) runs without one too
 _IS_INITIALIZED = re.compile(r"\bis_initialized\s*\(")
+
+
+def _without_group(ctx: PythonContext) -> bool:
+    """Whether the module also runs without a process group: it tests for one (wherever it makes one), or
+    only a Trainer makes it (a plain `python` run has none)."""
+    return _IS_INITIALIZED.search(ctx.code) is not None or group_by_launch_only(ctx)
 
 
 def _end_like(args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
