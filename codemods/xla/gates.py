@@ -48,6 +48,13 @@ TARGET_LIBRARIES = frozenset({"transformers", "diffusers", "trl", "peft", "accel
 #: a gate whose try body is the old stack and whose except branch loads the model with a target library
 NATIVE_FALLBACK_MARKER = ("On TorchNeuron these imports fail and the except branch runs: keep its path and drop the "
                           "old-stack one.")
+#: a module that patches Lightning's TPU/XLA accelerator (`tpu.TPUAccelerator.is_available = ...`): its gates
+#: answer Lightning's XLA path, which TorchNeuron (no XLA device) must not take
+_LIGHTNING_XLA_PATCH = re.compile(r"^[ \t]*[\w.]*\b(?:TPUAccelerator|XLAAccelerator)\.\w+[ \t]*=(?!=)", re.M)
+LIGHTNING_GATE_MARKER = ("This check answers for the Lightning XLA accelerator patched here: delete it with the "
+                         "patches, never make it True.")
+LIGHTNING_PATCH_MARKER = ("Delete these patches of Lightning's TPU/XLA accelerator: TorchNeuron is no XLA device, "
+                          "Lightning needs a neuron one.")
 #: the gate of a module that serves other accelerators through torch_xla (TPUs): its XLA branch stays
 SIDE_BY_SIDE_MARKER = ("Add a torch.neuron.is_available() branch beside this torch_xla one: the module also serves "
                        "other XLA devices.")
@@ -59,7 +66,8 @@ class OldStackAvailabilityGates(PythonRule):
     fix = "mixed"
     triggers = ("find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
                 "is_torch_xla_available", "is_torch_tpu_available", "is_tpu_available",
-                "torch_xla", "optimum.neuron", "transformers_neuronx", "neuronx_distributed", "torch_neuron")
+                "torch_xla", "optimum.neuron", "transformers_neuronx", "neuronx_distributed", "torch_neuron",
+                "TPUAccelerator", "XLAAccelerator")
     why = """
         A script that chooses its device by asking whether the old stack is installed
         (`importlib.util.find_spec("torch_xla") is not None`, `is_torch_xla_available()`,
@@ -95,7 +103,10 @@ class OldStackAvailabilityGates(PythonRule):
             device = "cpu"
     """
     caveats = """
-        A module that imports torch_xla only in such gates, dispatches on other accelerators too
+        A module that patches Lightning's TPU/XLA accelerator (`tpu.TPUAccelerator.is_available =
+        is_available`, Neuron's old Lightning integration) gets one marker on its patches and one
+        on its torch_xla checks, which answer Lightning's XLA path (made True, Lightning would take
+        it on TorchNeuron and fail on torch_xla): delete them. A module that imports torch_xla only in such gates, dispatches on other accelerators too
         (`cuda`, `mps`) and names Neuron nowhere (a generic library's device selection: its XLA
         branch serves TPUs) keeps its torch_xla code: the torch-xla rules leave it alone, and the
         marker asks for a neuron branch beside the XLA one. A gate that also imports a module TorchNeuron has (`import torch_neuronx`, the plugin) is
@@ -108,7 +119,23 @@ class OldStackAvailabilityGates(PythonRule):
     """
 
     def handlers(self):
-        return {cst.Call: self._on_call, cst.Try: self._on_try, cst.Comparison: self._on_comparison}
+        return {cst.Call: self._on_call, cst.Try: self._on_try, cst.Comparison: self._on_comparison,
+                cst.Assign: self._on_assign}
+
+    @staticmethod
+    def _patches_lightning_xla(ctx: PythonContext) -> bool:
+        return _LIGHTNING_XLA_PATCH.search(ctx.source) is not None
+
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """The first patch of Lightning's TPU/XLA accelerator in the module (``TPUAccelerator.is_available =
+        ...``): one marker for all of them."""
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
+            return
+        owner = dotted(node.targets[0].target.value) or ""
+        if owner.rsplit(".", 1)[-1] not in ("TPUAccelerator", "XLAAccelerator") or ctx.scratch.get("NM420-patch"):
+            return
+        ctx.scratch["NM420-patch"] = True
+        ctx.marker(node, LIGHTNING_PATCH_MARKER)
 
     def _on_comparison(self, node: cst.Comparison, ctx: PythonContext) -> None:
         """``"torch_xla" in sys.modules``: nothing imports torch_xla after the migration."""
@@ -131,6 +158,9 @@ class OldStackAvailabilityGates(PythonRule):
             self._imported_test(node, node.args[0].value.evaluated_value, ctx)
             return
         if qual in XLA_PROBES:
+            if self._patches_lightning_xla(ctx):
+                ctx.marker(node, LIGHTNING_GATE_MARKER)
+                return
             ctx.marker(node, f"{qual.rsplit('.', 1)[-1]}() is False on TorchNeuron: test {NATIVE_TEST} instead")
             return
         if qual not in FIND_SPEC + PACKAGE_PROBES or not node.args or node.args[0].keyword is not None:
@@ -141,6 +171,9 @@ class OldStackAvailabilityGates(PythonRule):
             m = _PACKAGE_NAME.match(name.strip())  # a requirement ("torch_xla>=2.1") or a distribution ("torch-xla")
             name = m.group(0).replace("-", "_") if m else None
         if isinstance(name, str) and (old_stack(name) or name == "optimum"):
+            if name.split(".")[0] == "torch_xla" and self._patches_lightning_xla(ctx):
+                ctx.marker(node, LIGHTNING_GATE_MARKER)
+                return
             ctx.marker(node, f"This asks for `{name}`, which TorchNeuron hosts lack: test {NATIVE_TEST} instead.")
 
     def _on_try(self, node: cst.Try, ctx: PythonContext) -> None:
