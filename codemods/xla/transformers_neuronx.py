@@ -327,7 +327,14 @@ class TransformersNeuronxSampling(PythonRule):
             markers.append(f"Launch with `torchrun --nproc_per_node={tp}`: {origin}={tp} became DistributedConfig(tp_size={tp}).")
         else:
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
-            if not (isinstance(tp, int) and not isinstance(tp, bool)):
+            if not (isinstance(tp, int) and not isinstance(tp, bool)) and shardable is False:
+                # a size held in a variable, for an architecture Transformers cannot shard at all
+                code = ctx.module.code_for_node(kw["tp_degree"].value)
+                markers.append(fitted(f"tp_degree={code} dropped ({MODEL_TYPES[cls]} has no tensor-parallel plan in "
+                                      "Transformers): check that the model fits one NeuronCore",
+                                      f"tp_degree dropped ({MODEL_TYPES[cls]} has no tensor-parallel plan in "
+                                      "Transformers): check that the model fits one NeuronCore"))
+            elif not (isinstance(tp, int) and not isinstance(tp, bool)):
                 code = ctx.module.code_for_node(kw["tp_degree"].value)
                 markers.append(fitted(f"If {code} > 1, load with DistributedConfig(tp_size={code}) under torchrun; it must "
                                       "divide the model's heads.",
