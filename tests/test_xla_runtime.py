@@ -152,7 +152,7 @@ main()
 
 def test_optimizer_step_becomes_ddp_and_the_ranks_step_with_the_averaged_gradient(tmp_path: Path, rules: RuleSet):
     text = _migrated(STEP, rules)
-    assert "model = torch.nn.parallel.DistributedDataParallel(model)" in text
+    assert "model = torch.nn.parallel.DistributedDataParallel(model, forward_sync_buffers=False)" in text
     assert "all-reduces across cores" not in text and "optimizer.step()" in text
     script = tmp_path / "step.py"
     script.write_text(_on_cpu(text))
@@ -203,7 +203,8 @@ main()
 
 def test_ddp_wrap_under_a_conditional_process_group_runs_single_process_too(tmp_path: Path, rules: RuleSet):
     text = _migrated(GUARDED_STEP, rules)
-    assert "if torch.distributed.is_initialized():\n        model = torch.nn.parallel.DistributedDataParallel(model)" in text
+    assert ("if torch.distributed.is_initialized():\n        model = torch.nn.parallel.DistributedDataParallel(model, "
+            "forward_sync_buffers=False)") in text
     script = tmp_path / "step.py"
     script.write_text(_on_cpu(text))
     # one process, no process group: the DDP wrap is skipped and the script steps as before
@@ -341,6 +342,52 @@ def test_rendezvous_in_code_that_runs_without_a_group_waits_only_where_one_exist
     # rank 1 reads only after rank 0 wrote: the barrier still runs under the group
     assert sorted((r["rank"], r["seen"]) for r in json_reports(proc.stdout, "rank")) == [(0, "built"), (1, "built")]
 
+
+
+BN_EVAL = """
+import json
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+
+
+def main():
+    dist.init_process_group("xla")
+    rank = xm.get_ordinal()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(10 + rank)
+    optimizer.zero_grad()
+    model(torch.randn(16, 4) * (rank + 1)).pow(2).sum().backward()
+    xm.optimizer_step(optimizer)
+    stats = model[1].running_var.tolist() if hasattr(model, "__getitem__") else model.module[1].running_var.tolist()
+    print(json.dumps({"rank": rank, "running_var": stats}))
+    if rank != 0:
+        return
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.ones(2, 4))
+    print(json.dumps({"evaluated": rank, "shape": list(out.shape)}))
+
+
+main()
+"""
+
+
+def test_the_ddp_wrap_keeps_buffers_per_replica_so_a_rank_0_evaluation_runs(tmp_path: Path, rules: RuleSet):
+    # xm.optimizer_step averaged the gradients only: a forward on rank 0 alone (BatchNorm buffers) must not wait
+    # for the other ranks in a buffer broadcast, and each replica keeps its own statistics, as under torch-xla
+    text = _migrated(BN_EVAL, rules)
+    assert "DistributedDataParallel(model, forward_sync_buffers=False)" in text
+    script = tmp_path / "bn.py"
+    script.write_text(_on_cpu(text))
+    proc = _torchrun(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json_reports(proc.stdout, "evaluated") == [{"evaluated": 0, "shape": [2, 4]}]
+    stats = {r["rank"]: r["running_var"] for r in json_reports(proc.stdout, "rank")}
+    assert sorted(stats) == [0, 1] and stats[0] != stats[1]  # each replica's own running statistics
 
 # --------------------------------------------------------------------------- a group only a Trainer makes (NM404/NM405)
 

@@ -54,8 +54,10 @@ class XlaOptimizerStep(_XlaRule):
         no meaning in eager mode and are dropped. The gradient averaging is DDP's or FSDP2's job:
         in a multi-process script with a process group whose module wraps no model yet, the model
         the optimizer was built from (`optimizer = Opt(model.parameters(), ...)`, with `model`
-        assigned earlier in the same function) is wrapped in `DistributedDataParallel` just before
-        the optimizer is built (under `if torch.distributed.is_initialized():` unless an
+        assigned earlier in the same function) is wrapped in `DistributedDataParallel(model,
+        forward_sync_buffers=False)` just before the optimizer is built (the old step averaged the
+        gradients only, each replica kept its own buffers; DDP's default broadcasts rank 0's
+        buffers in every forward, a collective a rank-0-only evaluation waits on forever) (under `if torch.distributed.is_initialized():` unless an
         `init_process_group(...)` statement runs before it on every path: a script that makes its
         group only `if args.distributed:` still runs as one process); where that cannot be seen,
         a marker says that the averaging is missing. An end-of-line comment describing the old step (`# all-reduces across cores`)
@@ -188,7 +190,11 @@ def _wrap_model(optimizer: cst.BaseExpression, call: cst.Call, ctx: PythonContex
         torch = _torch(ctx, ctx.imports.binding_of(call.func) if isinstance(call.func, (cst.Name, cst.Attribute)) else None)
     except NameClash:
         return False
-    ddp = cst.parse_statement(f"{model} = {torch}.nn.parallel.DistributedDataParallel({model})\n")
+    # xm.optimizer_step averaged the gradients only: each replica kept its own buffers (BatchNorm statistics).
+    # DDP's default broadcasts rank 0's buffers at every forward, a collective that a forward on some ranks
+    # only (a rank-0 evaluation) waits on forever
+    ddp = cst.parse_statement(
+        f"{model} = {torch}.nn.parallel.DistributedDataParallel({model}, forward_sync_buffers=False)\n")
     if not _group_made_before(body[:k], ctx):
         # the process group is made under a condition (`if args.distributed:`), elsewhere, or by a Trainer: a run
         # without one (a single process) must not build a DDP module, which needs it
