@@ -308,6 +308,23 @@ def test_an_import_read_only_by_string_annotations_is_kept_and_judged_per_statem
     assert migrate_text(new, "python", rules)[0] == new
 
 
+def test_a_submodule_import_beside_its_package_is_judged_by_the_submodule_reads():
+    """`import torch.neuron` binds `torch`, which `import torch` binds too: only reads of `torch.neuron` are its
+    uses (not every `torch.cat`), and its marker names `torch.neuron`."""
+    rules = RuleSet.from_selection(RuleSelection())
+    new, _ = migrate_text(_src("""
+        import torch
+        import torch.neuron
+
+        traced = torch.neuron.trace(model, example_inputs=[x])
+        print(torch.cat([x, x]).shape)
+    """), "python", rules)
+    lines = new.splitlines()
+    assert lines[lines.index("import torch.neuron") - 1] == (
+        "# TODO(neuron-migrate NM992): Remove this import once the TODOs on `torch.neuron` below are done.")
+    assert migrate_text(new, "python", rules)[0] == new
+
+
 def test_a_marker_stays_above_its_import_when_a_new_import_is_placed_there():
     """The import fix-up inserts new imports where the old one was: a marker about the old import stays
     right above it, so that a second run finds it (it once was added again on every run)."""

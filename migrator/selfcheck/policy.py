@@ -165,10 +165,13 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     for i, info in enumerate(imports):
         if info.module not in modules:
             continue
-        own = _uses_of(info, uses, imported)
+        # `import torch.neuron` binds `torch`, which `import torch` binds too: its uses are the reads of torch.neuron
+        submodule = info.module != info.local and any(
+            o.local == info.local and o.module == info.local and o.scope == info.scope for o in imports)
+        own = _uses_of(info, uses, imported, submodule)
         if own or info.local in outside:
-            still.setdefault((info.statement, info.module), []).append(info.local)
-            seen.setdefault((info.statement, info.local), []).extend(own)
+            still.setdefault((info.statement, info.module), []).append(info.module if submodule else info.local)
+            seen.setdefault((info.statement, info.module if submodule else info.local), []).extend(own)
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
     for (statement, module), names in still.items():
@@ -226,7 +229,10 @@ def names_listed(names: Sequence[str], width: int = 48) -> str:
 Scope = tuple[str, ...]
 
 
-def _uses(text: str) -> tuple[dict[str, list[tuple[ast.stmt, int, Scope]]], frozenset[tuple[Scope, str]]]:
+Use = tuple[ast.stmt, int, Scope, str]  # the innermost statement, the line, the scope, the dotted chain read
+
+
+def _uses(text: str) -> tuple[dict[str, list[Use]], frozenset[tuple[Scope, str]]]:
     """Names the module reads as names bound outside the function reading them, each with its uses (the
     innermost statement, the line of the use and the scope: the functions and classes around it, outermost
     first), and the (scope, name) of every import inside a function or class. A function's own variable spelled
@@ -235,8 +241,19 @@ def _uses(text: str) -> tuple[dict[str, list[tuple[ast.stmt, int, Scope]]], froz
         tree = _AnnotationStrings().visit(ast.parse(text))
     except (SyntaxError, ValueError, RecursionError):
         return {}, frozenset()
-    used: dict[str, list[tuple[ast.stmt, int, Scope]]] = {}
+    used: dict[str, list[Use]] = {}
     imported: set[tuple[Scope, str]] = set()
+    chains: dict[int, str] = {}  # id(Name) -> the longest attribute chain read from it (`torch.neuron.trace`)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                parts.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name):
+                chain = ".".join([inner.id, *reversed(parts)])
+                if len(chain) > len(chains.get(id(inner), "")):
+                    chains[id(inner)] = chain
 
     def walk(node: ast.AST, local: frozenset[str], stmt: ast.stmt | None, scope: Scope) -> None:
         for child in ast.iter_child_nodes(node):
@@ -257,7 +274,7 @@ def _uses(text: str) -> tuple[dict[str, list[tuple[ast.stmt, int, Scope]]], froz
                 walk_body(child, local, inner, scope + (child.name,))
             elif isinstance(child, ast.Name):
                 if child.id not in local and stmt is not None:
-                    used.setdefault(child.id, []).append((stmt, child.lineno, scope))
+                    used.setdefault(child.id, []).append((stmt, child.lineno, scope, chains.get(id(child), child.id)))
             else:
                 if scope and isinstance(child, (ast.Import, ast.ImportFrom)):
                     imported.update((scope, a.asname or a.name.split(".")[0]) for a in child.names)
@@ -316,14 +333,16 @@ class _Quoted(ast.NodeTransformer):
         return self.visit(expr)
 
 
-def _uses_of(info: ImportInfo, uses: dict[str, list[tuple[ast.stmt, int, Scope]]],
-             imported: frozenset[tuple[Scope, str]]) -> list[tuple[ast.stmt, int]]:
+def _uses_of(info: ImportInfo, uses: dict[str, list[Use]], imported: frozenset[tuple[Scope, str]],
+             submodule: bool = False) -> list[tuple[ast.stmt, int]]:
     """The uses (statement, line) of what ``info`` binds: those in its scope and the scopes nested in it, less
-    those in a nested scope that imports the name again itself."""
+    those in a nested scope that imports the name again itself. With ``submodule`` (``import torch.neuron``
+    beside ``import torch``: both bind ``torch``), only the reads through the submodule (``torch.neuron.x``)."""
     s = info.scope
-    return [(stmt, line) for stmt, line, scope in uses.get(info.local, ())
+    return [(stmt, line) for stmt, line, scope, chain in uses.get(info.local, ())
             if scope[:len(s)] == s
-            and not any((scope[:k], info.local) in imported for k in range(len(s) + 1, len(scope) + 1))]
+            and not any((scope[:k], info.local) in imported for k in range(len(s) + 1, len(scope) + 1))
+            and (not submodule or chain == info.module or chain.startswith(info.module + "."))]
 
 
 def _function_locals(function: ast.AST) -> frozenset[str]:
