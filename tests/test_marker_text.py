@@ -33,7 +33,10 @@ def _fixture_markers() -> dict[str, list[tuple[str, str]]]:
     """rule id -> [(where, marker text)] over every fixture output and every explain example."""
     out: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for path in sorted(FIXTURES.rglob("*.after.*")):
-        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".ipynb":  # the cells' text, not its JSON escaping
+            text = "\n".join("".join(c.get("source", ())) for c in json.loads(text).get("cells", ()))
+        for number, line in enumerate(text.splitlines(), 1):
             m = MARKER_RE.search(line)
             if m:
                 out[m.group(1)].append((f"{path.relative_to(FIXTURES)}:{number}", m.group(2)))

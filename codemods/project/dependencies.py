@@ -915,8 +915,9 @@ class OldStackDependencies(_DependencyRule):
         own `-r` lines, as they will read once migrated; a library pinned below the needed version
         there does not count, so that pip reports the conflict). `-c` constraint files install
         nothing and are not read; includes through URLs, absolute paths or variables, and missing
-        files, are skipped. `torch-neuron` (Inf1) and the
-        companion pins of `torch` (`torchvision`...) are left alone. Added libraries carry the
+        files, are skipped. `torch-neuron` (Inf1) and its compiler `neuron-cc` stay, with a marker (TorchNeuron
+        does not replace them on an Inf1 host: the code is ported first); the companion pins of `torch`
+        (`torchvision`...) are left alone. Added libraries carry the
         environment marker of the package they replace.
 
         `neuronx-cc` is kept and only unpinned: the TorchNeuron install and update pages of Neuron

@@ -138,6 +138,11 @@ _STILL_IMPORTED = {"neuronx-distributed": ("neuronx-distributed", "neuronx-distr
 STILL_IMPORTED_MARKER = "Remove {name} when no file of the project imports {module} any more."
 
 TORCHNEURON_MARKER = "Pin the torch-neuronx 2.13+ (TorchNeuron) release of your Neuron SDK, from the Neuron pip repository."
+#: the first-generation (Inf1) stack: torch-neuron and its compiler neuron-cc; TorchNeuron does not replace them
+#: on an Inf1 host (it runs on Trn2/Trn3), so the line stays, marked
+INF1_PACKAGES = frozenset({"torch-neuron", "neuron-cc"})
+INF1_MARKER = ("This installs the Inf1 stack (torch-neuron, neuron-cc): port its code to TorchNeuron (torch-neuronx, "
+               "Trn2/Trn3) first.")
 TORCH_MARKER = "Remove this torch pin, or set it to the torch version that your torch-neuronx release pins."
 VLLM_MARKER = "Install vLLM with the Neuron support of your Neuron SDK: optimum-neuron[vllm] no longer provides it."
 HASHED_MARKER = "Hashed line: in its source file, {what}."
@@ -401,6 +406,9 @@ def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
     if name in _STILL_IMPORTED and _LEFT.get() & set(_STILL_IMPORTED[name]):
         return _Decision("NM501", "marker", f"{name} kept: the project's code still imports it",
                          marker=STILL_IMPORTED_MARKER.format(name=name, module=name.replace("-", "_")))
+    if name in INF1_PACKAGES:
+        return _Decision("NM501", "marker", f"{name} kept: the Inf1 stack, which TorchNeuron does not replace",
+                         marker=INF1_MARKER)
     if name in _XLA_RUNTIME and (name != "torch-xla" or (neuron_group and "tpu" not in e.extras)):
         return _Decision("NM501", "replace", name,
                          implied=("torch-neuronx",))

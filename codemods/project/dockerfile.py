@@ -566,7 +566,7 @@ _NAME_START = re.compile(r"[A-Za-z0-9]")
 _PIP_BEFORE = frozenset({"&&", "||", ";", "|", "sudo", "exec", "command", "nohup", "time", "then", "do", "else"})
 PIP_TRIGGERS = ("optimum-neuron", "optimum_neuron", "optimum[", "transformers-neuronx", "torch-xla", "torch_xla",
                 "libneuronxla", "neuronx-distributed", "neuronx_distributed", "neuronx-cc", "neuronx_cc",
-                "torch-neuronx", "torch_neuronx")
+                "torch-neuronx", "torch_neuronx", "torch-neuron", "neuron-cc")
 
 
 @dataclass
