@@ -287,7 +287,8 @@ class TorchscriptFlag(PythonRule):
         CPU: CLIP, GPT-2 LM head and T5 fail to run with it). `torchscript=False` (the default) is
         dropped silently. `return_dict=False` on a model's call is left alone: it works. So is a
         `return_dict=False` load in a unit that still traces with TorchScript (`torch.jit.trace`,
-        torch-neuron's `torch.neuron.trace`): the tracer needs the tuple outputs (a dict output stops
+        torch-neuron's `torch.neuron.trace`, neuronperf's `neuronperf.torch.compile`, which calls it):
+        the tracer needs the tuple outputs (a dict output stops
         it), and an encoder such as BERT loaded that way traces in 5.23.
     """
 
@@ -326,9 +327,11 @@ class TorchscriptFlag(PythonRule):
 
 #: a TorchScript trace the migration leaves (torch.jit.trace, torch-neuron's torch.neuron.trace): it needs the tuple
 #: outputs a return_dict=False load gives (a dict output stops the tracer)
-_JIT_TRACE = re.compile(r"\b(?:jit|neuron|torch_neuron)\s*\.\s*trace\s*\(")
-#: the same functions imported by name (`from torch_neuron import trace`, in an Inf1/Inf2 if/else too)
-_TORCHSCRIPT_TRACES = frozenset({"torch.jit.trace", "torch.neuron.trace", "torch_neuron.trace"})
+_JIT_TRACE = re.compile(r"\b(?:jit|neuron|torch_neuron)\s*\.\s*trace\s*\(|\bneuronperf\s*\.\s*torch\s*\.\s*compile\s*\(")
+#: the same functions imported by name (`from torch_neuron import trace`, in an Inf1/Inf2 if/else too);
+#: neuronperf's compile traces with torch-neuron's (TorchScript) trace
+_TORCHSCRIPT_TRACES = frozenset({"torch.jit.trace", "torch.neuron.trace", "torch_neuron.trace",
+                                 "neuronperf.torch.compile"})
 
 
 def _torchscript_traced(ctx: PythonContext) -> bool:
