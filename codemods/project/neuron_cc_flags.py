@@ -61,7 +61,7 @@ def _self_ref(word: str) -> bool:
     return word in ("$NEURON_CC_FLAGS", "${NEURON_CC_FLAGS}")
 
 
-def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
+def cc_flags_plan(raw: str, keep_for_cache: bool = True) -> tuple[str, str | None, str | None] | None:
     """What to do with `NEURON_CC_FLAGS=<raw>`.
 
     Returns (action, new raw value or None, marker message or None) with action "remove",
@@ -82,14 +82,24 @@ def cc_flags_plan(raw: str) -> tuple[str, str | None, str | None] | None:
         return ("mark", None, fitted(CC_MARK_MARKER.format(flags=" ".join(drops + checks)), CC_MARK_PLAIN))
     kept, dropped = split
     meaningful = [w for w in kept if not _self_ref(w)]
-    if dropped and not meaningful:
-        return ("remove", None, None)
-    message = cc_check_message(meaningful)
+    if dropped and not meaningful and not (keep_for_cache and cache_dir_message(dropped)):
+        return ("remove", None, None)  # (a dropped cache folder keeps the line, emptied, for its marker)
+    message = cc_check_message(meaningful) if meaningful else None
     if not dropped:
         return ("mark", None, message)
     new_content = " ".join(kept)
     q = quote or ('"' if " " in new_content else "")
     return ("rewrite", f"{q}{new_content}{q}", message)
+
+
+def cache_dir_message(dropped: list[str]) -> str | None:
+    """The marker for a dropped ``--cache_dir=<dir>``: the XLA stack kept its compile cache there (a SageMaker
+    job's output folder, a shared file system); TorchNeuron's cache directory is set otherwise."""
+    for flag in dropped:
+        name, _, value = flag.replace(" ", "=", 1).partition("=")
+        if name == "--cache_dir" and value:
+            return fitted(CACHE_DIR_MARKER.format(dir=value), CACHE_DIR_SHORT.format(dir=value), CACHE_DIR_PLAIN)
+    return None
 
 
 def cc_check_message(flags: list[str]) -> str:
@@ -101,7 +111,22 @@ CC_CHECK_MARKER = "Keep the XLA-era NEURON_CC_FLAGS {flags} only if TorchNeuron'
 CC_MARK_MARKER = "Remove the XLA-era flags {flags} from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
 CC_CHECK_PLAIN = "Keep the XLA-era flags of NEURON_CC_FLAGS only where TorchNeuron's compiler still needs them."
 CC_MARK_PLAIN = "Remove the XLA-era flags from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
+CACHE_DIR_MARKER = "--cache_dir={dir} was dropped: set TORCH_NEURONX_NEFF_CACHE_DIR={dir} to keep the compile cache there."
+CACHE_DIR_SHORT = "Set TORCH_NEURONX_NEFF_CACHE_DIR={dir} to keep the compile cache there (--cache_dir was dropped)."
+CACHE_DIR_PLAIN = ("--cache_dir was dropped: set TORCH_NEURONX_NEFF_CACHE_DIR to it if the compile cache should stay "
+                   "there.")
 CC_MARKERS = (
+    (CACHE_DIR_MARKER,
+     """The XLA stack's compiler kept its cache (the compiled NEFFs) in the --cache_dir folder: a SageMaker job's
+     output folder to upload it, a shared file system for the other nodes, a pre-built cache unpacked there.
+     TorchNeuron ignores the flag; its cache folder is TORCH_NEURONX_NEFF_CACHE_DIR. An old cache's files are not
+     TorchNeuron's: it compiles again."""),
+    (CACHE_DIR_SHORT,
+     """The XLA stack's compiler kept its cache in the --cache_dir folder; TorchNeuron's cache folder is
+     TORCH_NEURONX_NEFF_CACHE_DIR."""),
+    (CACHE_DIR_PLAIN,
+     """The XLA stack's compiler kept its cache in the --cache_dir folder; TorchNeuron's cache folder is
+     TORCH_NEURONX_NEFF_CACHE_DIR."""),
     (CC_CHECK_MARKER,
      """These compiler flags were chosen for the XLA stack's neuronx-cc graphs (optimisation level,
      saturation, auto-cast). TorchNeuron compiles through torch.compile(backend="neuron") and may not
@@ -131,7 +156,8 @@ class NeuronCcFlags(ShellRule):
         `NEURON_CC_FLAGS` passed neuronx-cc options to the XLA stack's compiler.
         `--distribution-strategy`, `--cache_dir` and `--retry_failed_compilation` belonged to that
         pipeline (optimum-neuron and neuron_parallel_compile set them) and are removed; an
-        assignment left empty is removed. `--model-type` (the compiler's model-specific passes),
+        assignment left empty is removed (one that held a `--cache_dir=<dir>` stays, emptied, with a
+        marker naming the folder for TorchNeuron's cache setting, `TORCH_NEURONX_NEFF_CACHE_DIR`). `--model-type` (the compiler's model-specific passes),
         flags that change numerics (`--auto-cast`, `--auto-cast-type`, `--enable-saturate-infinity`,
         `--enable-mixed-precision-accumulation`) and any other flag are kept and flagged: whether
         TorchNeuron's `torch.compile` path honours them is not established.
@@ -180,7 +206,7 @@ class NeuronCcFlags(ShellRule):
         """``NEURON_CC_FLAGS+=" --flag"``: the flags it adds are judged as an assignment's; an append of
         XLA-era flags only goes, one that mixes them with others gets a marker (its text is a fragment of
         the value: it is not rewritten)."""
-        decided = cc_flags_plan(a.value)
+        decided = cc_flags_plan(a.value, keep_for_cache=False)
         if decided is None:
             return
         action, _new, message = decided
@@ -190,6 +216,10 @@ class NeuronCcFlags(ShellRule):
             start = u.toks[a.tok].start
             ctx.finding(u.line_of(start), "removed an append to NEURON_CC_FLAGS: it only added XLA-era compiler flags",
                         "applied", u.col_of(start) + 1)
+            gone = split_cc_flags(a.value.strip("\"'"))
+            cache = cache_dir_message(gone[1]) if gone else None
+            if cache:
+                plan.marker(ctx, s.group, cache)
             return
         plan.marker(ctx, s.group, message or CC_MARK_PLAIN)
 
@@ -222,6 +252,12 @@ def edit_cc_flags(
                     "applied", column)
     if message:
         mark(message)
+    if action in ("remove", "rewrite"):
+        # (after the check marker: a shell line carries one marker, and the check's is there on a second run too)
+        gone = split_cc_flags(value.strip("\"'"))
+        cache = cache_dir_message(gone[1]) if gone else None
+        if cache:
+            mark(cache)
 
 
 def dockerfile_cc_flags(rule: str, ctx) -> None:

@@ -21,7 +21,13 @@ import libcst as cst
 
 from codemods.common.accelerators import NeuronXlaOnly
 from codemods.common.statements import with_blank_line
-from codemods.project.neuron_cc_flags import CC_CHECK_FLAGS, CC_DROP_FLAGS, cc_check_message, split_cc_flags
+from codemods.project.neuron_cc_flags import (
+    CC_CHECK_FLAGS,
+    CC_DROP_FLAGS,
+    cache_dir_message,
+    cc_check_message,
+    split_cc_flags,
+)
 from codemods.project.launch_env import ENV_FACT, launch_env
 from codemods.project.xla_env import BF16_VARS, MARKED_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
@@ -601,7 +607,7 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                                   f"({', '.join(CC_DROP_FLAGS)}) and check the others")
                 return
             kept, dropped = split
-            if dropped and not kept and lit is value and remove():
+            if dropped and not kept and lit is value and cache_dir_message(dropped) is None and remove():
                 ctx.finding(small, "removed the setting of NEURON_CC_FLAGS: it only held XLA-era compiler flags")
                 return
             kept_all.extend(kept)
@@ -617,6 +623,9 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                     return
                 ctx.replace(lit, cst.SimpleString(f"{lit.prefix}{q}{new_text}{q}"))
                 ctx.finding(lit, "removed XLA-era flags from NEURON_CC_FLAGS: " + " ".join(dropped))
+                cache = cache_dir_message(dropped)
+                if cache:
+                    ctx.marker(small, cache)
         if not literals and not drop_seen:
             return
         if check_seen:
