@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.accelerators import NeuronXlaOnly
@@ -29,7 +31,7 @@ from codemods.project.neuron_cc_flags import (
     split_cc_flags,
 )
 from codemods.project.launch_env import ENV_FACT, launch_env
-from codemods.project.xla_env import BF16_VARS, MARKED_VARS, xla_only_reason
+from codemods.project.xla_env import BF16_VARS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
 from codemods.xla.env_writes import (
     bf16_on,
@@ -424,11 +426,8 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     id = "NM416"
     title = "XLA-only environment variables set from Python removed; NEURON_CC_FLAGS stripped of XLA-era flags"
     fix = "mixed"
-    triggers = ("NEURON_CC_FLAGS", "NEURON_PARALLEL_COMPILE", "NEURON_IGNORE_TRAINING_SCRIPT_ERROR", "XLA_IR_DEBUG",
-                "XLA_HLO_DEBUG", "PJRT_DEVICE", "NEURON_FUSE_SOFTMAX", "XLA_FLAGS", "NEURON_NUM_RECENT_MODELS",
-                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT", "XLA_USE_32BIT_LONG", "PT_XLA_DEBUG", "XLA_SAVE_", "XLA_METRICS",
-                "NEURON_CUSTOM_SILU", "NEURONCORE_NUM_DEVICES", "TPU_NUM_DEVICES", "TPU_CHIPS_PER_HOST_BOUNDS",
-                *MARKED_VARS)
+    # every variable it removes or marks (the shell rule NM512's set): a unit that sets only one of them is seen
+    triggers = ("NEURON_CC_FLAGS", *sorted(XLA_ONLY_VARS), *XLA_ONLY_PREFIXES, *MARKED_VARS)
     why = """
         What the shell rules do to launchers (NM512, NM513), done to the same settings written from
         Python: `os.environ["NEURON_FUSE_SOFTMAX"] = "1"`, `os.environ["PJRT_DEVICE"] = "NEURON"`,
@@ -466,7 +465,8 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     """
     caveats = """
         `XLA_USE_BF16`/`XLA_DOWNCAST_BF16` writes are NM409's (they carry a precision). A write
-        alone in its block, and flags built at run time, get a marker instead.
+        alone in its block, and flags built at run time (`" ".join(flags)` in a unit that adds an
+        XLA-era flag somewhere), get a marker instead.
     """
 
     def handlers(self):
@@ -626,7 +626,19 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                 cache = cache_dir_message(dropped)
                 if cache:
                     ctx.marker(small, cache)
-        if not literals and not drop_seen:
+        if not drop_seen and not check_seen:
+            if isinstance(value, (cst.Attribute, cst.Subscript)):
+                return  # an argument's or a config's value (args.cc_flags): not built from the unit's flags
+            # (`--cache_dir` only as `--cache_dir=...`: scripts name their own --cache_dir argument)
+            built = [f for f in CC_DROP_FLAGS
+                     if re.search(rf"['\"][^'\"\n]*{re.escape(f)}" + ("=" if f == "--cache_dir" else r"(?![\w-])"),
+                                  ctx.code)]
+            if built and not any(f in (lit.evaluated_value or "") for lit in literals for f in built):
+                # the value is built at run time (`" ".join(flags)`) and the unit writes XLA-era flags somewhere
+                ctx.marker(small, fitted(f"NEURON_CC_FLAGS is built at run time: remove the XLA-era {', '.join(built)} "
+                                         "where the code adds it.",
+                                         "NEURON_CC_FLAGS is built at run time: remove the XLA-era flags where the "
+                                         "code adds them."))
             return
         if check_seen:
             ctx.marker(small, cc_check_message(kept_all))
