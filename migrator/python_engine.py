@@ -396,7 +396,10 @@ def _run_once(
     _settle_ancestors(ctx)
 
     # an old-stack import left in the unit is the self-check's business even when no rule edited it
-    leftovers = "NM992" in checks and any(is_old_stack(b.qualified) for b in ctx.imports.all_bindings())
+    # (`import optimum.neuron` binds `optimum`: the module it imports is what counts)
+    leftovers = "NM992" in checks and any(
+        is_old_stack(b.qualified) or (b.alias is not None and not b.is_from and is_old_stack(dotted(b.alias.name) or ""))
+        for b in ctx.imports.all_bindings())
     if not (ctx._edits or ctx._notes or ctx._asks or ctx._removals or leftovers):
         return source, existing
 

@@ -325,6 +325,29 @@ def test_a_submodule_import_beside_its_package_is_judged_by_the_submodule_reads(
     assert migrate_text(new, "python", rules)[0] == new
 
 
+def test_a_dotted_old_stack_import_no_rule_touches_is_still_judged():
+    """`import optimum.neuron` binds `optimum`: the self-check judges it by the module it imports, also in a unit
+    where no rule edits anything (it was left unmarked). A name the unit reads only in code it evaluates from a
+    string (`eval(f"optimum.neuron.{name}")`) is a use: the import is marked, not removed."""
+    rules = RuleSet.from_selection(RuleSelection())
+    unused, _ = migrate_text(_src("""
+        import os
+        import optimum.neuron
+
+        print(os.getcwd())
+    """), "python", rules)
+    assert "optimum" not in unused
+    evaluated, _ = migrate_text(_src("""
+        import os
+        import optimum.neuron
+
+        model_class = eval(f"optimum.neuron.NeuronModelFor{os.environ['TASK']}")
+    """), "python", rules)
+    lines = evaluated.splitlines()
+    assert lines[lines.index("import optimum.neuron") - 1].startswith("# TODO(neuron-migrate NM992): Replace `optimum`")
+    assert migrate_text(evaluated, "python", rules)[0] == evaluated
+
+
 def test_a_marker_stays_above_its_import_when_a_new_import_is_placed_there():
     """The import fix-up inserts new imports where the old one was: a marker about the old import stays
     right above it, so that a second run finds it (it once was added again on every run)."""

@@ -19,6 +19,7 @@ The engine renders candidate outputs through a callback; this module knows nothi
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -158,7 +159,9 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     if not modules:
         return False
     uses, imported = _uses(new)
-    outside = OUTSIDE_NAMES.get()  # used by the code after this unit (a Markdown page's later blocks)
+    # used by the code after this unit (a Markdown page's later blocks), or by code the unit runs from a string
+    # (`eval(f"optimum.neuron.NeuronModelFor{task}")`)
+    outside = OUTSIDE_NAMES.get() | _evaluated_names(new)
     lines = new.splitlines()
     still: dict[tuple[int, str], list[str]] = {}
     seen: dict[tuple[int, str], list[tuple[ast.stmt, int]]] = {}  # (import statement, name) -> its uses
@@ -331,6 +334,26 @@ class _Quoted(ast.NodeTransformer):
             if hasattr(sub, "lineno"):
                 sub.lineno, sub.col_offset = node.lineno, node.col_offset
         return self.visit(expr)
+
+
+def _evaluated_names(text: str) -> frozenset[str]:
+    """The names in the string code the unit passes to ``eval``/``exec`` (literal parts of an f-string too)."""
+    if "eval(" not in text and "exec(" not in text:
+        return frozenset()
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return frozenset()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec")
+                and node.args):
+            arg = node.args[0]
+            parts = arg.values if isinstance(arg, ast.JoinedStr) else [arg]
+            for part in parts:
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    found.update(re.findall(r"(?<![\w.])[A-Za-z_]\w*", part.value))
+    return frozenset(found)
 
 
 def _uses_of(info: ImportInfo, uses: dict[str, list[Use]], imported: frozenset[tuple[Scope, str]],
