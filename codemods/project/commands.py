@@ -21,7 +21,7 @@ import libcst as cst
 from codemods.project.launch_flags import LaunchFlags, ShellPipInstall
 from codemods.project.neuron_cc_flags import NeuronCcFlags
 from codemods.project.shell import NeuronParallelCompile, OptimumCliCommands, XlaOnlyEnvironment
-from migrator.model import MARKER_RE
+from migrator.model import MARKER_LIMIT, MARKER_RE
 from migrator.rules import PythonContext, PythonRule
 from migrator.text_engine import run_text
 
@@ -100,6 +100,8 @@ class PythonShellCommands(PythonRule):
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             names = ctx.local_state().setdefault("assigned", {})
             name = node.targets[0].target.value
+            if name in names and _splits(node.value, name, ctx):
+                return  # `c = shlex.split(c)` / `c = c.split()`: the same command, as words
             names[name] = None if name in names else node.value  # assigned twice: not known
 
     def _command(self, node: cst.BaseExpression, ctx: PythonContext, depth: int = 0) -> tuple[str, bool] | None:
@@ -167,11 +169,21 @@ class PythonShellCommands(PythonRule):
         acted = sorted({f.rule for f in findings})
         if not acted:
             return
-        ctx.marker(node, _message(line, new, acted, any(f.fix == "manual" for f in findings)))
+        ctx.marker(node, _message(line, new, acted, [f.message for f in findings if f.fix == "manual"]))
 
 
-def _message(line: str, new: str, rules: list[str], manual: bool) -> str:
-    """One sentence: what the shell rules would do to ``line`` (``manual``: they leave a marker too)."""
+def _splits(value: cst.BaseExpression, name: str, ctx: PythonContext) -> bool:
+    """Whether ``value`` is ``shlex.split(name)`` or ``name.split()``: the words of the command ``name`` held."""
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute) and value.func.attr.value == "split" and not value.args:
+        return isinstance(value.func.value, cst.Name) and value.func.value.value == name
+    return (ctx.qualname(value.func) == "shlex.split" and len(value.args) == 1
+            and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name)
+
+
+def _message(line: str, new: str, rules: list[str], manual: list[str]) -> str:
+    """One sentence: what the shell rules would do to ``line`` (``manual``: the markers they leave)."""
     ids = "/".join(rules)
     kept = [ln.strip() for ln in new.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
             and not MARKER_RE.search(ln)]
@@ -181,6 +193,8 @@ def _message(line: str, new: str, rules: list[str], manual: bool) -> str:
         return f"this runs `{head}`, which TorchNeuron does not need: remove it ({ids})"
     command = " ".join(kept)
     if command == line.strip():
+        if len(manual) == 1 and len(manual[0]) <= MARKER_LIMIT:
+            return manual[0]  # the one marker the shell rules leave on the command (`... delete this command`)
         return f"this command needs the launch changes of {ids} (see `neuron-migrate explain {rules[0]}`)"
     if len(command) <= QUOTED:
         if manual:
