@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from migrator.model import CELL_BOUNDARY, MARKER_PREFIX, SKIPPED_CELL, is_old_stack
+from migrator.tree import one_branch, without_effects
 
 
 def dotted(node: cst.BaseExpression) -> str | None:
@@ -516,6 +517,7 @@ class ImportFixer(cst.CSTTransformer):
         self.header_end = header_end
         # maps id(new line node) -> id(original line node) for lines the main pass rebuilt
         self.original_lines = original_lines
+        self.emptied: set[int] = set()  # the blocks this pass left with nothing but `pass`
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.BaseCompoundStatement):
@@ -645,8 +647,25 @@ class ImportFixer(cst.CSTTransformer):
 
     def leave_IndentedBlock(self, original_node, updated_node):
         body, changed = self._fix_body(updated_node.body, False)
-        if not changed:
+        if not changed and body:
             return updated_node
-        if not body:
-            body = [cst.SimpleStatementLine(body=[cst.Pass()])]
+        if not body:  # its imports removed (or an `if` in it that they emptied)
+            new = updated_node.with_changes(body=[cst.SimpleStatementLine(body=[cst.Pass()])])
+            if not any(el.comment is not None for el in updated_node.footer):
+                self.emptied.add(id(new))
+            return new
         return updated_node.with_changes(body=body)
+
+    def leave_If(self, original_node, updated_node):
+        """An ``if`` the import removals left with nothing to do (``if backend == "xla": import torch_xla...`` once
+        the other edits removed the rest): an emptied ``else`` goes, and an ``if`` whose test has no effect
+        goes whole, as the main pass does with the blocks its edits empty."""
+        orelse = updated_node.orelse
+        if isinstance(orelse, cst.Else) and id(orelse.body) in self.emptied and not any(
+                el.comment is not None for el in orelse.leading_lines):
+            updated_node = updated_node.with_changes(orelse=None)
+        if (updated_node.orelse is None and id(updated_node.body) in self.emptied
+                and not any(el.comment is not None for el in updated_node.leading_lines)
+                and without_effects(updated_node.test)):
+            return cst.RemovalSentinel.REMOVE
+        return one_branch(original_node, updated_node)  # (`else: x = loader` and the branch the imports left)

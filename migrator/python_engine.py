@@ -37,7 +37,7 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     trigger_scan,
 )
 from migrator.model import NATIVE_PLUGIN, is_old_stack
-from migrator.tree import child_nodes, code_fields
+from migrator.tree import child_nodes, code_fields, one_branch, without_effects
 
 _SHAPES: dict[type, tuple[tuple[str, ...], bool]] = {}
 _IS_NODE: dict[type, bool] = {}
@@ -158,6 +158,7 @@ class _Applier(cst.CSTTransformer):
             if new is None:
                 self.became[key] = 0
                 return cst.RemovalSentinel.REMOVE
+            new = one_branch(original_node, new)
         elif type(original_node) in (cst.Module, cst.IndentedBlock):
             new = _spacing_kept(original_node, updated_node, self.became)
         # a statement may become several (cst.FlattenSentinel): markers go above the first
@@ -209,10 +210,6 @@ def _emptied(original: cst.BaseSuite, updated: cst.BaseSuite) -> bool:
             and not any(el.comment is not None for el in updated.footer))
 
 
-#: expressions an ``if`` test may hold and still be dropped unevaluated: no call, no assignment, no await
-_IMPURE = (cst.Call, cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)
-
-
 def _without_emptied(original: cst.If, updated: cst.If) -> cst.If | None:
     """An ``if`` whose blocks the edits emptied (``if step % 10 == 0: xm.mark_step()`` once the call
     is removed): an emptied ``else`` goes; an ``if`` left with nothing to do goes whole (None) when its
@@ -225,13 +222,7 @@ def _without_emptied(original: cst.If, updated: cst.If) -> cst.If | None:
     if updated.orelse is not None or not _emptied(original.body, updated.body) \
             or any(el.comment is not None for el in updated.leading_lines):
         return updated
-    todo: list[cst.CSTNode] = [updated.test]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, _IMPURE):
-            return updated
-        todo.extend(n.children)
-    return None
+    return None if without_effects(updated.test) else updated
 
 
 def _children(n: cst.CSTNode) -> list[cst.CSTNode]:

@@ -69,3 +69,46 @@ def walk_with_ancestors(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, list[c
         yield n, ancestors
         ancestors.append(n)
         todo.extend((child, depth + 1) for child in reversed(child_nodes(n)))
+
+
+#: expressions an ``if`` test may hold and still be dropped unevaluated: no call, no assignment, no await
+_IMPURE = (cst.Call, cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)
+
+
+def without_effects(expr: cst.CSTNode) -> bool:
+    """Whether evaluating ``expr`` does nothing but compute a value (no call, assignment, await or yield in it):
+    an ``if`` with that test and nothing left to do can go unevaluated."""
+    todo: list[cst.CSTNode] = [expr]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _IMPURE):
+            return False
+        todo.extend(n.children)
+    return True
+
+
+def one_branch(original: cst.If, updated: cst.If) -> cst.If | cst.FlattenSentinel:
+    """An ``if``/``else`` whose two branches the edits made the same (``if xla: loader = pl.MpDeviceLoader(loader,
+    device)`` / ``else: loader = loader`` once the wrapper is removed): the branch's statements, in place of the
+    test, when the test has no effect and no comment stands on the ``if`` or its ``else``."""
+    orelse = updated.orelse
+    if not (isinstance(orelse, cst.Else) and isinstance(original.orelse, cst.Else)
+            and isinstance(updated.body, cst.IndentedBlock) and isinstance(orelse.body, cst.IndentedBlock)):
+        return updated
+    if _block_code(updated.body) != _block_code(orelse.body) or not without_effects(updated.test) or (
+            _block_code(original.body) == _block_code(original.orelse.body)):
+        return updated
+    if any(el.comment is not None for el in (*updated.leading_lines, *orelse.leading_lines)) or any(
+            el.comment is not None for el in (*updated.body.footer, *orelse.body.footer)):
+        return updated
+    body = list(updated.body.body)
+    own = [el for el in body[0].leading_lines if el.comment is not None]  # (its blank lines were the branch's)
+    body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *own])
+    return cst.FlattenSentinel(body)
+
+
+def _block_code(block: cst.BaseSuite) -> str:
+    """The code of a block's statements, blank lines between them left out."""
+    code = cst.Module(body=[]).code_for_node
+    return "".join(code(st.with_changes(leading_lines=[el for el in st.leading_lines if el.comment is not None]))
+                   if hasattr(st, "leading_lines") else code(st) for st in getattr(block, "body", ()))

@@ -190,8 +190,16 @@ def _already_moved(body: cst.IndentedBlock, target: cst.BaseExpression) -> bool:
     names = [target.value] if isinstance(target, cst.Name) else [
         el.value.value for el in getattr(target, "elements", ()) if isinstance(el.value, cst.Name)
     ]
-    code = "\n".join(_code(s) for s in _unconditional(body))
-    return bool(names) and all(re.search(rf"\b{re.escape(n)}\s*=.*\.to\(", code) for n in names)
+    moved: set[str] = set()
+    for line in _unconditional(body):
+        for small in line.body:
+            if not isinstance(small, cst.Assign) or ".to(" not in _code(small.value):
+                continue
+            for t in small.targets:  # `x = x.to(d)`, `x, y = x.to(d), y.to(d)`
+                elements = getattr(t.target, "elements", None)
+                targets = [el.value for el in elements] if elements is not None else [t.target]
+                moved.update(n.value for n in targets if isinstance(n, cst.Name))
+    return bool(names) and all(n in moved for n in names)
 
 
 def _unconditional(block: cst.BaseSuite):
