@@ -22,6 +22,8 @@ and rewrites the tokenizer calls that feed the model in the same scope. ``Neuron
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.export_only import mark_export_only, never_run
@@ -145,7 +147,8 @@ class TracedModelsOnNeuron(PythonRule):
         The tokenizer call is rewritten when, in the same function (or module), a name assigned
         from `*Tokenizer*.from_pretrained(...)` is called and its result is passed to the model as
         `model(**inputs)` / `model(**tokenizer(...))` / `model.generate(**inputs)`; otherwise a
-        marker asks to pad to the compiled shape. `batch_size` != 1 and the other static shapes
+        marker asks to pad to the compiled shape, or, without one, to move the inputs of the model's
+        calls where it is called elsewhere (`model(...)`: generate() moves its inputs itself). `batch_size` != 1 and the other static shapes
         (image/audio sizes, num_choices) become a marker (feed inputs of those shapes);
         `num_beams` is added to the model's generate() calls in the same scope that do not pass
         it (a marker when there is none: the model is used elsewhere). `output_attentions`/`output_hidden_states`
@@ -245,7 +248,7 @@ class TracedModelsOnNeuron(PythonRule):
         # ---- tensor parallelism
         tp = kw.get("tensor_parallel_size")
         if tp is not None and literal(tp.value) != 1:
-            markers.append((f"Load with DistributedConfig(tp_size=N) under torchrun if the model does not fit one "
+            markers.append(("Load with DistributedConfig(tp_size=N) under torchrun if the model does not fit one "
                             "NeuronCore.", f"tensor_parallel_size={code(tp.value)} was dropped"))
 
         # ---- shapes
@@ -276,6 +279,14 @@ class TracedModelsOnNeuron(PythonRule):
                            "its device."),
                     f"sequence_length={code(seq)} is the compiled shape: tokenizer(..., padding=\"max_length\", "
                     f"max_length={code(seq)}, truncation=True), then .to({model_name or 'model'}.device)"))
+        elif (not st and not fed and model_name is not None and not never_run(ctx, node)
+              and re.search(rf"(?<![\w.]){re.escape(model_name)}\s*\(", ctx.code)):
+            # the model's forward is called where the rule does not rewrite the tokenizer call (another function):
+            # the traced model took CPU inputs, one placed on neuron does not move them (only generate() does)
+            markers.append((f"Move the inputs of {_short(model_name, 20)}(...) calls to {_short(model_name, 20)}.device: "
+                            "the traced model took CPU tensors.",
+                            "a model loaded with device_map=\"neuron\" does not move the inputs of its forward calls "
+                            "(only generate() does): tokenizer(...).to(model.device)"))
         batch = shapes.get("batch_size")
         if batch is not None:
             if literal(batch) == 1:
