@@ -20,6 +20,8 @@ longer have those fields); literal sizes stay literal; other expressions are kep
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.training.mesh import (
@@ -62,7 +64,9 @@ from codemods.common.arg_plan import (
     save_only_model_code,
     statement_indent,
 )
+from migrator.imports import dotted
 from migrator.rules import NameClash, PythonContext, PythonRule
+from migrator.tree import walk
 
 ARGS_CLASSES = ARGS_SOURCES + SFT_CONFIG_SOURCES
 #: (lazy_load_for_parallelism parameter, DistributedConfig field, environment variable), in positional order
@@ -238,7 +242,10 @@ class LazyLoadForParallelism(PythonRule):
             if value == 1:
                 continue
             if field == "pp_size" and imports_a_trainer(ctx):  # the Trainer cannot train pipeline stages
-                ctx.marker(call, pipeline_marker(ctx.module.code_for_node(expr), isinstance(value, int)))
+                code = ctx.module.code_for_node(expr)
+                # (the training arguments given the same size carry NM201's marker of it: one per cause)
+                if not re.search(rf"\bpipeline_parallel_size\s*=\s*{re.escape(code)}\b", ctx.code):
+                    ctx.marker(call, pipeline_marker(code, isinstance(value, int)))
                 continue
             if value is NOT_LITERAL and isinstance(expr, cst.Attribute) and expr.attr.value == param \
                     and isinstance(expr.value, cst.Name):
@@ -301,7 +308,7 @@ class LazyLoadForParallelism(PythonRule):
         NM201 adds it to their constructor; for sizes read from other arguments (parsed: the launch
         environment now) they get it where the with was, when the layout is distributed. False: neither."""
         owners, built, added = ctx.local_state()["save"][id(node)]
-        if built:
+        if built or _arguments_with_sizes(ctx):
             return True
         if len(owners) != 1:
             return False
@@ -440,3 +447,23 @@ def _drop_item(new: cst.With, index: int, added: list = ()) -> cst.With:
 
 
 RULES = (LazyLoadForParallelism,)
+
+
+#: the Neuron argument classes NM201/NM203 rewrite; given a parallel size, they get save_only_model from NM201
+_SIZED_ARGUMENTS = ("NeuronTrainingArguments", "NeuronSFTConfig", "NeuronORPOConfig", "TrainiumTrainingArguments")
+
+
+def _arguments_with_sizes(ctx: PythonContext) -> bool:
+    """Whether the unit builds Neuron training arguments with a tensor or pipeline size (NM201 gives them
+    save_only_model: the marker at the load does not ask for it again)."""
+    state = ctx.local_state()
+    if "sized arguments" not in state:
+        found = False
+        for n in walk(ctx.module):
+            if isinstance(n, cst.Call) and (dotted(n.func) or "").rsplit(".", 1)[-1] in _SIZED_ARGUMENTS and any(
+                    a.keyword is not None and a.keyword.value in ("tensor_parallel_size", "pipeline_parallel_size")
+                    for a in n.args):
+                found = True
+                break
+        state["sized arguments"] = found
+    return state["sized arguments"]
