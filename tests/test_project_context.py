@@ -507,3 +507,34 @@ def test_nm527_target_python_is_the_installed_libraries_requires_python():
     specs = {d: SpecifierSet(metadata.metadata(d)["Requires-Python"]) for d in ("transformers", "diffusers", "trl")}
     assert all(floor in s for s in specs.values())  # every target library installs on it
     assert any(below not in s for s in specs.values())  # and one of them needs it
+
+
+def test_a_helper_given_a_transformers_neuronx_model_gets_a_marker_on_its_sample_call(tmp_path):
+    """transformers-neuronx's sample(input_ids, sequence_length=N), in a helper module of a project whose other file
+    loads the model: a Transformers model has no sample(); a file outside such a project is left alone."""
+    main = """
+        from transformers_neuronx.llama.model import LlamaForSampling
+
+        from helpers import run
+
+        model = LlamaForSampling.from_pretrained("llama-split", batch_size=1, tp_degree=2, amp="bf16")
+        model.to_neuron()
+        run(model)
+    """
+    helper = """
+        import torch
+
+
+        def run(model):
+            with torch.inference_mode():
+                return model.sample(torch.tensor([[1, 2]]), sequence_length=64)
+    """
+    results = by_name(run(files(tmp_path, main=main, helpers=helper), RuleSelection(), jobs=1))
+    text = results["helpers.py"].new_bytes.decode()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "model.sample(" in line)
+    assert lines[at - 1].strip() == ("# TODO(neuron-migrate NM411): If this is a transformers-neuronx model, call "
+                                     "generate(input_ids, do_sample=True, max_length=N): sample() is gone.")
+    (tmp_path / "alone").mkdir()
+    alone = by_name(run(files(tmp_path / "alone", helpers=helper), RuleSelection(), jobs=1))
+    assert alone["helpers.py"].status == "unchanged"

@@ -141,6 +141,8 @@ class TransformersNeuronxSampling(PythonRule):
     title = "transformers-neuronx *ForSampling -> AutoModelForCausalLM on 'neuron' with a static cache; sample -> generate"
     fix = "mixed"
     triggers = ("transformers_neuronx",)
+    # a helper module of such a project, given the model: its sample(..., sequence_length=N) calls
+    project_triggers = ("sequence_length=",)
     owns = CLASSES + SPLIT_SAVES
     why = """
         transformers-neuronx's `LlamaForSampling` / `MistralForSampling` / `GPT2ForSampling` / ...
@@ -189,7 +191,8 @@ class TransformersNeuronxSampling(PythonRule):
         not one: `save_pretrained_split(model, path)` becomes `model.save_pretrained(path)`). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
         are dropped (pad prompts to the batch size you used); `neuron_config=`, an `amp` that is
         not "bf16"/"f16"/"f32", a `tp_degree` held in a variable and `start_ids=` of `.sample`
-        get a marker. A `tp_degree` > 1 becomes `DistributedConfig(tp_size=...)` only for the
+        get a marker, as does a `.sample(..., sequence_length=N)` on a model the unit does not load
+        (a helper module given the model, in a project that uses transformers-neuronx). A `tp_degree` > 1 becomes `DistributedConfig(tp_size=...)` only for the
         architectures Transformers can shard (their config has a `base_model_tp_plan`: Llama,
         Mistral, Mixtral, GPT-NeoX, Qwen2; read from the installed Transformers by
         `tools/gen_target_api.py`); GPT-2, GPT-J, OPT and BLOOM have none (the load would raise), so
@@ -261,6 +264,13 @@ class TransformersNeuronxSampling(PythonRule):
             return
         if method == "sample" and receiver in ctx.local_state().get("models", set()):
             self._sample(call, receiver, ctx)
+            return
+        if method == "sample" and any(a.keyword is not None and a.keyword.value == "sequence_length"
+                                      for a in call.args):
+            # transformers-neuronx's sample(input_ids, sequence_length=N) on a model this unit does not load (a
+            # helper given the model, in a project that uses transformers-neuronx): a Transformers model has none
+            ctx.marker(call, "If this is a transformers-neuronx model, call generate(input_ids, do_sample=True, "
+                             "max_length=N): sample() is gone.")
             return
         if method in ARTIFACT_CALLS and call.args and receiver in ctx.local_state().get("models", set()):
             ctx.marker(call, ARTIFACT_CALLS[method].format(m=receiver))
