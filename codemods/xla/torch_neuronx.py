@@ -534,13 +534,15 @@ class NeuronTrace(_XlaRule):
         own_unit = NX in ctx.source  # else a unit shown for its jit.load (project_triggers)
         if qual == "torch.jit.save" and own_unit:
             bound = _bind_args(call, ("m", "f"))
+            saved = artifacts(ctx).saves.get(id(call))
+            if saved is not None and saved[2].kind == TORCHSCRIPT:
+                # a torch.jit.trace / torch.jit.script (what reaches this save: a sibling branch may hold a trace of
+                # the same name)
+                return
             if bound is not None and set(bound) == {"m", "f"} and isinstance(bound["m"].value, cst.Name) \
                     and (id(scope_of(ctx)), bound["m"].value.value) in traced:
                 self._save(call, bound["m"].value.value, bound["f"].value, ctx)
                 return
-            saved = artifacts(ctx).saves.get(id(call))
-            if saved is not None and saved[2].kind == TORCHSCRIPT:
-                return  # a torch.jit.trace / torch.jit.script: not a Neuron artifact
             ctx.marker(call, "Save the weights (state_dict or save_pretrained) here, not a traced Neuron model.",
                        detail="torch.jit.save of a traced Neuron model: TorchNeuron compiles at run time, so save the "
                               "weights instead (model.state_dict() with torch.save, or save_pretrained) and compile "
@@ -821,6 +823,14 @@ class NeuronTrace(_XlaRule):
         _record(node, ctx)
         traced = ctx.local_state().get("traced")
         value = node.value
+        if traced and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            # the name holds something else from here on (the latest assignment wins, as in the artifact table):
+            # `traced = torch.jit.trace(...)` in the else branch of a torch_neuronx one; a trace or load assigned
+            # here registers the name again when its call is handled (after this). `x = f(x)` keeps it
+            name = node.targets[0].target.value
+            key = (id(scope_of(ctx)), name)
+            if key in traced and not any(isinstance(n, cst.Name) and n.value == name for n in walk(value)):
+                del traced[key]
         root = _output_root(value)
         if isinstance(root, cst.Call) and isinstance(root.func, cst.Name):
             traced = self._handler_model(root.func.value, ctx) or traced  # `out = model(...)` in predict_fn
