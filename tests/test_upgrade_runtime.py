@@ -132,6 +132,21 @@ def test_tokenizer_call_replaces_encode_plus():
     assert batch["input_ids"].shape[0] == 2 and isinstance(batch["input_ids"], torch.Tensor)
 
 
+def test_pad_to_max_length_becomes_padding_that_v5_honours():
+    """5.23 ignores pad_to_max_length= (the inputs stay unpadded); the migrated padding="max_length" with
+    truncation=True pads a short text to max_length and cuts a long one to it, as 4.x did."""
+    tok = _tokenizer()
+    assert tuple(tok("hello world", max_length=16, pad_to_max_length=True, return_tensors="pt")["input_ids"].shape) \
+        != (1, 16)
+    src = _migrated("NM609/pad_to_max_length.after.py")
+    line = next(x for x in src.splitlines() if x.startswith("padded = "))
+    call = line.split(" = ", 1)[1]
+    short = eval(call, {"tokenizer": tok})
+    assert tuple(short["input_ids"].shape) == (1, 16)
+    long = eval(call.replace('"hello"', '" ".join(["hello world"] * 20)'), {"tokenizer": tok})
+    assert tuple(long["input_ids"].shape) == (1, 16)
+
+
 def test_text_target_replaces_as_target_tokenizer():
     """5.23's tokenizers have no as_target_tokenizer(): the original block raises, the migrated call
     tokenizes the targets as the tokenizer's own call does and returns them as input_ids."""

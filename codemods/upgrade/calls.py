@@ -17,7 +17,18 @@ import re
 
 import libcst as cst
 
-from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, quote_of, rewrite_call
+from codemods.common.arg_plan import (
+    MAX_LINE,
+    NOT_LITERAL,
+    ArgPlan,
+    apply_plan,
+    keywords,
+    line_prefix,
+    literal,
+    quote_of,
+    rewrite_call,
+    statement_indent,
+)
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, target_of
 from codemods.upgrade.data import data
 from migrator.model import fitted
@@ -46,7 +57,9 @@ class EncodePlus(PythonRule):
         enc = tokenizer(text, max_length=128, padding="max_length", return_tensors="pt")
     """
     caveats = """
-        Any `.encode_plus(` call is taken for a tokenizer's. A call with more than two positional
+        `pad_to_max_length=True` (ignored by v5: nothing would be padded) becomes
+        `padding="max_length"`, with `truncation=True` where `max_length` is given without
+        `truncation` (4.x truncated then). Any `.encode_plus(` call is taken for a tokenizer's. A call with more than two positional
         arguments (their order differs from `__call__`'s), `batch_text_or_text_pairs=`, or a batch
         of `(text, pair)` tuples written out gets a marker: `tokenizer(texts, pairs)` takes the
         pairs as a second list.
@@ -70,8 +83,46 @@ class EncodePlus(PythonRule):
                        detail=f"{func.attr.value} is gone in transformers v5; the tokenizer's own call takes the "
                               "same inputs, with text, text_pair as its positional order")
             return
-        ctx.replace(node, lambda new: new.with_changes(func=new.func.value) if isinstance(new.func, cst.Attribute) else new)
+        plan = self._padding(node, ctx)
+        indent = statement_indent(ctx) + " " * line_prefix(ctx, node)
+        step = ctx.module.default_indent
+
+        def rewrite(new: cst.Call) -> cst.Call:
+            if isinstance(new.func, cst.Attribute):
+                new = new.with_changes(func=new.func.value)
+            return new if plan.empty() else apply_plan(new, plan, MAX_LINE, indent, step)
+
+        ctx.replace(node, rewrite)
         ctx.finding(node, f"tokenizer.{func.attr.value}(...) -> tokenizer(...) (gone in transformers v5)")
+
+    @staticmethod
+    def _padding(node: cst.Call, ctx: PythonContext) -> ArgPlan:
+        """``pad_to_max_length=`` (Transformers 3/4's spelling of ``padding="max_length"``): 4.x still honoured it,
+        5.x ignores it silently (the inputs are no longer padded). With ``max_length`` and no ``truncation``, 4.x
+        truncated too (its padding was still False when it chose the truncation): ``truncation=True`` keeps that."""
+        kw = keywords(node)
+        pad = kw.get("pad_to_max_length")
+        plan = ArgPlan()
+        if pad is None:
+            return plan
+        value = literal(pad.value)
+        if value is True:
+            plan.drop.add("pad_to_max_length")
+            q = quote_of(node)
+            if "padding" not in kw:
+                plan.add.append(("padding", lambda: cst.SimpleString(f"{q}max_length{q}")))
+            if "max_length" in kw and "truncation" not in kw:
+                plan.add.append(("truncation", lambda: cst.Name("True")))
+            ctx.finding(pad, "pad_to_max_length=True -> padding=\"max_length\" (transformers v5 ignores the old keyword)"
+                        + (", truncation=True (4.x truncated to max_length with it)" if "max_length" in kw
+                           and "truncation" not in kw else ""))
+        elif value is False:
+            plan.drop.add("pad_to_max_length")
+            ctx.finding(pad, "pad_to_max_length=False dropped (the default: no padding)")
+        else:
+            ctx.marker(node, "Pass padding=\"max_length\" where pad_to_max_length is true: transformers v5 ignores "
+                             "pad_to_max_length.")
+        return plan
 
 
 FLASH = ("flash_attention_2", "flash_attention_3")
