@@ -160,6 +160,8 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
 CONSOLIDATE_MARKER = ("Consolidate with transformers.distributed.consolidate_distributed_checkpoint(ckpt_dir, out_dir) "
                       "instead.")
 PRERUN_MARKER = "Delete this command unless it should run twice: it was the neuron_parallel_compile pre-run."
+STRIPPED_MARKER = ("Delete this command if it only pre-compiled: without neuron_parallel_compile it now runs for "
+                   "real.")
 COMPILE_JOB_MARKER = "Delete this job: it only pre-compiled graphs with neuron_parallel_compile (TorchNeuron compiles on first use)."
 EXTRACT_GRAPHS_MARKER = "Keep only the real-run branch and drop this NEURON_EXTRACT_GRAPHS_ONLY test: nothing sets it now."
 EXTRACT_GRAPHS_OFF_MARKER = ("Delete this NEURON_EXTRACT_GRAPHS_ONLY=0 once the launched scripts drop their tests of it: "
@@ -256,7 +258,11 @@ class OptimumCliCommands(ShellRule):
 
 class NeuronParallelCompile(ShellRule):
     id = "NM511"
-    markers = ((PRERUN_MARKER, """neuron_parallel_compile ran the command once to extract and compile its graphs
+    markers = ((STRIPPED_MARKER, """neuron_parallel_compile ran the command in a graph-extraction mode to fill the
+        compile cache (no real training); the real run was another command, script or cell. TorchNeuron compiles at
+        the first call, so the command without the wrapper is a real run of its own: keep it only if that run is
+        wanted here."""),
+               (PRERUN_MARKER, """neuron_parallel_compile ran the command once to extract and compile its graphs
         ahead of time, then the script ran it again for real. TorchNeuron compiles at the first call, so the
         pre-run became a real run of its own: delete it unless two runs are wanted."""),
                (COMPILE_JOB_MARKER, """The file is a pre-compilation job (its name says so, or the script it
@@ -284,7 +290,9 @@ class NeuronParallelCompile(ShellRule):
     """
     caveats = """
         A pre-run that differs from the real run (fewer steps, say) is kept and now really runs:
-        delete it if it was only there to compile. On a Markdown page or in a notebook, a pre-run
+        delete it if it was only there to compile; in a notebook cell or a Markdown block (a step of
+        its own, whose real run is another one) it gets a marker saying so. A command that launches a
+        compile script (`precompile.py`) is a compile job. On a Markdown page or in a notebook, a pre-run
         whose command another block or cell runs for real keeps the stripped command with a marker
         to delete it (the two pieces are not one script, so nothing is removed). `neuron_parallel_compile --command ...` (collect,
         compile, clean, analyze) is flagged. Scripts that test `NEURON_EXTRACT_GRAPHS_ONLY` are
@@ -335,6 +343,11 @@ class NeuronParallelCompile(ShellRule):
                 for t in u.simples_by_command.get(u.text(wrapped[0]), ())
             ) or _runs_elsewhere_on_page(ctx, " ".join(u.text(i) for i in wrapped)):
                 plan.marker(ctx, s.group, PRERUN_MARKER)
+            elif ctx.whole_text != ctx.text:
+                # a notebook cell or a Markdown block: a step of its own, whose real run is another cell or page
+                # (neuron_parallel_compile never ran the command for real): stripped, it is a real run that did
+                # not happen before
+                plan.marker(ctx, s.group, STRIPPED_MARKER)
 
 
 def _runs_elsewhere_on_page(ctx, command: str) -> bool:
@@ -360,6 +373,8 @@ def _compile_job(ctx, scripts: set[str]) -> bool:
     path = getattr(ctx, "path", None)
     if path is not None and _COMPILE_FILE.search(path.stem):
         return True
+    if any(_COMPILE_FILE.search(name.rsplit("/", 1)[-1].rsplit(".", 1)[0]) for name in scripts):
+        return True  # it launches a compile script (`precompile.py`, `compile_model.sh`)
     return any("NEURON_EXTRACT_GRAPHS_ONLY" in (launched_source(ctx, name) or "") for name in scripts)
 
 
