@@ -28,6 +28,8 @@ XLA_ONLY_VARS: dict[str, str] = {
     "XLA_NO_SPECIAL_SCALARS": "torch-xla setting",
     "XLA_IR_SHAPE_CACHE_SIZE": "torch-xla setting",
     "XLA_TRIM_GRAPH_SIZE": "torch-xla setting",
+    "XLA_THREAD_POOL_SIZE": "thread pool size of the XLA runtime (torch-xla)",
+    "XLA_IO_THREAD_POOL_SIZE": "I/O thread pool size of the XLA runtime (torch-xla)",
     "PT_XLA_DEBUG": "torch-xla debugging",
     "PT_XLA_DEBUG_LEVEL": "torch-xla debugging",
     "PT_XLA_DEBUG_FILE": "torch-xla debugging",
