@@ -59,7 +59,9 @@ _OTHER_NATIVE = {
         "from_pretrained(..., distributed_config=DistributedConfig(tp_size=..., fsdp_size=...)) "
         "(a plain nn.Module: parallelize_module / FSDP2 fully_shard)",
     f"{NXD}.initialize_parallel_optimizer":
-        "a plain torch.optim optimizer over model.parameters() (FSDP2 shards its state)",
+        "the torch.optim optimizer over the same parameter groups, on a model wrapped in DDP or FSDP2 "
+        "(NxDOptimizer all-reduced the data-parallel gradients and clipped them: clip_grad_norm_ yourself, "
+        "its grad_norm is what that returns)",
     f"{NXD}.save_checkpoint": "torch.distributed.checkpoint.save({\"model\": ..., \"optim\": ...}, checkpoint_id=path) (DCP)",
     f"{NXD}.load_checkpoint": "torch.distributed.checkpoint.load(state_dict, checkpoint_id=path) (DCP)",
     f"{NXD}.has_checkpoint": "os.path.isdir(path) on the DCP checkpoint directory",
@@ -261,7 +263,7 @@ NATIVES = {**_OTHER_NATIVE, MOVE: "model.to(device)"}
 _SHORT_NATIVE = {
     "neuronx_distributed_config": "DistributedConfig(tp_size=..., fsdp_size=...) given to from_pretrained",
     "initialize_parallel_model": "from_pretrained(..., distributed_config=DistributedConfig(...))",
-    "initialize_parallel_optimizer": "a plain torch.optim optimizer over model.parameters()",
+    "initialize_parallel_optimizer": "the optimizer over the same groups on a DDP/FSDP model, with clip_grad_norm_",
     "parallel_cross_entropy": "F.cross_entropy inside `with loss_parallel():`",
     "ColumnParallelLinear": "an nn.Linear sharded with ColwiseParallel() by parallelize_module",
     "RowParallelLinear": "an nn.Linear sharded with RowwiseParallel() by parallelize_module",
