@@ -305,3 +305,21 @@ def test_compiled_model_called_outside_no_grad_gives_outputs_without_autograd(tm
         print(compiled.shape, fresh.shape)
         """)
     assert out.split() == ["(3,", "2)"] * 5
+
+
+def test_a_traced_model_trained_then_traced_again_trains_and_saves_its_weights(tmp_path: Path):
+    """NM410/traced_then_trained: the compiled module keeps autograd (a frozen one would not train: "element 0 of
+    tensors does not require grad"), and the second trace is the compiled model itself, whose state dict is
+    saved (torch.compile of a compiled module is a plain function, without _orig_mod)."""
+    out = run_pair(tmp_path, "traced_then_trained", """
+        import json
+
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        before = model.weight.detach().clone()
+        run(model, torch.ones(1, 4), [(torch.randn(3, 4), None)])
+        saved = torch.load("model.pt")
+        print(json.dumps({"changed": not torch.equal(before, model.weight.detach()),
+                          "keys": sorted(saved), "same": torch.equal(saved["weight"], model.weight.detach())}))
+    """)
+    assert json.loads(out.splitlines()[-1]) == {"changed": True, "keys": ["bias", "weight"], "same": True}

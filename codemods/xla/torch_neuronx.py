@@ -177,7 +177,10 @@ class NeuronTrace(_XlaRule):
         The traced model recorded no autograd; where the compiled one may be called outside
         `torch.no_grad()` / `torch.inference_mode()` (a call the scope shows outside them, or a model
         that leaves its scope), it is compiled with `.requires_grad_(False)`, so that its outputs carry
-        no autograd either (`.numpy()` on them works, no backward graph is compiled). The trace took a
+        no autograd either (`.numpy()` on them works, no backward graph is compiled); one the scope
+        trains (`name.parameters()` to an optimizer, `name.train()`) keeps autograd and train mode, with
+        a marker (a trace was inference-only). A trace of a model the scope traced already is that
+        compiled model (`torch.compile` of a compiled module is a plain function). The trace took a
         copy: where the code goes on to change the module, call it or run its `forward`/`generate`
         (the CPU reference of a benchmark), the compiled model is built from `copy.deepcopy(module)`.
         A trace or traced-artifact load put into a part of a Diffusers pipeline the unit loads and
@@ -328,6 +331,10 @@ class NeuronTrace(_XlaRule):
         bound = _bind_args(call, TRACE_PARAMS + TRACE_KEYWORDS)
         if bound is None or "func" not in bound:
             return "unsupported arguments"
+        traced_arg = _uneval(bound["func"].value)
+        state = ctx.local_state()
+        if isinstance(traced_arg, cst.Name) and (id(scope_of(ctx)), traced_arg.value) in (state.get("traced") or {}):
+            return self._retrace(call, traced_arg.value, ctx)
         problem = not_a_module(bound["func"].value, scope_of(ctx), ctx)
         if problem:
             return problem
@@ -344,7 +351,14 @@ class NeuronTrace(_XlaRule):
             except NameClash:
                 return "the module is changed after the trace and `copy` is taken"
 
-        frozen = _no_autograd(call, ctx)
+        trained = _trained_here(call, ctx)
+        frozen = "" if trained else _no_autograd(call, ctx)
+        mode = "" if trained else ".eval()"
+        if trained:
+            # the code trains what it traced (its parameters to an optimizer, .train()): a trace was inference-only
+            # (the original did not train it either); the compiled module keeps autograd and train mode
+            ctx.marker(call, "This traced model is trained below: a trace was inference-only, so check what should "
+                             "train (the compiled module does).")
 
         def build(updated: cst.Call) -> cst.BaseExpression:
             b = _bind_args(updated, params)
@@ -356,7 +370,7 @@ class NeuronTrace(_XlaRule):
             ):
                 model = model.func.value  # model.eval() -> model.to("neuron").eval()
             module = f"{copy}({_code(model)})" if copy else _code(_atomic(model))
-            return _expr(f"{torch}.compile({module}.to({q}neuron{q}).eval(){frozen}, "
+            return _expr(f"{torch}.compile({module}.to({q}neuron{q}){mode}{frozen}, "
                          f"backend={q}neuron{q}, dynamic=False)")
 
         ctx.replace(call, build)
@@ -618,6 +632,23 @@ class NeuronTrace(_XlaRule):
             ctx.replace(func.value, cst.Attribute(value=func.value, attr=cst.Name("_orig_mod")))
             ctx.finding(call, f"{name}.{attr}() -> {name}._orig_mod.{attr}(): the compiled module's own state dict "
                               "prefixes every key with `_orig_mod.`; the original module's keeps the model's keys")
+
+    def _retrace(self, call: cst.Call, name: str, ctx: PythonContext) -> str | None:
+        """``torch_neuronx.trace(traced, ...)`` of a model this scope traced already (now compiled):
+        ``torch.compile`` of a compiled module returns a plain function (no ``_orig_mod``, no state dict), so the
+        result is the compiled model itself."""
+        target = _assigned_name(call, ctx)
+        if target is None:
+            return f"this traces `{name}`, which is compiled already: use `{name}` itself"
+        ctx.replace(call, cst.Name(name))
+        state = ctx.local_state()
+        scope = id(scope_of(ctx))
+        state["traced"][(scope, target)] = state["traced"][(scope, name)]
+        if (scope, name) in state.get("examples", {}):
+            state["examples"][(scope, target)] = state["examples"][(scope, name)]
+        ctx.finding(call, f"trace of {name} -> {name}: it is the compiled model already (torch.compile of a "
+                          "compiled module returns a plain function)")
+        return None
 
     # ------------------------------------------------------------------ the traced artifact
     def _save(self, call: cst.Call, name: str, path: cst.BaseExpression, ctx: PythonContext) -> None:
@@ -1511,6 +1542,16 @@ def _no_grad(expr: cst.BaseExpression) -> bool:
         expr = expr.func
     last = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
     return last in _NO_GRAD
+
+
+def _trained_here(call: cst.Call, ctx: PythonContext) -> bool:
+    """Whether the scope trains the model the trace ``call`` is assigned to: its parameters go to an optimizer
+    (``name.parameters()``) or it is put in train mode (``name.train()``)."""
+    name = _assigned_name(call, ctx)
+    if name is None:
+        return False
+    return re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*(?:parameters|train)\s*\(",
+                     _scope_code(scope_of(ctx), ctx)) is not None
 
 
 def _no_autograd(call: cst.Call, ctx: PythonContext) -> str:
