@@ -656,6 +656,14 @@ class ImportFixer(cst.CSTTransformer):
             return new
         return updated_node.with_changes(body=body)
 
+    def leave_Try(self, original_node, updated_node):
+        """A ``try`` whose body the import removals emptied (``try: import torch_xla.distributed.xla_backend`` /
+        ``except ImportError: pass``): nothing in it can raise any more, so its handlers never run: it goes."""
+        if (id(updated_node.body) in self.emptied and updated_node.orelse is None and updated_node.finalbody is None
+                and not any(el.comment is not None for el in updated_node.leading_lines)):
+            return cst.RemovalSentinel.REMOVE
+        return updated_node
+
     def leave_If(self, original_node, updated_node):
         """An ``if`` the import removals left with nothing to do (``if backend == "xla": import torch_xla...`` once
         the other edits removed the rest): an emptied ``else`` goes, and an ``if`` whose test has no effect

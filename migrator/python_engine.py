@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 import libcst as cst
 
 from migrator.filekinds import UnitSyntaxError
-from migrator.imports import Binding, ImportFixer, ImportRequest, dotted, import_gate
+from migrator.imports import Binding, ImportFixer, ImportRequest, dotted, falls_back, import_gate
 from migrator.model import (
     SELF_CHECKS,
     Finding,
@@ -518,7 +518,8 @@ def _run_once(
                                            "manual")]
     # an [applied] finding stands only for an edit in the diff (see _Backing); none when the unit comes back unchanged
     backing = _Backing([] if new_source == source else [e for i, e in enumerate(edits) if i not in plan.dropped],
-                       frozenset() if new_source == source else {a.rule for a in asks} | {r for r, _ in removals})
+                       frozenset() if new_source == source else {a.rule for a in asks} | {r for r, _ in removals},
+                       ctx.scratch.get("engine: gate-kept imports", frozenset()))
     keep = [n is None or n.fix != "applied" or backing.backs(n) for n in finding_notes]
     findings = [f for f, k in zip(findings, keep) if k]
     finding_notes = [n for n, k in zip(finding_notes, keep) if k]
@@ -560,8 +561,9 @@ class _Backing:
     finding points (on the finding's node, around it, inside it, or in the same statement), or for an
     import its rule requested or removed (``imports``: those rules; import work has no node to point at)."""
 
-    def __init__(self, edits: list[_Edit], imports: frozenset[str]):
+    def __init__(self, edits: list[_Edit], imports: frozenset[str], kept: frozenset[int] | set[int] = frozenset()):
         self.imports = imports
+        self.kept = kept  # import aliases a rule asked to remove that stayed (an availability gate needs them)
         self.nodes: dict[str, set[int]] = {}
         self.around: dict[str, set[int]] = {}
         self.statements: dict[str, set[int]] = {}
@@ -574,6 +576,8 @@ class _Backing:
 
     def backs(self, note: _Note) -> bool:
         rule = note.rule
+        if id(note.node) in self.kept:
+            return False  # "import ... removed", of an import the gate keeps
         if rule in self.imports:
             return True
         nodes = self.nodes.get(rule)
@@ -645,7 +649,9 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
     used_locals = {name for name, refs in refs_by_name.items() if refs}
     replaced = {id(a.replaces.alias) for a in asks
                 if a.replaces is not None and a.replaces.alias is not None and a.bound in seen_names}
-    removal_ids -= _gate_keepers(ctx, removal_ids, replaced)
+    gate_kept = _gate_keepers(ctx, removal_ids, replaced)
+    removal_ids -= gate_kept
+    ctx.scratch["engine: gate-kept imports"] = gate_kept  # (their removal findings are not in the diff: _Backing)
 
     def stands_in(a: _ImportAsk) -> bool:
         b = a.replaces
@@ -679,7 +685,7 @@ def _gate_keepers(ctx: PythonContext, removal_ids: set[int], replaced: set[int])
         if b.alias is None:
             continue
         gate = import_gate(ctx._known.get(id(b.line), ()))
-        if gate is not None:
+        if gate is not None and falls_back(gate):  # (a `try` that only tolerates or re-raises chooses nothing)
             gates.setdefault(id(gate), []).append(b)
     keep: set[int] = set()
     for bindings in gates.values():

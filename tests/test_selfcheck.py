@@ -515,3 +515,22 @@ def test_the_import_a_notebook_cell_needs_is_bound_before_it():
     first = json.loads(new)["cells"][0]["source"]
     assert first.startswith("from transformers import AutoModelForCausalLM\n"), first
     assert "AutoModelForCausalLM.from_pretrained(m" in first
+
+
+def test_an_import_a_device_switch_keeps_is_not_reported_removed():
+    """A rule asks to remove an import that an availability gate with a fallback needs (the gate keeps it, so that
+    it still chooses its branch): the report does not say it was removed."""
+    rules = RuleSet.from_selection(RuleSelection())
+    source = _src("""
+        import torch.distributed as dist
+
+        try:
+            import torch_xla.distributed.xla_backend
+            BACKEND = "xla"
+        except ImportError:
+            BACKEND = "gloo"
+        dist.init_process_group("xla")
+    """)
+    new, findings = migrate_text(source, "python", rules)
+    assert "import torch_xla.distributed.xla_backend" in new
+    assert not [f for f in findings if f.fix == "applied" and "xla_backend removed" in f.message]
