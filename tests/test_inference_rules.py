@@ -264,10 +264,15 @@ def test_nm102_positional_arguments_after_model_become_keywords(rules):
 
 
 def test_nm102_model_object_gets_no_device(rules):
-    src = 'from optimum.neuron import pipeline\np = pipeline("text-classification", model=model, tokenizer=tok)\n'
+    # a model the unit loads (placed where it is loaded): no device, no marker; one of unknown origin: a marker
+    src = ('from optimum.neuron import pipeline\nfrom transformers import AutoModel\n'
+           'model = AutoModel.from_pretrained("m", device_map="neuron")\n'
+           'p = pipeline("text-classification", model=model, tokenizer=tok)\n')
     new, findings = _migrate(src, rules)
     assert 'pipeline("text-classification", model=model, tokenizer=tok)' in new
     assert not [f for f in findings if f.fix == "manual"]
+    unknown, findings = _migrate(src.replace('model = AutoModel.from_pretrained("m", device_map="neuron")\n', ""), rules)
+    assert [f.rule for f in findings if f.fix == "manual"] == ["NM102"]
 
 
 def test_nm103_ignored_line_is_left_alone(rules):

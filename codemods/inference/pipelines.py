@@ -16,6 +16,8 @@ The rename table (NM100) renames ``pipeline`` itself; this rule owns its argumen
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.inference.args import (
@@ -112,7 +114,10 @@ class PipelineStaticShapes(PythonRule):
         person with a marker: a pipeline without `export=True` on a model id or path (it loaded a
         compiled artifact: point to the original checkpoint), `input_shapes`/`**kwargs` that are not
         literals, a task that is not a literal, `num_cores`/`tensor_parallel_size` > 1 and the
-        question-answering task (transformers 5.23 has no such pipeline).
+        question-answering task (transformers 5.23 has no such pipeline). `device="neuron"` is added
+        where the pipeline loads the model itself (a model id, or `export=` given); a model held in a
+        variable the unit does not load a model into (a path, or a model loaded elsewhere) gets a
+        marker: without `device=` the pipeline runs on the CPU.
     """
 
     def handlers(self):
@@ -228,8 +233,17 @@ class PipelineStaticShapes(PythonRule):
         if device_map is not None and literal(device_map.value) == "auto":
             replace_kw["device_map"] = ("device", neuron)
             applied.append("device_map=\"auto\" -> device=\"neuron\" (Accelerate's \"auto\" does not detect Neuron)")
-        elif device_map is None and "device" not in kw and (export_value is True or model_is_id):
+        elif device_map is None and "device" not in kw and (export is not None or model_is_id):
+            # export= (a literal or not) is given with a checkpoint path only: the pipeline loads the model itself
             added.append(("device", neuron))
+        placed = device_map is not None or "device" in kw or any(k == "device" for k, _ in added)
+        if not placed and model_arg is not None and not _loaded_model(model_arg.value, ctx):
+            # the model is a variable (a path, or a model object loaded elsewhere): without device= the pipeline
+            # runs on the CPU (Transformers' device chain has no neuron), and a model already placed must not be moved
+            markers.append((f"Pass device=\"neuron\" if {_short(code(model_arg.value), 20)} is a path, or place the "
+                            "model on neuron where it is loaded.",
+                            "transformers.pipeline picks cuda, npu, xpu, mps... or the CPU when device= is not given: "
+                            "the neuron device is never chosen by itself"))
 
         if export_value is not True and model_is_id and not star:
             markers.append((
@@ -292,16 +306,26 @@ class PipelineStaticShapes(PythonRule):
             new_args[at:at] = extra
             return layout(updated, new_args, ctx.module, indent, prefix)
 
-        ctx.replace(node, rewrite)
-        for dead in drop_expanded_dicts(ctx, node, dicts):
-            applied.append(f"{dead} removed: its items are arguments of the call now")
-        ctx.finding(node, "optimum.neuron.pipeline -> transformers.pipeline on device \"neuron\""
-                    + (", export/input_shapes dropped" if export is not None or "input_shapes" in kw else ""))
+        if added or replace_kw or any(k in drop for k in kw):
+            ctx.replace(node, rewrite)
+            for dead in drop_expanded_dicts(ctx, node, dicts):
+                applied.append(f"{dead} removed: its items are arguments of the call now")
+            ctx.finding(node, "optimum.neuron.pipeline -> transformers.pipeline"
+                        + (" on device \"neuron\"" if placed else "")
+                        + (", export/input_shapes dropped" if export is not None or "input_shapes" in kw else ""))
         for message in applied:
             ctx.finding(node, message)
         for message in markers:  # a message, or (message, its long form)
             text, detail = message if isinstance(message, tuple) else (message, None)
             ctx.marker(node, text, detail=detail)
+
+
+def _loaded_model(value: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """Whether ``value`` is a name the unit assigns a loaded model (``model = X.from_pretrained(...)``): a model
+    object, placed where it is loaded."""
+    if not isinstance(value, cst.Name):
+        return False
+    return re.search(rf"^[ \t]*{re.escape(value.value)}[ \t]*=[ \t]*[\w.]+\.from_pretrained\(", ctx.code, re.M) is not None
 
 
 def _keywordize(args: list[cst.Arg]) -> list[cst.Arg]:
