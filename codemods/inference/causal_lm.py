@@ -50,7 +50,7 @@ from codemods.common.export_only import inside_export_only, kept_names, mark_exp
 from codemods.common.renames import _is_reference
 from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
-from migrator.model import fitted
+from migrator.model import CELL_BOUNDARY, fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 #: every import path of the inference class (the NM100 entry of renames.toml)
@@ -134,7 +134,9 @@ class CausalLMStaticCache(PythonRule):
     caveats = """
         `num_cores`/`tensor_parallel_size` > 1 become `distributed_config=DistributedConfig(tp_size=N)`
         (not `device_map`) and the script must be launched with `torchrun --nproc_per_node=N`
-        (a marker says so); a size read at run time (`num_cores=args.cores`) gets both
+        (a marker says so); in a notebook, whose kernel torchrun never starts (the load would raise),
+        the model goes on one NeuronCore (`device_map="neuron"`) with a marker to shard it from a
+        script; a size read at run time (`num_cores=args.cores`) gets both
         `device_map=None if N > 1 else "neuron"` and `distributed_config=DistributedConfig(tp_size=N)`
         (a DistributedConfig of size 1 places nothing). `batch_size` and compiler options are dropped (pad the prompts you
         pass to generate() instead). Left to a person with a marker: the two-step
@@ -415,7 +417,17 @@ class CausalLMStaticCache(PythonRule):
                         f"{tp_kw.keyword.value}={code} became DistributedConfig(tp_size={code}); device_map=\"neuron\" "  # type: ignore[union-attr]
                         "places the model on one NeuronCore when it is 1"))
         if placement is None and not any(k in keywords for k in PLACEMENT_KWARGS):
-            if tp_size is not None and tp_size > 1:
+            if tp_size is not None and tp_size > 1 and CELL_BOUNDARY in ctx.source:
+                # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1)
+                # raises there ("We tried to initialize torch.distributed for you")
+                placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+                extra_markers.append((
+                    f"Run this load in a script under torchrun for tp_size={tp_size}: a notebook kernel loads on one "
+                    "NeuronCore.",
+                    f"{tp_kw.keyword.value}={tp_size} sharded the model over {tp_size} NeuronCores; "  # type: ignore[union-attr]
+                    f"DistributedConfig(tp_size={tp_size}) needs {tp_size} processes started by torchrun, which a "
+                    "notebook kernel is not: the load raises there"))
+            elif tp_size is not None and tp_size > 1:
                 try:
                     dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))
                 except NameClash as exc:

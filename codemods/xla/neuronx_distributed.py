@@ -56,8 +56,9 @@ _OTHER_NATIVE = {
     f"{NXD}.neuronx_distributed_config":
         "transformers.distributed.DistributedConfig(tp_size=..., fsdp_size=...) given to from_pretrained",
     f"{NXD}.initialize_parallel_model":
-        "from_pretrained(..., distributed_config=DistributedConfig(tp_size=..., fsdp_size=...)) "
-        "(a plain nn.Module: parallelize_module / FSDP2 fully_shard)",
+        "the model sharded with parallelize_module on a DeviceMesh and wrapped in DDP / FSDP2 fully_shard (a model "
+        "built from its own layers or a config); from_pretrained(..., distributed_config=DistributedConfig(tp_size=..., "
+        "fsdp_size=...)) only where it loads a Transformers checkpoint",
     f"{NXD}.initialize_parallel_optimizer":
         "the torch.optim optimizer over the same parameter groups, on a model wrapped in DDP or FSDP2 "
         "(NxDOptimizer all-reduced the data-parallel gradients and clipped them: clip_grad_norm_ yourself, "
@@ -262,7 +263,7 @@ NATIVES = {**_OTHER_NATIVE, MOVE: "model.to(device)"}
 #: the few words a marker names the twin with, where the full form (``native_for``) is long
 _SHORT_NATIVE = {
     "neuronx_distributed_config": "DistributedConfig(tp_size=..., fsdp_size=...) given to from_pretrained",
-    "initialize_parallel_model": "from_pretrained(..., distributed_config=DistributedConfig(...))",
+    "initialize_parallel_model": "parallelize_module, or from_pretrained(distributed_config=...) for a checkpoint",
     "initialize_parallel_optimizer": "the optimizer over the same groups on a DDP/FSDP model, with clip_grad_norm_",
     "parallel_cross_entropy": "F.cross_entropy inside `with loss_parallel():`",
     "ColumnParallelLinear": "an nn.Linear sharded with ColwiseParallel() by parallelize_module",
