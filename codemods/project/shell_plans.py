@@ -35,7 +35,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from migrator.model import ignored_rules, is_silenced
+from migrator.model import MARKER_RE, ignored_rules, is_silenced, marker_text
 from migrator.rules import LineEdit, TextRule
 
 from codemods.project.shell_syntax import (
@@ -412,11 +412,15 @@ class Plan:
         line = self.group_range(group)[0] if line is None else line
         if self.silenced(ctx.rule_id, group):
             return
-        if line in self.marked or group in self.comments:
-            ctx.finding(line + self.offset, message, "manual", detail=detail)
+        at = line + self.offset
+        above = ctx.lines[at - 1] if 0 < at <= len(ctx.lines) else ""
+        # a marker an earlier run put there holds the line's one place (the same text is found again by the context)
+        taken = bool(MARKER_RE.search(above)) and marker_text(ctx.rule_id, message) != above.strip()
+        if line in self.marked or group in self.comments or taken:
+            ctx.finding(at, message, "manual", detail=detail)
             return
         self.marked.add(line)
-        ctx.marker(line + self.offset, message, detail=detail)
+        ctx.marker(at, message, detail=detail)
 
     def flush(self, ctx) -> None:
         for g in sorted(set(self.touched_groups())):
