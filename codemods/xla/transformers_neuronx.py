@@ -346,10 +346,10 @@ class TransformersNeuronxSampling(PythonRule):
                                       "Transformers): check that the model fits one NeuronCore"))
             elif not (isinstance(tp, int) and not isinstance(tp, bool)):
                 code = ctx.module.code_for_node(kw["tp_degree"].value)
-                markers.append(fitted(f"If {code} > 1, load with DistributedConfig(tp_size={code}) under torchrun; it must "
-                                      "divide the model's heads.",
-                                      "If tp_degree > 1, load with DistributedConfig(tp_size=...) under torchrun; it must "
-                                      "divide the model's heads."))
+                markers.append(fitted(f"If {code} > 1, load with DistributedConfig(tp_size={code}) instead of device_map, "
+                                      "under torchrun.",
+                                      "If tp_degree > 1, load with DistributedConfig(tp_size=...) instead of device_map, "
+                                      "under torchrun."))
 
         if "neuron_config" in kw:
             markers.append("Map what the dropped neuron_config= set (quantization, GQA, batching) to Transformers options.")
