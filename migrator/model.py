@@ -265,6 +265,9 @@ def is_old_stack(module: str) -> bool:
     return any(module == r or module.startswith(r + ".") for r in OLD_STACK_ROOTS)
 
 
+#: whether the unit being migrated is a notebook's kernel program (its Python cells, run by one process that
+#: torchrun never starts; a %%writefile cell is a script of its own, not part of it)
+IN_KERNEL: contextvars.ContextVar[bool] = contextvars.ContextVar("in_kernel", default=False)
 #: the whole text of the notebook or Markdown page the unit being migrated is a piece of ("" for a file that is
 #: its own unit): what a shell line of a notebook runs beside (a model server the notebook starts)
 ENCLOSING_TEXT: contextvars.ContextVar[str] = contextvars.ContextVar("enclosing_text", default="")

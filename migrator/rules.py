@@ -24,7 +24,7 @@ import libcst as cst
 
 from migrator.imports import Binding, ImportIndex, ImportRequest, build_dotted, index_imports
 from migrator.model import (
-    ENCLOSING_TEXT, MARKER_PREFIX, MARKER_RE, Finding, LaunchFact, fact_values, facts_of, ignored_rules, is_silenced,
+    ENCLOSING_TEXT, IN_KERNEL, MARKER_PREFIX, MARKER_RE, Finding, LaunchFact, fact_values, facts_of, ignored_rules, is_silenced,
     marker_text)
 from migrator.scopes import FUNCTIONS, local_names
 
@@ -410,6 +410,11 @@ class PythonContext:
     def whole_text(self) -> str:
         """The whole text of the notebook or Markdown page this unit is a piece of; the unit's source otherwise."""
         return ENCLOSING_TEXT.get() or self.source
+
+    @property
+    def in_kernel(self) -> bool:
+        """True when the unit is a notebook's kernel program: one process, which torchrun never starts."""
+        return IN_KERNEL.get()
 
     @property
     def in_project(self) -> bool:

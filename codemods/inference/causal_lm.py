@@ -50,7 +50,7 @@ from codemods.common.export_only import inside_export_only, kept_names, mark_exp
 from codemods.common.renames import _is_reference
 from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
-from migrator.model import CELL_BOUNDARY, fitted
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 #: every import path of the inference class (the NM100 entry of renames.toml)
@@ -417,7 +417,7 @@ class CausalLMStaticCache(PythonRule):
                         f"{tp_kw.keyword.value}={code} became DistributedConfig(tp_size={code}); device_map=\"neuron\" "  # type: ignore[union-attr]
                         "places the model on one NeuronCore when it is 1"))
         if placement is None and not any(k in keywords for k in PLACEMENT_KWARGS):
-            if tp_size is not None and tp_size > 1 and CELL_BOUNDARY in ctx.source:
+            if tp_size is not None and tp_size > 1 and ctx.in_kernel:
                 # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1)
                 # raises there ("We tried to initialize torch.distributed for you")
                 placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))

@@ -488,6 +488,14 @@ class NeuronTrace(_XlaRule):
                               "torch.autocast(\"neuron\", dtype=...)")
         if dropped:
             ctx.finding(call, f"trace options dropped: {', '.join(dropped)}")
+        if "input_output_aliases" in bound:
+            # the trace wrote those outputs back into the aliased inputs (state: a KV cache) on every call; the
+            # compiled module does not
+            ctx.marker(call, "Copy the outputs input_output_aliases named back into their inputs after each call "
+                             "(param.copy_(out[j])).",
+                       detail=f"input_output_aliases={_code(bound['input_output_aliases'].value)} made the trace "
+                              "update those input tensors (state such as a KV cache) from its outputs on every call; "
+                              "the compiled module returns the outputs only")
         workdir = bound.get("compiler_workdir")
         line = ctx.statement()
         if workdir is not None and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 \

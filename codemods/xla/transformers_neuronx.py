@@ -329,6 +329,11 @@ class TransformersNeuronxSampling(PythonRule):
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
             markers.append(f"Load with DistributedConfig(tp_size=N), N dividing the model's key/value heads, under "
                            f"torchrun: tp_degree={tp} may not.")
+        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and ctx.in_kernel:
+            # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1) raises
+            placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
+            markers.append(f"Run this load in a script under torchrun for tp_size={tp}: a notebook kernel loads on one "
+                           "NeuronCore.")
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
             dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
             placement = ("distributed_config", cst.Call(func=dc, args=[

@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 
 from migrator.discover import kind_of_name
 from migrator.filekinds import UnitSyntaxError
-from migrator.model import CELL_BOUNDARY, ENCLOSING_TEXT, MARKER_RE, SKIPPED_CELL, Finding
+from migrator.model import CELL_BOUNDARY, ENCLOSING_TEXT, IN_KERNEL, MARKER_RE, SKIPPED_CELL, Finding
 
 RunUnit = Callable[[str], "tuple[str, list[Finding]]"]
 #: ``run_kind(text, kind=..., name=...)``: migrate a file of ``kind`` (see migrator.discover)
@@ -809,7 +809,11 @@ def _migrate_cells(
     program = _program_cells(python)
     migrated = None
     if any(not cell.skipped for cell in program):
-        migrated = _migrate_program(program, run_python, run_shell)
+        kernel = IN_KERNEL.set(True)
+        try:
+            migrated = _migrate_program(program, run_python, run_shell)
+        finally:
+            IN_KERNEL.reset(kernel)
     if migrated is None:
         # the cells could not be put back apart: each is migrated on its own (as before
         # notebooks were migrated as one program), which is never worse than leaving them
