@@ -49,6 +49,7 @@ from codemods.training.layouts import (
     _Layout,
     _move_layouts,
     parsed_layout,
+    passed_on,
     SHARDED_MARKERS,
     _save_only_model,
     _scope,
@@ -418,6 +419,10 @@ def _parsed_entries(ctx: PythonContext, parsed, skip=(), fixed=()) -> list[_Layo
             continue
         layout = describe(parsed_layout("os.environ"))
         out.append(_Layout(call, {}, (scope, name), statement, ArgPlan(), layout, parsed=True))
+        # passed on to a module function under the same name (`training_function(script_args, training_args)`):
+        # its trainer gets them there
+        for function in passed_on(ctx, name, scope):
+            out.append(_Layout(call, {}, (function, name), statement, ArgPlan(), layout, parsed=True, passed=True))
     return out
 
 
@@ -519,7 +524,8 @@ class TrainingArgumentsFields(PythonRule):
         their marker says to launch exactly tp_size x pp_size processes. Arguments parsed from
         the command line (HfArgumentParser) no longer carry the sizes: the model they train is
         loaded with the launch layout, TP_SIZE and FSDP_SIZE from the environment (what NM515
-        writes in the launch scripts). The
+        writes in the launch scripts), also where the parsed arguments are passed to the module
+        function that trains (`training_function(script_args, training_args)`, same name). The
         transformers v5 renames are applied (warmup_ratio -> warmup_steps, gradient_checkpointing
         -> activation_checkpointing, overwrite_output_dir removed) and, since every new shape is
         a new compilation on Neuron, torch_compile=True and dataloader_drop_last=True are added.

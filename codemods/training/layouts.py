@@ -48,6 +48,7 @@ from codemods.training.sources import (
     TRAINER_SOURCES,
 )
 from migrator.rules import NameClash, PythonContext
+from migrator.tree import walk_with_ancestors
 
 _MODEL_ID_RE = re.compile(
     r"(?:^|_)(?:model_id|model_name|model_name_or_path|name_or_path|model_path|model_dir|checkpoint)$"
@@ -88,6 +89,9 @@ class _Layout:
     parsed: bool = False
     #: the dict literal unpacked into ``call`` (``**settings``, spread.py), when it is visible
     spread: object = None
+    #: ``target`` is a parameter of the module function the arguments are passed to under the same name
+    #: (``training_function(script_args, training_args)``): it is bound by the call, not by an assignment
+    passed: bool = False
 
 
 #: the layout of parsed arguments (they no longer carry the sizes): TP_SIZE and FSDP_SIZE of the launch environment
@@ -254,7 +258,7 @@ def _follow(expr: cst.BaseExpression | None, scope: int, track: dict):
 def _load_of(entry: _Layout, track: dict):
     """The load of the model that the trainer(s) given ``entry``'s arguments train."""
     found, reason = None, None
-    if entry.target is not None and len(track["assigns"].get(entry.target, ())) != 1:
+    if entry.target is not None and len(track["assigns"].get(entry.target, ())) != (0 if entry.passed else 1):
         return None, f"{entry.target[1]} is assigned more than once in this function"
     for scope, trainer in track["trainers"]:
         kw = keywords(trainer)
@@ -480,10 +484,9 @@ def _config_index(call: cst.Call, ctx: PythonContext, sources: tuple[str, ...]) 
         items = [e.value for e in first.elements]
     else:
         items = [first]
-    names = {q.rsplit(".", 1)[-1] for q in sources}
     for i, item in enumerate(items):
-        last = item.value if isinstance(item, cst.Name) else item.attr.value if isinstance(item, cst.Attribute) else None
-        if last in names and ctx.qualname(item) in sources:
+        # (by what the name resolves to: `NeuronTrainingArguments as TrainingArguments` is the Neuron class)
+        if isinstance(item, (cst.Name, cst.Attribute)) and ctx.qualname(item) in sources:
             return i
     return None
 
@@ -536,3 +539,25 @@ def _is_model_id(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Name):
         return bool(_MODEL_ID_RE.search(expr.value))
     return False
+
+
+def passed_on(ctx: PythonContext, name: str, scope: int) -> list[int]:
+    """The module functions (their ids) that the function ``scope`` (or the module, 0) calls with ``name`` as an
+    argument bound to a parameter of the same name (``training_function(script_args, training_args)``, or
+    ``f(training_args=training_args)``): the parsed arguments reach their trainer there."""
+    funcs = {stmt.name.value: stmt for stmt in ctx.module.body if isinstance(stmt, cst.FunctionDef)}
+    out: list[int] = []
+    for n, ancestors in walk_with_ancestors(ctx.module):
+        if not (isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in funcs):
+            continue
+        where = next((id(a) for a in reversed(ancestors) if isinstance(a, (cst.FunctionDef, cst.Lambda))), 0)
+        if where != scope:
+            continue
+        params = [p.name.value for p in funcs[n.func.value].params.params]
+        for i, a in enumerate(n.args):
+            if not (isinstance(a.value, cst.Name) and a.value.value == name) or a.star:
+                continue
+            bound = a.keyword.value if a.keyword is not None else (params[i] if i < len(params) else None)
+            if bound == name:
+                out.append(id(funcs[n.func.value]))
+    return out
