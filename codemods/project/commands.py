@@ -81,7 +81,9 @@ class PythonShellCommands(PythonRule):
         subprocess.run(["optimum-cli", "neuron", "cache", "synchronize"], check=True)
     """
     caveats = """
-        Only commands whose words are visible in the module are judged: a list built up with
+        Placeholders that begin a command string (`f"{env} neuron_parallel_compile torchrun ..."`) are
+        left out when the command after them is judged. Only commands whose words are visible in the
+        module are judged: a list built up with
         `append` or read from a file is not. Non-literal words are shown as `{code}`. Launch-flag
         words of argument lists (`--tensor_parallel_size`) are NM306's, which edits the list;
         `optimum-cli export neuron` commands are NM112's (what their consumer loads instead).
@@ -99,8 +101,8 @@ class PythonShellCommands(PythonRule):
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             names = ctx.local_state().setdefault("assigned", {})
-            name = node.targets[0].target.value
-            if name in names and _splits(node.value, name, ctx):
+            name = (_scope_id(ctx), node.targets[0].target.value)  # (a `cmd` of each function is its own)
+            if name in names and _splits(node.value, name[1], ctx):
                 return  # `c = shlex.split(c)` / `c = c.split()`: the same command, as words
             names[name] = None if name in names else node.value  # assigned twice: not known
 
@@ -138,7 +140,9 @@ class PythonShellCommands(PythonRule):
                 return left[0] + tail, False
             return None
         if isinstance(node, cst.Name) and depth == 0:
-            value = ctx.local_state().get("assigned", {}).get(node.value)
+            assigned = ctx.local_state().get("assigned", {})
+            key = (_scope_id(ctx), node.value)
+            value = assigned[key] if key in assigned else assigned.get((0, node.value))  # (else a module-level one)
             found = self._command(value, ctx, 1) if value is not None else None
             if found is not None and found[1] and node.value in ctx.local_state().get("extended", ()):
                 return found[0] + " {" + node.value + " extended}", True  # `cmd += [...]` added words after these
@@ -167,9 +171,21 @@ class PythonShellCommands(PythonRule):
         rules = [r() for r in SHELL_RULES if not (from_list and r.id in LIST_EXCLUDED)]
         new, findings = run_text(line + "\n", "shell", rules)
         acted = sorted({f.rule for f in findings})
+        lead = re.match(r"(?:\{[^{}]*\}\s+)+", line)
+        if not acted and lead:
+            # `f"{env} neuron_parallel_compile torchrun ..."`: the words the placeholders stand for (settings, a
+            # prefix) hide the command; judged without them
+            line = line[lead.end():]
+            new, findings = run_text(line + "\n", "shell", rules)
+            acted = sorted({f.rule for f in findings})
         if not acted:
             return
         ctx.marker(node, _message(line, new, acted, [f.message for f in findings if f.fix == "manual"]))
+
+
+def _scope_id(ctx: PythonContext) -> int:
+    """The innermost function around the node being handled (0: the module)."""
+    return next((id(n) for n in reversed(ctx.stack) if isinstance(n, (cst.FunctionDef, cst.Lambda))), 0)
 
 
 def _splits(value: cst.BaseExpression, name: str, ctx: PythonContext) -> bool:
