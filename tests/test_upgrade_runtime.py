@@ -462,3 +462,21 @@ def test_a_return_dict_false_load_nm615_keeps_for_torch_jit_trace_traces(tmp_pat
     assert isinstance(traced(ids), tuple)
     with pytest.raises(Exception, match="(?i)dict"):
         torch.jit.trace(BertModel.from_pretrained(tmp_path).eval(), (ids,))
+
+
+def test_a_torchscript_config_traces_only_with_return_dict_off():
+    """5.23's torchscript=True no longer turns return_dict off (4.x did): the ModelOutput stops torch.jit.trace;
+    the migrated configuration (return_dict=False added) traces."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    ids = torch.ones(1, 8, dtype=torch.long)
+
+    def trace(**extra):
+        config = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=32, torchscript=True, **extra)
+        model = BertForSequenceClassification(config).eval()
+        return torch.jit.trace(model, (ids,))
+
+    with pytest.raises(Exception):
+        trace()
+    assert tuple(trace(return_dict=False)(ids)[0].shape) == (1, 2)

@@ -340,11 +340,26 @@ class TorchscriptFlag(PythonRule):
         `return_dict=False` load in a unit that still traces with TorchScript (`torch.jit.trace`,
         torch-neuron's `torch.neuron.trace`, neuronperf's `neuronperf.torch.compile`, which calls it):
         the tracer needs the tuple outputs (a dict output stops
-        it), and an encoder such as BERT loaded that way traces in 5.23.
+        it), and an encoder such as BERT loaded that way traces in 5.23. A configuration built with
+        `torchscript=True` in such a unit gets `return_dict=False` beside it (4.x's torchscript turned it off, 5.x's
+        does not).
     """
 
     def handlers(self):
         return {cst.Call: self._on_call}
+
+    @staticmethod
+    def _config_for_trace(node: cst.Call, target: str, kw: dict, ctx: PythonContext) -> bool:
+        """A model configuration built with ``torchscript=True`` in a unit that traces with TorchScript: in 4.x
+        it also turned ``return_dict`` off, in 5.x it does not (the model returns a ModelOutput, which stops the
+        tracer): ``return_dict=False`` is added. True when the call is a configuration's (handled here)."""
+        if not (_is_config(target) and "torchscript" in kw and literal(kw["torchscript"].value) is True
+                and "return_dict" not in kw and _torchscript_traced(ctx)):
+            return False
+        rewrite_call(ctx, node, ArgPlan(add=[("return_dict", lambda: cst.Name("False"))]))
+        ctx.finding(kw["torchscript"], "return_dict=False added beside torchscript=True: transformers v5's "
+                                       "torchscript no longer turns it off, and the TorchScript trace needs tuples")
+        return True
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)
@@ -352,6 +367,8 @@ class TorchscriptFlag(PythonRule):
             return
         target = target_of(ctx, node.func)
         if target is None or not target.startswith("transformers."):
+            return
+        if self._config_for_trace(node, target, kw, ctx):
             return
         drop = set()
         if "torchscript" in kw and api().accepts(target, "torchscript") is False:
@@ -374,6 +391,13 @@ class TorchscriptFlag(PythonRule):
                                                "outputs are only indexed here (out[0] works on a ModelOutput)")
         if drop:
             rewrite_call(ctx, node, ArgPlan(drop=drop))
+
+
+def _is_config(target: str) -> bool:
+    """``transformers.AutoConfig.from_pretrained``, ``transformers.BertConfig(...)``: a model configuration."""
+    parts = target.split(".")
+    owner = parts[-2] if parts[-1] == "from_pretrained" and len(parts) > 2 else parts[-1]
+    return owner.endswith("Config") and not owner.endswith(("TrainingConfig", "GenerationConfig", "QuantizationConfig"))
 
 
 #: a TorchScript trace the migration leaves (torch.jit.trace, torch-neuron's torch.neuron.trace): it needs the tuple
