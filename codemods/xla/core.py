@@ -99,6 +99,38 @@ XLA_COMPARED = "xla:compared"
 _TENSOR_METHODS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "to_empty"})
 
 
+def _device_positions(call: cst.Call, ctx: PythonContext) -> set[int]:
+    """The positions of ``call``'s positional arguments bound to a parameter named ``device`` of the module's own
+    function or class it calls (``EncoderWrapper(model, cfg, "xla", n)`` with ``def __init__(self, model, cfg,
+    device, n)``): they are device arguments as a ``device=`` keyword is."""
+    if not any(a.keyword is None and not a.star for a in call.args):
+        return set()
+    target = _own_callee(call, ctx)
+    if isinstance(target, cst.ClassDef):
+        init = next((st for st in getattr(target.body, "body", ()) if isinstance(st, cst.FunctionDef)
+                     and st.name.value == "__init__"), None)
+        params = [p.name.value for p in init.params.params][1:] if init is not None else []
+    elif isinstance(target, cst.FunctionDef):
+        params = [p.name.value for p in target.params.params]
+    else:
+        return set()
+    out = set()
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None or arg.star:
+            break
+        if i < len(params) and params[i] == "device":
+            out.add(i)
+    return out
+
+
+def _own_callee(call: cst.Call, ctx: PythonContext) -> cst.FunctionDef | cst.ClassDef | None:
+    """The module's own function or class ``call`` calls by name, or None."""
+    if not isinstance(call.func, cst.Name):
+        return None
+    return next((st for st in ctx.module.body if isinstance(st, (cst.FunctionDef, cst.ClassDef))
+                 and st.name.value == call.func.value), None)
+
+
 def _mode_flag(call: cst.Call, qual: str | None, ctx: PythonContext) -> bool:
     """Whether ``device="xla"`` given to ``call`` may be a mode flag of the project's own code rather than a torch
     device: the callee is no library's (a class or function of the project) and the unit or the run compares a
@@ -107,7 +139,15 @@ def _mode_flag(call: cst.Call, qual: str | None, ctx: PythonContext) -> bool:
         return False
     if qual is None and isinstance(call.func, cst.Attribute) and call.func.attr.value in _TENSOR_METHODS:
         return False  # `model.to(device="xla")`, `x.new_zeros(..., device="xla")`: torch's own methods
+    own = _own_callee(call, ctx)
+    if own is not None and _ATTRIBUTE_COMPARED_WITH_XLA.search(ctx.module.code_for_node(own)):
+        return True  # the callee is here and tests what it stored (`self.device_name == "xla"`)
     return bool(_COMPARED_WITH_XLA.search(ctx.code)) or XLA_COMPARED in ctx.facts
+
+
+#: an attribute the code compares with "xla" (`self.device_name == "xla"`: the project's own mode, kept where its
+#: callable stored the argument); `<x>.device.type == "xla"` is a torch device's type, which NM401 rewrites
+_ATTRIBUTE_COMPARED_WITH_XLA = re.compile(r"""(?<![\w.])[A-Za-z_]\w*(?:\.\w+)+(?<!\.type)\s*[!=]=\s*["']xla["']""")
 
 
 
@@ -135,7 +175,8 @@ class XlaDevice(_XlaRule):
         On TorchNeuron the accelerator is the ordinary torch device `neuron`; there is no XLA
         device. `xm.xla_device()` / `torch_xla.device()` become `torch.device("neuron")`, and the
         device strings `"xla"` / `"xla:N"` given to `torch.device(...)`, `.to(...)` or a
-        `device=` argument become `"neuron"` / `"neuron:N"`. In a multi-process script (process
+        `device=` argument (or positionally to a `device` parameter of the module's own function or
+        class) become `"neuron"` / `"neuron:N"`. In a multi-process script (process
         group, xmp, DDP, distributed sampler or rank queries in the module) each process must
         use its own NeuronCore, so the device is `torch.device("neuron", LOCAL_RANK)` - under
         PJRT every process saw its own core as `xla:0`. `devkind=` only selected the device
@@ -223,8 +264,9 @@ class XlaDevice(_XlaRule):
             self._compile_backend(node, qual, ctx)
         elif isinstance(func, cst.Attribute) and func.attr.value == "to" and node.args and node.args[0].keyword is None:
             self._string_arg(node.args[0].value, ctx, f".to({_code(node.args[0].value)})")
-        for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value == "device":
+        positional = _device_positions(node, ctx)
+        for i, arg in enumerate(node.args):
+            if (arg.keyword is not None and arg.keyword.value == "device") or (arg.keyword is None and i in positional):
                 if _xla_string(arg.value) is not None and _mode_flag(node, qual, ctx):
                     # the project's own callable tests its device argument for "xla": the call and the test
                     # change together, or the branch the string chose no longer runs
