@@ -64,6 +64,9 @@ CLASS_NAME = "NeuronModelForCausalLM"
 TARGET = "transformers.AutoModelForCausalLM"
 TARGET_NAME = "AutoModelForCausalLM"
 DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
+#: a load sharded over tp > 1 NeuronCores in a notebook kernel (one process, never started by torchrun), which goes
+#: on one NeuronCore there (NM101, NM411)
+KERNEL_TP_MARKER = "Run this load in a script under torchrun for tp_size={tp}: a notebook kernel loads on one NeuronCore."
 
 #: class attributes of the two-step (generation B/C) compile API; their uses keep the old class
 TWO_STEP = ("get_neuron_config", "export", "_export")
@@ -422,8 +425,7 @@ class CausalLMStaticCache(PythonRule):
                 # raises there ("We tried to initialize torch.distributed for you")
                 placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
                 extra_markers.append((
-                    f"Run this load in a script under torchrun for tp_size={tp_size}: a notebook kernel loads on one "
-                    "NeuronCore.",
+                    KERNEL_TP_MARKER.format(tp=tp_size),
                     f"{tp_kw.keyword.value}={tp_size} sharded the model over {tp_size} NeuronCores; "  # type: ignore[union-attr]
                     f"DistributedConfig(tp_size={tp_size}) needs {tp_size} processes started by torchrun, which a "
                     "notebook kernel is not: the load raises there"))

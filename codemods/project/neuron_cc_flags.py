@@ -102,6 +102,12 @@ def cache_dir_message(dropped: list[str]) -> str | None:
     return None
 
 
+def _dropped_cache_message(value: str) -> str | None:
+    """:func:`cache_dir_message` of the flags a NEURON_CC_FLAGS value (quoted or not) loses."""
+    split = split_cc_flags(value.strip("\"'"))
+    return cache_dir_message(split[1]) if split else None
+
+
 def cc_check_message(flags: list[str]) -> str:
     # the same text before and after the XLA-era flags are removed, so that a second run agrees
     return fitted(CC_CHECK_MARKER.format(flags=" ".join(flags)), CC_CHECK_PLAIN)
@@ -216,8 +222,7 @@ class NeuronCcFlags(ShellRule):
             start = u.toks[a.tok].start
             ctx.finding(u.line_of(start), "removed an append to NEURON_CC_FLAGS: it only added XLA-era compiler flags",
                         "applied", u.col_of(start) + 1)
-            gone = split_cc_flags(a.value.strip("\"'"))
-            cache = cache_dir_message(gone[1]) if gone else None
+            cache = _dropped_cache_message(a.value)
             if cache:
                 plan.marker(ctx, s.group, cache)
             return
@@ -254,8 +259,7 @@ def edit_cc_flags(
         mark(message)
     if action in ("remove", "rewrite"):
         # (after the check marker: a shell line carries one marker, and the check's is there on a second run too)
-        gone = split_cc_flags(value.strip("\"'"))
-        cache = cache_dir_message(gone[1]) if gone else None
+        cache = _dropped_cache_message(value)
         if cache:
             mark(cache)
 

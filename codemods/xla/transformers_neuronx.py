@@ -29,6 +29,7 @@ import libcst as cst
 from codemods.inference.causal_lm import (
     _EQ,
     DISTRIBUTED_CONFIG,
+    KERNEL_TP_MARKER,
     TARGET,
     _assigned_target,
     _cache_lines,
@@ -332,8 +333,7 @@ class TransformersNeuronxSampling(PythonRule):
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and ctx.in_kernel:
             # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1) raises
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
-            markers.append(f"Run this load in a script under torchrun for tp_size={tp}: a notebook kernel loads on one "
-                           "NeuronCore.")
+            markers.append(KERNEL_TP_MARKER.format(tp=tp))
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
             dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
             placement = ("distributed_config", cst.Call(func=dc, args=[
