@@ -517,7 +517,9 @@ class ImportFixer(cst.CSTTransformer):
         self.header_end = header_end
         # maps id(new line node) -> id(original line node) for lines the main pass rebuilt
         self.original_lines = original_lines
-        self.emptied: set[int] = set()  # the blocks this pass left with nothing but `pass`
+        #: the blocks this pass left with nothing but `pass`, by id(); the nodes are held so that their ids are
+        #: never reused by a later node (a new node with a freed block's id would read as emptied)
+        self.emptied: dict[int, cst.CSTNode] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.BaseCompoundStatement):
@@ -652,7 +654,7 @@ class ImportFixer(cst.CSTTransformer):
         if not body:  # its imports removed (or an `if` in it that they emptied)
             new = updated_node.with_changes(body=[cst.SimpleStatementLine(body=[cst.Pass()])])
             if not any(el.comment is not None for el in updated_node.footer):
-                self.emptied.add(id(new))
+                self.emptied[id(new)] = new
             return new
         return updated_node.with_changes(body=body)
 
