@@ -57,6 +57,7 @@ def old_stack(qualified: str) -> bool:
 INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model",
                       "torch_neuron.trace", "torch_neuron.DataParallel", "torch_neuron.analyze_model"})
 INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
+INF1_SHORT = "Replace `{name}` (Inf1): use torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
 
 
 XLA_STRING_MARKER = 'Use "neuron" here if this "xla" names a device: TorchNeuron has no xla device.'
@@ -382,7 +383,7 @@ class OldStackLeftovers(PythonRule):
         if qual is not None and qual in INF1_API:
             # `import torch_neuron` registered these on torch.neuron (Inferentia 1); on TorchNeuron torch.neuron is
             # the native device module, which has none of them
-            ctx.marker(node, INF1_MARKER.format(name=qual))
+            ctx.marker(node, fitted(INF1_MARKER.format(name=qual), INF1_SHORT.format(name=qual)))
             return
         if qual is None or not old_stack(qual) or qual.startswith(WHOLE + MOVED):
             return  # (a package replaced as a whole, or moved: the marker on its import covers its uses)

@@ -372,10 +372,9 @@ class CausalLMStaticCache(PythonRule):
                 if value == "tf32" or acast_name == "amp":
                     applied.append(f"{acast_name}={value!r} becomes dtype=torch.{table[value]}")
             else:
-                extra_markers.append(
-                    f"{acast_name}={ctx.module.code_for_node(acast.value)} was dropped: pass the matching "
-                    "dtype= (torch.bfloat16 for 'bf16', torch.float16 for 'fp16', torch.float32 for 'fp32')"
-                )
+                advice = "pass the matching dtype= (torch.bfloat16 for 'bf16', torch.float16 for 'fp16')"
+                extra_markers.append(fitted(f"{acast_name}={ctx.module.code_for_node(acast.value)} was dropped: {advice}",
+                                            f"{acast_name} was dropped: {advice}"))
         explicit_dtype = next((keywords[k] for k in DTYPE_KWARGS if k in keywords), None)
         if explicit_dtype is not None and dtype_expr is not None:
             applied.append(f"{explicit_dtype.keyword.value}= dropped: {acast_name} gives the dtype")  # type: ignore[union-attr]
@@ -471,8 +470,8 @@ class CausalLMStaticCache(PythonRule):
             applied.append(f"compiler options dropped: {', '.join(knobs)}")
         if "neuron_config" in keywords:
             extra_markers.append(
-                "neuron_config= is an optimum-neuron compile configuration: remove it and map its values "
-                "(sequence_length -> max_cache_len, tp_degree -> DistributedConfig(tp_size=N), dtype -> dtype=)"
+                "Remove neuron_config=: map sequence_length to max_cache_len, tp_degree to "
+                "DistributedConfig(tp_size=), dtype to dtype="
             )
 
         drop = {"export", "batch_size", "sequence_length", "auto_cast_type", *OLD_GENERATION_KWARGS, *TP_KWARGS,

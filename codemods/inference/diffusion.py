@@ -292,15 +292,17 @@ class DiffusionPipelinesOnNeuron(PythonRule):
         if "controlnet_ids" in kw:
             controlnet = self._controlnet(kw["controlnet_ids"].value, kw, ctx, quote)
             if controlnet is None or "controlnet" in kw:
-                markers.append(f"controlnet_ids={code(kw['controlnet_ids'].value)} was dropped: load it with "
-                               "ControlNetModel.from_pretrained(...) and pass it as controlnet=")
+                advice = "load it with ControlNetModel.from_pretrained(...) and pass it as controlnet="
+                markers.append(fitted(f"controlnet_ids={code(kw['controlnet_ids'].value)} was dropped: {advice}",
+                                      f"controlnet_ids was dropped: {advice}"))
                 controlnet = None
             else:
                 applied.append(f"controlnet_ids={code(kw['controlnet_ids'].value)} becomes "
                                "controlnet=ControlNetModel.from_pretrained(...)")
         if "unet_id" in kw:
-            markers.append(f"unet_id={code(kw['unet_id'].value)} was dropped: load it with "
-                           "UNet2DConditionModel.from_pretrained(...) and pass it as unet=")
+            advice = "load it with UNet2DConditionModel.from_pretrained(...) and pass it as unet="
+            markers.append(fitted(f"unet_id={code(kw['unet_id'].value)} was dropped: {advice}",
+                                  f"unet_id was dropped: {advice}"))
 
         # ---- shapes
         call_shapes = {k: v for k, v in shapes.items() if k in _call_shapes(class_name) and not _default(k, v)}
@@ -320,8 +322,10 @@ class DiffusionPipelinesOnNeuron(PythonRule):
             if literal(batch) == 1:
                 applied.append("batch_size=1 dropped")
             else:
-                markers.append(f"batch_size={code(batch)} was dropped: call the pipeline with {code(batch)} prompts "
-                               "at a time to keep one compiled shape")
+                markers.append(fitted(f"batch_size={code(batch)} was dropped: call the pipeline with {code(batch)} "
+                                      "prompts at a time to keep one compiled shape",
+                                      "batch_size was dropped: call the pipeline with that many prompts at a time to "
+                                      "keep one compiled shape"))
         other = [k for k in shapes if k not in CALL_SHAPES and k != "batch_size"]  # vae/encoder shapes
         other += [k for k in CALL_SHAPES if k in shapes and _default(k, shapes[k])]
         if other:

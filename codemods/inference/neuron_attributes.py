@@ -44,7 +44,7 @@ NEURON_CONFIG_FIELDS = {
 }
 #: keywords of the optimum-neuron (NxD) decoders' forward that a native model's forward does not accept
 FORWARD_ONLY = ("seq_ids", "sampling_params")
-FORWARD_MARKER = "Drop `{kw}=`: an optimum-neuron forward argument; a native model samples through `{m}.generate(...)`."
+FORWARD_MARKER = "Drop `{kw}=` (optimum-neuron forward arguments): a native model samples in `{m}.generate(...)`."
 #: field read -> the load keywords that gave it (first found wins)
 LOAD_KEYWORDS = {
     "sequence_length": ("sequence_length", "n_positions"),
@@ -158,7 +158,8 @@ class NeuronConfigReads(PythonRule):
         model = ctx.module.code_for_node(func)
         if model not in ctx.local_state()["models"]:
             return  # not a model this unit loaded through optimum.neuron
-        ctx.marker(node, FORWARD_MARKER.format(kw="=`, `".join(kws), m=model))
+        ctx.marker(node, fitted(FORWARD_MARKER.format(kw="=`, `".join(kws), m=model),
+                                FORWARD_MARKER.format(kw="=`, `".join(kws), m="model")))
 
     def _active(self, ctx: PythonContext) -> bool:
         state = ctx.local_state()
@@ -247,10 +248,11 @@ class NeuronConfigReads(PythonRule):
             if instead is None and model not in models:
                 return  # an unknown field on an unknown object: maybe not optimum-neuron's
             hint = instead.format(m=model) if instead else ""
+            short = instead.format(m="model") if instead else ""
         else:
-            hint = "generation_config.max_cache_len, dtype, tp_size or your padded batch size"
+            hint = short = "generation_config.max_cache_len, dtype, tp_size or your padded batch size"
         if hint:
-            ctx.marker(node, f"Replace `{what}` by {hint}.")
+            ctx.marker(node, fitted(f"Replace `{what}` by {hint}.", f"Replace this optimum-neuron setting by {short}."))
         else:
             ctx.marker(node, f"Remove `{what}`: a native model has no optimum-neuron compile settings.")
 

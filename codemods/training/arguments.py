@@ -262,7 +262,8 @@ def _plan_fields(call: cst.Call | cst.Dict, ctx: PythonContext, plan: ArgPlan, s
         flag = "0" if val[name] is False else "1"
         action, why = message
         code = _code(ctx, kw[name].value)
-        ctx.marker(call, f"{action.format(value=code, flag=flag)}: {name}={code} was dropped.", detail=why)
+        action = action.format(value=code, flag=flag)
+        ctx.marker(call, fitted(f"{action}: {name}={code} was dropped.", f"{action}: {name} was dropped."), detail=why)
 
     # zero_1: ZeRO-1 over data-parallel ranks; closest native is FSDP2 on the model load (the layout of a
     # Trainer has no pipeline stages, see below: the processes they took are data-parallel ranks)

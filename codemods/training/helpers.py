@@ -36,7 +36,7 @@ from codemods.common.arg_plan import (
     literal,
     statement_indent,
 )
-from migrator.model import KEEPS_OLD_STACK
+from migrator.model import KEEPS_OLD_STACK, fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 ON = "optimum.neuron"
@@ -499,7 +499,8 @@ class AcceleratorArguments(PythonRule):
                 ctx.marker(node, f"Load the model with dtype=torch.bfloat16: mixed_precision_config={code} trained it "
                                  "in bf16.")
             else:
-                ctx.marker(node, MIXED_BY_HAND.format(name=f"mixed_precision_config={code} was dropped"))
+                ctx.marker(node, fitted(MIXED_BY_HAND.format(name=f"mixed_precision_config={code} was dropped"),
+                                        MIXED_BY_HAND.format(name="mixed_precision_config was dropped")))
         if "autocast_backend" in kw:
             plan.drop.add("autocast_backend")
             ctx.finding(kw["autocast_backend"],

@@ -58,6 +58,7 @@ from codemods.training.mesh import (
 
 def _code(expr: cst.BaseExpression) -> str:
     return cst.Module(body=[]).code_for_node(expr)
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 CONFIG_SOURCES = tuple(sorted(s for s, r in load_table().items()
@@ -214,7 +215,9 @@ class TrainingNeuronConfigFields(PythonRule):
             else:
                 action, why = message
                 code = ctx.module.code_for_node(kw[name].value)
-                ctx.marker(node, f"{action.format(value=code)}: {name}={code} was dropped.", detail=why)
+                action = action.format(value=code)
+                ctx.marker(node, fitted(f"{action}: {name}={code} was dropped.", f"{action}: {name} was dropped."),
+                           detail=why)
         if plan.empty():
             return
         indent, prefix, step = statement_indent(ctx), line_prefix(ctx, node), ctx.module.default_indent

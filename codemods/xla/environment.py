@@ -571,7 +571,8 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
         if _remove(small, ctx):
             ctx.finding(small, f"removed the setting of {name}: {reason}")
         else:
-            ctx.marker(small, f"{name} is set for the XLA stack only ({reason}): remove this setting")
+            ctx.marker(small, fitted(f"{name} is set for the XLA stack only ({reason}): remove this setting",
+                                     f"{name} is set for the XLA stack only: remove this setting"))
 
     def _unset(self, small: cst.BaseSmallStatement, name: str, ctx: PythonContext) -> None:
         """``os.environ.pop("XLA_IR_DEBUG", None)``, ``del os.environ[...]``, ``os.unsetenv(...)`` of a variable only
@@ -603,8 +604,9 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                 continue
             split = split_cc_flags(text)
             if split is None:
-                ctx.marker(small, "NEURON_CC_FLAGS holds flags written for the XLA stack: remove the XLA-era ones "
-                                  f"({', '.join(CC_DROP_FLAGS)}) and check the others")
+                ctx.marker(small, fitted(f"Remove the XLA-era flags of NEURON_CC_FLAGS ({', '.join(CC_DROP_FLAGS)})",
+                                         "NEURON_CC_FLAGS holds XLA-era flags: remove them (neuron-migrate explain "
+                                         "NM416) and check the others"))
                 return
             kept, dropped = split
             if dropped and not kept and lit is value and cache_dir_message(dropped) is None and remove():

@@ -274,7 +274,7 @@ class TransformersNeuronxSampling(PythonRule):
                              "max_length=N): sample() is gone.")
             return
         if method in ARTIFACT_CALLS and call.args and receiver in ctx.local_state().get("models", set()):
-            ctx.marker(call, ARTIFACT_CALLS[method].format(m=receiver))
+            ctx.marker(call, fitted(ARTIFACT_CALLS[method].format(m=receiver), ARTIFACT_CALLS[method].format(m="model")))
 
     def _split_save(self, call: cst.Call, ctx: PythonContext) -> None:
         """``save_pretrained_split(model, path)`` wrote a Transformers model's weights as one file per

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.model import DROPPED_RULE, KEEPS_OLD_STACK, OUTSIDE_NAMES, UNPARSABLE
+from migrator.model import DROPPED_RULE, KEEPS_OLD_STACK, OUTSIDE_NAMES, UNPARSABLE, fitted
 from migrator.selfcheck.check import (
     KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, markers_on,
     parses,
@@ -203,8 +203,11 @@ def dropped_message(rule: str, why: Sequence[Violation]) -> str:
     if first.kind == KEYWORD:
         callee = first.name.split("(", 1)[0]
         keywords = [v.name.split("(", 1)[1].rstrip(")") for v in same if v.name.split("(", 1)[0] == callee]
-        return (f"Migrate this by hand: `{callee.rsplit('.', 1)[-1]}` does not take {names_listed(keywords, 32)}, "
-                f"so {rule}'s rewrite was left out.")
+        callee = callee.rsplit(".", 1)[-1]
+        return fitted(f"Migrate this by hand: `{callee}` does not take {names_listed(keywords, 32)}, so {rule}'s "
+                      "rewrite was left out.",
+                      f"Migrate this by hand: `{callee}` does not take {names_listed(keywords, 1)}, so {rule}'s rewrite "
+                      "was left out.")
     if first.kind == UNDEFINED:
         return f"Migrate this by hand: {rule}'s rewrite would leave {names_listed([v.name for v in same], 40)} undefined."
     if first.kind == UNRESOLVED:
