@@ -560,6 +560,17 @@ class PythonContext:
         node = self.stack[-1] if self.stack else None
         self._asks.append(_ImportAsk(self.rule_id, req, node, tuple(self.stack[:-1]), anchor))
 
+    @property
+    def scope(self) -> cst.CSTNode:
+        """The innermost function (or lambda) around the node being handled, or the module."""
+        return next((n for n in reversed(self.stack) if isinstance(n, (cst.FunctionDef, cst.Lambda))), self.module)
+
+    @property
+    def scope_id(self) -> int:
+        """id() of :attr:`scope`, 0 at module level: a key of what a rule tracks per function."""
+        scope = self.scope
+        return 0 if scope is self.module else id(scope)
+
     def enclosing(self) -> set[int]:
         """id() of the nodes around the node being handled (where a name emitted now is used)."""
         return {id(n) for n in self.stack}

@@ -176,7 +176,7 @@ class NeuronConfigReads(PythonRule):
                 and isinstance(node.targets[0].target, cst.Name) \
                 and all(isinstance(e, cst.Element) and isinstance(e.value, (cst.SimpleString, cst.ConcatenatedString))
                         for e in value.elements):
-            ctx.local_state().setdefault("prompt_lists", set()).add((id(_scope(ctx)), node.targets[0].target.value))
+            ctx.local_state().setdefault("prompt_lists", set()).add((ctx.scope_id, node.targets[0].target.value))
             return
         if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
                 and value.func.attr.value in (*LOADS, "get_neuron_config")) or len(node.targets) != 1:
@@ -296,7 +296,7 @@ class NeuronConfigReads(PythonRule):
         """A batch-size read where the load passed no literal: ``len(prompts)`` when this scope holds
         exactly one list of strings that it passes to a call (``tokenizer(prompts, ...)``,
         ``tokenizer(prompts[:n])``): the batch the script feeds the model."""
-        lists = {name for scope, name in ctx.local_state().get("prompt_lists", ()) if scope == id(_scope(ctx))}
+        lists = {name for scope, name in ctx.local_state().get("prompt_lists", ()) if scope == ctx.scope_id}
         passed = [name for name in sorted(lists)
                   if re.search(rf"\(\s*{re.escape(name)}\s*[\[,)]", ctx.source)]
         if len(passed) != 1:
@@ -306,14 +306,6 @@ class NeuronConfigReads(PythonRule):
         ctx.finding(read, f"{what} -> len({passed[0]}): the prompts the script passes are its batch (a native model "
                           "has no compiled batch size)")
         return True
-
-
-def _scope(ctx: PythonContext) -> cst.CSTNode:
-    """The innermost function around the node being handled, or the module."""
-    for node in reversed(ctx.stack):
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            return node
-    return ctx.module
 
 
 RULES = (NeuronConfigReads,)

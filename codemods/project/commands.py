@@ -101,7 +101,7 @@ class PythonShellCommands(PythonRule):
     def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             names = ctx.local_state().setdefault("assigned", {})
-            name = (_scope_id(ctx), node.targets[0].target.value)  # (a `cmd` of each function is its own)
+            name = (ctx.scope_id, node.targets[0].target.value)  # (a `cmd` of each function is its own)
             if name in names and _splits(node.value, name[1], ctx):
                 return  # `c = shlex.split(c)` / `c = c.split()`: the same command, as words
             names[name] = None if name in names else node.value  # assigned twice: not known
@@ -141,7 +141,7 @@ class PythonShellCommands(PythonRule):
             return None
         if isinstance(node, cst.Name) and depth == 0:
             assigned = ctx.local_state().get("assigned", {})
-            key = (_scope_id(ctx), node.value)
+            key = (ctx.scope_id, node.value)
             value = assigned[key] if key in assigned else assigned.get((0, node.value))  # (else a module-level one)
             found = self._command(value, ctx, 1) if value is not None else None
             if found is not None and found[1] and node.value in ctx.local_state().get("extended", ()):
@@ -181,11 +181,6 @@ class PythonShellCommands(PythonRule):
         if not acted:
             return
         ctx.marker(node, _message(line, new, acted, [f.message for f in findings if f.fix == "manual"]))
-
-
-def _scope_id(ctx: PythonContext) -> int:
-    """The innermost function around the node being handled (0: the module)."""
-    return next((id(n) for n in reversed(ctx.stack) if isinstance(n, (cst.FunctionDef, cst.Lambda))), 0)
 
 
 def _splits(value: cst.BaseExpression, name: str, ctx: PythonContext) -> bool:

@@ -52,7 +52,6 @@ from codemods.training.layouts import (
     passed_on,
     SHARDED_MARKERS,
     _save_only_model,
-    _scope,
     _track,
     _track_assign,
     _track_call,
@@ -68,7 +67,6 @@ from codemods.training.mesh import (
     config_code,
     describe,
     env_size,
-    fitted,
     launch_advice,
     launch_detail,
     layout_text,
@@ -226,7 +224,7 @@ def _known_literal(expr: cst.BaseExpression, ctx: PythonContext):
     if value is not NOT_LITERAL or not isinstance(expr, cst.Name):
         return value
     assigns = _track(ctx)["assigns"]
-    scope = _scope(ctx)
+    scope = ctx.scope_id
     values = assigns.get((scope, expr.value))
     if values is None and scope != 0 and not ctx.bound_locally(expr.value, ctx.stack):
         values = assigns.get((0, expr.value))
@@ -599,13 +597,13 @@ class TrainingArgumentsFields(PythonRule):
             target = None
             parent = ctx.parent
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-                target = (_scope(ctx), parent.targets[0].target.value)
+                target = (ctx.scope_id, parent.targets[0].target.value)
             ctx.local_state().setdefault("sizes", []).append((node, sizes, target, ctx.statement(), plan, spread))
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         if node.attr.value == "trn_config" and isinstance(node.value, cst.Name):
             reads = ctx.local_state().setdefault("trn_reads", set())
-            reads.add((_scope(ctx), node.value.value))
+            reads.add((ctx.scope_id, node.value.value))
             if not ctx.bound_locally(node.value.value, ctx.stack):  # module-level arguments read in a function
                 reads.add((0, node.value.value))
 
@@ -801,7 +799,7 @@ class SFTConfigFields(PythonRule):
         parent = ctx.parent
         if sizes and isinstance(parent, cst.Assign) and len(parent.targets) == 1 \
                 and isinstance(parent.targets[0].target, cst.Name):
-            ctx.local_state().setdefault("config_targets", {})[id(node)] = (_scope(ctx), parent.targets[0].target.value)
+            ctx.local_state().setdefault("config_targets", {})[id(node)] = (ctx.scope_id, parent.targets[0].target.value)
 
     def finish(self, ctx: PythonContext) -> None:
         # the trainer call that says whether the model is loaded from a string may come after the config

@@ -30,7 +30,6 @@ from codemods.training.mesh import (
     config_code,
     describe,
     env_size,
-    fitted,
     launch_advice,
     launch_detail,
     layout_text,
@@ -47,6 +46,7 @@ from codemods.training.sources import (
     SFT_TRAINER_SOURCES,
     TRAINER_SOURCES,
 )
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 from migrator.tree import walk_with_ancestors
 
@@ -57,14 +57,6 @@ _MODEL_ID_RE = re.compile(
 
 def _code(ctx: PythonContext, node: cst.CSTNode) -> str:
     return ctx.module.code_for_node(node)
-
-
-def _scope(ctx: PythonContext) -> int:
-    """The innermost function (or the module) around the node being handled."""
-    for n in reversed(ctx.stack):
-        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
-            return id(n)
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,7 +126,7 @@ def _track_def(node: cst.FunctionDef, ctx: PythonContext) -> None:
 
 def _track_assign(node: cst.Assign | cst.AnnAssign, ctx: PythonContext) -> None:
     assigns = _track(ctx)["assigns"]
-    scope = _scope(ctx)
+    scope = ctx.scope_id
     if node.value is not None:  # where a value is bound (the dict literals of spread.py)
         _track(ctx).setdefault("assign_statements", {})[id(node.value)] = ctx.statement()
     if isinstance(node, cst.Assign):
@@ -158,7 +150,7 @@ UNKNOWN = None
 def _track_mutation(node: cst.CSTNode, ctx: PythonContext) -> None:
     """``name["key"] = value`` (Assign) and ``name.update(key=value)`` (Call): the keys set on a name."""
     muts = _track(ctx).setdefault("dict_sets", {})
-    scope = _scope(ctx)
+    scope = ctx.scope_id
     if isinstance(node, cst.Assign):
         for t in node.targets:
             target = t.target
@@ -189,7 +181,7 @@ def _subscript_key(target: cst.Subscript) -> str | None:
 
 
 def _track_return(node: cst.Return, ctx: PythonContext) -> None:
-    _track(ctx)["returns"].setdefault(_scope(ctx), []).append(node.value)
+    _track(ctx)["returns"].setdefault(ctx.scope_id, []).append(node.value)
 
 
 def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
@@ -200,7 +192,7 @@ def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
         calls = _track(ctx)["calls"]
         calls[func.value] = calls.get(func.value, 0) + 1
     if qual in TRAINER_CLASSES:
-        _track(ctx)["trainers"].append((_scope(ctx), node))
+        _track(ctx)["trainers"].append((ctx.scope_id, node))
         return
     if not isinstance(func, cst.Attribute) or func.attr.value not in LOADERS:
         return
@@ -213,7 +205,7 @@ def _track_call(node: cst.Call, qual: str | None, ctx: PythonContext) -> None:
     indent, prefix, step = statement_indent(ctx), " " * line_prefix(ctx, node), ctx.module.default_indent
     if not lazy and func.attr.value == "from_pretrained":
         ctx.replace(node, lambda new: new if plan.empty() else apply_plan(new, plan, MAX_LINE, indent + prefix, step))
-    _track(ctx)["loads"][id(node)] = _Load(node, _scope(ctx), lazy, plan, len(indent), step)
+    _track(ctx)["loads"][id(node)] = _Load(node, ctx.scope_id, lazy, plan, len(indent), step)
 
 
 def _positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
@@ -502,20 +494,20 @@ def _track_parsed(node: cst.Assign, ctx: PythonContext, sources: tuple[str, ...]
     target = node.targets[0].target
     index = _config_index(value, ctx, sources)
     if index is not None and isinstance(target, cst.Name):
-        state.setdefault("parsers", {})[(_scope(ctx), target.value)] = index
+        state.setdefault("parsers", {})[(ctx.scope_id, target.value)] = index
         return
     func = value.func
     if not isinstance(func, cst.Attribute) or func.attr.value not in PARSE_METHODS:
         return
     if isinstance(func.value, cst.Name):
-        index = state.get("parsers", {}).get((_scope(ctx), func.value.value))
+        index = state.get("parsers", {}).get((ctx.scope_id, func.value.value))
     elif isinstance(func.value, cst.Call):
         index = _config_index(func.value, ctx, sources)
     if index is None:
         return
     names = _unpacked(target)
     if index < len(names) and names[index] is not None:
-        state.setdefault("parsed", []).append((names[index], ctx.statement(), _scope(ctx), value))
+        state.setdefault("parsed", []).append((names[index], ctx.statement(), ctx.scope_id, value))
 
 
 def _unpacked(target: cst.BaseExpression) -> list[str | None]:

@@ -26,7 +26,7 @@ import re
 
 import libcst as cst
 
-from migrator.model import fitted  # noqa: F401  (re-exported for the training rules)
+from migrator.model import fitted
 
 #: DistributedConfig fields of the data-parallel dimension
 DATA_PARALLEL = ("fsdp_size", "dp_replicate_size")

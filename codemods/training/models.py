@@ -36,7 +36,6 @@ from codemods.common.arg_plan import (
     save_only_model_code,
     statement_indent,
 )
-from codemods.training.layouts import _scope
 from codemods.training.lora import LORA_MARKERS, fsdp_instead, lora_advice, lora_blocks_tp, lora_marker, tensor_parallel
 from codemods.training.sources import imports_a_trainer
 from codemods.training.mesh import (
@@ -304,7 +303,7 @@ class TrainingModelTrnConfig(PythonRule):
         """``args = NeuronTrainingArguments(..., tensor_parallel_size=tp)``: what ``args.trn_config`` held."""
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
-        key = (_scope(ctx), node.targets[0].target.value)
+        key = (ctx.scope_id, node.targets[0].target.value)
         known = ctx.local_state().setdefault("args", {})
         sizes = _args_sizes(node.value, ctx.qualname)
         if sizes is not None:
@@ -317,7 +316,7 @@ class TrainingModelTrnConfig(PythonRule):
         module builds training arguments under this name that this read cannot be tied to, so that the
         launch environment would be a guess: the arguments are not parsed from the launch's flags)."""
         known = ctx.local_state().get("args", {})
-        scope = _scope(ctx)
+        scope = ctx.scope_id
         if (scope, name) in known:
             return known[(scope, name)], known[(scope, name)] is None
         built = _module_arguments(ctx)

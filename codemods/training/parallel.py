@@ -30,7 +30,6 @@ from codemods.training.mesh import (
     FROM_CONFIG_MARKER,
     describe,
     env_size,
-    fitted,
     has_pipeline,
     launch_advice,
     launch_detail,
@@ -65,6 +64,7 @@ from codemods.common.arg_plan import (
     statement_indent,
 )
 from migrator.imports import dotted
+from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 from migrator.tree import walk
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.training.arguments import _plan_fields
-from codemods.training.layouts import _code, _scope, _track_parsed
+from codemods.training.layouts import _code, _track_parsed
 from codemods.training.lora import lora_blocks_tp
 from codemods.training.sources import ARGS_SOURCES, SFT_CONFIG_SOURCES
 from codemods.common.arg_plan import (
@@ -162,8 +162,8 @@ class ParsedArgumentsIdioms(PythonRule):
             return
         owner, field = node.value.value, node.attr.value
         state = ctx.local_state()
-        built = state.get("built", {}).get((_scope(ctx), owner), "unknown")
-        parsed = any(name == owner and scope in (_scope(ctx), 0) for name, _s, scope, _c in state.get("parsed", ()))
+        built = state.get("built", {}).get((ctx.scope_id, owner), "unknown")
+        parsed = any(name == owner and scope in (ctx.scope_id, 0) for name, _s, scope, _c in state.get("parsed", ()))
         if built == "unknown" and not parsed:
             if field == "world_size" and _old_arguments(ctx, owner):
                 ctx.marker(node, f"Divide {owner}.world_size by tp_size where it meant data-parallel ranks: it counts "
@@ -204,7 +204,7 @@ class ParsedArgumentsIdioms(PythonRule):
         _track_parsed(node, ctx, ARGS_CLASSES)
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
-        key = (_scope(ctx), node.targets[0].target.value)
+        key = (ctx.scope_id, node.targets[0].target.value)
         known = ctx.local_state().setdefault("built", {})
         value = node.value
         if isinstance(value, cst.Call) and _last(value.func) in _ARGS_NAMES and ctx.qualname(value.func) in ARGS_CLASSES \
@@ -259,7 +259,7 @@ class ParsedArgumentsIdioms(PythonRule):
             ctx.marker(node, f"Read {read} from the model load: the arguments have no {container} now.",
                        detail="the layout is the model's DistributedConfig now")
             return
-        built = ctx.local_state().get("built", {}).get((_scope(ctx), owner))
+        built = ctx.local_state().get("built", {}).get((ctx.scope_id, owner))
         try:
             environ = _code(ctx, ctx.name_for("os.environ", anchor=ctx.imports.first_import, style="module")) \
                 if built is None or any(v is None for v in built.values()) else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from codemods.common.arg_plan import MAX_LINE, ArgPlan, apply_plan, literal, statement_indent
-from codemods.training.layouts import UNKNOWN, _scope, _track
+from codemods.training.layouts import UNKNOWN, _track
 from migrator.rules import PythonContext
 
 @dataclass
@@ -47,7 +47,7 @@ def spread_of(call: cst.Call, ctx: PythonContext) -> Spread | None:
         return None
     name = stars[0].value.value
     track = _track(ctx)
-    scope = _scope(ctx)
+    scope = ctx.scope_id
     cache = ctx.local_state().setdefault("spreads", {})
     values = track["assigns"].get((scope, name), [])
     if len(values) != 1:

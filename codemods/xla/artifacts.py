@@ -82,14 +82,6 @@ def from_transformers(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
     return qual.startswith("transformers.")
 
 
-def scope_of(ctx: PythonContext) -> cst.CSTNode:
-    """The innermost function (or the module) around the node being handled."""
-    for node in reversed(ctx.stack):
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            return node
-    return ctx.module
-
-
 def plain(expr: cst.BaseExpression) -> bool:
     """An expression that can be written twice (a name, an attribute or subscript of names, a string)."""
     if isinstance(expr, (cst.Name, cst.SimpleString)):

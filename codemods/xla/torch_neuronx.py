@@ -19,7 +19,7 @@ from codemods.xla.base import (
     _remove_small_statement, _torch)
 from codemods.common.statements import block_of, reads_clock, with_blank_line
 from codemods.xla.artifacts import (
-    MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, scope_of, unchain)
+    MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, unchain)
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext
 from migrator.tree import walk
@@ -308,7 +308,7 @@ class NeuronTrace(_XlaRule):
             return
         name = node.value.value
         state = ctx.local_state()
-        if (id(scope_of(ctx)), name) not in (state.get("traced") or {}):
+        if (id(ctx.scope), name) not in (state.get("traced") or {}):
             return
         ctx.marker(node, fitted(f"`{name}.{node.attr.value}` is TorchScript's: drop it, or print the compiled graph "
                                 "with TORCH_LOGS=graph_code.",
@@ -333,9 +333,9 @@ class NeuronTrace(_XlaRule):
             return "unsupported arguments"
         traced_arg = _uneval(bound["func"].value)
         state = ctx.local_state()
-        if isinstance(traced_arg, cst.Name) and (id(scope_of(ctx)), traced_arg.value) in (state.get("traced") or {}):
+        if isinstance(traced_arg, cst.Name) and (id(ctx.scope), traced_arg.value) in (state.get("traced") or {}):
             return self._retrace(call, traced_arg.value, ctx)
-        problem = not_a_module(bound["func"].value, scope_of(ctx), ctx)
+        problem = not_a_module(bound["func"].value, ctx.scope, ctx)
         if problem:
             return problem
         torch = _torch(ctx, ctx.imports.binding_of(func))
@@ -382,7 +382,7 @@ class NeuronTrace(_XlaRule):
         target = _assigned_name(call, ctx)
         saved_only = False
         state = ctx.local_state()
-        scope = id(scope_of(ctx))
+        scope = id(ctx.scope)
         model_arg = _uneval(bound["func"].value)
         if target is not None:
             state.setdefault("traced", {})[(scope, target)] = _code(model_arg)
@@ -394,7 +394,7 @@ class NeuronTrace(_XlaRule):
         else:
             held = _assigned_target(call, ctx)  # `self.neuron = trace(...)`, `models[bs] = trace(...)`
             # `wrapper.m = trace(wrapper.m, ...)` at module level, then only saved in the unit: never called here
-            saved_only = (held is not None and isinstance(scope_of(ctx), cst.Module) and not held.startswith("self.")
+            saved_only = (held is not None and isinstance(ctx.scope, cst.Module) and not held.startswith("self.")
                           and _only_saved(ctx.code.replace(_code(call), "", 1), held))
             _pipeline_on_cpu(call, ctx)
             if held is not None:
@@ -409,12 +409,12 @@ class NeuronTrace(_XlaRule):
             names = list(dict.fromkeys(_code(p) for p in parts))
             shapes = "the shapes of " + ", ".join(f"`{n}`" for n in names)
             # `trace(model, batch[:1])`: the example is a slice of the real batch, not the shape to pad to
-            scope_code = _scope_code(scope_of(ctx), ctx)
+            scope_code = _scope_code(ctx.scope, ctx)
             sliced = any(isinstance(p, cst.Subscript) or (isinstance(p, cst.Name) and re.search(
                 rf"^[ \t]*{p.value}[ \t]*=[ \t]*[\w.]+\[[^\]\n]*:[^\]\n]*\][ \t]*(#.*)?$", scope_code, re.M))
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
-        stays = target is not None and _stays_here(scope_of(ctx), target, ctx)
+        stays = target is not None and _stays_here(ctx.scope, target, ctx)
         if stays:
             ctx.finding(call, f"inputs of {target}(...) moved to the neuron device: nothing outside this scope calls it")
         elif target is not None:
@@ -427,9 +427,9 @@ class NeuronTrace(_XlaRule):
         elif not saved_only:
             ctx.marker(call, "Move this model's inputs to the neuron device, and its outputs back with .cpu() where needed.",
                        detail="The model now runs on the neuron device; the traced model took CPU tensors.")
-        if stays and example is not None and _example_calls_only(scope_of(ctx), target, example.value):
+        if stays and example is not None and _example_calls_only(ctx.scope, target, example.value):
             pass  # every call takes the example itself: one shape, nothing to pad
-        elif (stays and "called" not in set(_uses(_scope_code(scope_of(ctx), ctx), target))) or saved_only:
+        elif (stays and "called" not in set(_uses(_scope_code(ctx.scope, ctx), target))) or saved_only:
             pass  # never called where it is compiled (saved, deleted): the shapes are its loader's business
         elif sliced:
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
@@ -443,7 +443,7 @@ class NeuronTrace(_XlaRule):
         result = target if target is not None else _assigned_target(call, ctx)
         patch = _patched_after(call, ctx)
         if patch is not None and not (result is not None and _only_saved(
-                _scope_code(scope_of(ctx), ctx).replace(_code(call), "", 1), result)):
+                _scope_code(ctx.scope, ctx).replace(_code(call), "", 1), result)):
             # the trace froze the module as it was; the compiled one runs its Python live, patches and all
             ctx.marker(call, fitted(
                 f"Limit the `{patch}` patch below to the model it was meant for: this compiled model picks it up.",
@@ -459,7 +459,7 @@ class NeuronTrace(_XlaRule):
         # matrix multiplications cast to BF16; a model the scope loads or casts to bf16/fp16 runs them so already
         default_cast = _tokens(_literal_value(args_value, ctx)) if args_value is not None else []
         if (default_cast is not None and not any(t.startswith(PRECISION_OPTIONS) for t in default_cast)
-                and not _LOW_PRECISION.search(_scope_code(scope_of(ctx), ctx))):
+                and not _LOW_PRECISION.search(_scope_code(ctx.scope, ctx))):
             ctx.marker(call, "Run the model in bf16 for the old speed (dtype=torch.bfloat16 or .to(torch.bfloat16)): the trace auto-cast its matmuls.",
                        detail="The trace ran its float32 matmuls in bf16 (neuronx-cc's default auto-cast); the "
                               "compiled model computes them in its own dtype: outputs differ within bf16 rounding.")
@@ -522,18 +522,18 @@ class NeuronTrace(_XlaRule):
             return
         if isinstance(func, cst.Name):
             traced = ctx.local_state().get("traced")
-            if not (traced and (id(scope_of(ctx)), func.value) in traced):
+            if not (traced and (id(ctx.scope), func.value) in traced):
                 traced = self._handler_model(func.value, ctx)
-            if traced and (id(scope_of(ctx)), func.value) in traced:
+            if traced and (id(ctx.scope), func.value) in traced:
                 self._move_inputs(call, func.value, ctx)
             return
         traced = ctx.local_state().get("traced") or {}
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
-                and (id(scope_of(ctx)), func.value.value) in traced:
+                and (id(ctx.scope), func.value.value) in traced:
             self._traced_method(call, func, ctx)
             return
         if isinstance(func, cst.Attribute) and ctx.qualname(func) == "torch.compile" and call.args \
-                and isinstance(call.args[0].value, cst.Name) and (id(scope_of(ctx)), call.args[0].value.value) in traced:
+                and isinstance(call.args[0].value, cst.Name) and (id(ctx.scope), call.args[0].value.value) in traced:
             name = call.args[0].value.value
             parent, line = ctx.stack[-2], ctx.stack[-3]
             if (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)
@@ -547,7 +547,7 @@ class NeuronTrace(_XlaRule):
             return
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("save", "load"):
             return
-        if func.attr.value == "save" and (id(scope_of(ctx)), _code(func.value)) in ctx.local_state().get("held", ()):
+        if func.attr.value == "save" and (id(ctx.scope), _code(func.value)) in ctx.local_state().get("held", ()):
             ctx.marker(call, "Save the weights (state_dict or save_pretrained) here, not a traced Neuron model.",
                        detail=f"{_code(func.value)} is the compiled model now, which has no .save(): save the weights "
                               "(torch.save of its _orig_mod.state_dict(), or save_pretrained) and compile after loading")
@@ -562,7 +562,7 @@ class NeuronTrace(_XlaRule):
                 # the same name)
                 return
             if bound is not None and set(bound) == {"m", "f"} and isinstance(bound["m"].value, cst.Name) \
-                    and (id(scope_of(ctx)), bound["m"].value.value) in traced:
+                    and (id(ctx.scope), bound["m"].value.value) in traced:
                 self._save(call, bound["m"].value.value, bound["f"].value, ctx)
                 return
             ctx.marker(call, "Save the weights (state_dict or save_pretrained) here, not a traced Neuron model.",
@@ -578,7 +578,7 @@ class NeuronTrace(_XlaRule):
         and ``predict_fn(input_data, model)`` calls it: a call of that parameter there is a call of the
         compiled model (its inputs are moved, its outputs come back with .cpu() before .numpy())."""
         state = ctx.local_state()
-        scope = scope_of(ctx)
+        scope = ctx.scope
         if not state.get("model_fn_compiled") or not isinstance(scope, cst.FunctionDef) \
                 or scope.name.value != "predict_fn":
             return None
@@ -629,7 +629,7 @@ class NeuronTrace(_XlaRule):
         if attr == "save":
             bound = _bind_args(call, ("f",))
             if bound is not None and "f" in bound and ctx.local_state().get("loaded", {}).get(
-                    (id(scope_of(ctx)), name)) is None:
+                    (id(ctx.scope), name)) is None:
                 self._save(call, name, bound["f"].value, ctx)
                 return
             ctx.marker(call, (
@@ -650,7 +650,7 @@ class NeuronTrace(_XlaRule):
             return f"this traces `{name}`, which is compiled already: use `{name}` itself"
         ctx.replace(call, cst.Name(name))
         state = ctx.local_state()
-        scope = id(scope_of(ctx))
+        scope = id(ctx.scope)
         state["traced"][(scope, target)] = state["traced"][(scope, name)]
         if (scope, name) in state.get("examples", {}):
             state["examples"][(scope, target)] = state["examples"][(scope, name)]
@@ -701,7 +701,7 @@ class NeuronTrace(_XlaRule):
         bound = _bind_args(call, JIT_LOAD_PARAMS)
         path = bound["f"].value if bound is not None and "f" in bound else None
         known = path is not None and plain(path)
-        saved = artifacts(ctx).saved_at(path, scope_of(ctx), ctx) if known else []  # type: ignore[arg-type]
+        saved = artifacts(ctx).saved_at(path, ctx.scope, ctx) if known else []  # type: ignore[arg-type]
         elsewhere = _saved_elsewhere(self.project_probes, ctx)
         facts = (TRACES, SAVED_PRETRAINED, SAVED_STATE)
         if not saved and not any(_project_has(f, self.project_probes, ctx) for f in facts):
@@ -735,7 +735,7 @@ class NeuronTrace(_XlaRule):
         if kinds == {TORCHSCRIPT}:
             return  # a torch.jit.trace / torch.jit.script of this unit saved it: still a TorchScript file
         if not saved or kinds == {PRETRAINED}:
-            here = scope_of(ctx)  # a save in another function may not run before this load: the marker stays
+            here = ctx.scope  # a save in another function may not run before this load: the marker stays
             saves = [node for node, scope, traced in artifacts(ctx).saves.values() if traced in saved and scope is here]
             loaders = {t.loader for t in saved}
             self._load_pretrained(call, func, path, bool(saves) and _first(ctx.module, saves, call), ctx,
@@ -825,7 +825,7 @@ class NeuronTrace(_XlaRule):
         target = _assigned_name(call, ctx)
         if target is not None:
             state = ctx.local_state()
-            key = (id(scope_of(ctx)), target)
+            key = (id(ctx.scope), target)
             state.setdefault("traced", {})[key] = "\0"
             state.setdefault("loaded", {})[key] = True
 
@@ -833,7 +833,7 @@ class NeuronTrace(_XlaRule):
         """A trace compiled where it stood; torch.compile compiles at the first call. A traced model this
         scope only saves (never calls) gets one call with the example inputs, so that the compile (and the
         compile cache) happens as before."""
-        scope = scope_of(ctx)
+        scope = ctx.scope
         line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
         # the trace's own reading of the module it replaces (`x.m = trace(x.m, ...)`) is no use of the result
         code = _scope_code(scope, ctx).replace(_code(call), "", 1)
@@ -867,7 +867,7 @@ class NeuronTrace(_XlaRule):
             # `traced = torch.jit.trace(...)` in the else branch of a torch_neuronx one; a trace or load assigned
             # here registers the name again when its call is handled (after this). `x = f(x)` keeps it
             name = node.targets[0].target.value
-            key = (id(scope_of(ctx)), name)
+            key = (id(ctx.scope), name)
             if key in traced and not any(isinstance(n, cst.Name) and n.value == name for n in walk(value)):
                 del traced[key]
         root = _output_root(value)
@@ -880,10 +880,10 @@ class NeuronTrace(_XlaRule):
                 names = [t.target] if isinstance(t.target, cst.Name) else [
                     e.value for e in t.target.elements if isinstance(e.value, cst.Name)] \
                     if isinstance(t.target, (cst.Tuple, cst.List)) else []
-                outputs.update((id(scope_of(ctx)), n.value) for n in names)
+                outputs.update((id(ctx.scope), n.value) for n in names)
         if not traced or not isinstance(node.value, cst.Name):
             return
-        wrapped = traced.get((id(scope_of(ctx)), node.value.value))
+        wrapped = traced.get((id(ctx.scope), node.value.value))
         if wrapped is None:
             return
         for t in node.targets:
@@ -897,7 +897,7 @@ class NeuronTrace(_XlaRule):
 
     def _move_inputs(self, call: cst.Call, name: str, ctx: PythonContext) -> None:
         state = ctx.local_state()
-        scope = id(scope_of(ctx))
+        scope = id(ctx.scope)
         example = (state.get("examples") or {}).get((scope, name))
         containers = {k[1] for k in state.get("tuples", set()) if k[0] == scope}
         nested = {k[1] for k in state.get("nested", set()) if k[0] == scope}
@@ -967,7 +967,7 @@ def _used_elsewhere(path: cst.BaseExpression, ctx: PythonContext) -> bool:
     elif isinstance(path, cst.Name):
         # read again after the trace's own statement, in its scope (assignments do not count)
         statement = ctx.statement()
-        scope_code = _scope_code(scope_of(ctx), ctx)
+        scope_code = _scope_code(ctx.scope, ctx)
         at = scope_code.find(_code(statement)) if statement is not None else -1
         rest = scope_code[at + len(_code(statement)):] if at >= 0 else ""
         found = any(use not in ("assigned", "comment") for use in _uses(rest, path.value))
@@ -1028,7 +1028,7 @@ def _dead_literal(name: cst.Name, ctx: PythonContext) -> tuple[cst.SimpleStateme
     """``name = <literal>`` on a line of its own in the body of the current scope, where the name occurs
     nowhere else in the unit than there and at the call being handled: (that line, the literal, the next
     statement)."""
-    scope = scope_of(ctx)
+    scope = ctx.scope
     class Uses(cst.CSTVisitor):
         count = 0
 
@@ -1095,7 +1095,7 @@ def _record(node: cst.Assign, ctx: PythonContext) -> None:
     if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
         return
     state = ctx.local_state()
-    key = (id(scope_of(ctx)), node.targets[0].target.value)
+    key = (id(ctx.scope), node.targets[0].target.value)
     value = node.value
     for kind in ("tuples", "tensors", "lists", "nested"):
         state.setdefault(kind, set()).discard(key)  # the latest assignment wins
@@ -1219,7 +1219,7 @@ def _compiled_output(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
     """``expr`` is (a part of) what a compiled model of this scope returned: ``traced(x)``, ``traced(x)[0].logits``,
     ``out.detach()`` for ``out = traced(x)``; not once it went through ``.cpu()`` / ``.to(...)`` / ``.tolist()``."""
     state = ctx.local_state()
-    scope = id(scope_of(ctx))
+    scope = id(ctx.scope)
     expr = _output_root(expr)
     if expr is None:
         return False
@@ -1230,7 +1230,7 @@ def _compiled_output(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
 
 def _in_model_fn(ctx: PythonContext) -> bool:
     """The node being handled is in a module-level ``def model_fn`` (the SageMaker handler that loads the model)."""
-    scope = scope_of(ctx)
+    scope = ctx.scope
     return isinstance(scope, cst.FunctionDef) and scope.name.value == "model_fn" and scope in ctx.module.body
 
 
@@ -1284,7 +1284,7 @@ def _number(value: cst.BaseExpression, ctx: PythonContext) -> bool:
 
 def _scalar_names(ctx: PythonContext) -> frozenset[str]:
     """The names the current scope (or the module) assigns only Python numbers to."""
-    scope = scope_of(ctx)
+    scope = ctx.scope
     key = f"NM410.scalars.{id(scope)}"
     cached = ctx.scratch.get(key)
     if cached is not None:
@@ -1559,7 +1559,7 @@ def _trained_here(call: cst.Call, ctx: PythonContext) -> bool:
     if name is None:
         return False
     return re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*(?:parameters|train)\s*\(",
-                     _scope_code(scope_of(ctx), ctx)) is not None
+                     _scope_code(ctx.scope, ctx)) is not None
 
 
 def _no_autograd(call: cst.Call, ctx: PythonContext) -> str:
@@ -1567,7 +1567,7 @@ def _no_autograd(call: cst.Call, ctx: PythonContext) -> str:
     (which recorded no autograd), unless the name it is assigned to stays in its scope and every call of it
     there runs under no_grad / inference_mode: outputs with autograd fail ``.numpy()`` and hold memory."""
     name = _assigned_name(call, ctx)
-    scope = scope_of(ctx)
+    scope = ctx.scope
     if name is not None and _stays_here(scope, name, ctx) and not _called_without_grad_off(scope, name):
         return ""
     return ".requires_grad_(False)"
