@@ -493,8 +493,21 @@ def _drop(before: list[Violation], intro: list[Violation], edits: Sequence[EditI
     # 3. a statement is migrated whole or not at all: the other rules' edits of a statement whose
     # rewrite was dropped go too (a half-migrated statement is worse than the original)
     statements = {edits[i].statement for i in plan.dropped}
-    plan.dropped |= {i for i, e in enumerate(edits) if e.statement in statements}
-    # 4. a marker above each statement whose edits were dropped
+    whole = {i for i, e in enumerate(edits) if e.statement in statements} - plan.dropped
+    plan.dropped |= whole
+    if whole and _score(left := left_after(plan)) > score:
+        # an edit dropped with its statement was what the same rule's edits elsewhere relied on (a dict
+        # spread into the call, removed above it): those go too, rule by rule while that helps
+        for rule in dict.fromkeys(edits[i].rule for i in sorted(whole)):
+            trial = Plan(plan.dropped | set(by_rule[rule]), plan.markers, plan.removals, plan.requests)
+            if _score(fewer := left_after(trial)) < _score(left):
+                plan.dropped, left = trial.dropped, fewer
+    # 4. an import asked for a name that only dropped edits used goes with them
+    for request in list(plan.requests):
+        trial = Plan(plan.dropped, plan.markers, plan.removals, [r for r in plan.requests if r is not request])
+        if _score(left_after(trial)) <= score:
+            plan.requests.remove(request)
+    # 5. a marker above each statement whose edits were dropped
     for rule, why in reasons.items():
         message = dropped_message(rule, why)
         for i in by_rule[rule]:
