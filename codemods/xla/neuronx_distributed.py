@@ -239,6 +239,10 @@ _OTHER_NATIVE.update({
     f"{NXD}.trace.mock_torchdist.mock_distributed":
         'a fake process group: torch.distributed.init_process_group("fake", store=FakeStore(), rank=r, world_size=n) '
         "with FakeStore from torch.testing._internal.distributed.fake_pg (it records no collective)",
+    # it rewrote a Hugging Face state dict's keys for NxD's parallel layers (fused or GQA q/k/v) before sharding:
+    # native layers load the checkpoint as it is, so there is nothing to save or load in its place
+    f"{PL}.checkpointing._invoke_preshard_hook":
+        "nothing (delete it: native layers load the Hugging Face checkpoint's keys as they are)",
     f"{NXD}.ModelBuilder": _TRACE_NATIVE,
     f"{NXD}.shard_checkpoint": _TRACE_NATIVE,
     f"{NXD}.NxDModel": _TRACE_NATIVE,
@@ -278,6 +282,7 @@ _SHORT_NATIVE = {
     "NeuronXLAPrecisionPlugin": 'nothing (fp32), or precision="bf16-mixed" if it had mixed_precision_enabled=True',
     "NeuronXLAStrategy": "a standard Lightning strategy (DDP / FSDP / ModelParallelStrategy)",
     "mark_step": "nothing (delete it: TorchNeuron runs eagerly)",
+    "_invoke_preshard_hook": "nothing (delete it: native layers load the checkpoint's keys as they are)",
     "<mapping>": 'a DTensor redistribution over mesh["tp"] (or the parallelize_module plan)',
     "<trace>": "the model sharded with parallelize_module and compiled with torch.compile",
 }
