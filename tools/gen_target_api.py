@@ -879,6 +879,17 @@ def main(argv=None):
         else:
             # imported: dir() is exhaustive (lazy modules list their lazy names)
             open_names.discard(m)
+    # transformers v5 keeps the legacy `XTokenizerFast` names importable: its lazy module's __getattr__ falls back
+    # to `XTokenizer` (one backend class per model); dir() does not list them, so each is asked for
+    for m, obj in runtime_mods.items():
+        if m.split(".")[0] == "transformers" and type(obj).__name__ == "_LazyModule":
+            for n in sorted(mod_names.get(m, ())):
+                if n.endswith("Tokenizer") and n + "Fast" not in mod_names[m]:
+                    try:
+                        getattr(obj, n + "Fast")
+                    except Exception:  # noqa: BLE001
+                        continue
+                    mod_names[m].add(n + "Fast")
     # static-only modules that build themselves lazily (not imported here): their names are uncertain
     for m, s in scan.items():
         if m not in runtime_mods and s["dynamic"]:
