@@ -86,6 +86,10 @@ def _changed_later(ctx: PythonContext, name: str) -> bool:
     """Whether a statement after the one being handled (in its block, or a later one of the module)
     calls a :data:`MUTATORS` or :data:`RUNS` method on ``name``, or calls ``name`` itself."""
     stack = ctx.stack
+    statement = next((n for n in reversed(stack) if isinstance(n, cst.SimpleStatementLine)), None)
+    if statement is not None and any(isinstance(small, cst.Assign) and any(
+            isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets) for small in statement.body):
+        return False  # `name = trace(name, ...)`: what follows uses the traced (now compiled) model, not the module
     for i in range(len(stack) - 1, 0, -1):
         block = stack[i - 1]
         if isinstance(block, (cst.Module, cst.IndentedBlock)):
@@ -291,6 +295,8 @@ class NeuronTrace(_XlaRule):
         table = super().handlers()
         table[cst.Call] = self._on_call
         table[cst.Assign] = self._on_assign
+        table[cst.Comparison] = self._on_operands
+        table[cst.BinaryOperation] = self._on_operands
         on_reference = table[cst.Attribute]
 
         def on_attribute(node: cst.Attribute, ctx: PythonContext) -> None:
@@ -414,7 +420,7 @@ class NeuronTrace(_XlaRule):
                 rf"^[ \t]*{p.value}[ \t]*=[ \t]*[\w.]+\[[^\]\n]*:[^\]\n]*\][ \t]*(#.*)?$", scope_code, re.M))
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
-        stays = target is not None and _stays_here(ctx.scope, target, ctx)
+        stays = target is not None and _stays_here(ctx.scope, target, ctx, call)
         if stays:
             ctx.finding(call, f"inputs of {target}(...) moved to the neuron device: nothing outside this scope calls it")
         elif target is not None:
@@ -604,6 +610,27 @@ class NeuronTrace(_XlaRule):
                     and id(node) not in state.get("handler_calls", set()):
                 first = node.body.body[0] if isinstance(node.body, cst.IndentedBlock) and node.body.body else node
                 ctx.marker(first, "Move the inputs of model_fn's model to \"neuron\" here and its outputs back with .cpu().")
+
+    def _on_operands(self, node: cst.Comparison | cst.BinaryOperation, ctx: PythonContext) -> None:
+        """``pred == labels`` / ``out - reference`` where ``pred`` is an output of the compiled model (on the neuron
+        device now; the traced model returned CPU tensors) and the other operand is a tensor this script never
+        moved (on the CPU, as the traced model's outputs were): the output comes back with ``.cpu()``, or a marker
+        where the other operand's device is not known (moved by ``.to(...)`` to a device this unit does not name)."""
+        if not ctx.local_state().get("traced"):
+            return
+        operands = [node.left, *(c.comparator for c in node.comparisons)] if isinstance(node, cst.Comparison) \
+            else [node.left, node.right]
+        outputs = [o for o in operands if _compiled_output(o, ctx)]
+        others = [o for o in operands if not any(o is x for x in outputs) and _tensor_like(o)]
+        if not outputs or not others:
+            return
+        if any(_moved(o, ctx) for o in others):
+            ctx.marker(node, "Bring the compiled model's output here back with .cpu() if the other operand is on the CPU.")
+            return
+        for output in outputs:
+            ctx.replace(output, cst.Call(func=cst.Attribute(value=_parenthesized(output), attr=cst.Name("cpu"))))
+        ctx.finding(node, ".cpu() on the compiled model's output here: it is on the neuron device (the traced one "
+                          "returned CPU tensors) and meets a tensor on the CPU")
 
     def _numpy(self, call: cst.Call, ctx: PythonContext) -> None:
         """``<output of the compiled model>.numpy()``: the output is on the neuron device now (the traced model
@@ -1202,17 +1229,70 @@ def _uneval(model: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _output_root(expr: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The call or name a chain of attributes, subscripts and tensor methods starts from (None once the chain
-    went through ``.cpu()`` / ``.to(...)`` / ``.tolist()``: no device tensor any more)."""
+    """The call or name a chain of attributes, subscripts, tensor methods and ``torch.<function>(tensor, ...)``
+    calls starts from (None once the chain went through ``.cpu()`` / ``.to(...)`` / ``.tolist()``: no device
+    tensor any more)."""
     while True:
         if isinstance(expr, (cst.Attribute, cst.Subscript)):
             expr = expr.value
+        elif isinstance(expr, cst.Call) and _torch_function(expr.func) and expr.args and expr.args[0].keyword is None \
+                and not expr.args[0].star:
+            expr = expr.args[0].value  # torch.argmax(out, dim=1): on out's device
         elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
             if expr.func.attr.value in ("cpu", "to", "numpy", "tolist", "item"):
                 return None
             expr = expr.func.value
         else:
             return expr
+
+
+def _torch_function(func: cst.BaseExpression) -> bool:
+    """``torch.argmax`` / ``torch.nn.functional.softmax``: a function of the torch namespace, as written."""
+    while isinstance(func, cst.Attribute):
+        func = func.value
+        if isinstance(func, cst.Name):
+            return func.value == "torch"
+    return False
+
+
+def _tensor_like(expr: cst.BaseExpression) -> bool:
+    """An operand that may be a tensor: not a literal number, string or None."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                         cst.FormattedString)):
+        return False
+    if isinstance(expr, cst.UnaryOperation):
+        return _tensor_like(expr.expression)
+    return not (isinstance(expr, cst.Name) and expr.value in ("None", "True", "False"))
+
+
+def _moved(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """``expr`` went through ``.to(...)`` / ``.cuda()`` / ``.neuron()`` to a device other than "cpu" (a literal, or
+    a name every assignment of this scope and the module gives that literal)."""
+    for node in walk(expr):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in ("to", "cuda", "neuron", "xla"):
+            first = node.args[0].value if node.args else None
+            if not _cpu(first, ctx):
+                return True
+    return False
+
+
+def _cpu(expr: cst.BaseExpression | None, ctx: PythonContext) -> bool:
+    if isinstance(expr, cst.SimpleString):
+        return expr.evaluated_value == "cpu"
+    if not isinstance(expr, cst.Name):
+        return False
+    values = [n.value for scope in {id(ctx.scope): ctx.scope, id(ctx.module): ctx.module}.values()
+              for n in walk(scope) if isinstance(n, cst.Assign)
+              and any(isinstance(t.target, cst.Name) and t.target.value == expr.value for t in n.targets)]
+    return bool(values) and all(isinstance(v, cst.SimpleString) and v.evaluated_value == "cpu" for v in values)
+
+
+def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` as the receiver of a method call (``(a + b).cpu()``)."""
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _compiled_output(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
@@ -1411,17 +1491,19 @@ def _pure_path(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
     return True
 
 
-def _stays_here(scope: cst.CSTNode, name: str, ctx: PythonContext) -> bool:
+def _stays_here(scope: cst.CSTNode, name: str, ctx: PythonContext, trace: cst.Call | None = None) -> bool:
     """Whether the compiled model ``name`` is used only in ``scope`` (a function, or the module outside its
     functions and classes), where its calls get their inputs moved: assigned, called, saved or deleted there,
-    never returned, passed on, stored elsewhere or read by a nested function."""
+    never returned, passed on, stored elsewhere or read by a nested function (the ``trace`` call that builds it,
+    ``name = trace(name, ...)``, passes on the module it replaces, not the model)."""
     if isinstance(scope, cst.Module):
         nested = [stmt for stmt in scope.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
     else:
         nested = [n for n in _nested_defs(scope) if n is not scope]
     if any(_name_re(name).search(_scope_code(n, ctx)) for n in nested):
         return False  # a nested function or class reads it
-    return None not in set(_uses(_scope_code(scope, ctx), name))
+    code = _scope_code(scope, ctx)
+    return None not in set(_uses(code.replace(_code(trace), "", 1) if trace is not None else code, name))
 
 
 def _example_calls_only(scope: cst.CSTNode, name: str, example: cst.BaseExpression) -> bool:
@@ -1568,7 +1650,7 @@ def _no_autograd(call: cst.Call, ctx: PythonContext) -> str:
     there runs under no_grad / inference_mode: outputs with autograd fail ``.numpy()`` and hold memory."""
     name = _assigned_name(call, ctx)
     scope = ctx.scope
-    if name is not None and _stays_here(scope, name, ctx) and not _called_without_grad_off(scope, name):
+    if name is not None and _stays_here(scope, name, ctx, call) and not _called_without_grad_off(scope, name):
         return ""
     return ".requires_grad_(False)"
 
