@@ -41,7 +41,7 @@ def all_rules() -> tuple:
 
 def all_rules_triggers() -> tuple:
     """What the engine's byte pre-filter needs of every rule, without importing any rule module:
-    ``(id, engine, kinds, triggers, project_triggers, project_probes, launch_probes)`` rows (``migrator.engine.RuleRow``), read
+    ``(id, engine, kinds, triggers, project_triggers, project_probes, launch_probes, project_facts_in)`` rows (``migrator.engine.RuleRow``), read
     from ``_triggers.py``. That table is generated from the rule classes (the single source of
     truth) by ``python -m codemods``; ``tests/test_trigger_table.py`` fails when it is out of date."""
     from codemods._triggers import TABLE
@@ -70,7 +70,7 @@ def trigger_table_source() -> str:
         "",
         "TABLE = (",
     ]
-    lines += [f"    {(r.id, r.engine, r.kinds, r.triggers, r.project_triggers, r.project_probes, r.launch_probes)!r},"
+    lines += [f"    {(r.id, r.engine, r.kinds, r.triggers, r.project_triggers, r.project_probes, r.launch_probes, r.project_facts_in)!r},"
               for r in rows]
     lines.append(")")
     return "\n".join(lines) + "\n"

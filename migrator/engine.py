@@ -52,6 +52,8 @@ class RuleRow:
     project_probes: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: ``Rule.launch_probes``
     launch_probes: tuple[str, ...] = ()
+    #: ``Rule.project_facts_in``
+    project_facts_in: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, rule: Rule) -> RuleRow:
@@ -60,7 +62,7 @@ class RuleRow:
         engine = "python" if isinstance(rule, PythonRule) else "text" if isinstance(rule, TextRule) else ""
         probes = tuple((fact, tuple(subs)) for fact, subs in sorted(rule.project_probes.items()))
         return cls(rule.id, engine, tuple(rule.kinds), tuple(rule.triggers), tuple(rule.project_triggers), probes,
-                   tuple(rule.launch_probes))
+                   tuple(rule.launch_probes), tuple(rule.project_facts_in))
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,9 @@ class RuleSet:
             self.triggers[kind] = _encoded(trig)
             self.contextual[kind] = tuple(contextual)
         self.contextual_ids = frozenset(rid for c in self.contextual.values() for rid, _, _ in c)
+        #: (rule id, the project facts that put it in the run) of rules with ``project_facts_in``
+        self.fact_contextual = tuple((r.id, frozenset(FACT_PREFIX + f for f in r.project_facts_in))
+                                     for r in chosen if r.project_facts_in and r.id in self.contextual_ids)
         #: the project facts the chosen rules ask about: fact -> substrings (``Rule.project_probes``)
         probes: dict[str, set[str]] = {}
         for r in chosen:
@@ -602,6 +607,8 @@ def run(
         else:
             results[i] = FileResult(cand.display, cand.kind, "unchanged")
             done += 1
+    for found in by_project.values():  # a project fact puts a rule in the run as its own triggers would
+        found.update(rid for rid, facts in rules.fact_contextual if not found.isdisjoint(facts))
     projects = {root: frozenset(found) for root, found in by_project.items()}
     empty: frozenset[str] = frozenset()
     # the facts each launcher states hold for the files they launch only

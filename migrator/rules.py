@@ -57,6 +57,10 @@ class Rule:
     #: each fact it yields holds for the script it names only (``ctx.fact_values`` in that file's
     #: units), not for the whole run: ``XLA_USE_BF16=1 torchrun train.py`` says nothing of eval.py.
     launch_probes: ClassVar[tuple[str, ...]] = ()
+    #: project facts (of ``project_probes``) that put the rule in the run as its own ``triggers`` in a file
+    #: would: the units matching its ``project_triggers`` are shown to it -- e.g. NM523 raises a
+    #: `pip install transformers==4.6.0` line of a run whose code uses the old stack.
+    project_facts_in: ClassVar[tuple[str, ...]] = ()
     #: qualified names (``optimum.neuron.NeuronTrainer``) whose calls and arguments this rule
     #: alone rewrites. The rename table still renames the name itself (import and uses)
     #: unless ``renames_owned`` is True (then the rule renames it too).

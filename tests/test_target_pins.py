@@ -73,3 +73,24 @@ def test_project_roots():
     assert project_roots(cands) == [root / "a", root / "a", root / "b"]  # a folder of projects
     cands.append(Candidate(root / "run.sh", "run.sh", "shell"))  # a file at the root: one project
     assert set(project_roots(cands)) == {root}
+
+
+def test_an_install_line_is_raised_when_only_the_code_of_the_run_names_the_old_stack(tmp_path: Path):
+    """NM523 is in the run through its project fact (``project_facts_in``): no file installs a Neuron package,
+    the launcher's `pip install transformers==4.6.0` is raised because the script it sits beside uses torch-xla;
+    an Inf1 notebook's own code (``import torch_neuron``) does the same for its install cell."""
+    (tmp_path / "run.sh").write_text('#!/bin/bash\npip install "transformers==4.6.0"\npython train.py\n')
+    (tmp_path / "train.py").write_text("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n")
+    (tmp_path / "inf1.ipynb").write_text(json.dumps({**NOTEBOOK, "cells": [
+        {**CELL, "source": ['!pip install --upgrade "transformers==4.6.0"\n']},
+        {**CELL, "source": ["import torch\n", "import torch_neuron\n", "traced = torch.neuron.trace(model, example)\n"]}]}))
+    cands = [Candidate(tmp_path / "run.sh", "run.sh", "shell"), Candidate(tmp_path / "train.py", "train.py", "python")]
+    results = {r.path: r for r in run(cands, RuleSelection(), jobs=1)}
+    assert results["run.sh"].new_bytes.decode().splitlines()[1] == 'pip install "transformers>=5.23"'
+    assert {f.rule for f in results["run.sh"].findings} == {"NM523"}
+    results = {r.path: r for r in run([Candidate(tmp_path / "inf1.ipynb", "inf1.ipynb", "notebook")], RuleSelection(), jobs=1)}
+    assert json.loads(results["inf1.ipynb"].new_bytes)["cells"][0]["source"] == ['!pip install --upgrade "transformers>=5.23"\n']
+    # the same launcher beside plain Transformers code keeps its pin
+    (tmp_path / "train.py").write_text(PLAIN)
+    results = {r.path: r for r in run(cands, RuleSelection(), jobs=1)}
+    assert results["run.sh"].status == "unchanged"

@@ -90,7 +90,9 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
     "left:neuronx-distributed-inference": ("neuronx_distributed_inference.", "neuronx_distributed_inference import",
                                            "import neuronx_distributed_inference"),
     "uses:" + OLD_STACK_CODE: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
-                               "neuronx_distributed", "libneuronxla"),
+                               "neuronx_distributed", "libneuronxla",
+                               # torch-neuron (Inf1): its code is ported to TorchNeuron too (NM900's markers)
+                               "torch_neuron", "torch.neuron.trace"),
 }
 _USES: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_uses", default=frozenset())
 _LEFT: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_left", default=frozenset())

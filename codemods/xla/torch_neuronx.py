@@ -112,6 +112,23 @@ def _changed_later(ctx: PythonContext, name: str) -> bool:
     return False
 
 
+def _built_from(ctx: PythonContext, name: str) -> list[str]:
+    """The objects the module ``name`` was built from in this scope: ``ref`` for ``name = Wrapper(ref.encoder)``
+    or ``Wrapper(ref)`` (moving ``name`` to the device in place moves what it shares with ``ref`` too)."""
+    out: list[str] = []
+    for node in walk(ctx.scope):
+        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and any(
+                isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)):
+            continue
+        for arg in node.value.args:
+            value = arg.value
+            while isinstance(value, (cst.Attribute, cst.Subscript)):
+                value = value.value
+            if isinstance(value, cst.Name) and value.value not in (name, "self") and ctx.qualname(value) is None:
+                out.append(value.value)
+    return list(dict.fromkeys(out))
+
+
 FUNCTION_DEFS = (cst.FunctionDef,)
 
 
@@ -351,7 +368,8 @@ class NeuronTrace(_XlaRule):
         # model (which shares the module) is built from a copy of it
         root = _uneval(bound["func"].value)
         copy = None
-        if isinstance(root, cst.Name) and _changed_later(ctx, root.value):
+        if isinstance(root, cst.Name) and (_changed_later(ctx, root.value)
+                                           or any(_changed_later(ctx, n) for n in _built_from(ctx, root.value))):
             try:
                 copy = _code(ctx.name_for("copy.deepcopy", style="module"))
             except NameClash:
