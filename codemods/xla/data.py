@@ -69,6 +69,9 @@ def _scope_of(ctx: PythonContext, index: int) -> cst.CSTNode:
     return ctx.stack[0]
 
 
+#: code that runs on CUDA besides an autocast: `.cuda()`, `torch.cuda.*` calls, a "cuda" device
+_CUDA_CODE = re.compile(r"\.cuda\(|torch\.cuda\.(?!amp\b)|device\s*=\s*[\"']cuda|torch\.device\(\s*[\"']cuda")
+
 class _Uses(cst.CSTVisitor):
     """Uses of one name inside one scope: loops over it, ``len(name)``, anything else."""
 
@@ -798,6 +801,13 @@ class XlaPrecisionAndMetrics(_XlaRule):
         if bound is None or "device_type" not in bound:
             return
         value = bound["device_type"].value
+        if isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda" \
+                and not _CUDA_CODE.search(ctx.source):
+            # torch_xla code with a CUDA autocast and no other CUDA code: on the neuron device it is off (torch warns
+            # "CUDA is not available ... Disabling autocast"); whether the old run cast is not known here
+            ctx.marker(call, 'Use device_type="neuron" if this autocast is for the neuron device: a CUDA one does nothing '
+                             "there.")
+            return
         if not (isinstance(value, cst.SimpleString) and value.evaluated_value == "xla"):
             return
         ctx.replace(value, cst.SimpleString(f"{value.prefix}{value.quote}neuron{value.quote}"))
