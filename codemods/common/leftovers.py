@@ -53,11 +53,19 @@ def old_stack(qualified: str) -> bool:
     return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
+#: a unit of the Inf1 stack (its TorchScript loads read torch-neuron artifacts)
+_INF1_UNIT = re.compile(r"\bimport torch_neuron\b(?!x)|torch\.neuron\.trace\b")
 #: what torch-neuron (Inf1) put on torch.neuron; the native torch.neuron (is_available, device_count...) stays
 INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model",
                       "torch_neuron.trace", "torch_neuron.DataParallel", "torch_neuron.analyze_model"})
+INF1_TRACES = frozenset({"torch.neuron.trace", "torch_neuron.trace"})
 INF1_MARKER = "Replace `{name}`, torch-neuron's Inf1 API: compile with torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
 INF1_SHORT = "Replace `{name}` (Inf1): use torch.compile(model.to(\"neuron\"), backend=\"neuron\")."
+#: `import torch_neuron` registered the Inf1 API on torch.neuron: it stays while those calls do
+INF1_IMPORT_MARKER = "Remove this import once the torch-neuron (Inf1) calls below are ported."
+#: a torch.neuron.trace result saved, and a TorchScript load in a unit of the Inf1 stack
+INF1_SAVE_MARKER = "Save the weights instead (save_pretrained or a state_dict): torch-neuron artifacts do not load on TorchNeuron."
+INF1_LOAD_MARKER = "Load the model's weights and torch.compile it instead: this reads a torch-neuron (Inf1) artifact."
 
 
 XLA_STRING_MARKER = 'Use "neuron" here if this "xla" names a device: TorchNeuron has no xla device.'
@@ -171,7 +179,17 @@ class OldStackLeftovers(PythonRule):
                (INF1_MARKER, """torch-neuron compiled models for Inferentia 1 (Inf1) and registered trace, DataParallel
         and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
         device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
-        model for the neuron device with torch.compile instead."""),) + tuple(zip((text for _, text in ADVICE), (
+        model for the neuron device with torch.compile instead."""),
+               (INF1_IMPORT_MARKER, """`import torch_neuron` is what registered trace, DataParallel and analyze_model on
+        torch.neuron: while the calls marked below are not ported, removing it turns each into an AttributeError
+        before a person reaches it. Once they compile with torch.compile on the neuron device, the import goes."""),
+               (INF1_SAVE_MARKER, """A torch.neuron.trace result is a TorchScript module holding Inf1 NEFFs; TorchNeuron
+        neither runs nor loads it. Save what the model is built from instead (save_pretrained for a Transformers
+        model, torch.save(model.state_dict(), path) otherwise) and compile again after loading."""),
+               (INF1_LOAD_MARKER, """In a unit of the Inf1 stack a torch.jit.load reads what torch.neuron.trace saved
+        (a TorchScript module with Inf1 NEFFs inside), which TorchNeuron cannot run: rebuild the model, load its
+        weights (from_pretrained, or load_state_dict of what the migrated save writes) and torch.compile it with
+        backend="neuron")."""),) + tuple(zip((text for _, text in ADVICE), (
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
@@ -239,7 +257,25 @@ class OldStackLeftovers(PythonRule):
 
     def handlers(self):
         return {cst.ImportAlias: self._on_alias, cst.ImportStar: self._on_star, cst.Attribute: self._on_attribute,
-                cst.SimpleString: self._on_string}
+                cst.SimpleString: self._on_string, cst.Assign: self._on_assign, cst.Call: self._on_call}
+
+    # ---- the Inf1 artifact flow: a torch.neuron.trace result saved, a TorchScript file loaded again
+    def _on_assign(self, node: cst.Assign, ctx: PythonContext) -> None:
+        """``m = torch.neuron.trace(...)``: ``m`` holds a torch-neuron artifact in this scope."""
+        value = node.value
+        if isinstance(value, cst.Call) and ctx.qualname(value.func) in INF1_TRACES:
+            for t in node.targets:
+                if isinstance(t.target, cst.Name):
+                    ctx.local_state().setdefault("inf1_traced", set()).add((ctx.scope_id, t.target.value))
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        func = node.func
+        traced = ctx.local_state().get("inf1_traced", set())
+        if isinstance(func, cst.Attribute) and func.attr.value == "save" and isinstance(func.value, cst.Name) \
+                and {(ctx.scope_id, func.value.value), (0, func.value.value)} & traced:
+            ctx.marker(node, INF1_SAVE_MARKER)
+        elif ctx.qualname(func) == "torch.jit.load" and _INF1_UNIT.search(ctx.source) and "torch_neuronx" not in ctx.source:
+            ctx.marker(node, INF1_LOAD_MARKER)  # (torch_neuronx's artifacts are NM410's)
 
     def _on_string(self, node: cst.SimpleString, ctx: PythonContext) -> None:
         """An ``"xla"`` device string (``"xla:1"``) held under a device's name (``device = "xla" if ... else
@@ -334,6 +370,11 @@ class OldStackLeftovers(PythonRule):
         # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
         grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}
         for node, qual, local, in_try, stmt in ctx.local_state().get("aliases", ()):
+            if qual == "torch_neuron" and ctx.local_state().get("inf1_used") and not ctx.references(local):
+                # the import registered the Inf1 API the marked calls below still use: removing it now would
+                # turn each of them into an AttributeError before it is ported
+                ctx.marker(node, INF1_IMPORT_MARKER)
+                continue
             if in_try:
                 # the engine keeps a try's imports (they decide whether its body runs): on TorchNeuron this
                 # one fails, and the rest of the try body is skipped without a word. One text whether uses are
@@ -384,6 +425,7 @@ class OldStackLeftovers(PythonRule):
             # `import torch_neuron` registered these on torch.neuron (Inferentia 1); on TorchNeuron torch.neuron is
             # the native device module, which has none of them
             ctx.marker(node, fitted(INF1_MARKER.format(name=qual), INF1_SHORT.format(name=qual)))
+            ctx.local_state()["inf1_used"] = True
             return
         if qual is None or not old_stack(qual) or qual.startswith(WHOLE + MOVED):
             return  # (a package replaced as a whole, or moved: the marker on its import covers its uses)
