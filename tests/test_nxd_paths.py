@@ -67,6 +67,7 @@ VERIFIED = (
     ("neuronx_distributed.parallel_layers.ColumnParallelLinear", "re-export", "neuronx_distributed/parallel_layers/__init__.py"),
     ("neuronx_distributed.parallel_layers.ParallelEmbedding", "re-export", "neuronx_distributed/parallel_layers/__init__.py"),
     ("neuronx_distributed.parallel_layers.RowParallelLinear", "re-export", "neuronx_distributed/parallel_layers/__init__.py"),
+    ("neuronx_distributed.parallel_layers.checkpointing._invoke_preshard_hook", "defined", "neuronx_distributed/parallel_layers/checkpointing.py"),
     ("neuronx_distributed.parallel_layers.checkpointing.load", "defined", "neuronx_distributed/parallel_layers/checkpointing.py"),
     ("neuronx_distributed.parallel_layers.checkpointing.save", "defined", "neuronx_distributed/parallel_layers/checkpointing.py"),
     ("neuronx_distributed.parallel_layers.clip_grad_norm", "re-export", "neuronx_distributed/parallel_layers/__init__.py"),

@@ -33,7 +33,9 @@ targets, and writes the difference:
 * ``target``: the target-side facts the rules rely on (versions, the tracked fields' defaults,
   the tracked methods' parameters): ``tests/test_upgrade_api.py`` re-probes the installed
   targets and compares, so a target bump that changes them fails the test. The OLD side cannot
-  be regenerated offline (it needs the registry): the test checks only the target side.
+  be regenerated offline (it needs the registry): the test checks only the target side. After the
+  target API data is regenerated, ``--prune-present`` (offline) drops the removed names the target
+  now has, the rule a full run applies (transformers v5's legacy ``*TokenizerFast`` names).
 
 Running it (needs the package registry; about 10 minutes)::
 
@@ -592,6 +594,9 @@ def main(argv=None) -> int:
     ap.add_argument("--probe", action="store_true", help="print the facts of the running interpreter's versions")
     ap.add_argument("--make-venvs", action="store_true", help=f"create the era venvs under {VENV_ROOT}")
     ap.add_argument("--check-target", action="store_true", help="check the committed data's target side (offline)")
+    ap.add_argument("--prune-present", action="store_true",
+                    help="drop the removed names that the target API data (tools/gen_target_api.py) now has "
+                         "(offline; run after regenerating that data)")
     a = ap.parse_args(argv)
     if a.probe:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
@@ -599,6 +604,21 @@ def main(argv=None) -> int:
         return 0
     if a.make_venvs:
         make_venvs()
+        return 0
+    if a.prune_present:
+        with gzip.open(OUT, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+        target_api = _target_names()
+        pruned = 0
+        for m in list(data["removed_names"]):
+            for n in [n for n in data["removed_names"][m] if target_api.name_exists(m, n) is True]:
+                del data["removed_names"][m][n]  # the rule diff() applies: a name the target has is not removed
+                pruned += 1
+            if not data["removed_names"][m]:
+                del data["removed_names"][m]
+        with gzip.GzipFile(OUT, "wb", mtime=0) as f:
+            f.write(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+        print(f"pruned {pruned} removed names the target has; wrote {OUT}", file=sys.stderr)
         return 0
     if a.check_target:
         with gzip.open(OUT, "rt", encoding="utf-8") as f:
