@@ -53,6 +53,10 @@ def old_stack(qualified: str) -> bool:
     return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
+#: other libraries' torch-xla integrations (they set up torch_xla's process group and device): prefix -> marker
+XLA_INTEGRATIONS = {
+    "ray.train.torch.xla": "Replace `{name}`, Ray's torch-xla setup: use ray.train.torch.TorchConfig with the neuron backend.",
+}
 #: a unit of the Inf1 stack (its TorchScript loads read torch-neuron artifacts)
 _INF1_UNIT = re.compile(r"\bimport torch_neuron\b(?!x)|torch\.neuron\.trace\b")
 #: what torch-neuron (Inf1) put on torch.neuron; the native torch.neuron (is_available, device_count...) stays
@@ -138,7 +142,7 @@ class OldStackLeftovers(PythonRule):
     fix = "manual"
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "neuronperf", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
-                "torch.neuron.analyze_model", "optimum.exporters.neuron")
+                "torch.neuron.analyze_model", "optimum.exporters.neuron", "train.torch.xla")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -180,6 +184,11 @@ class OldStackLeftovers(PythonRule):
         and analyze_model on torch.neuron when `import torch_neuron` ran; on TorchNeuron torch.neuron is the native
         device module, which has none of them (AttributeError), and Inf1 devices are not supported: compile the
         model for the neuron device with torch.compile instead."""),
+               *((m, """Ray Train's torch-xla backend (TorchXLAConfig and its backend classes) initialises torch_xla's
+        runtime and an "xla" process group on each worker; TorchNeuron has neither. Ray's plain TorchConfig sets up
+        torch.distributed on each worker: give it the backend TorchNeuron documents for init_process_group
+        ("neuron") and move the model to the "neuron" device in the training function.""")
+                 for m in XLA_INTEGRATIONS.values()),
                (INF1_IMPORT_MARKER, """`import torch_neuron` is what registered trace, DataParallel and analyze_model on
         torch.neuron: while the calls marked below are not ported, removing it turns each into an AttributeError
         before a person reaches it. Once they compile with torch.compile on the neuron device, the import goes."""),
@@ -327,6 +336,10 @@ class OldStackLeftovers(PythonRule):
             qual = f"{_dotted(stmt.module)}.{_dotted(node.name)}"
         else:
             qual = _dotted(node.name)
+        integration = next((m for p, m in XLA_INTEGRATIONS.items() if qual == p or qual.startswith(p + ".")), None)
+        if integration is not None:
+            ctx.marker(node, integration.format(name=_dotted(node.name)))
+            return
         if not old_stack(qual) and not any(p.startswith(qual + ".") for p in OLD_STACK):
             return
         local = (
