@@ -174,15 +174,10 @@ def test_reference_without_removal_is_left_alone():
 UNTOUCHED = [
     "#!/bin/bash\nset -e\ntorchrun --nproc_per_node=2 train.py\n",
     "# export XLA_USE_BF16=1\n# optimum-cli export neuron --model x out/\n",
-    "cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nneuron_parallel_compile torchrun t.py\nEOF\n",
-    "cat > env.sh << 'EOF'\nexport XLA_USE_BF16=1\nEOF\n",
-    "cat <<-END\n\texport XLA_USE_BF16=1\n\tEND\n",
     "cat > env.py <<PY\nimport os\nos.environ['XLA_USE_BF16'] = '1'\nPY\n",  # a heredoc that is not run by Python
-    "X=$(cat <<EOF\nexport XLA_USE_BF16=1\nEOF\n)\n",
     "echo 'export XLA_USE_BF16=1'\n",
     'echo "XLA_USE_BF16=1 neuron_parallel_compile"\n',
     "echo bash -c 'export XLA_USE_BF16=1; python t.py'\n",
-    "cat > job.sh <<EOF\n#SBATCH --export=ALL,XLA_USE_BF16=1\nEOF\n",
     "echo '\n#SBATCH --export=ALL,XLA_USE_BF16=1\n'\n",
     "echo 'unbalanced\nexport XLA_USE_BF16=1\n",  # does not lex: left alone
     "if true; then\nexport XLA_USE_BF16=1\n",  # does not parse: left alone
@@ -190,6 +185,26 @@ UNTOUCHED = [
     "export XLA_USE_BF16=1 # neuron-migrate: ignore[NM512]\n",
     "export XLA_USE_BF16=1 # neuron-migrate: ignore[NM5]\n",
 ]
+
+
+#: heredocs that write old-stack settings into a file: their text is not edited, one marker above the command says so
+HEREDOCS_WRITTEN = [
+    "cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nneuron_parallel_compile torchrun t.py\nEOF\n",
+    "cat > env.sh << 'EOF'\nexport XLA_USE_BF16=1\nEOF\n",
+    "cat <<-END\n\texport XLA_USE_BF16=1\n\tEND\n",
+    "X=$(cat <<EOF\nexport XLA_USE_BF16=1\nEOF\n)\n",
+    "cat > job.sh <<EOF\n#SBATCH --export=ALL,XLA_USE_BF16=1\nEOF\n",
+]
+HEREDOC_MARKER = ("# TODO(neuron-migrate NM990): Migrate what this heredoc writes by hand: it holds old-stack code or "
+                  "settings, and heredoc text is not rewritten.\n")
+
+
+@pytest.mark.parametrize("src", HEREDOCS_WRITTEN, ids=range(len(HEREDOCS_WRITTEN)))
+def test_written_heredoc_is_kept_and_marked(src: str):
+    result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), src.encode())
+    assert result.new_text == HEREDOC_MARKER + src
+    assert not [f for f in result.findings if f.fix == "applied"]
+    assert [f.rule for f in result.findings] == ["NM990"]
 
 
 @pytest.mark.parametrize("src", UNTOUCHED, ids=range(len(UNTOUCHED)))
@@ -258,7 +273,7 @@ def test_sbatch_export_line_and_async_load_export_compose():
 
 def test_heredoc_body_kept_command_after_it_edited():
     src = "cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nEOF\nexport XLA_USE_BF16=1\npython t.py\n"
-    assert check(src) == "cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nEOF\npython t.py\n"
+    assert check(src) == HEREDOC_MARKER + "cat > env.sh <<EOF\nexport XLA_USE_BF16=1\nEOF\npython t.py\n"
 
 
 def test_heredoc_on_the_edited_command_line():

@@ -21,6 +21,12 @@ from migrator.model import MARKER_PREFIX, Finding, is_old_stack, marker_text
 
 EXPANDED_MESSAGE = "Migrate this heredoc's Python by hand, or quote its delimiter (<<'EOF'): the shell expands $ and ` in it."
 
+HEREDOC_MESSAGE = "Migrate what this heredoc writes by hand: it holds old-stack code or settings, and heredoc text is not rewritten."
+#: old-stack code or settings in a heredoc body that is no Python program the script runs (`cat > run.sh <<EOF`)
+_OLD_STACK_TEXT = re.compile(r"\bXLA_[A-Z0-9_]+=|\bneuron_parallel_compile\b|\bNEURON_PARALLEL_COMPILE\b|\btorch_xla\b|"
+                             r"\boptimum[-.]neuron\b|\boptimum-cli\b|\btorch-xla\b|\bNEURON_CC_FLAGS\b|\bneuronx_distributed\b")
+_ANY_HEREDOC_RE = re.compile(r"<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
 INLINE_MESSAGE = "Migrate the Python of this python -c command by hand: code inside shell strings is not rewritten."
 _INLINE_RE = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s+-[A-Za-z]+)*\s+-c\s*['\"]")
 
@@ -70,6 +76,8 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
         new_text = _mark_inline(new_text, findings, skipped_rule)
     if "import" in text:
         new_text = _mark_old_imports(new_text, findings, skipped_rule)
+    if "<<" in text:
+        new_text = _mark_other_heredocs(new_text, findings, skipped_rule)
     if "python" not in text or "<<" not in text:
         return new_text, findings
     old_lines, new_lines = split_lines(text), split_lines(new_text)
@@ -105,6 +113,33 @@ def transform_shell(text: str, run_python: RunUnit, run_shell: RunUnit,
                 findings.append(f)
     findings.sort(key=lambda f: (f.line, f.column, f.rule))
     return "".join(new_lines), findings
+
+
+def _mark_other_heredocs(text: str, findings: list[Finding], rule: str) -> str:
+    """A marker above each command whose heredoc is no Python program the script runs (a script or config it
+    writes, `cat > run.sh <<EOF`) and holds old-stack code or settings: the rules do not edit heredoc text."""
+    lines = split_lines(text)
+    python = {h.start - 1 for h in _python_heredocs(lines)}
+    out: list[str] = []
+    added, i = 0, 0
+    while i < len(lines):
+        line = lines[i]
+        m = _ANY_HEREDOC_RE.search(line) if i not in python and not line.lstrip().startswith("#") else None
+        if m is None:
+            out.append(line)
+            i += 1
+            continue
+        strip_tabs, tag = m.group(1) == "-", m.group(3)
+        j = i + 1
+        while j < len(lines) and (lines[j].rstrip("\r\n").lstrip("\t") if strip_tabs else lines[j].rstrip("\r\n")) != tag:
+            j += 1
+        if _OLD_STACK_TEXT.search("".join(lines[i + 1: j])) and not (out and MARKER_PREFIX in out[-1]):
+            out.append(_marker_line(line, rule, HEREDOC_MESSAGE))
+            findings.append(Finding(line=i + 1, column=1, rule=rule, message=HEREDOC_MESSAGE, fix="manual"))
+            added += 1
+        out.extend(lines[i: j + 1])
+        i = j + 1
+    return "".join(out) if added else text
 
 
 def _marker_line(line: str, rule: str, message: str) -> str:
