@@ -84,7 +84,7 @@ def cc_flags_plan(raw: str, keep_for_cache: bool = True) -> tuple[str, str | Non
     meaningful = [w for w in kept if not _self_ref(w)]
     if dropped and not meaningful and not (keep_for_cache and cache_dir_message(dropped)):
         return ("remove", None, None)  # (a dropped cache folder keeps the line, emptied, for its marker)
-    message = cc_check_message(meaningful) if meaningful else None
+    message = cc_check_message(meaningful)
     if not dropped:
         return ("mark", None, message)
     new_content = " ".join(kept)
@@ -108,9 +108,19 @@ def _dropped_cache_message(value: str) -> str | None:
     return cache_dir_message(split[1]) if split else None
 
 
-def cc_check_message(flags: list[str]) -> str:
-    # the same text before and after the XLA-era flags are removed, so that a second run agrees
-    return fitted(CC_CHECK_MARKER.format(flags=" ".join(flags)), CC_CHECK_PLAIN)
+def cc_check_message(flags: list[str]) -> str | None:
+    """The marker naming the kept flags whose effect on TorchNeuron is not established (:data:`CC_CHECK_FLAGS`),
+    None when none is left (the others are compiler options: nothing to check). The same text before and after
+    the XLA-era flags are removed, so that a second run agrees."""
+    checks: list[str] = []
+    for i, flag in enumerate(flags):
+        if _flag_name(flag) in CC_CHECK_FLAGS:
+            value = flags[i + 1] if "=" not in flag and i + 1 < len(flags) and not flags[i + 1].startswith("-") else ""
+            checks.append(f"{flag} {value}".strip())  # `--model-type transformer`: the value is its next word
+    if not checks:
+        return None
+    names = ", ".join(dict.fromkeys(_flag_name(f) for f in checks))
+    return fitted(CC_CHECK_MARKER.format(flags=" ".join(checks)), CC_CHECK_MARKER.format(flags=names), CC_CHECK_PLAIN)
 
 
 CC_CHECK_MARKER = "Keep the XLA-era NEURON_CC_FLAGS {flags} only if TorchNeuron's compiler still needs them."
@@ -170,11 +180,11 @@ class NeuronCcFlags(ShellRule):
     """
     before = """
         export NEURON_CC_FLAGS="--distribution-strategy=llm-training --retry_failed_compilation"
-        export NEURON_CC_FLAGS="--distribution-strategy llm-training -O1"
+        export NEURON_CC_FLAGS="--distribution-strategy llm-training --model-type transformer -O1"
     """
     after = """
-        # TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS -O1 only if TorchNeuron's compiler still needs them.
-        export NEURON_CC_FLAGS="-O1"
+        # TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS --model-type transformer only if TorchNeuron's compiler still needs them.
+        export NEURON_CC_FLAGS="--model-type transformer -O1"
     """
     kinds = ("shell", "dockerfile")
     caveats = """

@@ -453,14 +453,14 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
         import os
 
         os.environ["NEURON_FUSE_SOFTMAX"] = "1"
-        flags = " --distribution-strategy=llm-training -O1 "
+        flags = " --distribution-strategy=llm-training --auto-cast=none -O1 "
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     after = """
         import os
 
-        flags = " -O1 "
-        # TODO(neuron-migrate NM416): Keep the XLA-era NEURON_CC_FLAGS -O1 only if TorchNeuron's compiler still needs them.
+        flags = " --auto-cast=none -O1 "
+        # TODO(neuron-migrate NM416): Keep the XLA-era NEURON_CC_FLAGS --auto-cast=none only if TorchNeuron's compiler still needs them.
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     caveats = """
@@ -642,8 +642,8 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                                          "NEURON_CC_FLAGS is built at run time: remove the XLA-era flags where the "
                                          "code adds them."))
             return
-        if check_seen:
-            ctx.marker(small, cc_check_message(kept_all))
+        if check_seen and (message := cc_check_message(kept_all)) is not None:
+            ctx.marker(small, message)
 
 
 def _drop(entry, mapping: cst.CSTNode, ctx: PythonContext) -> bool:
