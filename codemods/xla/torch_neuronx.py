@@ -112,6 +112,39 @@ def _changed_later(ctx: PythonContext, name: str) -> bool:
     return False
 
 
+#: the callables that tokenize: `tokenizer(...)`, `tok.encode_plus(...)`, `processor(text=...)`
+_TOKENIZERS = re.compile(r"(?:^|_)(?:tokenizer|tok)$|^(?:encode_plus|batch_encode_plus)$")
+
+
+_GROWS_INPUTS = re.compile(r"\.generate\(|\btorch\.(?:cat|concat|stack)\(")
+
+
+def _pads_every_tokenization(ctx: PythonContext) -> bool:
+    """The unit tokenizes, every tokenizer call pads to a fixed length (``padding="max_length"``,
+    ``pad_to_max_length=True``) and nothing grows inputs (generate, torch.cat): the inputs it builds all have the
+    shape the trace was given."""
+    key = "NM410.pads"
+    if key not in ctx.scratch:
+        calls = [n for n in walk(ctx.module) if isinstance(n, cst.Call) and _TOKENIZERS.search(
+            n.func.value if isinstance(n.func, cst.Name) else n.func.attr.value if isinstance(n.func, cst.Attribute)
+            else "")]
+
+        def pads(call: cst.Call) -> bool:
+            for a in call.args:
+                if a.keyword is None:
+                    continue
+                v = a.value
+                if a.keyword.value == "padding" and isinstance(v, cst.SimpleString) and v.evaluated_value == "max_length":
+                    return True
+                if a.keyword.value == "pad_to_max_length" and isinstance(v, cst.Name) and v.value == "True":
+                    return True
+            return False
+
+        # (a generation loop feeds the model inputs it grows itself: their shapes are not the tokenizer's)
+        ctx.scratch[key] = bool(calls) and all(pads(c) for c in calls) and not _GROWS_INPUTS.search(ctx.code)
+    return ctx.scratch[key]
+
+
 def _built_from(ctx: PythonContext, name: str) -> list[str]:
     """The objects the module ``name`` was built from in this scope: ``ref`` for ``name = Wrapper(ref.encoder)``
     or ``Wrapper(ref)`` (moving ``name`` to the device in place moves what it shares with ``ref`` too)."""
@@ -459,6 +492,8 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, "Keep the input shapes of the real calls fixed: each new shape compiles again.",
                        detail="torch.compile compiles once per input shape; the example given to the trace here is a "
                               "slice of a batch, so pad the real inputs to the batch shape you run, not to the example.")
+        elif _pads_every_tokenization(ctx):
+            pass  # every tokenizer call of the unit pads to max_length: the inputs have the traced shape already
         else:
             message = f"Pad the inputs to {shapes} to avoid a compile per input shape."
             ctx.marker(call, message if len(message) <= 120 else "Pad the inputs to the traced shapes to avoid a "
@@ -1194,8 +1229,8 @@ def _uses(code: str, name: str):
             yield "deleted"
         elif re.search(r"\b(?:async_load|lazy_load)\s*\(\s*$", before):
             yield "loaded"  # torch_neuronx.async_load(name): removed with the trace (DROPPED)
-        elif re.search(r"#[^\"'\n]*$", before):
-            yield "comment"
+        elif re.search(r"#[^\"'\n]*$", code[code.rfind("\n", 0, m.start()) + 1:m.start()]):
+            yield "comment"  # (the whole line before it: a long comment starts more than 40 characters back)
         else:
             yield None
 
@@ -1518,8 +1553,8 @@ def _stays_here(scope: cst.CSTNode, name: str, ctx: PythonContext, trace: cst.Ca
         nested = [stmt for stmt in scope.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
     else:
         nested = [n for n in _nested_defs(scope) if n is not scope]
-    if any(_name_re(name).search(_scope_code(n, ctx)) for n in nested):
-        return False  # a nested function or class reads it
+    if any(use != "comment" for n in nested for use in _uses(_scope_code(n, ctx), name)):
+        return False  # a nested function or class reads it (a comment naming it does not)
     code = _scope_code(scope, ctx)
     return None not in set(_uses(code.replace(_code(trace), "", 1) if trace is not None else code, name))
 
