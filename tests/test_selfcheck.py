@@ -449,6 +449,23 @@ def test_an_import_in_a_sibling_branch_does_not_bind_the_name():
     assert [v.line for v in found if v.name == "StableDiffusionPipeline"] == [7]
 
 
+def test_an_availability_guard_binds_the_name_for_the_functions_that_read_it():
+    # `if HAS_X: import X` at module level, X read in a function: the optional-import idiom (the caller checks
+    # the guard); a read at module level outside the guard, or in the guard's else, is still judged
+    found = check_source(_src("""
+        from helpers import HAS_TRANSFORMERS
+
+        if HAS_TRANSFORMERS:
+            from transformers import AutoModel
+
+        def load(path):
+            return AutoModel.from_pretrained(path)
+
+        model = AutoModel.from_pretrained("m")
+    """))
+    assert [(v.kind, v.name, v.line) for v in found] == [(UNDEFINED, "AutoModel", 9)]
+
+
 def test_imports_that_run_before_the_read_bind_it():
     assert check_source(_src("""
         import sys

@@ -25,7 +25,7 @@ HEREDOC_MESSAGE = "Migrate what this heredoc writes by hand: it holds old-stack 
 #: old-stack code or settings in a heredoc body that is no Python program the script runs (`cat > run.sh <<EOF`)
 _OLD_STACK_TEXT = re.compile(r"\bXLA_[A-Z0-9_]+=|\bneuron_parallel_compile\b|\bNEURON_PARALLEL_COMPILE\b|\btorch_xla\b|"
                              r"\boptimum[-.]neuron\b|\boptimum-cli\b|\btorch-xla\b|\bNEURON_CC_FLAGS\b|\bneuronx_distributed\b")
-_ANY_HEREDOC_RE = re.compile(r"<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_ANY_HEREDOC_RE = re.compile(r"(?<![<$(])<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")  # (not <<< or $((a<<b)))
 
 INLINE_MESSAGE = "Migrate the Python of this python -c command by hand: code inside shell strings is not rewritten."
 _INLINE_RE = re.compile(r"(?:^|[\s;&|(])(?:\S*/)?python(?:3(?:\.\d+)?)?(?:\s+-[A-Za-z]+)*\s+-c\s*['\"]")
@@ -133,6 +133,10 @@ def _mark_other_heredocs(text: str, findings: list[Finding], rule: str) -> str:
         j = i + 1
         while j < len(lines) and (lines[j].rstrip("\r\n").lstrip("\t") if strip_tabs else lines[j].rstrip("\r\n")) != tag:
             j += 1
+        if j == len(lines):  # no delimiter line: not a heredoc (`x << y` in arithmetic, a here-string)
+            out.append(line)
+            i += 1
+            continue
         if _OLD_STACK_TEXT.search("".join(lines[i + 1: j])) and not (out and MARKER_PREFIX in out[-1]):
             out.append(_marker_line(line, rule, HEREDOC_MESSAGE))
             findings.append(Finding(line=i + 1, column=1, rule=rule, message=HEREDOC_MESSAGE, fix="manual"))

@@ -304,6 +304,8 @@ def _unreached(trees: list[tuple[int, ast.Module, list[str]]]) -> list[Violation
             candidates = [c for c, s, _ in found if s == scope]
             if not candidates or any(_reaches(c, chain, name, nodes) for c in candidates):
                 continue
+            if scope is None and scopes and any(_guarded(c, nodes) for c in candidates):
+                continue  # the optional-import idiom: `if HAS_X: import X` at module level, X read in a function
         if (name, line, part) not in seen:
             seen.add((name, line, part))
             out.append(Violation(UNDEFINED, name, line, part))
@@ -333,6 +335,13 @@ def _reaches(binding: tuple, use: tuple, name: str, nodes: dict[int, ast.AST]) -
             continue
         return False
     return True
+
+
+def _guarded(binding: tuple, nodes: dict[int, ast.AST]) -> bool:
+    """Whether an import's chain is only the bodies of ``if`` statements without an ``else`` (an availability
+    guard): a function that reads the name runs later, when the code that calls it has checked the guard."""
+    return bool(binding) and all(
+        isinstance(node := nodes.get(step[0]), ast.If) and step[1] == "body" and not node.orelse for step in binding)
 
 
 def _every_branch_imports(node: ast.If, name: str) -> bool:

@@ -498,15 +498,24 @@ def _drop(before: list[Violation], intro: list[Violation], edits: Sequence[EditI
     if whole and _score(left := left_after(plan)) > score:
         # an edit dropped with its statement was what the same rule's edits elsewhere relied on (a dict
         # spread into the call, removed above it): those go too, rule by rule while that helps
+        # (all of them, then back one by one where that is no worse: its edits that did not need it stay)
         for rule in dict.fromkeys(edits[i].rule for i in sorted(whole)):
-            trial = Plan(plan.dropped | set(by_rule[rule]), plan.markers, plan.removals, plan.requests)
-            if _score(fewer := left_after(trial)) < _score(left):
-                plan.dropped, left = trial.dropped, fewer
+            dropped = plan.dropped | set(by_rule[rule])
+            fewer = left_after(Plan(dropped, plan.markers, plan.removals, plan.requests))
+            for i in sorted(set(by_rule[rule]) - plan.dropped)[:MAX_REFINE]:
+                again = left_after(Plan(dropped - {i}, plan.markers, plan.removals, plan.requests))
+                if _score(again) <= _score(fewer):
+                    dropped, fewer = dropped - {i}, again
+            if _score(fewer) < _score(left):
+                plan.dropped, left = dropped, fewer
     # 4. an import asked for a name that only dropped edits used goes with them
-    for request in list(plan.requests):
-        trial = Plan(plan.dropped, plan.markers, plan.removals, [r for r in plan.requests if r is not request])
-        if _score(left_after(trial)) <= score:
-            plan.requests.remove(request)
+    if plan.requests:
+        now = _score(left_after(plan))
+        for request in list(plan.requests):
+            trial = Plan(plan.dropped, plan.markers, plan.removals, [r for r in plan.requests if r is not request])
+            if (fewer := _score(left_after(trial))) <= now:
+                plan.requests.remove(request)
+                now = fewer
     # 5. a marker above each statement whose edits were dropped
     for rule, why in reasons.items():
         message = dropped_message(rule, why)
