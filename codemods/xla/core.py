@@ -34,7 +34,7 @@ from typing import Callable
 
 import libcst as cst
 
-from codemods.common.statements import block_of, clock_after, reads_clock
+from codemods.common.statements import CLOCK_READ, block_of, clock_after, reads_clock
 from codemods.xla import device_vars
 from codemods.xla.optimizer_step import XlaOptimizerStep
 from codemods.xla.base import (
@@ -600,8 +600,25 @@ def _timed_cut(ctx: PythonContext, line: cst.CSTNode) -> bool:
     if following is not None and reads_clock(following):
         return True
     if not clock_after(ctx, line):
-        return False
+        return _ends_timed_function(ctx, line)
     return following is None or not _WAITS.search(_code(following))
+
+
+def _ends_timed_function(ctx: PythonContext, line: cst.CSTNode) -> bool:
+    """Whether the cut on ``line`` ends a function (only a ``return`` after it in the function's body) of a unit
+    that reads a clock, and the function is called or handed on elsewhere in it (`benchmark(n, step, args)`, whose
+    clock reads sit around `f(*args)`): the caller times what the cut made the device finish."""
+    func = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    if func is None or not isinstance(func.body, cst.IndentedBlock) or not CLOCK_READ.search(ctx.code):
+        return False
+    body = list(func.body.body)
+    k = next((i for i, s in enumerate(body) if s is line), None)
+    if k is None or not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Return) for x in s.body)
+                            for s in body[k + 1:]):
+        return False
+    name = func.name.value
+    uses = len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", ctx.code))
+    return uses > 1  # (one is its def)
 
 
 #: a statement that waits for the device itself (what a timed cut followed by it needs no synchronize for)
