@@ -9,6 +9,7 @@ import re
 import libcst as cst
 
 from migrator.rules import PythonContext
+from migrator.tree import walk
 
 
 def index_in_stack(ctx: PythonContext, node: cst.CSTNode) -> int:
@@ -133,3 +134,11 @@ def clock_after(ctx: PythonContext, statement: cst.CSTNode) -> bool:
             return False
         node, found = outer, block_of(ctx, outer)
     return False
+
+
+def assigned_values(ctx: PythonContext, name: str) -> list[cst.BaseExpression]:
+    """The values of every ``name = ...`` in the function around the node being handled and in the module
+    (what a plain name read there may hold)."""
+    scopes = {id(ctx.scope): ctx.scope, id(ctx.module): ctx.module}.values()
+    return [n.value for scope in scopes for n in walk(scope) if isinstance(n, cst.Assign)
+            and any(isinstance(t.target, cst.Name) and t.target.value == name for t in n.targets)]

@@ -239,10 +239,11 @@ _OTHER_NATIVE.update({
     f"{NXD}.trace.mock_torchdist.mock_distributed":
         'a fake process group: torch.distributed.init_process_group("fake", store=FakeStore(), rank=r, world_size=n) '
         "with FakeStore from torch.testing._internal.distributed.fake_pg (it records no collective)",
-    # it rewrote a Hugging Face state dict's keys for NxD's parallel layers (fused or GQA q/k/v) before sharding:
-    # native layers load the checkpoint as it is, so there is nothing to save or load in its place
+    # it rewrote a Hugging Face state dict's keys for NxD's parallel layers (fused or GQA q/k/v, MoE experts) before
+    # sharding: it goes with the NxD model, whose Transformers twin loads the checkpoint as it is
     f"{PL}.checkpointing._invoke_preshard_hook":
-        "nothing (delete it: native layers load the Hugging Face checkpoint's keys as they are)",
+        "nothing once the NxD model it prepares is a Transformers model loaded with from_pretrained (the hook "
+        "converted a Hugging Face state dict for NxD's parallel layers; deleting it alone leaves their weights unloaded)",
     f"{NXD}.ModelBuilder": _TRACE_NATIVE,
     f"{NXD}.shard_checkpoint": _TRACE_NATIVE,
     f"{NXD}.NxDModel": _TRACE_NATIVE,
@@ -282,7 +283,7 @@ _SHORT_NATIVE = {
     "NeuronXLAPrecisionPlugin": 'nothing (fp32), or precision="bf16-mixed" if it had mixed_precision_enabled=True',
     "NeuronXLAStrategy": "a standard Lightning strategy (DDP / FSDP / ModelParallelStrategy)",
     "mark_step": "nothing (delete it: TorchNeuron runs eagerly)",
-    "_invoke_preshard_hook": "nothing (delete it: native layers load the checkpoint's keys as they are)",
+    "_invoke_preshard_hook": "nothing once the NxD model is a Transformers one (from_pretrained loads it)",
     "<mapping>": 'a DTensor redistribution over mesh["tp"] (or the parallelize_module plan)',
     "<trace>": "the model sharded with parallelize_module and compiled with torch.compile",
 }

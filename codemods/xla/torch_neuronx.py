@@ -17,7 +17,7 @@ import libcst as cst
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
     _remove_small_statement, _torch)
-from codemods.common.statements import block_of, reads_clock, with_blank_line
+from codemods.common.statements import assigned_values, block_of, reads_clock, with_blank_line
 from codemods.xla.artifacts import (
     MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, unchain)
 from migrator.model import fitted
@@ -1335,9 +1335,7 @@ def _cpu(expr: cst.BaseExpression | None, ctx: PythonContext) -> bool:
         return expr.evaluated_value == "cpu"
     if not isinstance(expr, cst.Name):
         return False
-    values = [n.value for scope in {id(ctx.scope): ctx.scope, id(ctx.module): ctx.module}.values()
-              for n in walk(scope) if isinstance(n, cst.Assign)
-              and any(isinstance(t.target, cst.Name) and t.target.value == expr.value for t in n.targets)]
+    values = assigned_values(ctx, expr.value)
     return bool(values) and all(isinstance(v, cst.SimpleString) and v.evaluated_value == "cpu" for v in values)
 
 

@@ -40,6 +40,7 @@ from codemods.inference.causal_lm import (
     _prefix_len,
     _quote_style,
 )
+from codemods.common.statements import assigned_values
 from codemods.xla.base import _atomic, _expression_statement, _is_reference
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
@@ -120,6 +121,16 @@ ARTIFACT_CALLS = {
     "enable_speculative_decoder": "Drop `{m}.enable_speculative_decoder(...)`: pass the draft model to generate() as "
                                   "assistant_model=.",
 }
+
+
+def _is_sequence(value: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """A list or tuple literal, or a name every assignment of this scope and the module gives one."""
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    found = assigned_values(ctx, value.value)
+    return bool(found) and all(isinstance(v, (cst.List, cst.Tuple)) for v in found)
 
 
 class TransformersNeuronxSampling(PythonRule):
@@ -363,6 +374,7 @@ class TransformersNeuronxSampling(PythonRule):
             applied.append(f"compile options dropped: {', '.join(dropped)}")
 
         holder: dict[str, cst.CSTNode] = {}
+        buckets = "n_positions" in kw and _is_sequence(kw["n_positions"].value, ctx)
         if "n_positions" in kw:
             max_len_code = None
         else:
@@ -374,7 +386,9 @@ class TransformersNeuronxSampling(PythonRule):
             path = next(a for a in updated.args if a.keyword is None)
             for a in updated.args:
                 if a.keyword is not None and a.keyword.value == "n_positions":
-                    holder["max_cache_len"] = a.value
+                    # a list of buckets (`n_positions=[2048, 4096, 8192]`): the cache holds the longest one
+                    holder["max_cache_len"] = cst.Call(func=cst.Name("max"), args=[cst.Arg(a.value)]) \
+                        if buckets else a.value
             args = [path]
             if dtype is not None:
                 args.append(cst.Arg(keyword=cst.Name("dtype"), value=dtype, equal=_EQ))
