@@ -996,7 +996,8 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, f"Move each tensor unpacked into {name}(...) with * / ** to the neuron device by hand.")
             return
         scalars = _scalar_names(ctx)
-        if not any(_movable(arg.value) and not _scalar(arg.value, scalars) for arg in call.args):
+        if not any(_movable(arg.value) and not _scalar(arg.value, scalars) and not _placed(arg.value, ctx)
+                   for arg in call.args):
             return
         q = _quote(ctx)
         lists = {k[1] for k in state.get("lists", set()) if k[0] == scope}
@@ -1004,6 +1005,8 @@ class NeuronTrace(_XlaRule):
         def move(value: cst.BaseExpression) -> cst.BaseExpression:
             if _scalar(value, scalars):
                 return value  # a number (a length, a bound): it has no .to(), and the compiled model takes it as it is
+            if _placed(value, ctx):
+                return value  # the script put it on its device itself (`x = x.to(device)`, `torch.randn(..., device=d)`)
             if isinstance(value, cst.Name) and value.value in containers:
                 # a tuple (list) of tensors has no .to(): each element moves
                 if value.value in lists:
@@ -1440,6 +1443,26 @@ def _scalar(value: cst.BaseExpression, scalars: frozenset[str]) -> bool:
             isinstance(value, cst.UnaryOperation) and isinstance(value.expression, (cst.Integer, cst.Float))):
         return True
     return isinstance(value, cst.Name) and (value.value in scalars or bool(_SCALAR_NAME.match(value.value)))
+
+
+def _placed(value: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """A name every assignment of which puts a tensor on a device the script names (``x = x.to(device)``,
+    ``torch.randn(..., device=device)``; not "cpu"): the device the script runs on, neuron where it ran on XLA, the
+    other branch's device elsewhere (moving it to "neuron" would break a CUDA/CPU path sharing the call)."""
+    if not isinstance(value, cst.Name):
+        return False
+    values = assigned_values(ctx, value.value)
+
+    def places(v: cst.BaseExpression) -> bool:
+        if not isinstance(v, cst.Call):
+            return False
+        if isinstance(v.func, cst.Attribute) and v.func.attr.value in ("to", "cuda") and v.args:
+            first = v.args[0].value
+            return not (isinstance(first, cst.SimpleString) and first.evaluated_value == "cpu")
+        device = next((a.value for a in v.args if a.keyword is not None and a.keyword.value == "device"), None)
+        return device is not None and not (isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu")
+
+    return bool(values) and all(places(v) for v in values)
 
 
 def _movable(value: cst.BaseExpression) -> bool:
