@@ -17,7 +17,7 @@ import libcst as cst
 from codemods.xla.base import (
     _XlaRule, _atomic, _bind_args, _code, _expr, _expression_statement, _module_local, _quote,
     _remove_small_statement, _torch)
-from codemods.common.statements import assigned_values, block_of, reads_clock, with_blank_line
+from codemods.common.statements import assigned_values, block_of, clock_after, reads_clock, with_blank_line
 from codemods.xla.artifacts import (
     MODULE, NEURON_TRACES, PRETRAINED, TORCHSCRIPT, Traced, artifacts, not_a_module, plain, rebuildable, unchain)
 from migrator.model import fitted
@@ -457,6 +457,13 @@ class NeuronTrace(_XlaRule):
             if held is not None:
                 state.setdefault("held", set()).add((scope, held))
                 self._warm_up(call, held, bound.get("example_inputs"), ctx)
+            else:
+                line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+                if line is not None and _timed(line, ctx):
+                    # `t0 = time.time(); trace(model, x); took = time.time() - t0`: the compile it timed now happens
+                    # at a first call, which nothing here makes
+                    ctx.marker(call, "Keep the compiled model and call it once here under torch.no_grad(): the "
+                                     "timed compile happens at the first call.")
         example = bound.get("example_inputs")
         shapes = "the traced shapes"
         sliced = False
@@ -1090,13 +1097,16 @@ def _skipped_while_exists(path: cst.BaseExpression, ctx: PythonContext) -> bool:
 
 
 def _timed(line: cst.SimpleStatementLine, ctx: PythonContext) -> bool:
-    """Whether the statement right before ``line`` and the one right after it read a clock: the trace on this
-    line was timed (a compile-time metric), so the compile must still happen on this line."""
+    """Whether the statement after ``line`` reads a clock and one before it does (in its block or one around it,
+    up to the function): the trace on this line was timed (a compile-time metric), so the compile must still
+    happen on this line."""
     found = block_of(ctx, line)
     if found is None:
         return False
     body, k = found
-    return 0 < k < len(body) - 1 and reads_clock(body[k - 1]) and reads_clock(body[k + 1])
+    # the next statement reads the clock (the compile's end), and one before it does (its start), maybe in a
+    # block around it: `t0 = time.time()` / `try:` / `m = trace(...)` / `took = time.time() - t0`
+    return k + 1 < len(body) and reads_clock(body[k + 1]) and clock_after(ctx, line)
 
 
 def _literal_value(value: cst.BaseExpression, ctx: PythonContext) -> cst.BaseExpression:
