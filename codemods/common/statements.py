@@ -9,7 +9,7 @@ import re
 import libcst as cst
 
 from migrator.rules import PythonContext
-from migrator.tree import walk
+from migrator.tree import child_nodes
 
 
 def index_in_stack(ctx: PythonContext, node: cst.CSTNode) -> int:
@@ -137,8 +137,16 @@ def clock_after(ctx: PythonContext, statement: cst.CSTNode) -> bool:
 
 
 def assigned_values(ctx: PythonContext, name: str) -> list[cst.BaseExpression]:
-    """The values of every ``name = ...`` in the function around the node being handled and in the module
-    (what a plain name read there may hold)."""
+    """The values of every ``name = ...`` in the function around the node being handled and at the module's own
+    level (not in its other functions and classes): what a plain name read there may hold."""
+    def own(scope: cst.CSTNode):
+        todo = list(reversed(child_nodes(scope)))
+        while todo:
+            n = todo.pop()
+            yield n
+            if not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                todo.extend(reversed(child_nodes(n)))
+
     scopes = {id(ctx.scope): ctx.scope, id(ctx.module): ctx.module}.values()
-    return [n.value for scope in scopes for n in walk(scope) if isinstance(n, cst.Assign)
+    return [n.value for scope in scopes for n in own(scope) if isinstance(n, cst.Assign)
             and any(isinstance(t.target, cst.Name) and t.target.value == name for t in n.targets)]

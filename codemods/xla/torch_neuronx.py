@@ -149,8 +149,9 @@ def _built_from(ctx: PythonContext, name: str) -> list[str]:
     """The objects the module ``name`` was built from in this scope: ``ref`` for ``name = Wrapper(ref.encoder)``
     or ``Wrapper(ref)`` (moving ``name`` to the device in place moves what it shares with ``ref`` too)."""
     out: list[str] = []
+    handled = {id(n) for n in ctx.stack}  # (the trace's own `name = trace(name, example)` builds nothing)
     for node in walk(ctx.scope):
-        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and any(
+        if id(node) in handled or not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and any(
                 isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)):
             continue
         for arg in node.value.args:
@@ -1003,8 +1004,10 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, f"Move each tensor unpacked into {name}(...) with * / ** to the neuron device by hand.")
             return
         scalars = _scalar_names(ctx)
-        if not any(_movable(arg.value) and not _scalar(arg.value, scalars) and not _placed(arg.value, ctx)
-                   for arg in call.args):
+        # (decided here, with the call's scope: the edit below is built later, outside any scope)
+        placed = {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name) and _placed(arg.value, ctx)}
+        if not any(_movable(arg.value) and not _scalar(arg.value, scalars)
+                   and not (isinstance(arg.value, cst.Name) and arg.value.value in placed) for arg in call.args):
             return
         q = _quote(ctx)
         lists = {k[1] for k in state.get("lists", set()) if k[0] == scope}
@@ -1012,7 +1015,7 @@ class NeuronTrace(_XlaRule):
         def move(value: cst.BaseExpression) -> cst.BaseExpression:
             if _scalar(value, scalars):
                 return value  # a number (a length, a bound): it has no .to(), and the compiled model takes it as it is
-            if _placed(value, ctx):
+            if isinstance(value, cst.Name) and value.value in placed:
                 return value  # the script put it on its device itself (`x = x.to(device)`, `torch.randn(..., device=d)`)
             if isinstance(value, cst.Name) and value.value in containers:
                 # a tuple (list) of tensors has no .to(): each element moves
@@ -1467,10 +1470,9 @@ def _placed(value: cst.BaseExpression, ctx: PythonContext) -> bool:
         if not isinstance(v, cst.Call):
             return False
         if isinstance(v.func, cst.Attribute) and v.func.attr.value in ("to", "cuda") and v.args:
-            first = v.args[0].value
-            return not (isinstance(first, cst.SimpleString) and first.evaluated_value == "cpu")
+            return not _cpu(v.args[0].value, ctx)
         device = next((a.value for a in v.args if a.keyword is not None and a.keyword.value == "device"), None)
-        return device is not None and not (isinstance(device, cst.SimpleString) and device.evaluated_value == "cpu")
+        return device is not None and not _cpu(device, ctx)
 
     return bool(values) and all(places(v) for v in values)
 
