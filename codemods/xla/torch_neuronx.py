@@ -1326,8 +1326,7 @@ def _torch_function(func: cst.BaseExpression) -> bool:
 
 def _tensor_like(expr: cst.BaseExpression) -> bool:
     """An operand that may be a tensor: not a literal number, string or None."""
-    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
-                         cst.FormattedString)):
+    if isinstance(expr, _LITERALS):
         return False
     if isinstance(expr, cst.UnaryOperation):
         return _tensor_like(expr.expression)

@@ -45,6 +45,16 @@ class _Heredoc:
     expanded: bool = False  # the shell substitutes in the body: not the Python that runs
 
 
+def _delimiter_line(lines: list[str], start: int, tag: str, strip_tabs: bool) -> int:
+    """The index of the line from ``start`` on that ends a heredoc delimited by ``tag`` (``<<-``: after leading
+    tabs), ``len(lines)`` when none does."""
+    for j in range(start, len(lines)):
+        body = lines[j].rstrip("\r\n")
+        if (body.lstrip("\t") if strip_tabs else body) == tag:
+            return j
+    return len(lines)
+
+
 def _python_heredocs(lines: list[str]) -> list[_Heredoc]:
     out: list[_Heredoc] = []
     i = 0
@@ -54,12 +64,7 @@ def _python_heredocs(lines: list[str]) -> list[_Heredoc]:
             i += 1
             continue
         strip_tabs, quoted, tag = m.group(1) == "-", bool(m.group(2)), m.group(3)
-        j = i + 1
-        while j < len(lines):
-            body = lines[j].rstrip("\r\n")
-            if (body.lstrip("\t") if strip_tabs else body) == tag:
-                break
-            j += 1
+        j = _delimiter_line(lines, i + 1, tag, strip_tabs)
         if j == len(lines):
             break  # no delimiter: not a heredoc we understand
         text = "".join(lines[i + 1: j])
@@ -129,21 +134,23 @@ def _mark_other_heredocs(text: str, findings: list[Finding], rule: str) -> str:
             out.append(line)
             i += 1
             continue
-        strip_tabs, tag = m.group(1) == "-", m.group(3)
-        j = i + 1
-        while j < len(lines) and (lines[j].rstrip("\r\n").lstrip("\t") if strip_tabs else lines[j].rstrip("\r\n")) != tag:
-            j += 1
+        j = _delimiter_line(lines, i + 1, m.group(3), m.group(1) == "-")
         if j == len(lines):  # no delimiter line: not a heredoc (`x << y` in arithmetic, a here-string)
             out.append(line)
             i += 1
             continue
         if _OLD_STACK_TEXT.search("".join(lines[i + 1: j])) and not (out and MARKER_PREFIX in out[-1]):
-            out.append(_marker_line(line, rule, HEREDOC_MESSAGE))
-            findings.append(Finding(line=i + 1, column=1, rule=rule, message=HEREDOC_MESSAGE, fix="manual"))
+            _mark_above(out, findings, lines, i, rule, HEREDOC_MESSAGE)
             added += 1
         out.extend(lines[i: j + 1])
         i = j + 1
     return "".join(out) if added else text
+
+
+def _mark_above(out: list[str], findings: list[Finding], lines: list[str], i: int, rule: str, message: str) -> None:
+    """Append to ``out`` the marker line for line ``i`` of ``lines`` (0-based), and its finding."""
+    out.append(_marker_line(lines[i], rule, message))
+    findings.append(Finding(line=i + 1, column=1, rule=rule, message=message, fix="manual"))
 
 
 def _marker_line(line: str, rule: str, message: str) -> str:
@@ -171,9 +178,7 @@ def _mark_old_imports(text: str, findings: list[Finding], rule: str) -> str:
             old = [m.group(1) or m.group(2) for m in _IMPORT_RE.finditer(line)]
             old = [name for name in old if is_old_stack(name)]
             if old and not (out and MARKER_PREFIX in out[-1]):
-                message = PROBE_MESSAGE.format(module=old[0])
-                out.append(_marker_line(line, rule, message))
-                findings.append(Finding(line=i + 1, column=1, rule=rule, message=message, fix="manual"))
+                _mark_above(out, findings, lines, i, rule, PROBE_MESSAGE.format(module=old[0]))
                 added += 1
         out.append(line)
     return "".join(out) if added else text
@@ -200,8 +205,7 @@ def _mark_inline(text: str, findings: list[Finding], rule: str) -> str:
         code = command[m.end():].split(command[m.end() - 1], 1)[0] if m is not None else ""
         if m is not None and not line.lstrip().startswith("#") and mentions_neuron(_PLUGIN_RE.sub("", code)) \
                 and not _PROBE_RE.fullmatch(code) and not (out and MARKER_PREFIX in out[-1]):
-            out.append(_marker_line(line, rule, INLINE_MESSAGE))
-            findings.append(Finding(line=i + 1, column=1, rule=rule, message=INLINE_MESSAGE, fix="manual"))
+            _mark_above(out, findings, lines, i, rule, INLINE_MESSAGE)
             added += 1
         out.extend(lines[i: j + 1])
         i = j + 1
