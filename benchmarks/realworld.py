@@ -31,7 +31,9 @@ Per file kind and in total it prints:
 * old-stack references in code, in the original and left in the output, marked or silent (below);
   ``rewritten or marked %`` = 1 - silent references left in the output / references in the
   original;
-* ``fixes applied`` and ``markers`` (FileResult.applied / .manual); below the table, the markers of
+* ``fixes applied`` and ``markers`` (FileResult.applied / .manual), and ``reported, not in the file``:
+  manual actions of the report whose sentence no line of the output holds (the report says what the
+  file holds: 0 is the contract); below the table, the markers of
   the output per file, their length distribution (the contract: one sentence of at most 120
   characters after the prefix) and the longest ones.
 
@@ -161,6 +163,7 @@ ROWS = (
     ("refs_done_pct", "  rewritten or marked %"),
     ("applied", "fixes applied"),
     ("manual", "markers"),
+    ("unwritten", "  reported, not in the file"),
 )
 API_ROWS = ("unresolved_introduced", "unresolved_preexisting", "keyword_introduced", "keyword_preexisting")
 KIND_LABELS = {"requirements": "reqs", "dockerfile": "docker"}
@@ -555,6 +558,11 @@ def harness(corpus: Path, only: str | None = None, jobs: int | None = None,
             "manual": res.manual,
             **m,
         }
+        # manual actions the report names that the file does not hold (the report says what the file holds)
+        lines = _text_lines(cand.kind, mig)
+        entry["unwritten_texts"] = [f.message for f in res.findings if f.fix == "manual"
+                                    and not any(f.message in line for line in lines)]
+        entry["unwritten"] = len(entry["unwritten_texts"])
         if entry["non_idempotent"]:
             entry["second_diff"] = (
                 ["second run: not discovered"] if res2 is None
@@ -617,7 +625,8 @@ def format_table(files: list[dict], target_api: bool) -> str:
 
 
 LIST_CATEGORIES = (
-    "crash", "error", "idempotence", "syntax", "undefined", "unresolved", "keyword", "old-import", "silent",
+    "crash", "error", "idempotence", "syntax", "undefined", "unresolved", "keyword", "old-import", "unwritten",
+    "silent",
 )
 DEFAULT_LIST = tuple(c for c in LIST_CATEGORIES if c != "silent")
 
@@ -647,6 +656,7 @@ def format_list(files: list[dict], what: set[str]) -> str:
             ("unresolved", "unresolved_names", "introduced unresolvable import"),
             ("keyword", "keyword_names", "introduced unaccepted keyword"),
             ("old-import", "old_imports_left_names", "old-stack import left without a marker"),
+            ("unwritten", "unwritten_texts", "manual action reported, not in the file"),
         ):
             if cat in cats:
                 items += [f"{label}: {n}" for n in f[key]]

@@ -16,6 +16,7 @@ rules asked for, in place of the import they replace when there is one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import libcst as cst
 
@@ -145,6 +146,14 @@ class Binding:
         return self.qualified
 
 
+def reaching(bindings: Sequence[Binding], enclosing: set[int]) -> Binding:
+    """Which of the imports of one name a use inside the nodes ``enclosing`` reads: the innermost one that
+    has run there, of those at one level the last (a notebook cell importing again what an earlier cell
+    did); the first one when none has (the use reads a name the original left undefined too)."""
+    found = [b for b in bindings if b.reaches(enclosing)]
+    return max(found, key=lambda b: (len(b.required), -1 if b.top is None else b.top)) if found else bindings[0]
+
+
 @dataclass
 class ImportIndex:
     bindings: dict[str, list[Binding]] = field(default_factory=dict)
@@ -161,6 +170,9 @@ class ImportIndex:
     #: id() of each top-level statement -> its index (see ``Binding.top``); the index of the one being indexed
     order: dict[int, int] = field(default_factory=dict)
     current: int | None = None
+    #: the id()s of the nodes around the node being handled (set by the rule context): which of a name's
+    #: imports a use reads (:meth:`binding_of`)
+    around: Callable[[], set[int]] | None = None
 
     def resolve_name(self, name: str) -> str | None:
         found = self.bindings.get(name)
@@ -186,7 +198,7 @@ class ImportIndex:
         if isinstance(expr, cst.Name):
             found = self.bindings.get(expr.value)
             if found:
-                return found[0]
+                return reaching(found, self.around()) if self.around is not None and len(found) > 1 else found[0]
         return None
 
     def local_for(self, qualified: str, enclosing: set[int] | None = None) -> str | None:
@@ -543,7 +555,7 @@ class ImportFixer(cst.CSTTransformer):
                 targets = {}
             module = _merge_target(stmt, self.removals)
             groups = []
-            if self.by_anchor.get(orig_id):  # they replace this line: earlier lines only
+            if self.by_anchor.get(orig_id):  # they replace this line: earlier lines, or this one (same module)
                 groups.append((idx, self.by_anchor[orig_id]))
             if module is not None and module not in targets:
                 targets[module] = idx
@@ -552,7 +564,7 @@ class ImportFixer(cst.CSTTransformer):
             for key, requests in groups:
                 for r in requests:
                     target = targets.get(r.module) if r.name is not None else None
-                    if target is not None and (target < idx or key == TOP):
+                    if target is not None and (target <= idx or key == TOP):
                         merges.setdefault(target, []).append((r, key))
                     else:
                         at.setdefault(key, []).append(r)

@@ -520,7 +520,10 @@ def _run_once(
     backing = _Backing([] if new_source == source else [e for i, e in enumerate(edits) if i not in plan.dropped],
                        frozenset() if new_source == source else {a.rule for a in asks} | {r for r, _ in removals},
                        ctx.scratch.get("engine: gate-kept imports", frozenset()))
-    keep = [n is None or n.fix != "applied" or backing.backs(n) for n in finding_notes]
+    # a marker stands only where the output holds it (one above a statement another rule removed is gone)
+    keep = [n is None or (backing.backs(n) if n.fix == "applied" else
+                          n.fix != "manual" or n.statement is None or marker_text(n.rule, n.message) in new_source)
+            for n in finding_notes]
     findings = [f for f, k in zip(findings, keep) if k]
     finding_notes = [n for n, k in zip(finding_notes, keep) if k]
     def where(index: int) -> tuple[int, int]:

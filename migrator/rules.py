@@ -298,6 +298,7 @@ class PythonContext:
         self.module = module
         self.source = source
         self.imports: ImportIndex = index_imports(module)
+        self.imports.around = self.enclosing
         #: which rule owns a qualified name (across every known rule, selected or not)
         self.owners = owners
         #: ancestors of the node being handled, root first; the node itself is last

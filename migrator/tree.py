@@ -90,7 +90,8 @@ def without_effects(expr: cst.CSTNode) -> bool:
 def one_branch(original: cst.If, updated: cst.If) -> cst.If | cst.FlattenSentinel:
     """An ``if``/``else`` whose two branches the edits made the same (``if xla: loader = pl.MpDeviceLoader(loader,
     device)`` / ``else: loader = loader`` once the wrapper is removed): the branch's statements, in place of the
-    test, when the test has no effect and no comment stands on the ``if`` or its ``else``."""
+    test, when the test has no effect and no comment stands on its ``else`` or ends a branch (a comment above the
+    ``if`` stays above the branch's statements)."""
     orelse = updated.orelse
     if not (isinstance(orelse, cst.Else) and isinstance(original.orelse, cst.Else)
             and isinstance(updated.body, cst.IndentedBlock) and isinstance(orelse.body, cst.IndentedBlock)):
@@ -98,7 +99,7 @@ def one_branch(original: cst.If, updated: cst.If) -> cst.If | cst.FlattenSentine
     if _block_code(updated.body) != _block_code(orelse.body) or not without_effects(updated.test) or (
             _block_code(original.body) == _block_code(original.orelse.body)):
         return updated
-    if any(el.comment is not None for el in (*updated.leading_lines, *orelse.leading_lines)) or any(
+    if any(el.comment is not None for el in orelse.leading_lines) or any(
             el.comment is not None for el in (*updated.body.footer, *orelse.body.footer)):
         return updated
     body = list(updated.body.body)

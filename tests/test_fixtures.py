@@ -8,6 +8,7 @@ is migrated with every rule enabled (what a user gets) and must:
 * produce exactly the ``.after`` text;
 * report at least one finding of the rule named by its directory (the rule fired);
 * be idempotent: migrating the ``.after`` text changes nothing;
+* report as manual actions only the markers the output holds;
 * still parse (Python / JSON / TOML / ``bash -n``).
 
 Negative fixtures: a case whose name starts with ``neg_`` is a context where the rule named by its
@@ -129,6 +130,21 @@ def test_fixture_idempotent(before: Path, after: Path, kind: str, rules: RuleSet
     expected = after.read_bytes()
     again, _ = migrate(expected, kind, rules)
     assert again == expected
+
+
+def _cell_sources(text: str) -> str:
+    return "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                     for c in json.loads(text)["cells"])
+
+
+@pytest.mark.parametrize("before,after,kind", CASES)
+def test_fixture_reports_only_the_markers_it_wrote(before: Path, after: Path, kind: str, rules: RuleSet):
+    """Every manual action reported is a marker in the output (the report says what the file holds)."""
+    new, findings = migrate(before.read_bytes(), kind, rules)
+    text = new.decode("utf-8-sig")
+    text = _cell_sources(text) if kind == "notebook" else text
+    missing = [(f.rule, f.line, f.message) for f in findings if f.fix == "manual" and f.message not in text]
+    assert not missing, f"reported but not written: {missing}"
 
 
 @pytest.mark.parametrize("before,after,kind", CASES)

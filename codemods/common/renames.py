@@ -28,7 +28,7 @@ import libcst as cst
 
 from codemods.common.export_only import inside_export_only, kept_names
 from codemods.common.type_names import rename_type_use
-from migrator.imports import Binding
+from migrator.imports import Binding, reaching
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 if sys.version_info >= (3, 11):
@@ -166,11 +166,9 @@ class _RenameRule(PythonRule):
 
 
 def _reaching(entries: list[tuple[Binding, Rename, str]], ctx: PythonContext) -> tuple[Binding, Rename, str]:
-    """The entry whose import a use at the current node reads (the innermost import that has run
-    there; the first one when none has: the use then reads a name the original left undefined too)."""
-    enclosing = ctx.enclosing()
-    reaching = [e for e in entries if e[0].reaches(enclosing)]
-    return max(reaching, key=lambda e: len(e[0].required)) if reaching else entries[0]
+    """The entry whose import a use at the current node reads (see :func:`migrator.imports.reaching`)."""
+    b = reaching([e[0] for e in entries], ctx.enclosing())
+    return next(e for e in entries if e[0] is b)
 
 
 def _message(source: str, rename: Rename) -> str:

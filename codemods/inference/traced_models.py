@@ -155,8 +155,8 @@ class TracedModelsOnNeuron(PythonRule):
         are kept: from_pretrained sets them on the config. `tensor_parallel_size` > 1, arguments
         in `**kwargs` variables and loads of a pre-exported (compiled) model are left to a person
         with a marker (the placement is still added). SentenceTransformer takes sentences
-        (`model.encode(...)`), not tokenizer outputs: a call site written for the traced model
-        must be adapted. An export-only load (`export=True`, then only saved, pushed or asserted on in
+        (`model.encode(...)`), not tokenizer outputs: where the model is called (`model(**inputs)`,
+        written for the exported model's forward) a marker asks for `model.encode(sentences)`. An export-only load (`export=True`, then only saved, pushed or asserted on in
         a test) is left as it is with a marker: the step is obsolete, its consumer loads the original
         checkpoint (codemods/common/export_only.py). A model that nothing in its function (or module)
         calls, passes or returns (only its config is read) gets no advice on the shapes of its inputs:
@@ -379,8 +379,13 @@ class TracedModelsOnNeuron(PythonRule):
         target = "SentenceTransformer(..., device=\"neuron\")" if st else "from_pretrained(..., device_map=\"neuron\")"
         ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
                     + f" -> {target}")
-        if st:
-            applied.append("SentenceTransformer takes sentences (model.encode(sentences)), not tokenizer outputs")
+        if st and model_name is not None and re.search(rf"(?<![\w.]){re.escape(model_name)}\s*\(", ctx.code):
+            # the exported model's forward took tokenizer outputs and returned token_embeddings/sentence_embedding
+            named = _short(model_name, 20)
+            markers.append((f"Call {named}.encode(sentences) where {named}(...) gets tokenizer outputs: SentenceTransformer "
+                            "takes sentences.",
+                            f"{model_name}.encode(sentences, output_value=None, convert_to_tensor=True) returns, per "
+                            "sentence, a dict with token_embeddings and sentence_embedding"))
         for message in applied:
             ctx.finding(node, message)
         for message in markers:  # a message, or (message, its long form)

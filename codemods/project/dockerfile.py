@@ -677,12 +677,12 @@ def _stable_describe(e, d) -> str:
 def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: bool,
                        replace: Callable, delete: Callable, silenced: Callable[[object], bool],
                        render: Callable[[object, list[str], list[str]], str] | None = None,
-                       environment: Callable[[PipInstall], str] | None = None, shared: str | None = None) -> set[int]:
+                       environment: Callable[[PipInstall], str] | None = None, shared: str | None = None) -> None:
     """The dependency decisions of NM501-NM504 (codemods.project.dependencies) on the requirements named by
     `pip install` commands; the commands of one environment (``environment(install)``: a Dockerfile's
     build stage, a branch of a shell ``if``; default: the whole unit) form one list. ``shared``: the
     environment whose installs every other one has too (a shell script's top level); default: none when
-    environments are given (build stages stand alone). Returns the lines marked."""
+    environments are given (build stages stand alone)."""
     entries = []
     for inst in installs:
         group = environment(inst) if environment is not None else ""
@@ -697,7 +697,7 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
                 data={"inst": inst, "n": n, "quote": quote}, hashed=inst.hashed, url=parsed.req.url is not None,
             ))
     if not entries:
-        return set()
+        return
     # each environment stands alone: what one build stage installs is not in the next one's image
     with deps.project_uses(ctx.facts):
         decisions = deps._decide_all(entries, neuron_hint,
@@ -746,7 +746,6 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
     for line, texts in markers.items():
         for text in dict.fromkeys(texts):
             ctx.marker(line, text)  # one marker per message: each reads the same on every run
-    return set(markers)
 
 
 class DockerPipInstall(DockerRule):
@@ -871,7 +870,7 @@ class DockerPipInstall(DockerRule):
                 return s is None or not body.editable(self.id, s)
             return plan.silenced(self.id, key[1])
 
-        plan.marked |= apply_pip_installs(
+        apply_pip_installs(
             self.id, ctx, installs, hint,
             replace=lambda ref, text: edit(ref, [text]),
             delete=lambda ref: edit(ref, None),

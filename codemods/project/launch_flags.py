@@ -527,7 +527,7 @@ class LaunchFlags(ShellRule):
                            if re.search(re.escape(f) + r"(?![A-Za-z0-9_-])", u.text(i))})
             name = (u.value(s.words[0]) or "").rsplit("/", 1)[-1] if s.words else ""
             if hits and not _echo_like(u, s) and name != "optimum-cli" and not _runs_other_tool(u, s):
-                _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(hits)))
+                plan.marker(ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(hits)))
 
     def _xla_values(self, plan: ShellPlan, ctx, launch: Launch, neuron: bool) -> None:
         """`--distributed-backend xla` / `--device=xla` given to the launched script of a Neuron launcher: a
@@ -542,11 +542,11 @@ class LaunchFlags(ShellRule):
             flag, _, inline = v.partition("=")
             value = inline if inline else (values[k + 1] if k + 1 < len(values) else None)
             if _DEVICE_FLAG.fullmatch(flag) and value is not None and re.fullmatch(r"xla(?::\d+)?", value):
-                _mark(plan, ctx, launch.s.group, XLA_VALUE_MARKER.format(flag=flag))
+                plan.marker(ctx, launch.s.group, XLA_VALUE_MARKER.format(flag=flag))
                 break
         xser = next((v for v in values if v is not None and _XSER_FLAG.fullmatch(v.partition("=")[0])), None)
         if xser is not None:
-            _mark(plan, ctx, launch.s.group, XSER_MARKER.format(flag=xser.partition("=")[0]))
+            plan.marker(ctx, launch.s.group, XSER_MARKER.format(flag=xser.partition("=")[0]))
 
     def _usable_holders(self, plan: ShellPlan, launches: list[Launch]) -> dict[str, _Holder]:
         """Variables holding script flags that can be edited where they are assigned: assigned once
@@ -615,12 +615,12 @@ class LaunchFlags(ShellRule):
             flags, unknown = _accepted_by_script(ctx, launch.script_name, flags, u)
             if unknown:
                 variables = list(dict.fromkeys(_ENV_FLAGS[f.name] for f in unknown))
-                _mark(plan, ctx, s.group, _fit(SCRIPT_UNKNOWN_MARKER,
+                plan.marker(ctx, s.group, _fit(SCRIPT_UNKNOWN_MARKER,
                     flags="/".join(v.split("_")[0] for v in variables), vars="/".join(variables),
                     script=launch.script_name.rsplit("/", 1)[-1]))
                 return
         if flags and not editable:
-            _mark(plan, ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(dict.fromkeys(f.name for f in flags))))
+            plan.marker(ctx, s.group, MOVE_FLAGS_MARKER.format(flags=", ".join(dict.fromkeys(f.name for f in flags))))
             return
         launcher_words = launch.options + _expand([u.text(i) for i in s.words[launch.launcher + 1: launch.script]], env)
         nproc_raw = _option(launcher_words, _NPROC) if launch.torchrun else None
@@ -648,7 +648,7 @@ class LaunchFlags(ShellRule):
             first = self._at(f)
             if var is not None:
                 if f.value is None:  # `--tensor_parallel_size` without a value: not ours to guess
-                    _mark(plan, ctx, s.group, f"Set {var} in this launch's environment instead of {f.name}, which the "
+                    plan.marker(ctx, s.group, f"Set {var} in this launch's environment instead of {f.name}, which the "
                                 "migrated script rejects.")
                     continue
                 self._drop(plan, f)
@@ -660,7 +660,7 @@ class LaunchFlags(ShellRule):
                 self.finding(ctx, plan, first, f"{f.name} {f.value} -> {var}={f.value} in the environment of the "
                              "launch (the migrated script reads it for its DistributedConfig)")
                 if var == "PP_SIZE" and _int(f.value, env) != 1:
-                    _mark(plan, ctx, s.group, PP_MARKER)
+                    plan.marker(ctx, s.group, PP_MARKER)
             elif f.name in _ZERO_FLAGS:
                 self._drop(plan, f)
                 zero = f
@@ -679,7 +679,7 @@ class LaunchFlags(ShellRule):
                 self.finding(ctx, plan, self._at(zero), f"removed {shown}: FSDP_SIZE is set already")
             elif on is None or tp is None and tp_raw is not None or nproc is None or nodes is None:
                 self.finding(ctx, plan, self._at(zero), f"removed {shown}")
-                _mark(plan, ctx, s.group, f"Set FSDP_SIZE=<processes / TP_SIZE> in this launch's environment to shard "
+                plan.marker(ctx, s.group, f"Set FSDP_SIZE=<processes / TP_SIZE> in this launch's environment to shard "
                             f"the optimizer as {zero.name} did.")
             else:
                 tp_n = tp or 1
@@ -728,7 +728,7 @@ class LaunchFlags(ShellRule):
         if tp is None:
             return
         if launch.python and tp > 1:
-            _mark(plan, ctx, s.group, f"Launch this script with torchrun --nproc_per_node={tp}: TP_SIZE={tp} needs "
+            plan.marker(ctx, s.group, f"Launch this script with torchrun --nproc_per_node={tp}: TP_SIZE={tp} needs "
                         f"{tp} processes.")
             return
         if not launch.torchrun or nproc is None or not isinstance(nodes, int):
@@ -742,18 +742,18 @@ class LaunchFlags(ShellRule):
                     "(TP_SIZE x FSDP_SIZE))")
         if fsdp is not None:
             if world % (tp * fsdp):
-                _mark(plan, ctx, s.group, f"Make --nproc_per_node x --nnodes a multiple of TP_SIZE x FSDP_SIZE = "
+                plan.marker(ctx, s.group, f"Make --nproc_per_node x --nnodes a multiple of TP_SIZE x FSDP_SIZE = "
                             f"{tp * fsdp}: torchrun starts {where}.")
             elif world > tp * fsdp:
                 self.finding(ctx, plan, s.words[launch.script], f"the {world // (tp * fsdp)} groups of TP_SIZE x "
                              f"FSDP_SIZE = {tp * fsdp} processes are {replicas}")
             return
         if world % tp:
-            _mark(plan, ctx, s.group, f"Make --nproc_per_node x --nnodes a multiple of TP_SIZE={tp}: torchrun starts "
+            plan.marker(ctx, s.group, f"Make --nproc_per_node x --nnodes a multiple of TP_SIZE={tp}: torchrun starts "
                         f"{where}.")
         elif world > tp and zero_unknown:
             dp = world // tp
-            _mark(plan, ctx, s.group, f"Set FSDP_SIZE={dp} to shard the optimizer over the {dp} data-parallel "
+            plan.marker(ctx, s.group, f"Set FSDP_SIZE={dp} to shard the optimizer over the {dp} data-parallel "
                         "groups, as optimum-neuron's default zero_1 did.")
         elif world > tp:
             self.finding(ctx, plan, s.words[launch.script], f"the {world // tp} processes beyond TP_SIZE={tp} are "
@@ -828,16 +828,6 @@ def _parses_training_arguments(ctx, script: str) -> bool:
     ``--torch_compile``): a plain argparse loop exits on an unknown flag. False when it cannot be read."""
     text = launched_source(ctx, script)
     return text is not None and any(name in text for name in _TRAINER_PARSERS)
-
-
-def _mark(plan: ShellPlan, ctx, group: int, message: str) -> None:
-    """A marker above the statement, stacked with the markers other rules put there (plan.marker keeps
-    one per line, which would make a second run write the one a first run only reported)."""
-    if plan.silenced(ctx.rule_id, group):
-        return
-    line = plan.group_range(group)[0]
-    plan.marked.add(line)
-    ctx.marker(line, message)
 
 
 def _runs_other_tool(u: ShellUnit, s: Simple) -> bool:
@@ -1019,7 +1009,7 @@ class ShellPipInstall(ShellRule):
                     s, u.groups[s.group][0] if s.group >= 0 else 0, [s.words[k] for k in reqs],
                     [texts[k] for k in reqs], [u.line_of(u.toks[s.words[k]].start) for k in reqs], hashed, other))
         hint = deps_host() in u.src or re.search(r"neuronx|aws-neuron", u.src) is not None
-        plan.marked |= apply_pip_installs(
+        apply_pip_installs(
             self.id, ctx, installs, hint,
             replace=lambda tok, text: plan.replace(self.id, tok, text),
             delete=lambda tok: plan.delete(self.id, tok),

@@ -374,7 +374,6 @@ class Plan:
         #: Dockerfile heredoc body); group ranges are relative, engine edits absolute
         self.offset = 0
         self.emitted: dict[int, LineEdit] = {}
-        self.marked: set[int] = set()
         self.comments: dict[int, list[str]] = {}
         self.dirty: set[int] = set()
         self._ignores: dict[int, frozenset[str] | None] | None = None
@@ -407,19 +406,23 @@ class Plan:
             self.dirty.add(group)
 
     def marker(self, ctx, group: int, message: str, line: int | None = None, detail: str | None = None) -> None:
-        """A manual-action marker above the group's first line; one per line across these rules
-        (``detail``: its long form, see ``TextContext.marker``)."""
+        """A manual-action marker above the group's first line, stacked with the markers other rules put
+        there in this run (``detail``: its long form, see ``TextContext.marker``). Every marker reported
+        is written, except above a command replaced by an explanatory comment, and where an earlier run
+        already stacked markers there without this one (a second run adds nothing: it reports it)."""
         line = self.group_range(group)[0] if line is None else line
         if self.silenced(ctx.rule_id, group):
             return
         at = line + self.offset
-        above = ctx.lines[at - 1] if 0 < at <= len(ctx.lines) else ""
-        # a marker an earlier run put there holds the line's one place (the same text is found again by the context)
-        taken = bool(MARKER_RE.search(above)) and marker_text(ctx.rule_id, message) != above.strip()
-        if line in self.marked or group in self.comments or taken:
+        stack = set()
+        i = at - 1
+        while 0 <= i < len(ctx.lines) and MARKER_RE.search(ctx.lines[i]):
+            stack.add(ctx.lines[i].strip())
+            i -= 1
+        taken = bool(stack) and marker_text(ctx.rule_id, message) not in stack
+        if group in self.comments or taken:
             ctx.finding(at, message, "manual", detail=detail)
             return
-        self.marked.add(line)
         ctx.marker(at, message, detail=detail)
 
     def flush(self, ctx) -> None:

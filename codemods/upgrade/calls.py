@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 import re
 
 import libcst as cst
@@ -417,19 +419,55 @@ def _torchscript_traced(ctx: PythonContext) -> bool:
                for b in ctx.imports.all_bindings())
 
 
-#: code that unpacks a value as a tuple: `a, b = ...`, `(a, b) = ...`, `first, *rest = ...`, `tuple(out)`,
-#: `list(out)` (a call's `*args` unpacks its inputs, not outputs)
-_UNPACKING = re.compile(r"^[ \t]*\(?[ \t]*\*?[A-Za-z_][\w.\[\]]*[ \t]*,[^=\n]*=(?!=)|\b(?:tuple|list)\([A-Za-z_]",
-                        re.MULTILINE)
+#: an assignment that unpacks its value as a tuple (`a, b = <value>`, `(a, b) = ...`, `first, *rest = ...`) and a
+#: conversion of one (`tuple(out)`, `list(out)`; a call's `*args` unpacks its inputs, not outputs)
+_UNPACK_ASSIGN = re.compile(r"^[ \t]*\(?[ \t]*\*?[A-Za-z_][\w.\[\]]*[ \t]*,[^=\n]*=(?!=)[ \t]*(.+)$", re.MULTILINE)
+_AS_TUPLE = re.compile(r"\b(?:tuple|list)\(\s*(.+)")
+#: the value an unpacking reads: a call (its callee) or a name, perhaps subscripted
+_VALUE = re.compile(r"(?:await\s+)?([A-Za-z_][\w.]*)\s*(\()?")
+#: `name = <a load, trace or compile>`: a model
+_LOADED = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[^=\n]*\b(?:from_pretrained|trace|compile|load)\s*\(", re.MULTILINE)
+
+
+def _model_like(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last == "model" or last.endswith("_model") or last.startswith("model_")
 
 
 def _unpacks(ctx: PythonContext) -> bool:
-    """Whether the unit unpacks anything as a tuple (where a model's tuple outputs could be): a ModelOutput is
-    indexed like the tuple was (out[0]), and only unpacking needs out.to_tuple()."""
+    """Whether the unit unpacks what a model returns as a tuple: a ModelOutput is indexed like the tuple was
+    (out[0]), and only unpacking needs out.to_tuple() (a ModelOutput unpacks into its keys). What is unpacked is
+    a model's output when it is a call of a model (a name loaded, traced or compiled in the unit, or named like
+    one: `model`, `*_model`), a name assigned from such a call, or a call of a name the unit neither defines nor
+    imports (a model handed in: in doubt); a function the unit defines, an imported API (`torch.max`) and another
+    object's method (`parser.parse_known_args()`) return no model output."""
     key = "NM615.unpacks"
-    if key not in ctx.scratch:
-        ctx.scratch[key] = bool(_UNPACKING.search(ctx.code))
-    return ctx.scratch[key]
+    if key in ctx.scratch:
+        return ctx.scratch[key]
+    code = ctx.code
+    models = {m.group(1) for m in _LOADED.finditer(code)}
+    defined = set(re.findall(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)", code, re.MULTILINE))
+
+    def model_call(callee: str) -> bool:
+        if callee in models or _model_like(callee) or callee.endswith(".forward"):
+            return True
+        if "." in callee or callee in defined or callee in dir(builtins):
+            return False
+        return ctx.imports.resolve_name(callee) is None  # a model handed in (a parameter, a variable): in doubt
+
+    outputs = {m.group(1) for m in re.finditer(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[ \t]*([A-Za-z_][\w.]*)\s*\(",
+                                              code, re.MULTILINE) if model_call(m.group(2))}
+
+    def reads_output(value: str) -> bool:
+        m = _VALUE.match(value)
+        if m is None:
+            return False
+        return model_call(m.group(1)) if m.group(2) else m.group(1) in outputs
+
+    found = any(reads_output(m.group(1)) for m in _UNPACK_ASSIGN.finditer(code)) or any(
+        reads_output(m.group(1)) for m in _AS_TUPLE.finditer(code))
+    ctx.scratch[key] = found
+    return found
 
 
 CHAT_TEMPLATE_MARKER = "apply_chat_template returns a BatchEncoding in transformers 5: pass return_dict=False or read [\"input_ids\"]."

@@ -162,7 +162,7 @@ class LauncherFlags(TextRule):
                 names = ", ".join(f"${var}" for var, _ in held)
                 moves = _moves([f for _, fs in held for f in fs], kind.sft)
                 held_flags = [f for _, fs in held for f in fs]
-                self._mark(plan, ctx, s.group, f"Where {names} is set, {moves_text(moves, held_flags)}: "
+                plan.marker(ctx, s.group, f"Where {names} is set, {moves_text(moves, held_flags)}: "
                            f"{_short(kind.name)}'s argument parser rejects {_them(held_flags)}.",
                            detail="; ".join(moves))
             if not flags:
@@ -171,7 +171,7 @@ class LauncherFlags(TextRule):
                 if not kind.known and "--output_dir" in {(v or "").partition("=")[0] for v in values}:
                     only = rejected_names(values, False, texts)
                     if only:
-                        self._mark(plan, ctx, s.group, _unknown_message(kind, only), detail="; ".join(_moves(only)))
+                        plan.marker(ctx, s.group, _unknown_message(kind, only), detail="; ".join(_moves(only)))
                 continue
             for e in flag_edits(texts, values, kind):
                 if e.kind == "replace":
@@ -200,14 +200,6 @@ class LauncherFlags(TextRule):
                 if found:
                     out.append((m.group(1), found))
         return out
-
-    def _mark(self, plan, ctx, group: int, message: str, detail: str | None = None) -> None:
-        """A marker above the statement, stacked with the other rules' markers there."""
-        if plan.silenced(self.id, group):
-            return
-        line = plan.group_range(group)[0]
-        plan.marked.add(line)
-        ctx.marker(plan.offset + line, message, detail=detail)
 
     # -- Dockerfiles ------------------------------------------------------------------------------
     def _docker(self, plan: DockerPlan, ctx) -> None:

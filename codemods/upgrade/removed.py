@@ -104,6 +104,12 @@ def lookup(qual: str | None) -> dict | None:
         return None
     if entry.get("moved_to") and not _usable(entry["moved_to"]):
         entry.pop("moved_to")
+    if not entry.get("moved_to") and name.endswith("FeatureExtractor"):
+        # Transformers 4's vision feature extractors were their image processor under an old name (`class
+        # ViTFeatureExtractor(ViTImageProcessor)`, a deprecation warning only): v5 keeps the image processor
+        twin = f"{module}.{name[:-len('FeatureExtractor')]}ImageProcessor"
+        if _usable(twin):
+            entry = {**entry, "moved_to": twin}
     return entry
 
 
@@ -150,7 +156,9 @@ class RemovedNames(PythonRule):
         ones removed is generated from the libraries themselves (tools/gen_upgrade_api.py): a name
         whose object lives on elsewhere (an alias like `SampleDecoderOnlyOutput`, which had been
         `GenerateDecoderOnlyOutput` since 4.42, or a class moved to another module) is imported from
-        there; any other removed name gets a marker naming the replacement where there is one.
+        there; any other removed name gets a marker naming the replacement where there is one. A
+        vision `XFeatureExtractor` (Transformers 4: `class XFeatureExtractor(XImageProcessor)` with a
+        deprecation warning) becomes the `XImageProcessor` the target still has.
     """
     before = """
         from transformers.generation import SampleDecoderOnlyOutput

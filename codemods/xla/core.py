@@ -608,14 +608,25 @@ def _ends_timed_function(ctx: PythonContext, line: cst.CSTNode) -> bool:
     """Whether the cut on ``line`` ends a function (only a ``return`` after it in the function's body) of a unit
     that reads a clock, and the function is called or handed on elsewhere in it (`benchmark(n, step, args)`, whose
     clock reads sit around `f(*args)`): the caller times what the cut made the device finish."""
-    func = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
-    if func is None or not isinstance(func.body, cst.IndentedBlock) or not CLOCK_READ.search(ctx.code):
+    k = next((i for i in range(len(ctx.stack) - 1, -1, -1) if isinstance(ctx.stack[i], cst.FunctionDef)), None)
+    if k is None or not CLOCK_READ.search(ctx.code):
         return False
-    body = list(func.body.body)
-    k = next((i for i, s in enumerate(body) if s is line), None)
-    if k is None or not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Return) for x in s.body)
-                            for s in body[k + 1:]):
-        return False
+    func = ctx.stack[k]
+    # from the function down to the cut, each statement is the last of its block (returns aside): the cut ends the
+    # function also inside the `if on_device:` (or with, loop) that is the function's last statement
+    chain = [n for n in ctx.stack[k + 1:] if isinstance(n, cst.BaseCompoundStatement)] + [line]
+    outer: cst.CSTNode = func
+    for stmt in chain:
+        blocks = [b for b in (getattr(outer, "body", None), getattr(getattr(outer, "orelse", None), "body", None))
+                  if isinstance(b, cst.IndentedBlock)]
+        body = next((list(b.body) for b in blocks if any(s is stmt for s in b.body)), None)
+        if body is None:
+            return False
+        at = next(i for i, s in enumerate(body) if s is stmt)
+        if not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Return) for x in s.body)
+                   for s in body[at + 1:]):
+            return False
+        outer = stmt
     name = func.name.value
     uses = len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", ctx.code))
     return uses > 1  # (one is its def)

@@ -177,7 +177,7 @@ _UTIL_NATIVE = {
     f"{PL}.grads.clip_grad_norm":
         "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) (it handles DTensor/FSDP2 parameters)",
     f"{PL}.checkpointing.save":
-        "torch.distributed.checkpoint.save({\"model\": model.state_dict()}, checkpoint_id=path) (DCP)",
+        "torch.distributed.checkpoint.save(<the same state dict>, checkpoint_id=path) (DCP)",
     f"{PL}.checkpointing.load": "torch.distributed.checkpoint.load(state_dict, checkpoint_id=path) (DCP)",
     f"{PL}.random.model_parallel_xla_manual_seed":
         "torch.manual_seed(seed) (DTensor random ops keep sharded dropout consistent across the mesh)",

@@ -208,9 +208,10 @@ class TransformersNeuronxSampling(PythonRule):
         architectures Transformers can shard (their config has a `base_model_tp_plan`: Llama,
         Mistral, Mixtral, GPT-NeoX, Qwen2; read from the installed Transformers by
         `tools/gen_target_api.py`); GPT-2, GPT-J, OPT and BLOOM have none (the load would raise), so
-        they load with `device_map="neuron"` and a marker. `.sample` is rewritten only on a name (or attribute) that a rewritten
+        they load with `device_map="neuron"` and a marker. `.sample` and `.to_neuron()` are rewritten (removed) only on a name (or attribute) that a rewritten
         `from_pretrained` was assigned to in the same module (a `model` parameter counts when
-        the module rewrote a load into `model`). The static-cache lines are inserted after the
+        the module rewrote a load into `model`); the `.to_neuron()` of another model (its class chosen at
+        run time) gets a marker: it is still a transformers-neuronx model. The static-cache lines are inserted after the
         assignment; a load that is not assigned gets a marker instead. A load in a scope that decodes
         speculatively (`enable_speculative_decoder`, `SpeculativeGenerator`: a target and a draft
         model) gets no static cache: `generate(assistant_model=...)` rejects one on either model.
@@ -252,7 +253,14 @@ class TransformersNeuronxSampling(PythonRule):
         receiver = ctx.module.code_for_node(func.value)
         if method == "to_neuron" and not call.args:
             stmt = _expression_statement(ctx, call)
-            if stmt is not None:
+            if receiver not in ctx.local_state().get("models", set()):
+                # a model this unit did not load with a migrated call (a class chosen at run time, a load
+                # elsewhere): it is still a transformers-neuronx model until a person migrates its load
+                ctx.marker(call, fitted(f"Load {receiver} with AutoModelForCausalLM (device_map=\"neuron\"), then "
+                                        f"remove {receiver}.to_neuron().",
+                                        "Load this model with AutoModelForCausalLM (device_map=\"neuron\"), then "
+                                        "remove .to_neuron()."))
+            elif stmt is not None:
                 expr, container = stmt
                 if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1:
                     ctx.remove_statement(container)
@@ -339,8 +347,10 @@ class TransformersNeuronxSampling(PythonRule):
             # Llama 3, Mistral): transformers-neuronx padded or replicated the heads, Transformers' tensor-parallel
             # plan shards them evenly (get_kv_heads_per_rank: None where tp_size does not divide them)
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
-            markers.append(f"Load with DistributedConfig(tp_size=N), N dividing the model's key/value heads, under "
-                           f"torchrun: tp_degree={tp} may not.")
+            markers.append(fitted(f"Load with DistributedConfig(tp_size=N), not device_map, N dividing the KV heads, under "
+                                  f"torchrun: tp_degree={tp} may not.",
+                                  "Load with DistributedConfig(tp_size=N), not device_map, N dividing the KV heads, under "
+                                  "torchrun."))
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and ctx.in_kernel:
             # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1) raises
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))

@@ -36,14 +36,14 @@ from typing import Callable, Iterator
 
 from migrator.discover import kind_of_name
 from migrator.filekinds import UnitSyntaxError
-from migrator.model import CELL_BOUNDARY, ENCLOSING_TEXT, IN_KERNEL, MARKER_RE, SKIPPED_CELL, Finding
+from migrator.model import CELL_BOUNDARY, ENCLOSING_TEXT, IN_KERNEL, MARKER_RE, SKIPPED_CELL, Finding, marker_text
 
 RunUnit = Callable[[str], "tuple[str, list[Finding]]"]
 #: ``run_kind(text, kind=..., name=...)``: migrate a file of ``kind`` (see migrator.discover)
 #: written by the notebook under the path ``name``
 RunKind = Callable[..., "tuple[str, list[Finding]]"]
 
-SKIP_CELL_MESSAGE = "cell could not be parsed as Python; migrate it by hand"
+SKIP_CELL_MESSAGE = "Migrate this cell by hand: it does not parse as Python."
 
 #: Cell magics whose body is shell text.
 _SHELL_CELL_MAGICS = (("%%bash",), ("%%sh",), ("%%script", "bash"), ("%%script", "sh"))
@@ -435,9 +435,8 @@ def migrate_code_cell(
             except UnitSyntaxError:
                 if not mentions_neuron(body):
                     return source, []
-                skip = Finding(line=1, column=1, rule=skipped_rule, message=SKIP_CELL_MESSAGE,
-                               fix="manual", cell=index)
-                return source, [skip]
+                marked, skip = _skipped(body, skipped_rule, index)  # below the magic line
+                return lines[0] + ("" if lines[0].endswith("\n") else "\n") + marked, [dataclasses.replace(skip, line=2)]
             findings = [dataclasses.replace(f, line=f.line + 1, cell=index) for f in fs]
             if new_body == body:
                 return source, findings
@@ -448,15 +447,22 @@ def migrate_code_cell(
         return source, []
     res = migrate_python_unit(source, run_python, run_shell)
     findings = [dataclasses.replace(f, cell=index) for f in res.findings]
+    text = res.text
     if res.python_failed and mentions_neuron(source):
-        findings.append(
-            Finding(
-                line=1, column=1, rule=skipped_rule, message=SKIP_CELL_MESSAGE, fix="manual",
-                cell=index,
-            )
-        )
+        text, skip = _skipped(text, skipped_rule, index)
+        findings.append(skip)
     findings.sort(key=lambda f: (f.line, f.column, f.rule))
-    return res.text, findings
+    return text, findings
+
+
+def _skipped(text: str, rule: str, index: int) -> tuple[str, Finding]:
+    """A cell (or a cell magic's body) that mentions the old stack and does not parse: a marker on its
+    first line says so, once (the report holds only what the notebook does)."""
+    marker = marker_text(rule, SKIP_CELL_MESSAGE)
+    finding = Finding(line=1, column=1, rule=rule, message=SKIP_CELL_MESSAGE, fix="manual", cell=index)
+    if marker in text:
+        return text, finding
+    return marker + "\n" + text, finding
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,7 +505,8 @@ def _stand_in(source: str) -> str:
     """A statement that refers to every name (and ``name.attr`` chain, as rules look at those)
     ``source`` may use; its ignore comment keeps every rule from editing or flagging it."""
     chains: dict[str, None] = {}
-    for chain in _CHAIN_RE.findall(source):
+    code = "".join(ln for ln in split_lines(source) if not ln.lstrip().startswith("#"))  # not its comment lines
+    for chain in _CHAIN_RE.findall(code):
         parts = chain.split(".")
         cut = next((i for i, part in enumerate(parts) if keyword.iskeyword(part)), len(parts))
         if cut:
