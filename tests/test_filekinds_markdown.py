@@ -38,7 +38,7 @@ pip install optimum-neuron
 ```
 
 ```text
-from optimum.neuron import untouched
+Compiled 3 graphs with optimum.neuron in 12 s (output, not code).
 ```
 
 Trailing prose.
@@ -95,9 +95,25 @@ def test_shell_info_strings(rec, info):
     assert new == f"```{info}\npip install transformers\n```\n"
 
 
-@pytest.mark.parametrize("info", ["", "text", "json", "yaml", "pythonic"])
-def test_other_languages_untouched(rec, info):
+@pytest.mark.parametrize("info", ["", "text", "yaml", "pythonic"])
+def test_other_languages_are_not_rewritten_but_marked(rec, info):
+    """A block the rules do not read that shows old-stack code says so on its first line (nothing silent)."""
     text = f"```{info}\nimport optimum.neuron\npip install optimum-neuron\n```\n"
+    new, findings = run(text, rec)
+    lang = f"`{info}`" if info else "untagged"
+    marker = f"# TODO(neuron-migrate NM990): Update the old-stack code of this {lang} block by hand: only Python and shell blocks are rewritten."
+    assert new == f"```{info}\n{marker}\nimport optimum.neuron\npip install optimum-neuron\n```\n"
+    assert [(f.rule, f.line, f.fix) for f in findings] == [("NM990", 2, "manual")]
+    assert rec.python_calls == [] and rec.shell_calls == []
+    again, findings = run(new, rec)
+    assert again is new and [f.rule for f in findings] == []
+
+
+@pytest.mark.parametrize("text", [
+    "```json\n{\"import\": \"from optimum.neuron import x\"}\n```\n",  # no comment syntax: not marked
+    "```text\nCompiled with optimum.neuron, 3 graphs\n```\n",  # output that names the old stack: no code
+])
+def test_other_languages_untouched(rec, text):
     new, findings = run(text, rec)
     assert new is text and findings == []
     assert rec.python_calls == [] and rec.shell_calls == []

@@ -84,6 +84,33 @@ def test_a_load_whose_save_is_in_another_file_is_marked(tmp_path):
     assert f"{LOAD_MARKED}{ELSEWHERE}" in serve_findings[0].message
 
 
+SAVE_AND_LOAD_HERE = '''import os
+
+import torch
+from neuronx_distributed.trace import ModelBuilder
+
+
+def build(module_fn, example, save_dir):
+    builder = ModelBuilder(router=None, tp_degree=1, checkpoint_loader=None)
+    builder.add("main", module_fn, [example])
+    torch.jit.save(builder.trace(), os.path.join(save_dir, "model.pt"))
+
+
+def load(save_dir):
+    return torch.jit.load(os.path.join(save_dir, "model.pt"))
+'''
+
+
+def test_a_load_whose_save_is_in_its_own_file_does_not_say_another_file(tmp_path):
+    """A file that saves (a path the rule cannot follow) and loads its own compiled model, in a project where
+    another file traces: the load is marked, but not as saved in another file."""
+    out = migrate(tmp_path, {"trace.py": TRACE, "model.py": SAVE_AND_LOAD_HERE})
+    text, findings = out["model.py"]
+    loads = [f for f in findings if f.message.startswith(LOAD_MARKED)]
+    assert loads and all(ELSEWHERE not in f.message for f in loads)
+    assert 'torch.jit.load(os.path.join(save_dir, "model.pt"))' in text
+
+
 def test_a_load_after_the_tracing_script_was_migrated_reads_its_save_pretrained(tmp_path):
     """The two-file positive: the tracing script was migrated first (it says what it saves: save_pretrained,
     and nothing traces any more), then the serving script reads that Transformers model."""

@@ -70,6 +70,8 @@ INF1_IMPORT_MARKER = "Remove this import once the torch-neuron (Inf1) calls belo
 #: a torch.neuron.trace result saved, and a TorchScript load in a unit of the Inf1 stack
 INF1_SAVE_MARKER = "Save the weights instead (save_pretrained or a state_dict): torch-neuron artifacts do not load on TorchNeuron."
 INF1_LOAD_MARKER = "Load the model's weights and torch.compile it instead: this reads a torch-neuron (Inf1) artifact."
+#: a torch.load in a unit that saves torch-neuron artifacts: it may read one back (or a plain checkpoint)
+INF1_MAYBE_LOAD_MARKER = "If this reads a saved torch-neuron (Inf1) model, load its weights and torch.compile it instead."
 
 
 XLA_STRING_MARKER = 'Use "neuron" here if this "xla" names a device: TorchNeuron has no xla device.'
@@ -121,8 +123,13 @@ ADVICE = (
      "Replace `{name}`: load the pipeline with its Diffusers class and move it with .to(\"neuron\")."),
     (NXDI_TESTING,
      "Replace `{name}` (NxDI test code): run the module on \"neuron\" and compare with torch.testing.assert_close."),
-    (("neuronx_distributed_inference.utils.hf_adapter.HuggingFaceGenerationAdapter",),
+    (("neuronx_distributed_inference.utils.hf_adapter.HuggingFaceGenerationAdapter",
+      "transformers_neuronx.generation_utils.HuggingFaceGenerationModelAdapter"),
      "Call generate() on the Transformers model itself instead of wrapping it in `{name}`."),
+    (("transformers_neuronx.config.GenerationConfig",),
+     "Replace `{name}` with a transformers.GenerationConfig (do_sample, top_k, top_p, temperature) for generate()."),
+    (("transformers_neuronx.config", "transformers_neuronx.constants"),
+     "Map what `{name}` sets to Transformers options (from_pretrained, generate), then delete it."),
     (("neuronx_distributed_inference.modules.generation.sampling",),
      "Replace `{name}`: pass do_sample, top_k, top_p and temperature to generate() or a GenerationConfig."),
     (("neuronx_distributed_inference.models.config", "neuronx_distributed_inference.utils.hf_adapter"),
@@ -198,7 +205,10 @@ class OldStackLeftovers(PythonRule):
                (INF1_LOAD_MARKER, """In a unit of the Inf1 stack a torch.jit.load reads what torch.neuron.trace saved
         (a TorchScript module with Inf1 NEFFs inside), which TorchNeuron cannot run: rebuild the model, load its
         weights (from_pretrained, or load_state_dict of what the migrated save writes) and torch.compile it with
-        backend="neuron")."""),) + tuple(zip((text for _, text in ADVICE), (
+        backend="neuron")."""),
+               (INF1_MAYBE_LOAD_MARKER, """This unit saves torch.neuron.trace results (TorchScript modules with Inf1 NEFFs
+        inside) and torch.load can read such a file back, which TorchNeuron cannot run: where it does, rebuild the
+        model, load its weights and torch.compile it with backend="neuron"."""),) + tuple(zip((text for _, text in ADVICE), (
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",
@@ -276,15 +286,26 @@ class OldStackLeftovers(PythonRule):
             for t in node.targets:
                 if isinstance(t.target, cst.Name):
                     ctx.local_state().setdefault("inf1_traced", set()).add((ctx.scope_id, t.target.value))
+                elif isinstance(t.target, cst.Attribute):  # `self.model_neuron = torch.neuron.trace(...)`: any method
+                    ctx.local_state().setdefault("inf1_traced", set()).add((0, ctx.module.code_for_node(t.target)))
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
         traced = ctx.local_state().get("inf1_traced", set())
-        if isinstance(func, cst.Attribute) and func.attr.value == "save" and isinstance(func.value, cst.Name) \
-                and {(ctx.scope_id, func.value.value), (0, func.value.value)} & traced:
+        qual = ctx.qualname(func)
+        if isinstance(func, cst.Attribute) and func.attr.value == "save" and isinstance(func.value, (cst.Name, cst.Attribute)) \
+                and {(ctx.scope_id, ctx.module.code_for_node(func.value)), (0, ctx.module.code_for_node(func.value))} & traced:
             ctx.marker(node, INF1_SAVE_MARKER)
-        elif ctx.qualname(func) == "torch.jit.load" and _INF1_UNIT.search(ctx.source) and "torch_neuronx" not in ctx.source:
+            ctx.local_state()["inf1_saved"] = True
+        elif qual == "torch.jit.save" and node.args and {
+                (ctx.scope_id, ctx.module.code_for_node(node.args[0].value)),
+                (0, ctx.module.code_for_node(node.args[0].value))} & traced:
+            ctx.marker(node, INF1_SAVE_MARKER)
+            ctx.local_state()["inf1_saved"] = True
+        elif qual == "torch.jit.load" and _INF1_UNIT.search(ctx.source) and "torch_neuronx" not in ctx.source:
             ctx.marker(node, INF1_LOAD_MARKER)  # (torch_neuronx's artifacts are NM410's)
+        elif qual == "torch.load" and ctx.local_state().get("inf1_saved") and "torch_neuronx" not in ctx.source:
+            ctx.marker(node, INF1_MAYBE_LOAD_MARKER)
 
     def _on_string(self, node: cst.SimpleString, ctx: PythonContext) -> None:
         """An ``"xla"`` device string (``"xla:1"``) held under a device's name (``device = "xla" if ... else

@@ -8,15 +8,18 @@ from migrator.rules import Rule
 
 class SkippedUnit(Rule):
     id = "NM990"
-    title = "Notebook cell or markdown code block that does not parse on its own"
+    title = "Notebook cell or markdown code block that does not parse on its own, or is not rewritten"
     fix = "manual"
     kinds = ("notebook", "markdown")
     why = """
         A notebook's Python cells are migrated together as one program, a fenced code block as a
         unit of its own. A cell or block that mentions the old stack but does not parse as Python
         on its own (IPython syntax beyond magics and `!` lines, a fragment, a doctest transcript)
-        is left unchanged and reported so that a person can migrate it; the other cells of the
-        notebook are still migrated.
+        is left as it is, with a marker on its first line, so that a person can migrate it; the
+        other cells of the notebook are still migrated. A Markdown block of a language the rules do
+        not read (`diff`, `text`, `yaml`, untagged) that shows old-stack code (its imports,
+        `optimum-cli export neuron`, `neuron_parallel_compile`, `NeuronModelFor*`) gets the same kind
+        of marker; JSON blocks, which have no comments, and plain output are left alone.
     """
     before = """
         ```python

@@ -6,8 +6,9 @@ A script that runs ``subprocess.run(["optimum-cli", "export", "neuron", ...])``,
 torchrun ...".split())`` launches the old stack as surely as a shell script does. The command is
 rendered as the shell line it runs (literal words as they are, other expressions as ``{code}``) and
 given to the shell rules of this family (NM510 optimum-cli, NM511 neuron_parallel_compile, NM512
-XLA-only variables, NM513 NEURON_CC_FLAGS, NM515 launch flags, NM523 pip install); what they would
-change or mark becomes one marker on the Python statement. Rewriting the Python expression itself
+XLA-only variables, NM513 NEURON_CC_FLAGS, NM515 launch flags, NM523 pip install, NM616 removed
+TrainingArguments flags); what they would change becomes a marker on the Python statement (the words to
+drop), followed by the markers they would leave on the command. Rewriting the Python expression itself
 is left to a person (or to NM306 for the launch-flag lists it edits).
 """
 
@@ -21,6 +22,7 @@ import libcst as cst
 from codemods.project.launch_flags import LaunchFlags, ShellPipInstall
 from codemods.project.neuron_cc_flags import NeuronCcFlags
 from codemods.project.shell import NeuronParallelCompile, OptimumCliCommands, XlaOnlyEnvironment
+from codemods.upgrade.launchers import LauncherFlags
 from migrator.model import MARKER_LIMIT, MARKER_RE
 from migrator.rules import PythonContext, PythonRule
 from migrator.text_engine import run_text
@@ -32,9 +34,9 @@ COMMAND_CALLS = {
     "os.system": True, "os.popen": True, "asyncio.create_subprocess_shell": True,
 }
 SHELL_RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, NeuronCcFlags, LaunchFlags,
-               ShellPipInstall)
-#: NM306 edits the launch-flag words of argument lists itself
-LIST_EXCLUDED = ("NM515",)
+               ShellPipInstall, LauncherFlags)
+#: NM306 and NM614 edit the launch-flag words of argument lists themselves
+LIST_EXCLUDED = ("NM515", "NM616")
 #: the longest rewritten command a marker quotes
 QUOTED = 60
 
@@ -65,9 +67,11 @@ class PythonShellCommands(PythonRule):
         train.py")` sets a switch TorchNeuron ignores, `neuron_parallel_compile` wraps a launch that
         now runs as it is. The command (a list or tuple literal, a string, an f-string, a
         `"...".split()`, or a name assigned one of these in the module) is rendered as the shell line
-        it runs and checked by the shell rules (NM510, NM511, NM512, NM513, NM515, NM523); what they
-        would change becomes a marker above the statement, quoting the migrated command when it is
-        short. `neuron-migrate explain` of the rule the marker names says what changes and why.
+        it runs and checked by the shell rules (NM510, NM511, NM512, NM513, NM515, NM523, NM616); what
+        they would change becomes a marker above the statement (the words to drop, or the migrated
+        command when it is short), followed by the markers they would leave on the command (choose bf16
+        in the script, where the compile cache now lives). `neuron-migrate explain` of the rule a marker
+        names says what changes and why.
     """
     before = """
         import subprocess
@@ -81,11 +85,13 @@ class PythonShellCommands(PythonRule):
         subprocess.run(["optimum-cli", "neuron", "cache", "synchronize"], check=True)
     """
     caveats = """
-        Placeholders that begin a command string (`f"{env} neuron_parallel_compile torchrun ..."`) are
-        left out when the command after them is judged. Only commands whose words are visible in the
-        module are judged: a list built up with
+        A placeholder of an f-string naming a string assigned once in the function or module (`env =
+        "XLA_USE_BF16=1 ..."`; `f"{env} torchrun ..."`) stands for its words; other placeholders that
+        begin a command string are left out when the command after them is judged. Only commands whose
+        words are visible in the module are judged: a list built up with
         `append` or read from a file is not. Non-literal words are shown as `{code}`. Launch-flag
-        words of argument lists (`--tensor_parallel_size`) are NM306's, which edits the list;
+        words of argument lists (`--tensor_parallel_size`, removed TrainingArguments flags) are NM306's
+        and NM614's, which edit the list;
         `optimum-cli export neuron` commands are NM112's (what their consumer loads instead).
     """
 
@@ -121,8 +127,11 @@ class PythonShellCommands(PythonRule):
         if text is not None:
             return text, False
         if isinstance(node, cst.FormattedString):
-            parts = [p.value if isinstance(p, cst.FormattedStringText) else "{" + code(p.expression) + "}"
-                     for p in node.parts]
+            # a placeholder naming a string assigned once (`env = "XLA_USE_BF16=1 ..."`, `f"{env} torchrun ..."`)
+            # stands for its words; other expressions are shown as {code}
+            parts = [p.value if isinstance(p, cst.FormattedStringText) else (
+                         p.conversion is None and p.format_spec is None and self._literal(p.expression, ctx))
+                     or "{" + code(p.expression) + "}" for p in node.parts]
             return "".join(parts), False
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "split" \
                 and not node.args:
@@ -148,6 +157,17 @@ class PythonShellCommands(PythonRule):
                 return found[0] + " {" + node.value + " extended}", True  # `cmd += [...]` added words after these
             return found
         return None
+
+    @staticmethod
+    def _literal(expr: cst.BaseExpression, ctx: PythonContext) -> str | None:
+        """The string a placeholder's name was assigned once (in this function, else at module level), plainly
+        (no conversion or format spec)."""
+        if not isinstance(expr, cst.Name):
+            return None
+        assigned = ctx.local_state().get("assigned", {})
+        key = (ctx.scope_id, expr.value)
+        value = assigned[key] if key in assigned else assigned.get((0, expr.value))
+        return _string(value) if value is not None else None
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         qual = ctx.qualname(node.func)
@@ -180,7 +200,8 @@ class PythonShellCommands(PythonRule):
             acted = sorted({f.rule for f in findings})
         if not acted:
             return
-        ctx.marker(node, _message(line, new, acted, [f.message for f in findings if f.fix == "manual"]))
+        for message in _messages(line, new, acted, [f.message for f in findings if f.fix == "manual"]):
+            ctx.marker(node, message)
 
 
 def _splits(value: cst.BaseExpression, name: str, ctx: PythonContext) -> bool:
@@ -193,25 +214,61 @@ def _splits(value: cst.BaseExpression, name: str, ctx: PythonContext) -> bool:
             and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name)
 
 
-def _message(line: str, new: str, rules: list[str], manual: list[str]) -> str:
-    """One sentence: what the shell rules would do to ``line`` (``manual``: the markers they leave)."""
+def _words(line: str) -> list[str]:
+    line = re.sub(r"\\\n", " ", line)  # continued lines: one command
+    try:
+        return shlex.split(line)
+    except ValueError:
+        return line.split()
+
+
+def _dropped(line: str, command: str) -> list[str] | None:
+    """The words the shell rules took out of ``line`` to give ``command`` (a word of a setting whose value lost
+    words: those words, `--cache_dir=c` of `NEURON_CC_FLAGS="... --cache_dir=c"`); None when they also added or
+    changed words (`TP_SIZE=2` in front of the launch)."""
+    old, new = _words(line), _words(command)
+    settings = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in new if re.match(r"[A-Za-z_]\w*=", w)}
+    left = list(new)
+    dropped: list[str] = []
+    for w in old:
+        if w in left:
+            left.remove(w)
+            continue
+        name, eq, value = w.partition("=")
+        if eq and name in settings and re.fullmatch(r"[A-Za-z_]\w*", name):
+            kept = settings[name].split()
+            gone = [v for v in value.split() if v not in kept]
+            if all(v in value.split() for v in kept):
+                left.remove(f"{name}={settings[name]}")
+                dropped += gone
+                continue
+        dropped.append(w)
+    return dropped if dropped and not left else None
+
+
+def _messages(line: str, new: str, rules: list[str], manual: list[str]) -> list[str]:
+    """One sentence each: what the shell rules would do to ``line`` (the words they take out, or the command to
+    run), then the markers they leave on it (``manual``)."""
     ids = "/".join(rules)
     kept = [ln.strip() for ln in new.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
             and not MARKER_RE.search(ln)]
     if not kept:
         words = line.split()
         head = " ".join(words[:3]) if words and words[0].endswith("optimum-cli") else (words[0] if words else line)
-        return f"this runs `{head}`, which TorchNeuron does not need: remove it ({ids})"
-    command = " ".join(kept)
-    if command == line.strip():
-        if len(manual) == 1 and len(manual[0]) <= MARKER_LIMIT:
-            return manual[0]  # the one marker the shell rules leave on the command (`... delete this command`)
-        return f"this command needs the launch changes of {ids} (see `neuron-migrate explain {rules[0]}`)"
-    if len(command) <= QUOTED:
-        if manual:
-            return f"run `{command}` instead, then see `neuron-migrate explain {rules[0]}`"
-        return f"run `{command}` instead ({ids})"
-    return f"migrate this command as {ids} would in a shell script (see `neuron-migrate explain {rules[0]}`)"
+        return [f"this runs `{head}`, which TorchNeuron does not need: remove it ({ids})"]
+    command = " ".join(ln[:-1].rstrip() if ln.endswith("\\") else ln for ln in kept)
+    out: list[str] = []
+    if " ".join(line.split()) != " ".join(command.split()):
+        dropped = _dropped(line, command)
+        listed = ", ".join(f"`{w}`" for w in dict.fromkeys(dropped or ()))
+        if dropped and len(listed) <= QUOTED + 20:
+            out.append(f"Drop {listed} from this command ({ids}).")
+        elif len(command) <= QUOTED:
+            out.append(f"run `{command}` instead ({ids})")
+        else:
+            out.append(f"migrate this command as {ids} would in a shell script (see `neuron-migrate explain {rules[0]}`)")
+    out += [m for m in dict.fromkeys(manual) if len(m) <= MARKER_LIMIT]
+    return out or [f"this command needs the launch changes of {ids} (see `neuron-migrate explain {rules[0]}`)"]
 
 
 #: keywords whose string is shown to a person as the script's usage (argparse, click, typer)

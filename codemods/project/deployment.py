@@ -30,6 +30,8 @@ def _literal(node: cst.BaseExpression | None, ctx: PythonContext) -> str | None:
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
         value = node.evaluated_value
         return value if isinstance(value, str) else None
+    if isinstance(node, cst.FormattedString):  # f"{account}.dkr.ecr.{region}.amazonaws.com/pytorch-...": its text
+        return "".join(p.value if isinstance(p, cst.FormattedStringText) else "{}" for p in node.parts)
     return None
 
 

@@ -812,7 +812,7 @@ class NeuronTrace(_XlaRule):
         if not known or not (saved or elsewhere == PRETRAINED):
             # the save is in another file, or not one of this path: a Transformers load of a state dict (or the
             # reverse) would fail at run time
-            unseen = not saved and not artifacts(ctx).traces
+            unseen = not saved and not artifacts(ctx).traces and not re.search(r"\bsave\s*\(", ctx.code)
             ctx.marker(call, f"{LOAD_MARKED}{ELSEWHERE if unseen else ''}{LOAD_BY_HAND}", detail=ARTIFACT_NOTE)
             if _in_model_fn(ctx):
                 ctx.local_state()["model_fn_marked"] = True  # predict_fn gets a marker too

@@ -34,6 +34,15 @@ from migrator.filekinds.notebook import (
 from migrator.model import ENCLOSING_TEXT, MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
+#: a block of a language the migration does not rewrite (``diff``, ``text``, untagged) that shows old-stack code
+OTHER_BLOCK_MESSAGE = "Update the old-stack code of this {lang} block by hand: only Python and shell blocks are rewritten."
+#: block languages without `#` comments (a marker line would break a copied example)
+_NO_COMMENTS = frozenset({"json", "jsonc", "json5", "jsonl"})
+#: what marks old-stack code in such a block (imports, the export CLI, the pre-compile wrapper, the old classes)
+_OLD_STACK_CODE = re.compile(
+    r"^[ \t+-]*(?:from|import)[ \t]+(?:optimum\.neuron|torch_xla|transformers_neuronx|neuronx_distributed\w*|"
+    r"torch_neuron\b|torch_neuronx\.xla_impl)|optimum-cli\b[^\n]*\bexport[ \t]+neuron|\bneuron_parallel_compile\b|"
+    r"\btorch_neuronx\.trace\(|\bNeuronModelFor[A-Z]\w*|\bNeuron(?:SFT|ORPO|DPO)?Trainer\b", re.MULTILINE)
 EMPTIED_BLOCK_MESSAGE = "Every line of this example was old-stack only and is gone: rewrite it for TorchNeuron or drop it."
 
 PYTHON_LANGS = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
@@ -301,9 +310,8 @@ def _transform_markdown(
              for b in blocks]
     for k, block in enumerate(blocks):
         lang = block.lang
-        if lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS and (
-                run_kind is None or (lang and lang not in FILE_LANGS)):
-            continue
+        other_lang = lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS and (
+            run_kind is None or bool(lang and lang not in FILE_LANGS))
         raw = lines[block.start : block.end]
         if not raw:
             continue
@@ -328,9 +336,19 @@ def _transform_markdown(
                 res.append((f, n, removed[n]))
             return res
 
-        other = _file_kind(lang, stripped) if run_kind is not None and lang not in PYTHON_LANGS | SHELL_LANGS else None
-        if other is None and lang not in PYTHON_LANGS | SHELL_LANGS | CONSOLE_LANGS:
-            continue  # an untagged block that holds no file of a known kind
+        other = None if other_lang else (
+            _file_kind(lang, stripped) if run_kind is not None and lang not in PYTHON_LANGS | SHELL_LANGS else None)
+        if other_lang or (other is None and lang not in PYTHON_LANGS | SHELL_LANGS | CONSOLE_LANGS):
+            # a block of another language, or untagged and no file of a known kind: not rewritten, so where it
+            # shows old-stack code its first line says so
+            if lang not in _NO_COMMENTS and _OLD_STACK_CODE.search(re.sub(r"\\\n", " ", content)) and not any(
+                    MARKER_RE.search(x) for x in stripped[:1]):
+                message = OTHER_BLOCK_MESSAGE.format(lang=f"`{lang}`" if lang else "untagged")
+                findings.append(Finding(line=block.start + 1, column=block.indent + 1, rule=skipped_rule,
+                                        message=message, fix="manual"))
+                replacements.append((block.start, block.end, _reassemble(
+                    raw, stripped, [marker_text(skipped_rule, message)] + stripped, block, lines)))
+            continue
         if other is not None:
             kind, name = other
             new, fs = run_kind(content, kind=kind, name=name)
