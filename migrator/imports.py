@@ -486,9 +486,25 @@ def _merged(stmt: cst.SimpleStatementLine, requests: list[ImportRequest]) -> cst
     sep = names[-2].comma if len(names) > 1 and isinstance(names[-2].comma, cst.Comma) else cst.Comma(
         whitespace_after=cst.SimpleWhitespace(" "))
     last_comma = names[-1].comma
+    keys = [_isort_key(a) for a in names]
+    if small.lpar is None and keys == sorted(keys):
+        # a one-line import in isort's order stays in it (`from transformers import AutoModelForCausalLM, AutoTokenizer`)
+        every = sorted(names + new, key=_isort_key)
+        every = [a.with_changes(comma=sep) for a in every[:-1]] + [every[-1].with_changes(comma=last_comma)]
+        return _short_enough(stmt.with_changes(body=[small.with_changes(names=every)]), small)
     names[-1] = names[-1].with_changes(comma=sep)
     new = [a.with_changes(comma=sep) for a in new[:-1]] + [new[-1].with_changes(comma=last_comma)]
-    merged = stmt.with_changes(body=[small.with_changes(names=names + new)])
+    return _short_enough(stmt.with_changes(body=[small.with_changes(names=names + new)]), small)
+
+
+def _isort_key(alias: cst.ImportAlias) -> tuple[int, str]:
+    """isort's default order of imported names: CONSTANTS, then Classes, then functions, each case-insensitively."""
+    name = dotted(alias.name) or ""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name.lower())
+
+
+def _short_enough(merged: cst.SimpleStatementLine, small: cst.ImportFrom) -> cst.SimpleStatementLine | None:
+    """``merged``, or None where an unparenthesized import grew past MERGE_MAX_LINE."""
     line = cst.Module(body=[]).code_for_node(merged.with_changes(leading_lines=[])).split("\n", 1)[0]
     if small.lpar is None and len(line) > MERGE_MAX_LINE:
         return None

@@ -592,7 +592,10 @@ class PythonContext:
         """
         enclosing = self.enclosing()
         for expr, reach in self._names_for.get((target, style), ()):
-            if reach is None or reach.reaches(enclosing):
+            if (reach is None or reach.reaches(enclosing)) and not (
+                    anchor is not None and reach is not None and anchor.line is not reach.line
+                    and anchor.local == reach.local):
+                # (an import that binds the old name again, a later notebook cell's, gets its own replacement)
                 return build_dotted(expr)
         module, _, name = target.rpartition(".")
         reach: Binding | None = None  # the import the name comes from (None: a module-level one)

@@ -494,37 +494,8 @@ class TransformersNeuronxSampling(PythonRule):
 
 
 def _target(ctx: PythonContext, binding) -> cst.BaseExpression:
-    """``AutoModelForCausalLM``, added to the module's ``from transformers import ...`` line when
-    there is one (the engine would write a second line), else imported through the engine."""
-    name = TARGET.rsplit(".", 1)[1]
-    if ctx.imports.local_for(TARGET) is None and ctx.imports.is_free(name, TARGET):
-        line = next((b.line for b in ctx.imports.all_bindings()
-                     if b.is_from and b.toplevel and b.module == "transformers" and b.alias is not None
-                     and len(b.line.body) == 1 and not ctx.is_ignored(b.line)), None)
-        if line is not None:
-            state = ctx.local_state()
-            if not state.get("merged"):
-                state["merged"] = True
-
-                def add(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-                    imp = updated.body[0]
-                    names = list(imp.names)
-                    if any(isinstance(a.name, cst.Name) and a.name.value == name for a in names):
-                        return updated
-                    at = next((i for i, a in enumerate(names)
-                               if isinstance(a.name, cst.Name) and a.name.value > name), len(names))
-                    new = cst.ImportAlias(name=cst.Name(name))
-                    if at == len(names):
-                        last = names[-1]
-                        names[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                        names.append(new.with_changes(comma=last.comma))
-                    else:
-                        names.insert(at, new.with_changes(
-                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
-                    return updated.with_changes(body=[imp.with_changes(names=names)])
-
-                ctx.replace(line, add)
-            return cst.Name(name)
+    """``AutoModelForCausalLM``, imported in place of the old class's import (the engine joins it to a
+    ``from transformers import ...`` line above it in the same cell, if any)."""
     return ctx.name_for(TARGET, anchor=binding)
 
 
