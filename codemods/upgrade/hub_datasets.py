@@ -107,8 +107,7 @@ class HubDatasetsCalls(PythonRule):
         ds = load_dataset("org/data", use_auth_token=token, ignore_verifications=True, trust_remote_code=False)
     """
     after = """
-        from datasets import disable_caching
-        from datasets import load_dataset
+        from datasets import disable_caching, load_dataset
         from huggingface_hub import snapshot_download
 
         disable_caching()
