@@ -94,3 +94,26 @@ def test_an_install_line_is_raised_when_only_the_code_of_the_run_names_the_old_s
     (tmp_path / "train.py").write_text(PLAIN)
     results = {r.path: r for r in run(cands, RuleSelection(), jobs=1)}
     assert results["run.sh"].status == "unchanged"
+
+
+def test_a_clone_of_the_old_release_tag_is_marked_where_the_pin_is_raised(tmp_path: Path):
+    """NM624: a notebook that pins transformers 4.52.3 and clones its tag to run the example scripts; the run
+    migrates old-stack code, so the pin is raised and the clone (whose scripts pass flags 5.23 rejects) is marked.
+    A clone of the current tag and one of another repository stay unmarked."""
+    cells = [{**CELL, "source": ["!pip install transformers==4.52.3\n",
+                                 "!git clone https://github.com/huggingface/transformers --branch v4.52.3\n",
+                                 "!git clone -b v5.23.0 https://github.com/huggingface/transformers.git\n",
+                                 "!git clone https://github.com/pytorch/examples --branch v2.0\n"]},
+             {**CELL, "source": ["from optimum.neuron import NeuronTrainer\n"]}]
+    (tmp_path / "train.ipynb").write_text(json.dumps({**NOTEBOOK, "cells": cells}))
+    result = run([Candidate(tmp_path / "train.ipynb", "train.ipynb", "notebook")], RuleSelection(), jobs=1)[0]
+    source = json.loads(result.new_bytes)["cells"][0]["source"]
+    assert source == [
+        '!pip install "transformers>=5.23"\n',
+        "# TODO(neuron-migrate NM624): Clone transformers at v5.23.0 (the release installed now): the scripts of "
+        "v4.52.3 pass arguments it rejects.\n",
+        "!git clone https://github.com/huggingface/transformers --branch v4.52.3\n",
+        "!git clone -b v5.23.0 https://github.com/huggingface/transformers.git\n",
+        "!git clone https://github.com/pytorch/examples --branch v2.0\n",
+    ]
+    assert [f.rule for f in result.findings if f.rule == "NM624"] == ["NM624"]

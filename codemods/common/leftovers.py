@@ -252,8 +252,15 @@ class OldStackLeftovers(PythonRule):
         """NxD Inference's test helpers (build_module, validate_accuracy, benchmark_sampling) compiled a block
         to a NEFF and compared it with a CPU reference; with TorchNeuron the block runs on the neuron device
         (eagerly or under torch.compile), and torch.testing.assert_close compares it with the reference.""",
-        """HuggingFaceGenerationAdapter gave a compiled NxDI model Transformers' generate(); a Transformers model
-        loaded with device_map="neuron" has generate() itself.""",
+        """HuggingFaceGenerationAdapter (transformers-neuronx's HuggingFaceGenerationModelAdapter) gave a compiled
+        model Transformers' generate(); a Transformers model loaded with device_map="neuron" has generate() itself.""",
+        """transformers-neuronx's GenerationConfig held the sampling settings of its on-device sampler; a
+        transformers.GenerationConfig with the same do_sample/top_k/top_p/temperature, passed to generate() (or
+        set as model.generation_config), does the same.""",
+        """transformers-neuronx's NeuronConfig (and its constants: GQA sharding, layouts, quantization and
+        continuous-batching configs) set compile-time options of the Neuron model; the Transformers model takes
+        what has an equivalent as from_pretrained or generate options (dtype, quantization_config, a static cache),
+        and the rest (GQA sharding, on-device sampling) has none: once mapped, the config and its import go.""",
         """NxD Inference's sampling parameters (per-row top_k/top_p/temperature tensors for on-device sampling)
         have no per-row equivalent in Transformers: generate() takes one do_sample/top_k/top_p/temperature.""",
         """NxD Inference's NeuronConfig/InferenceConfig held the compile-time shapes (batch size, sequence

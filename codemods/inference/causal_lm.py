@@ -64,9 +64,26 @@ CLASS_NAME = "NeuronModelForCausalLM"
 TARGET = "transformers.AutoModelForCausalLM"
 TARGET_NAME = "AutoModelForCausalLM"
 DISTRIBUTED_CONFIG = "transformers.distributed.DistributedConfig"
-#: a load sharded over tp > 1 NeuronCores in a notebook kernel (one process, never started by torchrun), which goes
-#: on one NeuronCore there (NM101, NM411)
-KERNEL_TP_MARKER = "Run this load in a script under torchrun for tp_size={tp}: a notebook kernel loads on one NeuronCore."
+#: a load sharded over tp > 1 NeuronCores in one process that torchrun never starts (a notebook kernel, a model
+#: server), which goes on one NeuronCore there (NM101, NM411)
+ONE_PROCESS_TP_MARKER = "Run this load in a script under torchrun for tp_size={tp}: {process} loads on one NeuronCore."
+#: what runs a module in one process of its own: (its imports or definitions, what it is)
+_SERVERS = (
+    (re.compile(r"\bfrom ray import serve\b|\bimport ray\.serve\b|@serve\.deployment\b"), "a Ray Serve replica"),
+    (re.compile(r"^[ \t]*(?:from|import)[ \t]+ts\.torch_handler\b", re.MULTILINE), "a TorchServe handler"),
+    (re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:fastapi|flask|gradio|streamlit|uvicorn)\b", re.MULTILINE),
+     "a web server"),
+    (re.compile(r"^def model_fn[ \t]*\(", re.MULTILINE), "a SageMaker inference handler"),
+)
+
+
+def single_process(ctx: PythonContext) -> str | None:
+    """What runs this unit in a process torchrun does not start (where DistributedConfig(tp_size > 1) raises:
+    "We tried to initialize torch.distributed for you"), or None: a notebook kernel, a Ray Serve replica, a
+    TorchServe handler, a web server, a SageMaker inference handler."""
+    if ctx.in_kernel:
+        return "a notebook kernel"
+    return next((what for pattern, what in _SERVERS if pattern.search(ctx.code)), None)
 
 #: class attributes of the two-step (generation B/C) compile API; their uses keep the old class
 TWO_STEP = ("get_neuron_config", "export", "_export")
@@ -138,8 +155,9 @@ class CausalLMStaticCache(PythonRule):
         `num_cores`/`tensor_parallel_size` > 1 become `distributed_config=DistributedConfig(tp_size=N)`
         (not `device_map`) and the script must be launched with `torchrun --nproc_per_node=N`
         (a marker says so); in a notebook, whose kernel torchrun never starts (the load would raise),
+        and in a model server's process (Ray Serve, TorchServe, FastAPI/Flask, a SageMaker `model_fn`),
         the model goes on one NeuronCore (`device_map="neuron"`) with a marker to shard it from a
-        script; a size read at run time (`num_cores=args.cores`) gets both
+        script (NM411 does the same with `tp_degree`); a size read at run time (`num_cores=args.cores`) gets both
         `device_map=None if N > 1 else "neuron"` and `distributed_config=DistributedConfig(tp_size=N)`
         (a DistributedConfig of size 1 places nothing). `batch_size` and compiler options are dropped (pad the prompts you
         pass to generate() instead). Left to a person with a marker: the two-step
@@ -419,15 +437,16 @@ class CausalLMStaticCache(PythonRule):
                         f"{tp_kw.keyword.value}={code} became DistributedConfig(tp_size={code}); device_map=\"neuron\" "  # type: ignore[union-attr]
                         "places the model on one NeuronCore when it is 1"))
         if placement is None and not any(k in keywords for k in PLACEMENT_KWARGS):
-            if tp_size is not None and tp_size > 1 and ctx.in_kernel:
-                # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1)
-                # raises there ("We tried to initialize torch.distributed for you")
+            process = single_process(ctx) if tp_size is not None and tp_size > 1 else None
+            if process is not None:
+                # one process, never started by torchrun: DistributedConfig(tp_size > 1) raises there ("We tried to
+                # initialize torch.distributed for you")
                 placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
                 extra_markers.append((
-                    KERNEL_TP_MARKER.format(tp=tp_size),
+                    ONE_PROCESS_TP_MARKER.format(tp=tp_size, process=process),
                     f"{tp_kw.keyword.value}={tp_size} sharded the model over {tp_size} NeuronCores; "  # type: ignore[union-attr]
-                    f"DistributedConfig(tp_size={tp_size}) needs {tp_size} processes started by torchrun, which a "
-                    "notebook kernel is not: the load raises there"))
+                    f"DistributedConfig(tp_size={tp_size}) needs {tp_size} processes started by torchrun, which "
+                    f"{process} is not: the load raises there"))
             elif tp_size is not None and tp_size > 1:
                 try:
                     dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=_anchor(ctx))

@@ -92,7 +92,10 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
     "uses:" + OLD_STACK_CODE: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
                                "neuronx_distributed", "libneuronxla",
                                # torch-neuron (Inf1): its code is ported to TorchNeuron too (NM900's markers)
-                               "torch_neuron", "torch.neuron.trace"),
+                               "torch_neuron", "torch.neuron.trace",
+                               # launches of the XLA stack (a notebook that only runs the libraries' example
+                               # scripts): they are migrated too, to launches of the target versions
+                               "neuron_parallel_compile", "XLA_USE_BF16", "XLA_DOWNCAST_BF16"),
 }
 _USES: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_uses", default=frozenset())
 _LEFT: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_left", default=frozenset())

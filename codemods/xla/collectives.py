@@ -507,14 +507,20 @@ class XlaShardingWrappers(_XlaRule):
         model = FSDP(model, compute_dtype=torch.bfloat16)
     """
     caveats = """
-        Nothing is rewritten. `compute_dtype=` becomes `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=...))`;
+        Nothing is rewritten. torch-xla's ZeroRedundancyOptimizer reduce-scattered the gradients in
+        its `step()`; the native one expects DDP to all-reduce them, so where the unit wraps nothing
+        in DDP the marker says to. `compute_dtype=` becomes `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=...))`;
         `flatten_parameters`, `shard_param_on_dim_0`, `pin_layout` have no equivalent; checkpoints
         saved by `consolidate_sharded_model_checkpoints` become `torch.distributed.checkpoint`.
     """
 
     def rewrite(self, qual, call, func, ctx):
         if qual == ZERO:
-            return "use the one of torch.distributed.optim, or FSDP2 fully_shard"
+            if re.search(r"\b(?:DistributedDataParallel|DDP|FullyShardedDataParallel|FSDP|fully_shard)\s*\(", ctx.code):
+                return "use the one of torch.distributed.optim, or FSDP2 fully_shard"
+            # torch-xla's ZeRO reduce-scattered the gradients itself: the native one only shards the optimizer
+            # state and leaves the gradient all-reduce to DDP (without it each rank steps on its own gradients)
+            return "add DDP around the model (XLA's ZeRO synced the gradients itself)"
         return "use FSDP2 fully_shard on each block, then on the model"
 
 

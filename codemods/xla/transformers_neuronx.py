@@ -29,7 +29,7 @@ import libcst as cst
 from codemods.inference.causal_lm import (
     _EQ,
     DISTRIBUTED_CONFIG,
-    KERNEL_TP_MARKER,
+    ONE_PROCESS_TP_MARKER,
     TARGET,
     _assigned_target,
     _cache_lines,
@@ -39,6 +39,7 @@ from codemods.inference.causal_lm import (
     _literal,
     _prefix_len,
     _quote_style,
+    single_process,
 )
 from codemods.common.statements import assigned_values
 from codemods.xla.base import _atomic, _expression_statement, _is_reference
@@ -351,10 +352,11 @@ class TransformersNeuronxSampling(PythonRule):
                                   f"torchrun: tp_degree={tp} may not.",
                                   "Load with DistributedConfig(tp_size=N), not device_map, N dividing the KV heads, under "
                                   "torchrun."))
-        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and ctx.in_kernel:
-            # a notebook's kernel is one process, never started by torchrun: DistributedConfig(tp_size > 1) raises
+        elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 and (process := single_process(ctx)):
+            # one process, never started by torchrun (a notebook kernel, a model server): DistributedConfig(tp_size > 1)
+            # raises there
             placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
-            markers.append(KERNEL_TP_MARKER.format(tp=tp))
+            markers.append(ONE_PROCESS_TP_MARKER.format(tp=tp, process=process))
         elif isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
             dc = ctx.name_for(DISTRIBUTED_CONFIG, anchor=binding)
             placement = ("distributed_config", cst.Call(func=dc, args=[
