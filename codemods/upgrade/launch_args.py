@@ -84,7 +84,24 @@ def flag_table(sft: bool) -> dict[str, dict]:
 
 def trigger_flags() -> tuple[str, ...]:
     names = set(flag_table(False)) | set(flag_table(True))
-    return tuple(sorted(f"--{n}" for n in names))
+    return tuple(sorted(f"--{n}" for n in names)) + (CPU_FLAG,)
+
+
+#: a TrainingArguments flag whose run changes device on TorchNeuron: Transformers 5 trains on the CPU with it
+CPU_FLAG = "--use_cpu"
+
+
+def forces_cpu(values: list[str | None]) -> bool:
+    """Whether launch arguments pass ``--use_cpu`` on (``--use_cpu``, ``--use_cpu True``, ``--use_cpu=1``), or
+    ``--no_cuda``, which NM616 renames to it."""
+    for k, v in enumerate(values):
+        name, eq, inline = (v or "").partition("=")
+        if name.replace("-", "_") not in ("__use_cpu", "__no_cuda"):
+            continue
+        value = inline if eq else (values[k + 1] if k + 1 < len(values) else None)
+        if value is None or value.startswith("-") or value.lower() not in _FALSE:
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------------------------------

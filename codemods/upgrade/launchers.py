@@ -18,7 +18,7 @@ from codemods.project.launch_flags import find_launch, unit_variables
 from codemods.project.shell_plans import ShellPlan, _shell_plan, plan_for, word_value
 from codemods.project.shell_syntax import ShellSyntaxError
 from codemods.upgrade.launch_args import (
-    ScriptKind, flag_edits, flag_table, launch_in_words, rejected_names, script_kind, segment_end, trigger_flags)
+    ScriptKind, flag_edits, flag_table, forces_cpu, launch_in_words, rejected_names, script_kind, segment_end, trigger_flags)
 from migrator.rules import TextRule
 
 
@@ -54,7 +54,12 @@ def _short(name: str) -> str:
     return name if len(name) <= 24 else "…" + name[-23:]
 
 
+USE_CPU_MARKER = "Drop --use_cpu from this launch to train on the neuron device: Transformers 5 trains on the CPU with it."
 LAUNCHER_MARKERS = (
+    (USE_CPU_MARKER,
+     """The launched script parses TrainingArguments, and transformers 5.23 keeps a run with use_cpu on the CPU
+     (PartialState(cpu=True)) whatever accelerator is there; the torch-xla launch this came from used the Neuron
+     device. Drop the flag (or set it False) unless the run is meant for the CPU."""),
     ("If {script} parses TrainingArguments, {what}: transformers 5.23 rejects {them}.",
      """The launched script is not in the project, so the rule cannot tell whether it parses
      TrainingArguments (HfArgumentParser, TrlParser), whose transformers 5.23 parser rejects these
@@ -63,6 +68,10 @@ LAUNCHER_MARKERS = (
      """The flags are held in a shell variable set elsewhere (another file, the caller's environment), so
      the rule cannot edit them where they are written."""),
 )
+
+
+#: a file about Neuron (where a --use_cpu launch was a Neuron run)
+_NEURON = re.compile(r"neuron|XLA_USE_BF16|PJRT_DEVICE", re.IGNORECASE)
 
 
 def _delete_elements(plan: DockerPlan, rule: str, g: int, spans: list[tuple[int, int]], gone: list[int]) -> None:
@@ -116,7 +125,9 @@ class LauncherFlags(TextRule):
         is edited only when it is one of Transformers' example scripts (`run_clm.py`,
         `run_glue.py`...); otherwise a launch that passes `--output_dir` gets a marker naming the
         flags. Flags held in a variable the launch expands (`ARGS="--overwrite_output_dir"`) are
-        not edited: the launch gets a marker saying what each becomes.
+        not edited: the launch gets a marker saying what each becomes. In a file about Neuron (or a run
+        that migrates old-stack code), a launch of such a script with `--use_cpu` on (or `--no_cuda`,
+        renamed to it) gets a marker: Transformers 5 trains on the CPU with it, the torch-xla run did not.
     """
 
     def apply(self, ctx) -> None:
@@ -150,12 +161,16 @@ class LauncherFlags(TextRule):
             values = [u.value(i) for i in args]
             flags = rejected_names(values, True, texts)
             held = self._held_flags(texts, env)
-            if not flags and not held:
+            cpu = forces_cpu(values)
+            if not flags and not held and not cpu:
                 continue
             module = launch.script > 0 and u.value(s.words[launch.script - 1]) == "-m"
             kind = script_kind(u.value(s.words[launch.script]) or "", ctx.path, module)
             if not plan.editable(self.id, s):
                 continue
+            if cpu and kind.hf and not kind.declares("use_cpu") and (
+                    "uses:old-stack-code" in ctx.facts or _NEURON.search(ctx.whole_text)):
+                plan.marker(ctx, s.group, USE_CPU_MARKER)  # (a launch of a Neuron project: CPU runs elsewhere stay)
             held = [(var, [f for f in fs if f in rejected_names(fs, kind.sft)]) for var, fs in held]
             held = [(var, fs) for var, fs in held if fs]
             if held and kind.hf:

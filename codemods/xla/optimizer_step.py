@@ -19,6 +19,7 @@ from codemods.xla.base import (
     _atomic,
     _bind_args,
     _call_args,
+    _GROUP_MAKERS,
     _has_process_group,
     _keyword,
     _multi_process,
@@ -32,14 +33,26 @@ from migrator.rules import NameClash, PythonContext
 # --------------------------------------------------------------------------- NM403
 
 
+WRAP_MARKER = "Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients."
+#: the same in a module that makes no process group (torch-xla's runtime reduced without one; DDP needs one)
+NO_GROUP_MARKER = ("Call dist.init_process_group(\"neuron\") and wrap the model in DDP: xm.optimizer_step averaged the "
+                   "gradients.")
+
+
 class XlaOptimizerStep(_XlaRule):
     id = "NM403"
     markers = (
-        ("Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients.",
+        (WRAP_MARKER,
          """xm.optimizer_step all-reduced (averaged) the gradients over all processes before the step, and nothing
          does that after the rewrite to optimizer.step(): wrap the model in
          torch.nn.parallel.DistributedDataParallel (or FSDP2 fully_shard), or all-reduce the gradients before
          the step by hand."""),
+        (NO_GROUP_MARKER,
+         """xm.optimizer_step all-reduced (averaged) the gradients over all processes through torch-xla's own
+         runtime, which needed no torch.distributed process group (xmp.spawn scripts make none). Natively DDP (or
+         FSDP2) averages them, over a process group: call torch.distributed.init_process_group("neuron") once per
+         process (torchrun sets RANK, LOCAL_RANK and WORLD_SIZE), then wrap the model in
+         DistributedDataParallel."""),
     )
     title = "xm.optimizer_step(opt) -> opt.step() (marker where the gradient all-reduce it did is now missing)"
     fix = "mixed"
@@ -133,10 +146,7 @@ class XlaOptimizerStep(_XlaRule):
         ctx.finding(call, f"{qual}(optimizer) -> optimizer.step()")
         if _multi_process(ctx) and not any(h in ctx.source for h in _WRAPPED_HINTS) and not _wrap_model(
                 bound["optimizer"].value, call, ctx):
-            ctx.marker(
-                call,
-                "Wrap the model in DistributedDataParallel or fully_shard: xm.optimizer_step averaged the gradients.",
-            )
+            ctx.marker(call, WRAP_MARKER if any(h in ctx.code for h in _GROUP_MAKERS) else NO_GROUP_MARKER)
         _drop_old_comment(call, ctx)
         return None
 
