@@ -583,6 +583,7 @@ class XlaOnlyEnvironment(ShellRule):
         if not names:
             return
         found: list[str] = []
+        bf16: list[str] = []
 
         def edit(sub: ShellPlan) -> bool:
             for inner in sub.unit.simples:
@@ -590,6 +591,8 @@ class XlaOnlyEnvironment(ShellRule):
                     if xla_only_reason(a.name) is not None and sub.editable(self.id, inner):
                         sub.delete(self.id, a.tok)
                         found.append(a.name)
+                        if a.name in BF16_VARS and a.form != "unset" and switched_on(a.value):
+                            bf16.append(a.name)
             return bool(found)
 
         lit = literal_script(text)
@@ -604,6 +607,8 @@ class XlaOnlyEnvironment(ShellRule):
             plan.replace(self.id, tok, lit[0] + new + lit[0])
         self.finding(ctx, plan, tok, f"removed {', '.join(names)} from the command string: "
                      + "; ".join(dict.fromkeys(str(xla_only_reason(n)) for n in names)))
+        if bf16:  # the precision of the run changes: said in the launcher, as for a plain assignment
+            mark_bf16_launch(plan, ctx, self.id, s.group, bf16[0])
 
 
 def _reasons(names: list[str]) -> str:

@@ -750,12 +750,21 @@ def launched_source(ctx, script: str) -> str | None:
 
 def embedded_scripts(unit: ShellUnit, s: Simple) -> list[int]:
     """Tokens of ``s`` that hold a script another shell runs: the operand of ``bash -c`` (also
-    behind a launcher: ``srun bash -c ...``) and the single operand of ``eval``."""
+    behind a launcher: ``srun bash -c ...``), the single operand of ``eval`` and the job of ``sbatch
+    --wrap`` (``--wrap="srun ..."``: the token as a whole)."""
     vals = [unit.value(i) for i in s.words]
     if not vals:
         return []
     if vals[0] == "eval":
         return s.words[1:2] if len(s.words) == 2 else []
+    if vals[0] == "sbatch":
+        for k, i in enumerate(s.words):
+            text = unit.text(i)
+            if text.startswith("--wrap="):
+                return [i]
+            if text == "--wrap" and k + 1 < len(s.words):
+                return [s.words[k + 1]]
+        return []
     if vals[0] in ("echo", "printf", "cat", "grep", ":"):
         return []
     for k, v in enumerate(vals):
