@@ -118,7 +118,7 @@ ADVICE = (
     (("torch_xla", "torch_neuronx", "torch_neuron"), "Replace `{name}` with its torch or torch.distributed equivalent."),
     (("neuronxcc.nki.kernels", "neuronxcc.nki._private_kernels"),
      "Copy the `{name}` kernel's source from nki-samples into the project and port it to `@nki.jit`."),
-    (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from the `nki` package TorchNeuron documents (`import nki`)."),
+    (("neuronxcc.nki",), "`{name}` is from the old `neuronxcc.nki`: import it from `nki` (neuronxcc.nki.X is nki.X), then port the kernel."),
     (("neuronx_distributed_inference.models.diffusers",),
      "Replace `{name}`: load the pipeline with its Diffusers class and move it with .to(\"neuron\")."),
     (NXDI_TESTING,
@@ -244,7 +244,9 @@ class OldStackLeftovers(PythonRule):
         source is in the nki-samples repository, to copy and port to the `nki` API (a kernel returns its output
         instead of filling one it is given).""",
         """`neuronxcc.nki` is the NKI namespace of the XLA-era compiler package; NKI kernels called from
-        TorchNeuron are written against the standalone `nki` package (`import nki`, `@nki.jit`).""",
+        TorchNeuron are written against the standalone `nki` package (`import nki`, `import nki.language as nl`,
+        `@nki.jit`), whose API changed too (loads and stores are DMA copies in nki.isa, index grids are
+        slices: see the NKI migration guide), so the kernel bodies are ported as well as the imports.""",
         """NxD Inference's diffusion applications (Flux and its backbone, text-encoder and VAE configs) compiled
         the pipeline's parts ahead of time; with TorchNeuron Diffusers loads the pipeline (FluxPipeline,
         StableDiffusionPipeline...) and runs it on the neuron device, its denoiser compiled with

@@ -303,8 +303,8 @@ class NeuronParallelCompile(ShellRule):
         u = plan.unit
         for s in u.simples:
             if any("neuron_parallel_compile" in u.text(t) for t in embedded_scripts(u, s)):
-                plan.marker(ctx, s.group, "this command string runs neuron_parallel_compile: remove the prefix "
-                            "and keep the command it wraps (TorchNeuron compiles on first use)")
+                plan.marker(ctx, s.group, "Remove neuron_parallel_compile from this command string and keep what it "
+                            "wraps: TorchNeuron compiles on first use.")
             k = _npc_position(u, s)
             if k is None:
                 continue

@@ -603,11 +603,15 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
             if not isinstance(text, str) or not any(f in text for f in (*CC_DROP_FLAGS, *CC_CHECK_FLAGS)):
                 continue
             split = split_cc_flags(text)
-            if split is None:
-                ctx.marker(small, fitted(f"Remove the XLA-era flags of NEURON_CC_FLAGS ({', '.join(CC_DROP_FLAGS)})",
-                                         "NEURON_CC_FLAGS holds XLA-era flags: remove them (neuron-migrate explain "
-                                         "NM416) and check the others"))
-                return
+            if split is None:  # (quotes inside the value: `--cache_dir="./cc"`): the flags it holds, by name
+                present = [f for f in CC_DROP_FLAGS if re.search(re.escape(f) + r"(?![\w-])", text)]
+                ctx.local_state().setdefault("cc_marked", set()).update(present)
+                if present:
+                    ctx.marker(small, fitted(f"Remove the XLA-era flags of NEURON_CC_FLAGS ({', '.join(present)})",
+                                             "NEURON_CC_FLAGS holds XLA-era flags: remove them (neuron-migrate explain "
+                                             "NM416) and check the others"))
+                    return
+                continue
             kept, dropped = split
             if dropped and not kept and lit is value and cache_dir_message(dropped) is None and remove():
                 ctx.finding(small, "removed the setting of NEURON_CC_FLAGS: it only held XLA-era compiler flags")
@@ -616,6 +620,7 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
             check_seen = check_seen or bool(kept)
             if dropped:
                 drop_seen = True
+                ctx.local_state().setdefault("cc_marked", set()).update(d.split()[0].partition("=")[0] for d in dropped)
                 lead = text[: len(text) - len(text.lstrip())]
                 tail = text[len(text.rstrip()):]
                 new_text = lead + " ".join(kept) + tail if kept else lead + tail
@@ -632,8 +637,9 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
             if isinstance(value, (cst.Attribute, cst.Subscript)):
                 return  # an argument's or a config's value (args.cc_flags): not built from the unit's flags
             # (`--cache_dir` only as `--cache_dir=...`: scripts name their own --cache_dir argument)
-            built = [f for f in CC_DROP_FLAGS
-                     if re.search(rf"['\"][^'\"\n]*{re.escape(f)}" + ("=" if f == "--cache_dir" else r"(?![\w-])"),
+            done = ctx.local_state().get("cc_marked", set())  # (flags a statement above got its edit or marker for)
+            built = [f for f in CC_DROP_FLAGS if f not in done
+                     and re.search(rf"['\"][^'\"\n]*{re.escape(f)}" + ("=" if f == "--cache_dir" else r"(?![\w-])"),
                                   ctx.code)]
             if built and not any(f in (lit.evaluated_value or "") for lit in literals for f in built):
                 # the value is built at run time (`" ".join(flags)`) and the unit writes XLA-era flags somewhere

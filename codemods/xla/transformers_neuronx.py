@@ -449,7 +449,7 @@ class TransformersNeuronxSampling(PythonRule):
             bound[name] = a
         if "input_ids" not in bound or "sequence_length" not in bound:
             return
-        if "start_ids" in bound:
+        if "start_ids" in bound and _literal(bound["start_ids"].value) is not None:
             ctx.marker(call, "Pass attention_mask= for the left-padded prompts: generate() has no start_ids=.")
         if "stopping_criteria_list" in bound:
             ctx.marker(call, "stopping_criteria_list= becomes generate(stopping_criteria=StoppingCriteriaList([...])) "
