@@ -15,6 +15,7 @@ rules asked for, in place of the import they replace when there is one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -448,6 +449,8 @@ def _without_aliases(small: cst.BaseSmallStatement, drop: set[int]) -> cst.BaseS
     return small.with_changes(names=keep)
 
 
+#: a comment that names the old stack (what a comment heading its imports says)
+_NAMES_OLD_STACK = re.compile(r"xla|neuron|\bxmp?\b|parallel[ _]loader", re.IGNORECASE)
 #: a merged single-line `from M import ...` longer than this gets its own line instead
 MERGE_MAX_LINE = 99
 #: key of the requests placed after the module's import header (they have no anchor line)
@@ -642,7 +645,14 @@ class ImportFixer(cst.CSTTransformer):
                         kept_stmt = kept_stmt.with_changes(leading_lines=leading)
                     new_stmts.append(kept_stmt)
                 elif leading:
-                    # keep comments above a removed import, except markers about that import
+                    # keep comments above a removed import, except markers about that import and a comment block
+                    # right above it that names the old stack (`# XLA imports`: it headed what is gone)
+                    k = len(leading)
+                    while k and leading[k - 1].comment is not None:
+                        k -= 1
+                    block = [el.comment.value for el in leading[k:] if el.comment is not None]
+                    if isinstance(stmt, cst.SimpleStatementLine) and any(_NAMES_OLD_STACK.search(c) for c in block):
+                        leading = leading[:k]
                     pending_leading = [
                         el for el in leading if el.comment is None or MARKER_PREFIX not in el.comment.value
                     ]

@@ -426,3 +426,20 @@ class _XlaRule(NeuronXlaOnly, PythonRule):
     def rewrite(self, qual: str, call: cst.Call, func: cst.CSTNode, ctx: PythonContext) -> str | None:
         """Ask for the edit of one call; returns why it could not, or None."""
         raise NotImplementedError  # pragma: no cover
+
+
+#: an end-of-line comment about what torch-xla did there (`# applies grads + all-reduces across cores`, `# XLA: collect
+#: ops and run them`)
+_OLD_COMMENT = re.compile(r"(?i)\bxla\b|all[-_ ]?reduc|mark_step|\bgraph\b|\bcores\b|\bbarrier\b")
+
+
+def drop_old_comment(call: cst.Call, ctx: PythonContext, what: str) -> None:
+    """Remove the end-of-line comment of the statement around ``call`` (rewritten by the rule) when it describes
+    the old behaviour (``what`` names it in the finding)."""
+    line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
+    comment = line.trailing_whitespace.comment if line is not None else None
+    if comment is None or not _OLD_COMMENT.search(comment.value):
+        return
+    ctx.replace(line, lambda updated: updated.with_changes(
+        trailing_whitespace=updated.trailing_whitespace.with_changes(comment=None, whitespace=cst.SimpleWhitespace(""))))
+    ctx.finding(call, f"comment `{comment.value}` removed: it described {what}")

@@ -48,6 +48,7 @@ from codemods.xla.base import (
     _expr,
     _expression_statement,
     _has_process_group,
+    drop_old_comment,
     group_by_launch_only,
     _if_statement,
     _index_in_stack,
@@ -487,6 +488,7 @@ class XlaStepMarkers(_XlaRule):
             ctx.replace(call, new)
             done = "(wait=True)" if wait else "() bounding a timed region"
             ctx.finding(call, f"{qual}{done} -> torch.accelerator.synchronize()")
+            drop_old_comment(call, ctx, "torch-xla's graph cut")
             return None
         if statement is None:
             return "it is part of an expression"

@@ -10,7 +10,6 @@ the averaging is missing. Facts: torch-xla 2.8 ``torch_xla/core/xla_model.py``.
 from __future__ import annotations
 
 import keyword
-import re
 
 import libcst as cst
 
@@ -19,6 +18,7 @@ from codemods.xla.base import (
     _atomic,
     _bind_args,
     _call_args,
+    drop_old_comment,
     _GROUP_MAKERS,
     _has_process_group,
     _keyword,
@@ -147,23 +147,8 @@ class XlaOptimizerStep(_XlaRule):
         if _multi_process(ctx) and not any(h in ctx.source for h in _WRAPPED_HINTS) and not _wrap_model(
                 bound["optimizer"].value, call, ctx):
             ctx.marker(call, WRAP_MARKER if any(h in ctx.code for h in _GROUP_MAKERS) else NO_GROUP_MARKER)
-        _drop_old_comment(call, ctx)
+        drop_old_comment(call, ctx, "torch-xla's optimizer_step")
         return None
-
-
-#: a comment about what torch-xla's step did (`# applies grads + all-reduces across cores`)
-_OLD_COMMENT = re.compile(r"(?i)\bxla\b|all[-_ ]?reduc|mark_step|\bgraph\b|\bcores\b|\bbarrier\b")
-
-
-def _drop_old_comment(call: cst.Call, ctx: PythonContext) -> None:
-    """The end-of-line comment of the rewritten statement, when it describes the old behaviour."""
-    line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
-    comment = line.trailing_whitespace.comment if line is not None else None
-    if comment is None or not _OLD_COMMENT.search(comment.value):
-        return
-    ctx.replace(line, lambda updated: updated.with_changes(
-        trailing_whitespace=updated.trailing_whitespace.with_changes(comment=None, whitespace=cst.SimpleWhitespace(""))))
-    ctx.finding(call, f"comment `{comment.value}` removed: it described torch-xla's optimizer_step")
 
 
 def _wrap_model(optimizer: cst.BaseExpression, call: cst.Call, ctx: PythonContext) -> bool:
