@@ -258,6 +258,10 @@ class XlaDevice(_XlaRule):
     # ---- "xla" device strings
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         func = node.func
+        if (isinstance(func, cst.Attribute) and func.attr.value == "startswith" and len(node.args) == 1
+                and _is_xla_type(node.args[0].value) and (_is_device_text(func.value) or _is_device_type(func.value))):
+            self._rename_type(node.args[0].value, ctx)  # `str(t.device).startswith("xla")`: it reads "neuron:0" now
+            return
         qual = ctx.qualname(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         if qual == "torch.device":
             self._torch_device(node, ctx)
@@ -392,10 +396,13 @@ def _is_device_type(node: cst.BaseExpression) -> bool:
 
 
 def _is_device_text(node: cst.BaseExpression) -> bool:
-    """``str(<expr>.device)``: the text of a tensor's or parameter's device (``"xla:0"``)."""
-    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "str"
-            and len(node.args) == 1 and node.args[0].keyword is None and node.args[0].star == ""
-            and isinstance(node.args[0].value, cst.Attribute) and node.args[0].value.attr.value == "device")
+    """``str(<expr>.device)``, ``str(device)``: the text of a device (``"xla:0"``)."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "str"
+            and len(node.args) == 1 and node.args[0].keyword is None and node.args[0].star == ""):
+        return False
+    arg = node.args[0].value
+    return (isinstance(arg, cst.Attribute) and arg.attr.value == "device") or (
+        isinstance(arg, cst.Name) and arg.value in ("device", "dev"))
 
 
 def _is_xla_type(node: cst.BaseExpression) -> bool:
