@@ -244,6 +244,10 @@ _OTHER_NATIVE.update({
     f"{PL}.checkpointing._invoke_preshard_hook":
         "nothing once the NxD model it prepares is a Transformers model loaded with from_pretrained (the hook "
         "converted a Hugging Face state dict for NxD's parallel layers; deleting it alone leaves their weights unloaded)",
+    # saving the traced artifact: nothing is traced ahead of time (the model compiles at its first call)
+    **{f"{NXD}.trace{sub}.parallel_model_save":
+       "nothing (no traced model is kept: the model compiles at its first call; save its weights if needed)"
+       for sub in ("", ".trace")},
     f"{NXD}.ModelBuilder": _TRACE_NATIVE,
     f"{NXD}.shard_checkpoint": _TRACE_NATIVE,
     f"{NXD}.NxDModel": _TRACE_NATIVE,
@@ -267,6 +271,7 @@ NATIVES = {**_OTHER_NATIVE, MOVE: "model.to(device)"}
 
 #: the few words a marker names the twin with, where the full form (``native_for``) is long
 _SHORT_NATIVE = {
+    "parallel_model_save": "nothing: the model compiles at its first call (save its weights if needed)",
     "neuronx_distributed_config": "DistributedConfig(tp_size=..., fsdp_size=...) given to from_pretrained",
     "initialize_parallel_model": "parallelize_module, or from_pretrained(distributed_config=...) for a checkpoint",
     "initialize_parallel_optimizer": "the optimizer over the same groups on a DDP/FSDP model, with clip_grad_norm_",
