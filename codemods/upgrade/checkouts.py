@@ -73,15 +73,17 @@ class OldReleaseCheckout(TextRule):
         the tag of the release they pinned (`git clone https://github.com/huggingface/transformers
         --branch v4.52.3`). The migration raises that pin to the release the migrated code needs
         (transformers 5.23, trl 1.16, ...); the old tag's scripts pass arguments the new release
-        rejects. A marker on the clone names the tag that matches the installed release (in a run
-        that migrates old-stack code: one without keeps its pins, and its clones match them).
+        rejects. A marker on the clone names the tag that matches the installed release (in a file or
+        run that migrates old-stack code: one without keeps its pins, and its clones match them).
     """
     before = """
         git clone https://github.com/huggingface/transformers --branch v4.52.3
+        neuron_parallel_compile python transformers/examples/pytorch/language-modeling/run_clm.py --output_dir out
     """
     after = """
         # TODO(neuron-migrate NM624): Clone transformers at v5.23.0 (the release installed now): the scripts of v4.52.3 pass arguments it rejects.
         git clone https://github.com/huggingface/transformers --branch v4.52.3
+        python transformers/examples/pytorch/language-modeling/run_clm.py --output_dir out
     """
     caveats = """
         Only `git clone` commands whose words name the repository and the tag (`--branch`/`-b`) are
@@ -90,7 +92,7 @@ class OldReleaseCheckout(TextRule):
     """
 
     def apply(self, ctx) -> None:
-        if USES not in ctx.facts:
+        if USES not in ctx.facts and not any(p in ctx.whole_text for p in USES_PROBES[USES]):
             return  # a project without old-stack code keeps its pins, and its clones match them
         plan = plan_for(ctx, _shell_plan)
         if not isinstance(plan, ShellPlan):

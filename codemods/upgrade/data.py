@@ -35,6 +35,12 @@ MOVES = {
     "huggingface_hub.HfFolder.path_token": "huggingface_hub.constants.HF_TOKEN_PATH",
     "huggingface_hub.hf_api.HfFolder.get_token": "huggingface_hub.get_token",
     "huggingface_hub.hf_api.HfFolder.path_token": "huggingface_hub.constants.HF_TOKEN_PATH",
+    # transformers 4.x re-exported huggingface_hub's get_full_repo_name from transformers.utils (the examples'
+    # `from transformers.utils import get_full_repo_name`); v5 dropped the re-export, huggingface_hub keeps it
+    "transformers.utils.get_full_repo_name": "huggingface_hub.get_full_repo_name",
+    "transformers.utils.hub.get_full_repo_name": "huggingface_hub.get_full_repo_name",
+    # transformers 4.x had its own is_offline_mode (HF_HUB_OFFLINE); v5 reads huggingface_hub's
+    "transformers.utils.is_offline_mode": "huggingface_hub.is_offline_mode",
 }
 #: removed modules whose names the generator does not probe (torch: see MOVES), with their last release
 REMOVED_MODULES = {"torch._six": "torch 1.13"}
