@@ -259,7 +259,7 @@ def test_environment_in_launchers_and_strings_flagged(src):
 
 def test_commands_in_strings_are_flagged_by_their_rules():
     out = check('srun bash -c "neuron_parallel_compile torchrun t.py"\nsh -c "optimum-cli export neuron -m m o"\n')
-    assert "TODO(neuron-migrate NM511): Remove neuron_parallel_compile from this command string" in out
+    assert "TODO(neuron-migrate NM511): Delete this command if it only pre-compiled, else remove neuron_parallel_compile" in out
     assert "TODO(neuron-migrate NM510): this command string runs optimum-cli" in out
     flags = check('bash -c "torchrun --nproc_per_node 8 t.py --tensor_parallel_size 8"\n')
     assert "TODO(neuron-migrate NM515): Move --tensor_parallel_size to TP_SIZE/FSDP_SIZE" in flags

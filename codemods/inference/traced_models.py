@@ -379,12 +379,13 @@ class TracedModelsOnNeuron(PythonRule):
         target = "SentenceTransformer(..., device=\"neuron\")" if st else "from_pretrained(..., device_map=\"neuron\")"
         ctx.finding(node, f"{class_name}.from_pretrained" + ("(export=True)" if export_value is True else "")
                     + f" -> {target}")
-        if st and model_name is not None and re.search(rf"(?<![\w.]){re.escape(model_name)}\s*\(", ctx.code):
+        held = model_name or _assigned_attribute(ctx, node)  # (`self.model = ...`, called in another method)
+        if st and held is not None and re.search(rf"(?<![\w.]){re.escape(held)}\s*\(", ctx.code):
             # the exported model's forward took tokenizer outputs and returned token_embeddings/sentence_embedding
-            named = _short(model_name, 20)
+            named = _short(held, 20)
             markers.append((f"Call {named}.encode(sentences) where {named}(...) gets tokenizer outputs: SentenceTransformer "
                             "takes sentences.",
-                            f"{model_name}.encode(sentences, output_value=None, convert_to_tensor=True) returns, per "
+                            f"{held}.encode(sentences, output_value=None, convert_to_tensor=True) returns, per "
                             "sentence, a dict with token_embeddings and sentence_embedding"))
         for message in applied:
             ctx.finding(node, message)
@@ -555,6 +556,16 @@ def _module_tokenizers(ctx: PythonContext) -> set[str]:
 def _copyable(expr: cst.BaseExpression | None) -> bool:
     """A shape value that can be repeated in the tokenizer call of the same scope."""
     return isinstance(expr, (cst.Integer, cst.Name, cst.Attribute))
+
+
+def _assigned_attribute(ctx: PythonContext, call: cst.Call) -> str | None:
+    """``self.model`` of ``self.model = <call>``: the code of an attribute the call's result is assigned to."""
+    parent = ctx.parent
+    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Attribute):
+            return ctx.module.code_for_node(target)
+    return None
 
 
 def _assigned_name(ctx: PythonContext, call: cst.Call) -> str | None:

@@ -303,8 +303,9 @@ class NeuronParallelCompile(ShellRule):
         u = plan.unit
         for s in u.simples:
             if any("neuron_parallel_compile" in u.text(t) for t in embedded_scripts(u, s)):
-                plan.marker(ctx, s.group, "Remove neuron_parallel_compile from this command string and keep what it "
-                            "wraps: TorchNeuron compiles on first use.")
+                # (a job that only pre-compiled would run the real thing without the prefix: not just dropped)
+                plan.marker(ctx, s.group, "Delete this command if it only pre-compiled, else remove "
+                            "neuron_parallel_compile from its command string.")
             k = _npc_position(u, s)
             if k is None:
                 continue

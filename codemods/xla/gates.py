@@ -4,7 +4,8 @@
 ``try: import torch_xla ... except ImportError:`` used as a device switch answer "no" on a
 TorchNeuron host (torch-xla, optimum-neuron, transformers-neuronx are not installed there), so the
 migrated script silently takes its other branch (CUDA, CPU, or an early exit). TorchNeuron's own
-test is ``torch.neuron.is_available()``. Which branch is the migrated one cannot be decided from
+test is ``hasattr(torch, "neuron") and torch.neuron.is_available()`` (torch has ``neuron`` only with
+torch-neuronx installed). Which branch is the migrated one cannot be decided from
 the gate alone, so each gate gets a marker; the migrated code inside it is left as it is.
 """
 
@@ -20,6 +21,7 @@ from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.export_only import kept_names
 from codemods.common.renames import load_table
 from migrator.imports import catches_import_error, dotted, falls_back
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 from migrator.tree import walk
 
@@ -42,7 +44,8 @@ PACKAGE_PROBES = (
     "pytorch_lightning.utilities.imports._package_available", "transformers.utils.import_utils._is_package_available",
 )
 _PACKAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
-NATIVE_TEST = "torch.neuron.is_available()"
+#: (torch has a `neuron` attribute only with torch-neuronx installed: a bare torch.neuron raises AttributeError)
+NATIVE_TEST = 'hasattr(torch, "neuron") and torch.neuron.is_available()'
 #: libraries whose import in a gate's except branch makes that branch the native path
 TARGET_LIBRARIES = frozenset({"transformers", "diffusers", "trl", "peft", "accelerate"})
 #: a gate whose try body is the old stack and whose except branch loads the model with a target library
@@ -56,8 +59,7 @@ LIGHTNING_GATE_MARKER = ("This check answers for the Lightning XLA accelerator p
 LIGHTNING_PATCH_MARKER = ("Delete these patches of Lightning's TPU/XLA accelerator: TorchNeuron is no XLA device, "
                           "Lightning needs a neuron one.")
 #: the gate of a module that serves other accelerators through torch_xla (TPUs): its XLA branch stays
-SIDE_BY_SIDE_MARKER = ("Add a torch.neuron.is_available() branch beside this torch_xla one: the module also serves "
-                       "other XLA devices.")
+SIDE_BY_SIDE_MARKER = (f"Add a {NATIVE_TEST} branch beside this torch_xla one (it serves TPUs).")
 
 
 class OldStackAvailabilityGates(PythonRule):
@@ -76,7 +78,8 @@ class OldStackAvailabilityGates(PythonRule):
         `if xm is not None:`, or `"torch_xla" in sys.modules`, whether something imported it) gets
         "no" on a TorchNeuron host, where none of those packages exists,
         and silently runs its other branch: on CPU or CUDA code, or not at all. TorchNeuron's test
-        is `torch.neuron.is_available()`. The marker goes on the gate; which branch holds the
+        is `hasattr(torch, "neuron") and torch.neuron.is_available()` (a bare `torch.neuron` raises
+        AttributeError where torch-neuronx is not installed). The marker goes on the gate; which branch holds the
         migrated code is for a person to see. The standard-library imports of such a `try:` body
         (`from inspect import currentframe` beside `import torch_xla...`) move out of it, right
         after the statement: the gate fails before them on TorchNeuron, and the module's other uses
@@ -96,7 +99,7 @@ class OldStackAvailabilityGates(PythonRule):
     after = """
         import importlib.util
 
-        # TODO(neuron-migrate NM420): This asks for `torch_xla`, which TorchNeuron hosts lack: test torch.neuron.is_available() instead.
+        # TODO(neuron-migrate NM420): This asks for `torch_xla`, absent on TorchNeuron: test hasattr(torch, "neuron") and torch.neuron.is_available() instead.
         if importlib.util.find_spec("torch_xla") is not None:
             device = "neuron"
         else:
@@ -174,7 +177,8 @@ class OldStackAvailabilityGates(PythonRule):
             if name.split(".")[0] == "torch_xla" and self._patches_lightning_xla(ctx):
                 ctx.marker(node, LIGHTNING_GATE_MARKER)
                 return
-            ctx.marker(node, f"This asks for `{name}`, which TorchNeuron hosts lack: test {NATIVE_TEST} instead.")
+            ctx.marker(node, fitted(f"This asks for `{name}`, absent on TorchNeuron: test {NATIVE_TEST} instead.",
+                                    f"This asks for the old stack: test {NATIVE_TEST} instead."))
 
     def _on_try(self, node: cst.Try, ctx: PythonContext) -> None:
         modules = []
@@ -200,8 +204,7 @@ class OldStackAvailabilityGates(PythonRule):
             if _native_fallback(node):
                 ctx.marker(node, NATIVE_FALLBACK_MARKER)
             else:
-                ctx.marker(node, f"on TorchNeuron these old-stack imports fail and the except branch runs: "
-                                 f"gate on {NATIVE_TEST} instead")
+                ctx.marker(node, f"These old-stack imports fail on TorchNeuron: gate on {NATIVE_TEST}.")
 
     @staticmethod
     def _hoist_stdlib_imports(node: cst.Try, ctx: PythonContext) -> None:
