@@ -36,7 +36,7 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     _Note,
     trigger_scan,
 )
-from migrator.model import NATIVE_PLUGIN, is_old_stack
+from migrator.model import NATIVE_PLUGIN, OUTSIDE_NAMES, is_old_stack
 from migrator.tree import child_nodes, code_fields, one_branch, without_effects
 
 _SHAPES: dict[type, tuple[tuple[str, ...], bool]] = {}
@@ -641,7 +641,7 @@ def _render(ctx: PythonContext, module: cst.Module, edits: list[_Edit], markers:
         again = _Applier(missed, {}, set(), candidates, seen_names, {id(new_module)})
         new_module = new_module.visit(again)
         line_map = {new: line_map.get(mid, mid) for new, mid in again.line_map.items()} | line_map
-    dead = candidates - seen_names
+    dead = candidates - seen_names - OUTSIDE_NAMES.get()  # (an import a later block of the page still reads stays)
 
     removal_ids = {id(b.alias) for b in removals if b.alias is not None} | extra_removals
     for b in ctx.imports.all_bindings():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import textwrap
 from difflib import SequenceMatcher
 
 import ast
@@ -240,6 +241,24 @@ def _is_console(lang: str, bodies: list[str]) -> bool:
 _NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
+def _read_names(text: str) -> frozenset[str]:
+    """The names a block reads that it does not import itself (an earlier block's import serves them); every
+    word of the block when it does not parse (fenced blocks are often fragments)."""
+    body = textwrap.dedent(text)
+    try:
+        tree = ast.parse(body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset(_NAME.findall(text))
+    imported: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            read.add(node.id)
+    return frozenset(read - imported)
+
+
 _FLAG_LINE = re.compile(r"\s*--?[A-Za-z]")
 
 
@@ -306,8 +325,7 @@ def _transform_markdown(
     blocks = _find_blocks(lines)
     # the names each Python block uses: a page's blocks are one program read in order, so an import in one
     # block that only later blocks use is not unused (OUTSIDE_NAMES, read by the self-check)
-    names = [frozenset(_NAME.findall("".join(lines[b.start:b.end]))) if b.lang in PYTHON_LANGS else frozenset()
-             for b in blocks]
+    names = [_read_names("".join(lines[b.start:b.end])) if b.lang in PYTHON_LANGS else frozenset() for b in blocks]
     for k, block in enumerate(blocks):
         lang = block.lang
         other_lang = lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS and (
