@@ -245,6 +245,9 @@ def _read_names(text: str) -> frozenset[str]:
     """The names a block reads that it does not import itself (an earlier block's import serves them); every
     word of the block when it does not parse (fenced blocks are often fragments)."""
     body = textwrap.dedent(text)
+    if any(ln.lstrip().startswith(">>>") for ln in body.splitlines()):  # an interpreter session: its statements
+        body = "\n".join(ln.lstrip()[4:] for ln in body.splitlines() if ln.lstrip()[:4] in (">>> ", "... ")
+                         or ln.strip() in (">>>", "..."))
     try:
         tree = ast.parse(body)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
