@@ -179,8 +179,6 @@ UNTOUCHED = [
     'echo "XLA_USE_BF16=1 neuron_parallel_compile"\n',
     "echo bash -c 'export XLA_USE_BF16=1; python t.py'\n",
     "echo '\n#SBATCH --export=ALL,XLA_USE_BF16=1\n'\n",
-    "echo 'unbalanced\nexport XLA_USE_BF16=1\n",  # does not lex: left alone
-    "if true; then\nexport XLA_USE_BF16=1\n",  # does not parse: left alone
     "export XLA_USE_BF16=1 # neuron-migrate: ignore\n",
     "export XLA_USE_BF16=1 # neuron-migrate: ignore[NM512]\n",
     "export XLA_USE_BF16=1 # neuron-migrate: ignore[NM5]\n",
@@ -1256,3 +1254,25 @@ def test_xla_value_of_a_device_flag_marked_in_a_neuron_launcher(launch: str, fla
 ])
 def test_xla_value_left_alone_where_it_is_no_neuron_device(src: str):
     assert check(src) == src
+
+
+def test_a_script_the_shell_rules_cannot_parse_says_so():
+    """A launcher with an unclosed `if` that names the old stack: none of the shell rules can read it, so a marker
+    right after the shebang says so (it was reported "unchanged", with nothing in the file); a second run adds
+    none, and a script that does not name the old stack is left alone."""
+    src = '#!/bin/bash\nexport XLA_USE_BF16=1\nif [ -n "$X" ]; then\n  echo hi\ntorchrun train.py\n'
+    result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), src.encode())
+    new = result.new_bytes.decode()
+    lines = new.splitlines()
+    assert lines[0] == "#!/bin/bash" and "Migrate this script by hand: the shell rules cannot parse it" in lines[1]
+    assert lines[2:] == src.splitlines()[1:]
+    assert [f.fix for f in result.findings] == ["manual"]
+    again = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), new.encode())
+    assert again.status == "unchanged"
+    plain = '#!/bin/bash\nif [ -n "$X" ]; then\n  echo hi\n'
+    assert process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), plain.encode()).status == "unchanged"
+    # without a shebang the marker is the first line; a script that does not lex is one the rules cannot read too
+    for src in ("echo 'unbalanced\nexport XLA_USE_BF16=1\n", "if true; then\nexport XLA_USE_BF16=1\n"):
+        result = process(Candidate(Path("s.sh"), "s.sh", "shell"), ruleset(), src.encode())
+        assert result.new_bytes.decode().splitlines()[1:] == src.splitlines()
+        assert "the shell rules cannot parse it" in result.new_bytes.decode().splitlines()[0]
