@@ -834,7 +834,15 @@ def _runs_other_tool(u: ShellUnit, s: Simple) -> bool:
     """Whether the command runs a tool with a --tensor-parallel-size of its own (vLLM & co.), directly or behind
     wrappers (``nohup python -m vllm.entrypoints.openai.api_server ...``)."""
     values = [u.value(i) or "" for i in s.words]
+    env: dict[str, str | None] | None = None
     for k, v in enumerate(values):
+        var = _VAR_RE.fullmatch(u.text(s.words[k])) if not v else None
+        if var is not None:  # `"$VLLM_BIN" serve ...`: the program a variable holds (or names)
+            name = var.group(1) or var.group(2)
+            env = unit_variables(u) if env is None else env
+            v = env.get(name) or ""
+            if any(tool in name.lower() for tool in ("vllm", "sglang")):
+                return True
         if v.rsplit("/", 1)[-1] in _OTHER_TOOLS:
             return True
         if v == "-m" and k + 1 < len(values) and values[k + 1].split(".", 1)[0] in _OTHER_TOOLS:

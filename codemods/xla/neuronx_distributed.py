@@ -475,12 +475,6 @@ class NxdBuildingBlocks(_XlaRule):
             ctx.marker(node, UTIL_MARKER, detail=detail)
             return
         last = qual.rsplit(".", 1)[-1]
-        if last == "ColumnParallelLinear" and call is not None and _FUSED_QKV.search(_assigned_to(ctx)):
-            # one weight holding q, k and v: ColwiseParallel() would give each rank a contiguous block of it
-            # (all q on the first ranks), where NxD sharded each of the three
-            ctx.marker(node, "Split this fused qkv layer into q, k and v nn.Linear layers, each sharded by "
-                             "ColwiseParallel().", detail=detail)
-            return
         keyword, default = _GATHERED.get(last, (None, False))
         given = None if call is None else next(
             (a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
@@ -496,6 +490,13 @@ class NxdBuildingBlocks(_XlaRule):
             # the layer's output is whole on every rank: the plan must replicate it too
             ctx.marker(node, f"Replace {last} with an nn.{'Linear' if 'Linear' in last else 'Embedding'} sharded by "
                              "ColwiseParallel(output_layouts=Replicate()).", detail=detail)
+            return
+        if last == "ColumnParallelLinear" and call is not None and _FUSED_QKV.search(_assigned_to(ctx)):
+            # one weight holding q, k and v, whose output stays sharded: ColwiseParallel() would give each rank a
+            # contiguous block of it (all q on the first ranks), where NxD sharded each of the three (a gathered
+            # output, above, is whole whatever the blocks: replicated)
+            ctx.marker(node, "Split this fused qkv layer into q, k and v nn.Linear layers, each sharded by "
+                             "ColwiseParallel().", detail=detail)
             return
         if last == "RowParallelLinear" and call is not None:
             # input_is_parallel defaults to False: the layer takes the whole input and slices it itself, where
