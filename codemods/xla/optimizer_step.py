@@ -88,7 +88,9 @@ class XlaOptimizerStep(_XlaRule):
         The DDP/FSDP check reads the module only: a model wrapped in another module still gets
         the marker (delete it once checked). After the DDP wrap, `model.state_dict()` /
         `model.load_state_dict()` later in the same function become `model.module.state_dict()` /
-        `...load_state_dict()`, so that checkpoints keep the keys of the unwrapped model; uses in
+        `...load_state_dict()`, so that checkpoints keep the keys of the unwrapped model, and so do the
+        Transformers model's own methods and attributes DDP does not forward (`save_pretrained`,
+        `push_to_hub`, `generate`, `config`, ...: AttributeError on the wrapper); uses in
         other functions (`save(model)`) see the DDP module. `groups=` (all-reduce within replica groups) and
         `**kwargs` spread into the call get a marker instead of a rewrite.
     """
@@ -98,7 +100,12 @@ class XlaOptimizerStep(_XlaRule):
     def handlers(self):
         table = super().handlers()
         table[cst.Call] = self._on_call
+        table[cst.Attribute] = self._on_attribute_or_reference
         return table
+
+    def _on_attribute_or_reference(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        self._on_reference(node, ctx)
+        self._on_attribute(node, ctx)
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         """Record, in order, the `<name>.parameters()` / `.state_dict()` / `.load_state_dict()` calls of each
@@ -109,6 +116,15 @@ class XlaOptimizerStep(_XlaRule):
             calls = ctx.local_state().setdefault("calls", [])
             calls.append((id(scope), func.value.value, func.attr.value, node, func.value))
 
+    def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
+        """`<name>.config` / `.generation_config` read (not called): DistributedDataParallel does not forward them
+        either (AttributeError), so after the wrap they go through `.module` too."""
+        if isinstance(node.value, cst.Name) and node.attr.value in _MODEL_ATTRS and not (
+                isinstance(ctx.parent, cst.Call) and ctx.parent.func is node):
+            scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+            ctx.local_state().setdefault("calls", []).append((id(scope), node.value.value, node.attr.value, node,
+                                                               node.value))
+
     def finish(self, ctx: PythonContext) -> None:
         state = ctx.local_state()
         for scope, model, parameters in state.get("wraps", ()):
@@ -118,8 +134,11 @@ class XlaOptimizerStep(_XlaRule):
                     after = True
                 elif after and s_id == scope and name == model and attr != "parameters":
                     ctx.replace(value, cst.Attribute(value=value, attr=cst.Name("module")))
-                    ctx.finding(node, f"{model}.{attr}() -> {model}.module.{attr}(): {model} is wrapped in "
-                                      "DistributedDataParallel, whose own state dict prefixes every key with `module.`")
+                    why = ("whose own state dict prefixes every key with `module.`" if "state_dict" in attr else
+                           f"which does not forward {attr}")
+                    called = "()" if attr in _MODEL_CALLS else ""
+                    ctx.finding(node, f"{model}.{attr}{called} -> {model}.module.{attr}{called}: {model} is wrapped in "
+                                      f"DistributedDataParallel, {why}")
 
     def rewrite(self, qual, call, func, ctx):
         bound = _bind_args(call, self.PARAMS)
@@ -215,7 +234,12 @@ def _group_made_before(statements, ctx: PythonContext) -> bool:
     return any(inits(stmt) for stmt in statements) or any(inits(stmt) for stmt in ctx.module.body)
 
 
-_MODEL_CALLS = ("parameters", "state_dict", "load_state_dict")
+_MODEL_CALLS = ("parameters", "state_dict", "load_state_dict",
+                # the Transformers model's own methods, which DistributedDataParallel does not forward
+                "save_pretrained", "push_to_hub", "generate", "resize_token_embeddings", "gradient_checkpointing_enable",
+                "get_input_embeddings", "get_output_embeddings", "tie_weights", "num_parameters")
+#: attributes read on the model that DistributedDataParallel does not forward either
+_MODEL_ATTRS = ("config", "generation_config")
 
 
 def _assignment(stmt: cst.CSTNode) -> tuple[str | None, cst.BaseExpression | None]:
