@@ -23,6 +23,8 @@ side effect of what was a pure query.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.training.sources import (
@@ -119,6 +121,9 @@ def _constant_branch(new: cst.If, keep_body: bool, alone: bool = False):
     return cst.FlattenSentinel(stmts)
 
 
+#: zero_1 in a run that also pipelines (pp_size > 1): no native ZeRO-1 to go with it
+ZERO_1_WITH_PP = "zero_1 was dropped: FSDP does not combine with pipeline parallelism, so the optimizer state stays whole."
+
 _PARALLEL = "Set the parallel layout where the model is loaded (DistributedConfig): {name} was dropped."
 MIXED_BY_HAND = "Pass mixed_precision=\"bf16\" (AUTOCAST_BF16) or load in bf16 (FULL_BF16): {name}."
 CONSOLIDATE_BY_HAND = "Consolidate with transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, out_dir)."
@@ -148,6 +153,15 @@ ACCELERATOR_MARKERS = (
     ("Load the model with dtype=torch.bfloat16: mixed_precision_config={value} trained it in bf16.",
      """FULL_BF16 trained the whole model in bf16; mixed_precision="bf16" would be autocast over fp32 weights,
      another memory footprint and other numerics."""),
+    (ZERO_1_WITH_PP,
+     """ZeRO-1 sharded the optimizer state over the data-parallel ranks. Natively that is FSDP (DistributedConfig
+     fsdp_size), which Transformers 5.23 does not combine with pipeline parallelism (DistributedConfig raises
+     "Combining FSDP with pipeline parallelism is not supported yet"): with pp_size > 1 the optimizer state stays
+     whole on each rank, which takes more memory."""),
+    ("Load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) to shard what zero_1=True sharded.",
+     """ZeRO-1 sharded the optimizer state over the data-parallel ranks; natively FSDP2 shards parameters,
+     gradients and optimizer state over them: load the model with DistributedConfig(fsdp_size=WORLD_SIZE //
+     tp_size) (under torchrun) for the same memory saving."""),
     ("If {name}={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) instead.",
      """ZeRO-1 sharded the optimizer state over data-parallel ranks; natively the closest is FSDP2
      (accelerate.ParallelismConfig(dp_shard_size=...) or DistributedConfig(fsdp_size=...) on the model
@@ -516,6 +530,13 @@ class AcceleratorArguments(PythonRule):
             plan.drop.add("zero_1")
             if literal(kw["zero_1"].value) is False:
                 ctx.finding(kw["zero_1"], f"{cls}: dropped zero_1=False (plain data parallelism natively)")
+            elif re.search(r"\b(?:pipeline_parallel_size|pp_size)\s*=\s*(?!1\b)[\w(]", ctx.code):
+                # DistributedConfig rejects fsdp_size with pp_size > 1 ("Combining FSDP with pipeline parallelism is
+                # not supported yet", 5.23): the advice below would raise
+                ctx.marker(node, ZERO_1_WITH_PP)
+            elif literal(kw["zero_1"].value) is True:
+                ctx.marker(node, "Load the model with DistributedConfig(fsdp_size=WORLD_SIZE // tp_size) to shard what "
+                                 "zero_1=True sharded.")
             else:
                 ctx.marker(node, "If zero_1={value} is true, load the model with DistributedConfig(fsdp_size=WORLD_SIZE // "
                                  "tp_size) instead.".format(value=ctx.module.code_for_node(kw['zero_1'].value)))
