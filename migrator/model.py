@@ -275,3 +275,6 @@ ENCLOSING_TEXT: contextvars.ContextVar[str] = contextvars.ContextVar("enclosing_
 #: page's reader runs after this one): an old-stack import they use is not "unused" (the self-check keeps it
 #: with a marker instead of removing it)
 OUTSIDE_NAMES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("outside_names", default=frozenset())
+#: whether the unit being migrated is a code block of a document (Markdown): its imports may serve code the page
+#: only describes, so one its block never used is marked, not removed
+IN_DOCUMENT: contextvars.ContextVar[bool] = contextvars.ContextVar("in_document", default=False)

@@ -32,7 +32,7 @@ from migrator.filekinds.notebook import (
     migrate_python_unit,
     split_lines,
 )
-from migrator.model import ENCLOSING_TEXT, MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
+from migrator.model import ENCLOSING_TEXT, IN_DOCUMENT, MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
 #: a block of a language the migration does not rewrite (``diff``, ``text``, untagged) that shows old-stack code
@@ -305,10 +305,11 @@ def transform_markdown(
     run_kind: RunKind | None = None,
 ) -> tuple[str, list[Finding]]:
     """:func:`_transform_markdown`, the blocks' rules reading the whole page (PythonContext/TextContext.whole_text)."""
-    token = ENCLOSING_TEXT.set(text)
+    token, document = ENCLOSING_TEXT.set(text), IN_DOCUMENT.set(True)
     try:
         return _transform_markdown(text, run_python, run_shell, skipped_rule=skipped_rule, run_kind=run_kind)
     finally:
+        IN_DOCUMENT.reset(document)
         ENCLOSING_TEXT.reset(token)
 
 

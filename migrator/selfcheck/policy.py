@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.model import DROPPED_RULE, KEEPS_OLD_STACK, OUTSIDE_NAMES, UNPARSABLE, fitted
+from migrator.model import DROPPED_RULE, IN_DOCUMENT, KEEPS_OLD_STACK, OUTSIDE_NAMES, UNPARSABLE, fitted
 from migrator.selfcheck.check import (
     KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, markers_on,
     parses,
@@ -121,7 +121,7 @@ def enforce(source: str, edits: Sequence[EditInfo], imports: Sequence[ImportInfo
             after = _check(new) or []
             plan.broken = _broken(_introduced(before, after))
     # last, so that it sees the imports that dropped edits still need
-    if old_imports and _old_imports(after, imports, new.text, plan):
+    if old_imports and _old_imports(after, imports, new.text, plan, source):
         new = render(plan)
         plan.broken = plan.broken or (not parses(new.text) and parses(source))
     return new.text, plan
@@ -152,9 +152,10 @@ def _introduced(before: list[Violation], after: list[Violation], syntax_only: bo
 # ------------------------------------------------------------------ old-stack imports
 
 
-def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str, plan: Plan) -> bool:
+def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str, plan: Plan, source: str = "") -> bool:
     """Remove the unmarked old-stack imports nothing uses any more; mark those still used (one marker
-    per import statement, naming the names still used)."""
+    per import statement, naming the names still used). In a document's code block (IN_DOCUMENT), an import
+    its block never used (the page's imports section of a file it builds) is marked, not removed."""
     modules = {v.name for v in after if v.kind == OLD_STACK}
     if not modules:
         return False
@@ -162,7 +163,9 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
     # used by the code after this unit (a Markdown page's later blocks), or by code the unit runs from a string
     # (`eval(f"optimum.neuron.NeuronModelFor{task}")`)
     outside = OUTSIDE_NAMES.get() | _evaluated_names(new)
+    original = _uses(source) if IN_DOCUMENT.get() and source else None
     lines = new.splitlines()
+    kept: list[tuple[int, str]] = []
     still: dict[tuple[int, str], list[str]] = {}
     seen: dict[tuple[int, str], list[tuple[ast.stmt, int]]] = {}  # (import statement, name) -> its uses
     for i, info in enumerate(imports):
@@ -175,8 +178,15 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
         if own or info.local in outside:
             still.setdefault((info.statement, info.module), []).append(info.module if submodule else info.local)
             seen.setdefault((info.statement, info.module if submodule else info.local), []).extend(own)
+        elif original is not None and not _uses_of(info, *original, submodule):
+            kept.append((info.statement, info.module if submodule else info.local))  # a page's import it never used
         else:
             plan.removals.add(i)  # silently, like every import the edits left unused
+    for statement, name in kept:
+        message = f"Remove `{name}` here unless the code this page builds uses it: TorchNeuron lacks its module."
+        notes = plan.markers.setdefault(statement, [])
+        if (OLD_IMPORT_RULE, message) not in notes:
+            notes.append((OLD_IMPORT_RULE, message))
     for (statement, module), names in still.items():
         spans = [(stmt, line if hasattr(stmt, "body") else None)
                  for n in names for stmt, line in seen.get((statement, n), ())]
