@@ -55,6 +55,10 @@ MIGRATED_SAVES = ("._orig_mod.save_pretrained(", "._orig_mod.state_dict(),")
 #: the start of the marker of a torch.jit.load left to a person (a unit that has it was migrated before: its
 #: trace, gone now, decided so, and a second run must decide the same)
 LOAD_MARKED = "Replace this load of a Neuron trace"
+#: a module imported by SageMaker build-and-deploy code (a notebook that builds what an endpoint serves)
+_SAGEMAKER = re.compile(r"^[ \t]*(?:import sagemaker\b|from sagemaker\b)", re.MULTILINE)
+BUILD_HOST_MARKER = ("Compile and warm this model up where it is served: this code only saves it for SageMaker (no "
+                     "neuron device here).")
 #: ... that another file of the project saves: what it traced (a Transformers model or not) is not seen here
 ELSEWHERE = " (saved in another file)"
 #: what a load marker asks for where what was saved is not known here
@@ -339,7 +343,10 @@ class NeuronTrace(_XlaRule):
         `pipe.vae.decoder`), a load that is not `name = torch.jit.load(path)` where a module must be
         built. The tracing script gets a marker when no file of the run loads the artifact
         (whatever loads it elsewhere must follow). A warm-up is written only for example inputs that are a tuple
-        literal, a name assigned a tuple literal or a torch tensor in the scope, or a torch call.
+        literal, a name assigned a tuple literal or a torch tensor in the scope, or a torch call. In
+        SageMaker build-and-deploy code (it imports sagemaker) a trace whose result is only saved is
+        compiled without a move to the neuron device and without a warm-up (the build host may have no
+        neuron device; the endpoint's model_fn compiles it), with a marker saying so.
     """
 
     def handlers(self):
@@ -418,6 +425,13 @@ class NeuronTrace(_XlaRule):
             ctx.marker(call, "This traced model is trained below: a trace was inference-only, so check what should "
                              "train (the compiled module does).")
 
+        # a SageMaker build notebook that traces only to save what the endpoint loads: it runs on a host without a
+        # neuron device, so the module is not moved (nor warmed up) here; the endpoint's model_fn compiles it
+        held0 = _assigned_name(call, ctx) or _assigned_target(call, ctx)
+        build_host = bool(_SAGEMAKER.search(ctx.code)) and held0 is not None and _only_saved(
+            ctx.code.replace(_code(call), "", 1), held0)
+        placed = "" if build_host else f".to({q}neuron{q})"
+
         def build(updated: cst.Call) -> cst.BaseExpression:
             b = _bind_args(updated, params)
             assert b is not None
@@ -428,11 +442,12 @@ class NeuronTrace(_XlaRule):
             ):
                 model = model.func.value  # model.eval() -> model.to("neuron").eval()
             module = f"{copy}({_code(model)})" if copy else _code(_atomic(model))
-            return _expr(f"{torch}.compile({module}.to({q}neuron{q}){mode}{frozen}, "
+            return _expr(f"{torch}.compile({module}{placed}{mode}{frozen}, "
                          f"backend={q}neuron{q}, dynamic=False)")
 
         ctx.replace(call, build)
-        ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model.to(\"neuron\").eval(), "
+        shown = "" if build_host else '.to("neuron")'
+        ctx.finding(call, f"{qual}(model, example_inputs) -> torch.compile(model{shown}.eval(), "
                           "backend=\"neuron\")" + (" of a copy of the module (the code changes or runs it after the trace)"
                                                    if copy else ""))
         if _in_model_fn(ctx):
@@ -448,7 +463,10 @@ class NeuronTrace(_XlaRule):
             if example_arg is not None and isinstance(example_arg.value, cst.Name):
                 # the tensors the trace took: `traced(*example)` moves each of them
                 state.setdefault("examples", {})[(scope, target)] = example_arg.value.value
-            self._warm_up(call, target, bound.get("example_inputs"), ctx)
+            if build_host:
+                ctx.marker(call, BUILD_HOST_MARKER)
+            else:
+                self._warm_up(call, target, bound.get("example_inputs"), ctx)
         else:
             held = _assigned_target(call, ctx)  # `self.neuron = trace(...)`, `models[bs] = trace(...)`
             # `wrapper.m = trace(wrapper.m, ...)` at module level, then only saved in the unit: never called here
@@ -457,7 +475,10 @@ class NeuronTrace(_XlaRule):
             _pipeline_on_cpu(call, ctx)
             if held is not None:
                 state.setdefault("held", set()).add((scope, held))
-                self._warm_up(call, held, bound.get("example_inputs"), ctx)
+                if build_host:
+                    ctx.marker(call, BUILD_HOST_MARKER)
+                else:
+                    self._warm_up(call, held, bound.get("example_inputs"), ctx)
             else:
                 line = next((n for n in reversed(ctx.stack) if isinstance(n, cst.SimpleStatementLine)), None)
                 if line is not None and _timed(line, ctx):
@@ -480,7 +501,9 @@ class NeuronTrace(_XlaRule):
                 for p in parts)
         # one marker per action that applies here (device, shapes, precision); the long forms go to the report
         stays = target is not None and _stays_here(ctx.scope, target, ctx, call)
-        if stays:
+        if build_host:
+            pass  # nothing calls it here, and where it is served the marker above says what to do
+        elif stays:
             ctx.finding(call, f"inputs of {target}(...) moved to the neuron device: nothing outside this scope calls it")
         elif target is not None:
             ctx.marker(call, fitted(f"Move inputs given to `{target}` outside this scope to the neuron device, outputs back with .cpu().",
