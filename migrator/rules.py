@@ -706,17 +706,20 @@ class TextContext:
         """A finding at 0-based ``line``."""
         self.findings.append(Finding(line + 1, column, self.rule_id, message, fix, detail=detail))  # type: ignore[arg-type]
 
+    def markers_above(self, line: int) -> set[str]:
+        """The markers already stacked right above 0-based ``line`` (from earlier runs, any rule), stripped."""
+        above = set()
+        i = line - 1
+        while 0 <= i < len(self.lines) and MARKER_PREFIX in self.lines[i] and MARKER_RE.search(self.lines[i]):
+            above.add(self.lines[i].strip())
+            i -= 1
+        return above
+
     def marker(self, line: int, message: str, detail: str | None = None) -> None:
         """A ``# TODO(neuron-migrate ...)`` line above 0-based ``line`` and a manual finding
         (``message``: one sentence of at most 120 characters; ``detail``: its long form, see
         ``PythonContext.marker``)."""
         text = marker_text(self.rule_id, message)
-        # the markers already stacked above the line (from earlier runs, any rule)
-        above = set()
-        i = line - 1
-        while i >= 0 and MARKER_PREFIX in self.lines[i] and MARKER_RE.search(self.lines[i]):
-            above.add(self.lines[i].strip())
-            i -= 1
-        if text not in above and (self.rule_id, text) not in self._markers.get(line, []):
+        if text not in self.markers_above(line) and (self.rule_id, text) not in self._markers.get(line, []):
             self._markers.setdefault(line, []).append((self.rule_id, text))
             self.finding(line, message, "manual", detail=detail)

@@ -143,6 +143,13 @@ ADVICE = (
 )
 
 
+def _holds_trace(expr: cst.BaseExpression, traced: set[tuple[int, str]], ctx: PythonContext) -> bool:
+    """Whether ``expr`` is a name (of this scope) or an attribute (``self.m``) a torch.neuron.trace result was
+    assigned to."""
+    code = ctx.module.code_for_node(expr)
+    return bool({(ctx.scope_id, code), (0, code)} & traced)
+
+
 class OldStackLeftovers(PythonRule):
     id = "NM900"
     title = "Old-stack import or name with no automatic native replacement"
@@ -302,13 +309,9 @@ class OldStackLeftovers(PythonRule):
         func = node.func
         traced = ctx.local_state().get("inf1_traced", set())
         qual = ctx.qualname(func)
-        if isinstance(func, cst.Attribute) and func.attr.value == "save" and isinstance(func.value, (cst.Name, cst.Attribute)) \
-                and {(ctx.scope_id, ctx.module.code_for_node(func.value)), (0, ctx.module.code_for_node(func.value))} & traced:
-            ctx.marker(node, INF1_SAVE_MARKER)
-            ctx.local_state()["inf1_saved"] = True
-        elif qual == "torch.jit.save" and node.args and {
-                (ctx.scope_id, ctx.module.code_for_node(node.args[0].value)),
-                (0, ctx.module.code_for_node(node.args[0].value))} & traced:
+        if (isinstance(func, cst.Attribute) and func.attr.value == "save"
+                and isinstance(func.value, (cst.Name, cst.Attribute)) and _holds_trace(func.value, traced, ctx)) or (
+                qual == "torch.jit.save" and node.args and _holds_trace(node.args[0].value, traced, ctx)):
             ctx.marker(node, INF1_SAVE_MARKER)
             ctx.local_state()["inf1_saved"] = True
         elif qual == "torch.jit.load" and _INF1_UNIT.search(ctx.source) and "torch_neuronx" not in ctx.source:

@@ -558,23 +558,23 @@ def _copyable(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, (cst.Integer, cst.Name, cst.Attribute))
 
 
-def _assigned_attribute(ctx: PythonContext, call: cst.Call) -> str | None:
-    """``self.model`` of ``self.model = <call>``: the code of an attribute the call's result is assigned to."""
+def _single_target(ctx: PythonContext, call: cst.Call) -> cst.BaseAssignTargetExpression | None:
+    """The one target of ``<target> = <call>`` (None when the call is not assigned that way)."""
     parent = ctx.parent
     if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
-        target = parent.targets[0].target
-        if isinstance(target, cst.Attribute):
-            return ctx.module.code_for_node(target)
+        return parent.targets[0].target
     return None
+
+
+def _assigned_attribute(ctx: PythonContext, call: cst.Call) -> str | None:
+    """``self.model`` of ``self.model = <call>``: the code of an attribute the call's result is assigned to."""
+    target = _single_target(ctx, call)
+    return ctx.module.code_for_node(target) if isinstance(target, cst.Attribute) else None
 
 
 def _assigned_name(ctx: PythonContext, call: cst.Call) -> str | None:
-    parent = ctx.parent
-    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
-        target = parent.targets[0].target
-        if isinstance(target, cst.Name):
-            return target.value
-    return None
+    target = _single_target(ctx, call)
+    return target.value if isinstance(target, cst.Name) else None
 
 
 RULES = (TracedModelsOnNeuron,)

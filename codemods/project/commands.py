@@ -149,9 +149,7 @@ class PythonShellCommands(PythonRule):
                 return left[0] + tail, False
             return None
         if isinstance(node, cst.Name) and depth == 0:
-            assigned = ctx.local_state().get("assigned", {})
-            key = (ctx.scope_id, node.value)
-            value = assigned[key] if key in assigned else assigned.get((0, node.value))  # (else a module-level one)
+            value = _assigned(node.value, ctx)
             found = self._command(value, ctx, 1) if value is not None else None
             if found is not None and found[1] and node.value in ctx.local_state().get("extended", ()):
                 return found[0] + " {" + node.value + " extended}", True  # `cmd += [...]` added words after these
@@ -162,11 +160,7 @@ class PythonShellCommands(PythonRule):
     def _literal(expr: cst.BaseExpression, ctx: PythonContext) -> str | None:
         """The string a placeholder's name was assigned once (in this function, else at module level), plainly
         (no conversion or format spec)."""
-        if not isinstance(expr, cst.Name):
-            return None
-        assigned = ctx.local_state().get("assigned", {})
-        key = (ctx.scope_id, expr.value)
-        value = assigned[key] if key in assigned else assigned.get((0, expr.value))
+        value = _assigned(expr.value, ctx) if isinstance(expr, cst.Name) else None
         return _string(value) if value is not None else None
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
@@ -202,6 +196,13 @@ class PythonShellCommands(PythonRule):
             return
         for message in _messages(line, new, acted, [f.message for f in findings if f.fix == "manual"]):
             ctx.marker(node, message)
+
+
+def _assigned(name: str, ctx: PythonContext) -> cst.BaseExpression | None:
+    """The value ``name`` was assigned once in this function, else at module level (None: not known)."""
+    assigned = ctx.local_state().get("assigned", {})
+    key = (ctx.scope_id, name)
+    return assigned[key] if key in assigned else assigned.get((0, name))
 
 
 def _splits(value: cst.BaseExpression, name: str, ctx: PythonContext) -> bool:

@@ -66,6 +66,8 @@ _OPTIMUM_NEURON_EXTRAS: dict[str, tuple[str, ...]] = {
 _OPTIMUM_LIBRARY_EXTRAS: dict[str, tuple[str, ...]] = {"diffusers": ("diffusers",)}
 #: the ``uses:`` fact of a run with old-stack code in it (see USES_PROBES)
 OLD_STACK_CODE = "old-stack-code"
+#: the project fact (``Rule.project_probes``) of a run some file of which uses the old stack
+USES_OLD_STACK = "uses:" + OLD_STACK_CODE
 #: libraries the migrated code may import, as project facts (``Rule.project_probes``): found in any
 #: file of the run, they are added to the install line that loses optimum-neuron (the code that
 #: needed them got them through optimum-neuron's dependencies, or the migration makes it import them)
@@ -89,7 +91,7 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
                                  "import neuronx_distributed\r"),
     "left:neuronx-distributed-inference": ("neuronx_distributed_inference.", "neuronx_distributed_inference import",
                                            "import neuronx_distributed_inference"),
-    "uses:" + OLD_STACK_CODE: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
+    USES_OLD_STACK: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
                                "neuronx_distributed", "libneuronxla",
                                # torch-neuron (Inf1): its code is ported to TorchNeuron too (NM900's markers)
                                "torch_neuron", "torch.neuron.trace",

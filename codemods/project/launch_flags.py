@@ -18,7 +18,7 @@ import re
 import shlex
 
 from codemods.project.dependency_policy import (
-    OLD_STACK_CODE, TARGET_PINS, TORCH_MARKER, TORCHNEURON_MARKER, USES_PROBES, VLLM_MARKER, VLLM_TORCHNEURON_MARKER,
+    TARGET_PINS, TORCH_MARKER, TORCHNEURON_MARKER, USES_OLD_STACK, USES_PROBES, VLLM_MARKER, VLLM_TORCHNEURON_MARKER,
     long_forms,
 )
 from codemods.project.dockerfile import (
@@ -973,7 +973,7 @@ class ShellPipInstall(ShellRule):
     triggers = PIP_TRIGGERS
     project_triggers = TARGET_PINS
     project_probes = USES_PROBES
-    project_facts_in = ("uses:" + OLD_STACK_CODE,)
+    project_facts_in = (USES_OLD_STACK,)
     why = """
         NM522's treatment of `RUN pip install` for the `pip install` commands of shell scripts,
         notebook `!pip install` lines and `%%bash` cells, and shell blocks of Markdown documents

@@ -35,7 +35,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from migrator.model import MARKER_RE, ignored_rules, is_silenced, marker_text
+from migrator.model import ignored_rules, is_silenced, marker_text
 from migrator.rules import LineEdit, TextRule
 
 from codemods.project.shell_syntax import (
@@ -414,11 +414,7 @@ class Plan:
         if self.silenced(ctx.rule_id, group):
             return
         at = line + self.offset
-        stack = set()
-        i = at - 1
-        while 0 <= i < len(ctx.lines) and MARKER_RE.search(ctx.lines[i]):
-            stack.add(ctx.lines[i].strip())
-            i -= 1
+        stack = ctx.markers_above(at)
         taken = bool(stack) and marker_text(ctx.rule_id, message) not in stack
         if group in self.comments or taken:
             ctx.finding(at, message, "manual", detail=detail)

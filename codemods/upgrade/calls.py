@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import builtins
-
 import re
 
 import libcst as cst

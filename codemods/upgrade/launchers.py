@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 
+from codemods.project.dependency_policy import USES_OLD_STACK
 from codemods.project.dockerfile import DockerPlan, exec_form, docker_plan
 from codemods.project.launch_flags import find_launch, unit_variables
 from codemods.project.shell_plans import ShellPlan, _shell_plan, plan_for, word_value
@@ -169,7 +170,7 @@ class LauncherFlags(TextRule):
             if not plan.editable(self.id, s):
                 continue
             if cpu and kind.hf and not kind.declares("use_cpu") and (
-                    "uses:old-stack-code" in ctx.facts or _NEURON.search(ctx.whole_text)):
+                    USES_OLD_STACK in ctx.facts or _NEURON.search(ctx.whole_text)):
                 plan.marker(ctx, s.group, USE_CPU_MARKER)  # (a launch of a Neuron project: CPU runs elsewhere stay)
             held = [(var, [f for f in fs if f in rejected_names(fs, kind.sft)]) for var, fs in held]
             held = [(var, fs) for var, fs in held if fs]

@@ -102,12 +102,13 @@ def lookup(qual: str | None) -> dict | None:
         return None
     module, name = _split(qual)
     entry = data().removed_name(module, name)
+    exists = api().name_exists(module, name)
     if (entry is None and module.split(".", 1)[0] in TARGET_LIBRARIES and api().module_exists(module) is True
-            and api().name_exists(module, name) is False):
+            and exists is False):
         # a name the target's module lacks that the upgrade data does not know (the generator probes the public
         # names of the modules it lists; a re-export, a private helper of the old release): gone all the same
         entry = {}
-    if entry is None or api().name_exists(module, name) is True:
+    if entry is None or exists is True:
         return None
     if entry.get("moved_to") and not _usable(entry["moved_to"]):
         entry.pop("moved_to")

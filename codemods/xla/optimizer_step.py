@@ -112,18 +112,14 @@ class XlaOptimizerStep(_XlaRule):
         function: once a model is wrapped in DDP, its state-dict calls after the wrap go through `.module`."""
         func = node.func
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.attr.value in _MODEL_CALLS:
-            scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
-            calls = ctx.local_state().setdefault("calls", [])
-            calls.append((id(scope), func.value.value, func.attr.value, node, func.value))
+            _record(ctx, node, func)
 
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
         """`<name>.config` / `.generation_config` read (not called): DistributedDataParallel does not forward them
         either (AttributeError), so after the wrap they go through `.module` too."""
         if isinstance(node.value, cst.Name) and node.attr.value in _MODEL_ATTRS and not (
                 isinstance(ctx.parent, cst.Call) and ctx.parent.func is node):
-            scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
-            ctx.local_state().setdefault("calls", []).append((id(scope), node.value.value, node.attr.value, node,
-                                                               node.value))
+            _record(ctx, node, node)
 
     def finish(self, ctx: PythonContext) -> None:
         state = ctx.local_state()
@@ -168,6 +164,13 @@ class XlaOptimizerStep(_XlaRule):
             ctx.marker(call, WRAP_MARKER if any(h in ctx.code for h in _GROUP_MAKERS) else NO_GROUP_MARKER)
         drop_old_comment(call, ctx, "torch-xla's optimizer_step")
         return None
+
+
+def _record(ctx: PythonContext, node: cst.CSTNode, attribute: cst.Attribute) -> None:
+    """Note, in order, a use ``<name>.<attr>`` (``node``: the call or the attribute read) of the function around it."""
+    scope = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), ctx.module)
+    ctx.local_state().setdefault("calls", []).append(
+        (id(scope), attribute.value.value, attribute.attr.value, node, attribute.value))  # type: ignore[attr-defined]
 
 
 def _wrap_model(optimizer: cst.BaseExpression, call: cst.Call, ctx: PythonContext) -> bool:

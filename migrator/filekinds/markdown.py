@@ -246,8 +246,8 @@ def _read_names(text: str) -> frozenset[str]:
     word of the block when it does not parse (fenced blocks are often fragments)."""
     body = textwrap.dedent(text)
     if any(ln.lstrip().startswith(">>>") for ln in body.splitlines()):  # an interpreter session: its statements
-        body = "\n".join(ln.lstrip()[4:] for ln in body.splitlines() if ln.lstrip()[:4] in (">>> ", "... ")
-                         or ln.strip() in (">>>", "..."))
+        codes = (_prompt(ln.lstrip().rstrip()) for ln in body.splitlines())
+        body = "\n".join(code for code in codes if code is not None)
     try:
         tree = ast.parse(body)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
