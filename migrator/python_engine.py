@@ -37,7 +37,7 @@ from migrator.rules import (  # the contexts live with the rule contracts; re-ex
     trigger_scan,
 )
 from migrator.model import NATIVE_PLUGIN, OUTSIDE_NAMES, is_old_stack
-from migrator.tree import child_nodes, code_fields, one_branch, without_effects
+from migrator.tree import child_nodes, code_fields, guards_joined, one_branch, without_effects
 
 _SHAPES: dict[type, tuple[tuple[str, ...], bool]] = {}
 _IS_NODE: dict[type, bool] = {}
@@ -131,6 +131,8 @@ class _Applier(cst.CSTTransformer):
         self.open_edits = 0
         #: id(original statement) -> how many statements it became (0: removed, 2+: a FlattenSentinel)
         self.became: dict[int, int] = {}
+        #: ids of the ``if`` statements that edits of other statements made (guards_joined may join them)
+        self.made_ifs: set[int] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self.edits:
@@ -161,9 +163,15 @@ class _Applier(cst.CSTTransformer):
             new = one_branch(original_node, new)
         elif type(original_node) in (cst.Module, cst.IndentedBlock):
             new = _spacing_kept(original_node, updated_node, self.became)
+            if self.made_ifs:
+                body = guards_joined(list(new.body), self.made_ifs)
+                if len(body) != len(new.body):
+                    new = new.with_changes(body=body)
         # a statement may become several (cst.FlattenSentinel): markers go above the first
         parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
         self.became[key] = len(parts)
+        if key in self.edits and not isinstance(original_node, cst.If):
+            self.made_ifs.update(id(p) for p in parts if isinstance(p, cst.If))
         if key in self.edits and self.open_edits == 0:
             for part in parts:
                 _names_in(part, self.seen_names)

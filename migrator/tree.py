@@ -113,3 +113,45 @@ def _block_code(block: cst.BaseSuite) -> str:
     code = cst.Module(body=[]).code_for_node
     return "".join(code(st.with_changes(leading_lines=[el for el in st.leading_lines if el.comment is not None]))
                    if hasattr(st, "leading_lines") else code(st) for st in getattr(block, "body", ()))
+
+
+def guards_joined(body: list[cst.BaseStatement], made: set[int]) -> list[cst.BaseStatement]:
+    """Consecutive ``if`` statements of one block that edits made (ids in ``made``) with the same test and no
+    ``else``, the second with no comment or blank line above it, as one ``if`` (``xm.master_print`` on two
+    lines becomes one rank test over two prints, not two): only where the first one's statements are calls
+    that name nothing its test reads (so they cannot change the test's value). The joined ``if`` is added to
+    ``made``."""
+    out: list[cst.BaseStatement] = []
+    for stmt in body:
+        prev = out[-1] if out else None
+        if (isinstance(prev, cst.If) and isinstance(stmt, cst.If) and id(prev) in made and id(stmt) in made
+                and prev.orelse is None and stmt.orelse is None and not stmt.leading_lines
+                and isinstance(prev.body, cst.IndentedBlock) and isinstance(stmt.body, cst.IndentedBlock)
+                and not prev.body.footer and _code(prev.test) == _code(stmt.test)
+                and _calls_apart(prev.body, _names(prev.test))):
+            joined = prev.with_changes(body=prev.body.with_changes(body=[*prev.body.body, *stmt.body.body],
+                                                                   footer=stmt.body.footer))
+            made.add(id(joined))
+            out[-1] = joined
+            continue
+        out.append(stmt)
+    return out
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+
+
+def _calls_apart(block: cst.IndentedBlock, names: set[str]) -> bool:
+    """Whether every statement of ``block`` is a line of calls (no assignment) naming none of ``names``."""
+    for st in block.body:
+        if not (isinstance(st, cst.SimpleStatementLine)
+                and all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in st.body)):
+            return False
+        if _names(st) & names:
+            return False
+    return True

@@ -494,6 +494,20 @@ def test_sizes_of_an_optimum_neuron_script_move_to_the_environment(tmp_path):
     assert "HF_DEACTIVATE_ASYNC_LOAD=1" in out
 
 
+@pytest.mark.parametrize("body,added", [
+    ("config = LlamaConfig.from_pretrained(args.model)\nmodel = build_nxd_model(config)\n", False),
+    ("tok = AutoTokenizer.from_pretrained(args.model)\nmodel = GPTNeoX(GPTNeoXConfig())\n", False),
+    ("model = LlamaForCausalLM.from_pretrained(args.model)\n", True),
+    ("model = transformers.AutoModel.from_pretrained(args.model)\n", True),
+])
+def test_async_load_only_for_a_launched_script_that_loads_weights(tmp_path, body, added):
+    """NM516: a launched script that uses Transformers only for its configs or tokenizer loads no weights."""
+    script = ("import argparse, transformers\nimport torch_xla.core.xla_model as xm\n"
+              "from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, GPTNeoXConfig\n") + body
+    out = _migrated_launcher(tmp_path, NXD_LAUNCHER, "run_nxd.py", script)
+    assert ("export HF_DEACTIVATE_ASYNC_LOAD=1" in out) is added
+
+
 def test_nm527_target_python_is_the_installed_libraries_requires_python():
     """NM527's Python floor is the highest Requires-Python of the target libraries the migrated code installs."""
     import importlib.metadata as metadata

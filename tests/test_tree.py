@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from migrator.tree import child_nodes, walk
+from migrator.tree import child_nodes, guards_joined, walk
 
 SOURCE = '''
 import a.b as c
@@ -65,3 +65,31 @@ def test_walk_is_pre_order():
     module = cst.parse_module("a = b\nc = d\n")
     order = [n.value for n in walk(module) if isinstance(n, cst.Name)]
     assert order == ["a", "b", "c", "d"]
+
+
+def _joined(code: str, made_all: bool = True) -> str:
+    module = cst.parse_module(code)
+    made = {id(s) for s in module.body} if made_all else {id(module.body[0])}
+    return module.with_changes(body=guards_joined(list(module.body), made)).code
+
+
+def test_guards_joined_joins_consecutive_made_tests():
+    code = "if rank() == 0:\n    print(1)\nif rank() == 0:\n    print(2)  # two\nif rank() == 0:\n    print(3)\n"
+    assert _joined(code) == "if rank() == 0:\n    print(1)\n    print(2)  # two\n    print(3)\n"
+
+
+@pytest.mark.parametrize("code", [
+    "if rank() == 0:\n    print(1)\nif rank() == 1:\n    print(2)\n",  # another test
+    "if rank() == 0:\n    print(1)\n\nif rank() == 0:\n    print(2)\n",  # a blank line between
+    "if rank() == 0:\n    print(1)\n# c\nif rank() == 0:\n    print(2)\n",  # a comment (a marker) between
+    "if ok():\n    close(ok)\nif ok():\n    print(2)\n",  # the first body names what the test reads
+    "if ok():\n    x = 1\nif ok():\n    print(2)\n",  # an assignment
+    "if ok():\n    print(1)\nelse:\n    pass\nif ok():\n    print(2)\n",  # an else
+])
+def test_guards_joined_keeps_tests_that_may_differ(code):
+    assert _joined(code) == code
+
+
+def test_guards_joined_only_joins_what_edits_made():
+    code = "if rank() == 0:\n    print(1)\nif rank() == 0:\n    print(2)\n"
+    assert _joined(code, made_all=False) == code

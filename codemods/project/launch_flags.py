@@ -860,8 +860,18 @@ def _echo_like(u: ShellUnit, s: Simple) -> bool:
 
 
 HF_ASYNC = "HF_DEACTIVATE_ASYNC_LOAD"
-#: what a script that loads weights with Transformers (or one of the HF libraries on top of it) contains
-_LOADS_WITH_TRANSFORMERS = re.compile(r"\b(?:transformers|optimum|trl|peft|diffusers|sentence_transformers)\b")
+#: what a script that uses Transformers (or one of the HF libraries on top of it) contains
+_USES_TRANSFORMERS = re.compile(r"\b(?:transformers|optimum|trl|peft|diffusers|sentence_transformers)\b")
+#: what a script that loads weights with them contains: a `from_pretrained` of a model (not of a config, a
+#: tokenizer or a processor), a pipeline, a trainer or its arguments, a SentenceTransformer
+_LOADS_WEIGHTS = re.compile(
+    r"\b(?!\w*(?i:config|tokenizer|tokenizerfast|processor|featureextractor)\.from_pretrained)\w+\.from_pretrained\s*\("
+    r"|\bpipeline\s*\(|TrainingArguments\b|Trainer\s*\(|\bSentenceTransformer\s*\(")
+
+
+def _loads_weights(text: str) -> bool:
+    """Whether a script's source loads model weights with the HF libraries (where async loading applies)."""
+    return bool(_USES_TRANSFORMERS.search(text) and _LOADS_WEIGHTS.search(text))
 #: a header line: `set -e`, `set -o pipefail`, `shopt -s extglob` and nothing else on the line
 _HEADER_CMD_RE = re.compile(r"(set|shopt)(\s+[-+]?[A-Za-z0-9_]+)*\s*(#.*)?\Z")
 
@@ -894,8 +904,9 @@ class DeactivateAsyncLoad(ShellRule):
     """
     caveats = """
         Scripts that set or mention HF_DEACTIVATE_ASYNC_LOAD already, scripts no other rule
-        changes, and scripts whose launched scripts are all read beside them and use none of the
-        HF libraries (a neuronx-distributed example) are left alone. A launch that runs inside a
+        changes, and scripts whose launched scripts are all read beside them and load no weights with
+        the HF libraries (a neuronx-distributed example that builds its model from a config: no
+        model `from_pretrained`, pipeline or trainer) are left alone. A launch that runs inside a
         function or a `$(...)` still sees the exported variable; one under `env -i` does not.
     """
 
@@ -910,9 +921,9 @@ class DeactivateAsyncLoad(ShellRule):
         env = unit_variables(u)
         found = [(s, find_launch(u, s, env)) for s in u.simples if not plan.is_removed(s)]
         launches = [s for s, launch in found if launch is not None]
-        # every launched script read beside the launcher and none loads with Transformers: nothing to set
+        # every launched script read beside the launcher and none loads weights with Transformers: nothing to set
         texts = [launched_source(ctx, launch.script_name) for _s, launch in found if launch is not None]
-        if not launches or all(t is not None and not _LOADS_WITH_TRANSFORMERS.search(t) for t in texts):
+        if not launches or all(t is not None and not _loads_weights(t) for t in texts):
             return
         lines = ctx.lines
         if lines and lines[0].startswith("#!") and not lines[0].startswith("#!/usr/bin/env python"):

@@ -347,7 +347,11 @@ def _already_master_only(ctx: PythonContext, node: cst.CSTNode, local: bool) -> 
 
 
 def _master_test(test: cst.BaseExpression, ctx: PythonContext) -> bool | None:
-    """True/False when ``test`` is a local/global master check written with torch-xla."""
+    """True/False when ``test`` is a local/global master check written with torch-xla (also as one operand of an
+    ``and``: the block runs on that master only)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        left, right = _master_test(test.left, ctx), _master_test(test.right, ctx)
+        return left if left is not None else right
     if isinstance(test, cst.Call):
         qual = ctx.qualname(test.func)
         if qual == f"{XM}.is_master_ordinal":

@@ -73,6 +73,7 @@ from migrator.imports import Binding, dotted
 from migrator.model import fitted
 from migrator.rules import PythonContext
 from migrator.scopes import FUNCTIONS
+from migrator.tree import walk
 
 
 # --------------------------------------------------------------------------- NM401
@@ -761,6 +762,27 @@ class XlaRankQueries(_XlaRule):
 # --------------------------------------------------------------------------- NM405
 
 
+#: methods that change the object they are called on (or the iterator they advance)
+_MUTATORS = frozenset({"pop", "popitem", "popleft", "append", "appendleft", "extend", "insert", "remove", "clear",
+                       "update", "setdefault", "add", "discard", "send", "step", "backward", "zero_grad"})
+
+
+def _state_change(call: cst.Call) -> str | None:
+    """The first thing in ``call``'s arguments that changes state (``d.pop(k)``, ``next(it)``, ``x := ...``), which a
+    rank-0 test around the call would run on rank 0 only; None where there is none."""
+    for arg in call.args:
+        for n in walk(arg.value):
+            if isinstance(n, (cst.NamedExpr, cst.Await, cst.Yield)):
+                return ":=" if isinstance(n, cst.NamedExpr) else type(n).__name__.lower()
+            if isinstance(n, cst.Call):
+                f = n.func
+                if isinstance(f, cst.Name) and f.value == "next":
+                    return "next()"
+                if isinstance(f, cst.Attribute) and f.attr.value in _MUTATORS:
+                    return f".{f.attr.value}()"
+    return None
+
+
 class XlaMasterOnlyAndSync(_XlaRule):
     id = "NM405"
     title = "xm.master_print / save / rendezvous / wait_device_ops -> rank-0 print, torch.save, dist.barrier(), device sync"
@@ -821,8 +843,10 @@ class XlaMasterOnlyAndSync(_XlaRule):
         barrier becomes `if dist.is_initialized(): dist.barrier()`; so does a module whose only
         process-group maker is a Trainer / TrainingArguments / DistributedConfig (a group exists only
         under torchrun), whose rank test reads `RANK`. A rendezvous whose payloads are used,
-        `replicas=`, and master_print/save calls inside an expression or on a line with other
-        statements get a marker.
+        `replicas=`, master_print/save calls inside an expression or on a line with other
+        statements, and a master_print whose arguments change state (`d.pop(k)`, `next(it)`: the
+        rank test would run them on rank 0 only) get a marker. Consecutive master_prints share one
+        rank test; of the barriers of a module without a process group, the first is marked.
     """
 
     def rewrite(self, qual, call, func, ctx):
@@ -836,6 +860,9 @@ class XlaMasterOnlyAndSync(_XlaRule):
         local = _literal_bool(kws.get("local"), False)
         if local is None:
             return "`local=` is not a literal"
+        changes = _state_change(call)
+        if changes:
+            return f"its arguments change state (`{changes}`): compute them on every rank"
 
         def print_args(updated: cst.Call) -> list[cst.Arg]:
             args = []
@@ -947,7 +974,9 @@ class XlaMasterOnlyAndSync(_XlaRule):
             return None
         ctx.replace(call, _expr(f"{dist}.barrier()"))
         ctx.finding(call, f"{qual}() -> dist.barrier()")
-        if not _has_process_group(ctx):
+        if not _has_process_group(ctx) and not ctx.local_state().get("group marker"):
+            # (one marker, on the first barrier of the unit: the advice holds for the module)
+            ctx.local_state()["group marker"] = True
             ctx.marker(
                 call,
                 "dist.barrier() needs a process group: make sure dist.init_process_group(backend=\"neuron\") "
