@@ -508,6 +508,24 @@ def test_async_load_only_for_a_launched_script_that_loads_weights(tmp_path, body
     assert ("export HF_DEACTIVATE_ASYNC_LOAD=1" in out) is added
 
 
+RAY_SCRIPT = """\
+from optimum.neuron import NeuronTrainingArguments
+from ray.train import ScalingConfig
+from ray.train.torch import TorchTrainer
+trainer = TorchTrainer(train_loop, scaling_config=ScalingConfig(num_workers=64))
+"""
+
+
+@pytest.mark.parametrize("script,torchrun", [(RAY_SCRIPT, False), (OPTIMUM_SCRIPT, True)])
+def test_tp_launch_of_a_script_that_starts_its_workers_gets_no_torchrun_advice(tmp_path, script, torchrun):
+    """NM515: a plain `python` launch with a TP size needs torchrun, unless the script starts its workers itself."""
+    out = _migrated_launcher(tmp_path, "#!/bin/bash\npython run.py --tensor_parallel_size 8\n", "run.py", script)
+    assert "TP_SIZE=8 python run.py" in out
+    assert ("Launch this script with torchrun --nproc_per_node=8" in out) is torchrun
+    assert ("Keep the number of workers run.py starts a multiple of TP_SIZE=8: it starts its processes itself."
+            in out) is not torchrun
+
+
 def test_nm527_target_python_is_the_installed_libraries_requires_python():
     """NM527's Python floor is the highest Requires-Python of the target libraries the migrated code installs."""
     import importlib.metadata as metadata

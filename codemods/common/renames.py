@@ -28,6 +28,7 @@ import libcst as cst
 
 from codemods.common.export_only import inside_export_only, kept_names
 from codemods.common.type_names import rename_type_use
+from migrator.model import OUTSIDE_NAMES
 from migrator.imports import Binding, reaching
 from migrator.rules import NameClash, PythonContext, PythonRule
 
@@ -115,7 +116,8 @@ class _RenameRule(PythonRule):
         state = ctx.local_state()
         for entries in state.get("plan", {}).values():
             for b, r, mode in entries:
-                if mode == "refs" and id(b) not in state["renamed"] and b.local not in kept_names(ctx):
+                if mode == "refs" and id(b) not in state["renamed"] and b.local not in kept_names(ctx) \
+                        and b.local not in OUTSIDE_NAMES.get():  # (a later block of the page uses it the old way)
                     _rebind(ctx, b, r)
 
     def _on_name(self, node: cst.Name, ctx: PythonContext) -> None:

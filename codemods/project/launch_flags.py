@@ -25,7 +25,8 @@ from codemods.project.dockerfile import (
     PIP_INSTALL_MARKERS, PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments,
 )
 from codemods.project.shell_plans import (
-    ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, launched_source, plan_for, word_value)
+    ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, for_another_device, launched_source, plan_for,
+    word_value)
 from codemods.project.serving import neuron_sdk_server
 from codemods.project.shell_syntax import ASSIGN_RE, Simple
 from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS
@@ -404,6 +405,10 @@ _DEVICE_FLAG = re.compile(r"--[\w-]*(?:device|backend|accelerator|platform)[\w-]
 _XLA_VALUE_TRIGGERS = tuple(f"{name}{sep}xla" for name in ("device", "backend", "accelerator", "platform")
                             for sep in (" ", "="))
 
+SPAWNED_WORKERS_MARKER = "Keep the number of workers {script} starts a multiple of TP_SIZE={n}: it starts its processes itself."
+#: what a script that starts its worker processes itself contains (a Ray trainer, torch.multiprocessing)
+_SPAWNS_WORKERS = re.compile(r"\bTorchTrainer\b|\bScalingConfig\b|\bmp\.spawn\(|multiprocessing\.spawn\(|"
+                             r"\bstart_processes\(|\belastic_launch\(")
 LAUNCH_MARKERS = (
     (XLA_VALUE_MARKER,
      """The launched script is given "xla" as a device or backend (its own argparse option: Megatron's
@@ -438,6 +443,10 @@ LAUNCH_MARKERS = (
     ("Launch this script with torchrun --nproc_per_node={n}: TP_SIZE={n} needs {n} processes.",
      """A tensor-parallel group of TP_SIZE ranks needs at least that many processes (TP_SIZE x FSDP_SIZE
      in all); a plain `python` launch starts one."""),
+    (SPAWNED_WORKERS_MARKER,
+     """The launched script starts its worker processes itself (a Ray TorchTrainer with a ScalingConfig,
+     torch.multiprocessing.spawn): the number of workers it starts must be a multiple of TP_SIZE (TP_SIZE x
+     FSDP_SIZE), and launching it with torchrun would start several drivers."""),
     ("Make --nproc_per_node x --nnodes a multiple of {what}: torchrun starts {where}.",
      """The migrated script lays the processes out as dp_replicate x FSDP_SIZE x TP_SIZE; the number of
      processes torchrun starts must be a multiple of TP_SIZE x FSDP_SIZE or the mesh cannot be built."""),
@@ -728,8 +737,12 @@ class LaunchFlags(ShellRule):
         if tp is None:
             return
         if launch.python and tp > 1:
-            plan.marker(ctx, s.group, f"Launch this script with torchrun --nproc_per_node={tp}: TP_SIZE={tp} needs "
-                        f"{tp} processes.")
+            if _SPAWNS_WORKERS.search(launched_source(ctx, launch.script_name) or ""):
+                # (a Ray TorchTrainer, mp.spawn: the script starts the processes itself, torchrun would start drivers)
+                plan.marker(ctx, s.group, _fit(SPAWNED_WORKERS_MARKER, launch.script_name.rsplit("/", 1)[-1], n=str(tp)))
+            else:
+                plan.marker(ctx, s.group, f"Launch this script with torchrun --nproc_per_node={tp}: TP_SIZE={tp} "
+                            f"needs {tp} processes.")
             return
         if not launch.torchrun or nproc is None or not isinstance(nodes, int):
             return
@@ -802,6 +815,24 @@ def _document(ctx, u: ShellUnit) -> str:
         return u.src
 
 
+#: files whose shell units are parts of a document (a notebook's cells, a page's blocks), read with their prose
+_DOCUMENT_SUFFIXES = (".ipynb", ".md", ".mdx", ".markdown", ".rst", ".txt", ".py")
+
+
+def _named_in(ctx, u: ShellUnit) -> str:
+    """What may name optimum-neuron around a launch: the notebook or document around the unit (its prose says
+    what the page runs), or, for a script that is the whole file, its code without its comments (`# needs the
+    older optimum-neuron, which we do not install` says nothing of the launched script)."""
+    path = getattr(ctx, "path", None)
+    if path is None or path.suffix.lower() in _DOCUMENT_SUFFIXES:
+        return _document(ctx, u)
+    code, at = [], 0
+    for start, end in sorted(u.comments):
+        code.append(u.src[at:start])
+        at = end
+    return "".join(code) + u.src[at:]
+
+
 def _accepted_by_script(ctx, script: str, flags: list[_Flag], u: ShellUnit) -> tuple[list[_Flag], list[_Flag]]:
     """(the flags this rule may edit, the TP/PP flags it must not guess about). A flag the launched script
     declares itself (its own argparse: `"--tensor_parallel_size"` in its source) is the script's and is
@@ -814,7 +845,7 @@ def _accepted_by_script(ctx, script: str, flags: list[_Flag], u: ShellUnit) -> t
         own = [f for f in flags if re.search(r"""['"]""" + re.escape(f.name) + r"""['"]""", text)]
         return [f for f in flags if f not in own], []
     sizes = [f for f in flags if f.name in _ENV_FLAGS]
-    if not sizes or any(f.name in _OPTIMUM_ONLY for f in flags) or _OPTIMUM_NAMED.search(_document(ctx, u)):
+    if not sizes or any(f.name in _OPTIMUM_ONLY for f in flags) or _OPTIMUM_NAMED.search(_named_in(ctx, u)):
         return flags, []
     return [f for f in flags if f not in sizes], sizes
 
@@ -1015,8 +1046,8 @@ class ShellPipInstall(ShellRule):
             return  # a model server of the Neuron SDK keeps its installs (codemods.project.serving)
         installs: list[PipInstall] = []
         for s in u.simples:
-            if plan.is_removed(s) or not s.words:
-                continue
+            if plan.is_removed(s) or not s.words or for_another_device(u, s):
+                continue  # (a branch for another device keeps its installs)
             texts = [u.text(i) for i in s.words]
             if any(_TPU_INSTALL.search(t) for t in texts):
                 # a Cloud TPU install (its client, its torch_xla wheels): not the Neuron stack, left as it is

@@ -97,9 +97,15 @@ def cache_dir_message(dropped: list[str]) -> str | None:
     job's output folder, a shared file system); TorchNeuron's cache directory is set otherwise."""
     for flag in dropped:
         name, _, value = flag.replace(" ", "=", 1).partition("=")
+        if name == "--cache_dir" and value and _URL_LIKE.search(value):
+            return fitted(CACHE_URL_MARKER.format(dir=value), CACHE_URL_PLAIN)
         if name == "--cache_dir" and value:
             return fitted(CACHE_DIR_MARKER.format(dir=value), CACHE_DIR_SHORT.format(dir=value), CACHE_DIR_PLAIN)
     return None
+
+
+#: a cache location that is (or may be) a URL: `s3://bucket/cache`, `$NEURON_COMPILE_CACHE_URI`, `${CACHE_URL}`
+_URL_LIKE = re.compile(r"://|\$\{?\w*UR[IL]\b", re.I)
 
 
 def _dropped_cache_message(value: str) -> str | None:
@@ -131,7 +137,18 @@ CACHE_DIR_MARKER = "--cache_dir={dir} was dropped: set TORCH_NEURONX_NEFF_CACHE_
 CACHE_DIR_SHORT = "Set TORCH_NEURONX_NEFF_CACHE_DIR={dir} to keep the compile cache there (--cache_dir was dropped)."
 CACHE_DIR_PLAIN = ("--cache_dir was dropped: set TORCH_NEURONX_NEFF_CACHE_DIR to it if the compile cache should stay "
                    "there.")
+CACHE_URL_MARKER = ("--cache_dir={dir} was dropped: TORCH_NEURONX_NEFF_CACHE_DIR takes a local folder, so sync one "
+                    "with that URL.")
+CACHE_URL_PLAIN = ("--cache_dir (a URL) was dropped: TORCH_NEURONX_NEFF_CACHE_DIR takes a local folder, so sync one "
+                   "with that URL.")
 CC_MARKERS = (
+    (CACHE_URL_MARKER,
+     """The XLA stack's compiler could keep its cache at an S3 URL given as --cache_dir. TorchNeuron ignores the
+     flag; its cache folder, TORCH_NEURONX_NEFF_CACHE_DIR, is a path on a local or shared file system: point it
+     at one and copy that folder to and from the URL (aws s3 sync) to share the cache between jobs."""),
+    (CACHE_URL_PLAIN,
+     """The XLA stack's compiler could keep its cache at an S3 URL given as --cache_dir; TorchNeuron's cache
+     folder, TORCH_NEURONX_NEFF_CACHE_DIR, is a path on a local or shared file system."""),
     (CACHE_DIR_MARKER,
      """The XLA stack's compiler kept its cache (the compiled NEFFs) in the --cache_dir folder: a SageMaker job's
      output folder to upload it, a shared file system for the other nodes, a pre-built cache unpacked there.

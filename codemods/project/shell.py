@@ -831,5 +831,61 @@ class XlaDlamiVenv(ShellRule):
         return words[0] in ("source", ".") and len(words) > 1 and xla_era_venv(words[1])
 
 
+# ------------------------------------------------------------------------------------------------
+# NM529: checkouts of the old stack's repositories
+
+
+#: the old stack's repositories (a checkout is installed with `pip install .`, or its example scripts are run)
+_OLD_STACK_REPOSITORY = re.compile(
+    r"github\.com[/:](?:huggingface/optimum-neuron|aws-neuron/(?:transformers-neuronx|neuronx-distributed(?:-inference)?"
+    r"|neuronx-nemo-megatron|aws-neuron-reference-for-megatron-lm))(?:\.git)?/?$")
+CHECKOUT_MARKER = ("This checkout is old Neuron stack code: install the libraries the migrated code imports, or "
+                   "migrate its scripts.")
+
+
+class OldStackCheckout(ShellRule):
+    id = "NM529"
+    markers = ((CHECKOUT_MARKER, """A `git clone` of optimum-neuron, transformers-neuronx, neuronx-distributed(-inference),
+        neuronx-nemo-megatron or the Neuron reference Megatron-LM: the checkout is then installed from source (`cd
+        optimum-neuron && pip install .`), which NM523 cannot replace as it does a `pip install optimum-neuron`, or
+        its example scripts are run (`cd neuronx-distributed/examples/training/llama && ./run.sh`), and those
+        scripts run on torch-xla. The migrated code imports Transformers/TRL/Diffusers: install those instead,
+        or migrate the scripts you run from the checkout (they are not part of this project)."""),)
+    title = "git clone of an old Neuron stack repository (installed from source, or its scripts run)"
+    fix = "manual"
+    triggers = ("optimum-neuron", "transformers-neuronx", "neuronx-distributed", "neuronx-nemo-megatron",
+                "aws-neuron-reference-for-megatron-lm")
+    why = """
+        Setup scripts, notebooks and READMEs install the old stack from a checkout (`git clone
+        https://github.com/huggingface/optimum-neuron.git && cd optimum-neuron && pip install .`) or
+        clone neuronx-distributed to run its example scripts. NM523 replaces `pip install
+        optimum-neuron`; a source install names no package it could replace, and the checkout's
+        scripts are torch-xla code outside the project. Each `git clone` of one of those repositories
+        gets a marker.
+    """
+    before = """
+        git clone https://github.com/huggingface/optimum-neuron.git
+        cd optimum-neuron && pip install .
+    """
+    after = """
+        # TODO(neuron-migrate NM529): This checkout is old Neuron stack code: install the libraries the migrated code imports, or migrate its scripts.
+        git clone https://github.com/huggingface/optimum-neuron.git
+        cd optimum-neuron && pip install .
+    """
+    caveats = """
+        Only a `git clone` whose words name the repository's URL counts (a URL held in a variable
+        does not); clones of other repositories (aws-neuron-samples, the Hugging Face libraries:
+        NM624) are left alone. The clone stays: what replaces it depends on what the checkout was for.
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        for s in u.simples:
+            values = [u.value(i) for i in s.words]
+            if len(values) >= 3 and values[0] == "git" and "clone" in values[1:3] and any(
+                    v and _OLD_STACK_REPOSITORY.search(v) for v in values):
+                plan.marker(ctx, s.group, CHECKOUT_MARKER)
+
+
 RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand,
-         XlaDlamiVenv)
+         XlaDlamiVenv, OldStackCheckout)

@@ -742,6 +742,52 @@ _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 _SHELL_C = re.compile(r"-[A-Za-z]*c[A-Za-z]*\Z")
 
 
+def branch_tests(unit: ShellUnit, s: Simple) -> list[tuple[str, list[str]]]:
+    """The branches of ``if`` statements that command ``s`` runs in, innermost first: (the branch's test, the
+    text between ``if``/``elif`` and ``then``, or "" for an ``else`` branch; the tests of the branches before it)."""
+    covered: set[int] = set()
+    for other in unit.simples:
+        covered.update(range(other.first, other.last + 1))
+    # per open `if`: [index of its if/elif token, this branch's test (None before its `then`), the earlier tests]
+    open_ifs: list[list] = []
+    for i in range(s.first):
+        tok = unit.toks[i]
+        if tok.kind != "word" or i in covered:
+            continue
+        if tok.text == "if":
+            open_ifs.append([i, None, []])
+        elif open_ifs and tok.text == "elif":
+            frame = open_ifs[-1]
+            frame[2].append(frame[1] or "")
+            frame[0], frame[1] = i, None
+        elif open_ifs and tok.text == "then":
+            open_ifs[-1][1] = unit.src[unit.toks[open_ifs[-1][0]].end:tok.start].strip()
+        elif open_ifs and tok.text == "else":
+            frame = open_ifs[-1]
+            frame[2].append(frame[1] or "")
+            frame[1] = ""
+        elif open_ifs and tok.text == "fi":
+            open_ifs.pop()
+    return [(test, earlier) for _i, test, earlier in reversed(open_ifs) if test is not None]
+
+
+#: a branch test that selects another device than Neuron (`[ "$DEVICE" == "cpu" ]`, `[[ $ACCEL = cuda ]]`)
+_OTHER_DEVICE_TEST = re.compile(r"""(?i)(?:==?|-eq)\s*['"]?(?:cpu|cuda|gpu|rocm|mps|tpu|nvidia)\b['"]?""")
+#: one that selects Neuron (`[ "$DEVICE" == "xla" ]`, `[ -e /dev/neuron0 ]`)
+_NEURON_TEST = re.compile(r"(?i)neuron|\bxla\b|\binf[12]\b|\btrn[123]\b|trainium|inferentia")
+
+
+def for_another_device(unit: ShellUnit, s: Simple) -> bool:
+    """Whether command ``s`` runs in a branch for another device than Neuron (a hardware-agnostic script's `cpu`
+    or `cuda` branch, or the `else` of a test for Neuron): what it installs or sets is not the Neuron path's."""
+    for test, earlier in branch_tests(unit, s):
+        if _NEURON_TEST.search(test):
+            return False
+        if _OTHER_DEVICE_TEST.search(test) or (not test and any(_NEURON_TEST.search(t) for t in earlier)):
+            return True
+    return False
+
+
 def launched_source(ctx, script: str) -> str | None:
     """The launched script's source, read beside the launcher or, for a path relative to the project's root
     (``examples/train.py`` in a launcher under ``scripts/``), beside one of its three nearest parent folders;

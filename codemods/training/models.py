@@ -57,7 +57,7 @@ from codemods.training.mesh import (
 
 def _code(expr: cst.BaseExpression) -> str:
     return cst.Module(body=[]).code_for_node(expr)
-from migrator.model import fitted
+from migrator.model import IN_DOCUMENT, fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
 
 CONFIG_SOURCES = tuple(sorted(s for s, r in load_table().items()
@@ -339,6 +339,11 @@ class TrainingModelTrnConfig(PythonRule):
         if isinstance(parent, cst.Attribute) and parent.value is node and isinstance(node.value, cst.Name):
             return  # args.trn_config.tensor_parallel_size: NM207 resolves the field read
         if not isinstance(node.value, (cst.Name, cst.Attribute)):
+            return
+        if IN_DOCUMENT.get() and not any(b.qualified.startswith("optimum.neuron") for b in ctx.imports.all_bindings()):
+            # a page's example that imports nothing of optimum-neuron: the arguments (and the load given the layout)
+            # are not known to be optimum-neuron's, so neither is rewritten
+            ctx.marker(node, f"Replace {_short(ctx.module.code_for_node(node))} by DistributedConfig(...) by hand.")
             return
         quote = '"'
         lora = None

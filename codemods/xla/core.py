@@ -1049,7 +1049,9 @@ class XlaProcessGroup(_XlaRule):
         The literal backend "xla" is rewritten here; a backend held in a variable assigned the
         literal "xla" is rewritten at its assignment (NM401 follows it); other arguments (timeout, world_size, rank...) are kept. Where the function
         around the call (else the module) sets `NXD_CPU_MODE=1`, neuronx-distributed ran that "xla"
-        group on the CPU (a test's CPU golden): it becomes `backend="gloo"`. The import is kept while the
+        group on the CPU (a test's CPU golden): it becomes `backend="gloo"`; so it does in a
+        function whose name (`init_cpu_env`) or docstring ("for running the model on CPU") says it
+        runs on the CPU. The import is kept while the
         `torch_xla` name it binds is still used by code that no rule rewrote.
     """
 
@@ -1134,7 +1136,7 @@ class XlaProcessGroup(_XlaRule):
 
         ctx.replace(call, build)
         if swap and target == "gloo":
-            ctx.finding(call, "init_process_group(\"xla\") under NXD_CPU_MODE=1 -> backend=\"gloo\" (a CPU process group)")
+            ctx.finding(call, "init_process_group(\"xla\") of a CPU run -> backend=\"gloo\" (a CPU process group)")
         elif swap:
             ctx.finding(call, "init_process_group(\"xla\") -> init_process_group(backend=\"neuron\")")
         if drop_init:
@@ -1171,9 +1173,17 @@ _XLA_INIT_METHODS = ("xla://", "pjrt://")
 _CPU_MODE = re.compile(r"""NXD_CPU_MODE['"]\s*(?:\]\s*=|,)\s*['"]1['"]""")
 
 
+#: a function's docstring saying that it runs on the CPU ("just for running the models on CPU to validate")
+_RUNS_ON_CPU = re.compile(r"(?i)\b(?:on|for) (?:the )?cpu\b")
+
+
 def _cpu_mode(ctx: PythonContext) -> bool:
-    """Whether the function around the call (else the module) turns on NxD's CPU mode."""
+    """Whether the function around the call (else the module) turns on NxD's CPU mode, or is a function whose
+    name (``init_cpu_env``) or docstring says that it runs on the CPU."""
     scope = next((a for a in reversed(ctx.stack) if isinstance(a, FUNCTIONS)), ctx.module)
+    if isinstance(scope, cst.FunctionDef) and (re.search(r"(?:^|_)cpu(?:_|$)", scope.name.value.lower())
+                                               or _RUNS_ON_CPU.search(scope.get_docstring() or "")):
+        return True
     return bool(_CPU_MODE.search(ctx.module.code_for_node(scope)))
 
 

@@ -32,7 +32,7 @@ from migrator.filekinds.notebook import (
     migrate_python_unit,
     split_lines,
 )
-from migrator.model import ENCLOSING_TEXT, IN_DOCUMENT, MARKER_RE, OUTSIDE_NAMES, Finding, marker_text
+from migrator.model import ENCLOSING_TEXT, IN_DOCUMENT, MARKER_RE, OUTSIDE_NAMES, Finding, fitted, marker_text
 
 SKIP_BLOCK_MESSAGE = "code block does not parse as Python on its own; migrate it by hand"
 #: a block of a language the migration does not rewrite (``diff``, ``text``, untagged) that shows old-stack code
@@ -262,6 +262,37 @@ def _read_names(text: str) -> frozenset[str]:
     return frozenset(read - imported)
 
 
+#: a class of the old stack by its name (optimum-neuron's Neuron* classes): an example that uses one it does not
+#: import (a page's snippet) is not migrated by the rules, which know a name by its import
+_OLD_CLASS_NAME = re.compile(r"Neuron(?:ModelFor[A-Z]\w*|(?:SFT|ORPO|DPO|GRPO|KTO)?(?:Trainer|Config)|TrainingArguments|"
+                             r"Accelerator|\w*Pipeline(?:Base)?|Model)")
+UNIMPORTED_MESSAGE = "Migrate {names} by hand: this example uses them without importing them."
+UNIMPORTED_SHORT = "Migrate {name} and the other old-stack classes here by hand: this example does not import them."
+UNIMPORTED_PLAIN = "Migrate the old-stack classes of this example by hand: it uses them without importing them."
+
+
+def _bound_names(text: str) -> frozenset[str]:
+    """The names a block binds: imports, assignments, functions and classes (nothing when it does not parse)."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset()
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    return frozenset(bound)
+
+
+def unimported_old_classes(text: str, page_bound: frozenset[str]) -> list[str]:
+    """The old stack's classes (by name) that a Python block reads and no block of its page binds."""
+    return sorted(n for n in _read_names(text) - page_bound if _OLD_CLASS_NAME.fullmatch(n))
+
+
 _FLAG_LINE = re.compile(r"\s*--?[A-Za-z]")
 
 
@@ -330,6 +361,8 @@ def _transform_markdown(
     # the names each Python block uses: a page's blocks are one program read in order, so an import in one
     # block that only later blocks use is not unused (OUTSIDE_NAMES, read by the self-check)
     names = [_read_names("".join(lines[b.start:b.end])) if b.lang in PYTHON_LANGS else frozenset() for b in blocks]
+    page_bound = frozenset().union(*(_bound_names("".join(lines[b.start:b.end])) for b in blocks
+                                     if b.lang in PYTHON_LANGS))
     for k, block in enumerate(blocks):
         lang = block.lang
         other_lang = lang not in PYTHON_LANGS and lang not in SHELL_LANGS and lang not in CONSOLE_LANGS and (
@@ -403,6 +436,15 @@ def _transform_markdown(
                         block_findings.append((Finding(line=1, column=1, rule=emptied, message=message, fix="manual"),
                                                0, removed[0]))
                         new_bodies = [marker_text(emptied, message)] + [b for b in new_bodies if b.strip()]
+                unimported = [] if failed else unimported_old_classes(res.text, page_bound)
+                if unimported and not any(MARKER_RE.search(x) for x in stripped[:1]):
+                    # the rules know an old class by its import: one the example never imports is not migrated
+                    message = fitted(UNIMPORTED_MESSAGE.format(names=", ".join(unimported)),
+                                     UNIMPORTED_SHORT.format(name=unimported[0]), UNIMPORTED_PLAIN)
+                    block_findings.append((Finding(line=1, column=1, rule=skipped_rule, message=message,
+                                                   fix="manual"), 0, removed[0]))
+                    new_bodies = [marker_text(skipped_rule, message)] + (
+                        new_bodies if new_bodies is not None else list(stripped))
             if failed and mentions_neuron(content):
                 findings.append(
                     Finding(
