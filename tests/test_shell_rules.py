@@ -380,7 +380,7 @@ def test_cache_dropped_consolidate_and_serve_marked():
     out = check("optimum-cli neuron cache synchronize --repo_id me/cache\n"
                 "optimum-cli neuron consolidate ckpt out\n"
                 "optimum-cli neuron serve -m m\n")
-    assert out.splitlines()[0].startswith("# TODO(neuron-migrate NM510): Consolidate with transformers.distributed.")
+    assert out.splitlines()[0].startswith("# TODO(neuron-migrate NM510): Delete this step if the migrated training wrote")
     assert out.splitlines()[1] == "optimum-cli neuron consolidate ckpt out"
     assert out.splitlines()[2].startswith("# TODO(neuron-migrate NM510): `optimum-cli neuron serve`")
     assert "cache" not in out.split("\n", 1)[0].split(":")[0]

@@ -153,16 +153,42 @@ def test_ignored_line_is_kept(rules):
 
 
 def test_consolidate_save_format_pytorch_is_explained(rules):
-    # A unit that trains (its checkpoints are the migrated DistributedConfig run's) is consolidated natively.
+    # A unit that saves rank-local files (distributed_checkpoint=True) is consolidated natively.
     src = (
         "from optimum.neuron import NeuronTrainer\n"
         "from optimum.neuron.distributed import consolidate_model_parallel_checkpoints_to_unified_checkpoint as c\n\n"
+        "model.save_pretrained(\"ckpt\", distributed_checkpoint=True)\n"
         "c(\"ckpt\", \"out\", save_format=\"pytorch\")\n"
     )
     new, findings = run(src, rules)
     assert "consolidate_distributed_checkpoint(\"ckpt\", \"out\")" in new
     assert any("always writes safetensors" in (f.detail or "") for f in findings if f.rule == "NM204")
     assert "optimum" not in new
+
+
+def test_consolidate_after_the_trainer_is_marked_not_rewritten(rules):
+    """The migrated Trainer's checkpoints are whole: the native consolidation would raise on them (next test)."""
+    src = (
+        "from optimum.neuron import NeuronTrainer\n"
+        "from optimum.neuron.distributed import consolidate_model_parallel_checkpoints_to_unified_checkpoint as c\n\n"
+        "c(\"ckpt\", \"out\")\n"
+    )
+    new, findings = run(src, rules)
+    assert "consolidate_distributed_checkpoint" not in new and "c(\"ckpt\", \"out\")" in new
+    assert any(f.rule == "NM204" and "saves whole weights" in f.message for f in findings)
+
+
+def test_native_consolidation_rejects_a_whole_checkpoint(tmp_path):
+    """What save_pretrained writes (the Trainer's save, a model sharded at load time gathered) is not what
+    consolidate_distributed_checkpoint reads: it raises, so NM204 does not rewrite the old call into it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.distributed import consolidate_distributed_checkpoint
+
+    config = LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, vocab_size=50)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="DCP"):
+        consolidate_distributed_checkpoint(tmp_path / "ckpt", tmp_path / "out")
 
 
 # ------------------------------------------------------------------ NM205

@@ -157,8 +157,8 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
     return [_one_line(x) for x in out[:1]] + ["  " + _one_line(x) for x in out[1:]]
 
 
-CONSOLIDATE_MARKER = ("Consolidate with transformers.distributed.consolidate_distributed_checkpoint(ckpt_dir, out_dir) "
-                      "instead.")
+CONSOLIDATE_MARKER = ("Delete this step if the migrated training wrote this checkpoint: it saves whole weights, "
+                      "with nothing to consolidate.")
 PRERUN_MARKER = "Delete this command unless it should run twice: it was the neuron_parallel_compile pre-run."
 STRIPPED_MARKER = ("Delete this command if it only pre-compiled: without neuron_parallel_compile it now runs for "
                    "real.")
@@ -172,10 +172,11 @@ EXTRACT_GRAPHS_SET_MARKER = ("Delete this NEURON_EXTRACT_GRAPHS_ONLY setting: it
 
 class OptimumCliCommands(ShellRule):
     id = "NM510"
-    markers = ((CONSOLIDATE_MARKER, """`optimum-cli neuron consolidate` needs optimum-neuron. Checkpoints saved
-        with a DistributedConfig are consolidated with
-        transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir); older
-        neuronx-distributed checkpoints still need the old tool."""),)
+    markers = ((CONSOLIDATE_MARKER, """`optimum-cli neuron consolidate` needs optimum-neuron. The migrated
+        training (the Trainer, a model loaded with a DistributedConfig) saves whole checkpoints: save_pretrained
+        gathers the shards, so there is nothing to consolidate (transformers.distributed's
+        consolidate_distributed_checkpoint reads only save_pretrained(distributed_checkpoint=True) saves, and
+        raises on these). Checkpoints of the old run (neuronx-distributed shards) still need the old tool."""),)
     title = "optimum-cli export neuron / neuron cache commands removed, neuron consolidate flagged"
     fix = "mixed"
     triggers = ("optimum-cli", "optimum.exporters.neuron")

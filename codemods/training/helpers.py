@@ -5,9 +5,10 @@
   ``global_main=False``); ``is_precompilation()`` -> ``False`` (an ``if is_precompilation():`` keeps
   only its else branch); ``patch_transformers_for_neuron_sdk()`` and ``synchronize_hub_cache(...)``
   statements are removed; other ``optimum.neuron.cache`` calls get a marker;
-  ``consolidate_model_parallel_checkpoints_to_unified_checkpoint(ckpt, out)`` ->
-  ``transformers.distributed.consolidate_distributed_checkpoint(ckpt, out)`` in a unit that trains
-  with a Trainer (else kept, marked: old NxD checkpoints need optimum-neuron).
+  ``consolidate_model_parallel_checkpoints_to_unified_checkpoint(ckpt, out)`` is kept with a marker: a unit
+  that trains with the migrated Trainer saves whole checkpoints (nothing to consolidate), one that does not
+  consolidates old NxD checkpoints (which need optimum-neuron); in a unit that saves with
+  ``distributed_checkpoint=True`` it becomes ``transformers.distributed.consolidate_distributed_checkpoint``.
 * NM205 ``NeuronAccelerator(...)`` (renamed to ``accelerate.Accelerator`` by the table): the
   Neuron-only arguments are dropped or mapped (``mixed_precision_config="AUTOCAST_BF16"`` ->
   ``mixed_precision="bf16"``); ``ModelParallelismPlugin(...)`` gets a marker.
@@ -127,12 +128,15 @@ ZERO_1_WITH_PP = "zero_1 was dropped: FSDP does not combine with pipeline parall
 _PARALLEL = "Set the parallel layout where the model is loaded (DistributedConfig): {name} was dropped."
 MIXED_BY_HAND = "Pass mixed_precision=\"bf16\" (AUTOCAST_BF16) or load in bf16 (FULL_BF16): {name}."
 CONSOLIDATE_BY_HAND = "Consolidate with transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, out_dir)."
-CONSOLIDATE_KEPT = (f"{KEEPS_OLD_STACK}for old NxD checkpoints (it needs optimum-neuron); use consolidate_distributed_checkpoint "
-                    "for new ones.")
+#: a unit that trains with the migrated Trainer: it saves whole checkpoints (save_pretrained gathers a model sharded at
+#: load time), which consolidate_distributed_checkpoint cannot read (it reads save_pretrained(distributed_checkpoint=True))
+CONSOLIDATE_UNNEEDED = "Drop this consolidation and load from the checkpoint folder: the migrated Trainer saves whole weights."
+CONSOLIDATE_KEPT = (f"{KEEPS_OLD_STACK}for old NxD checkpoints (it needs optimum-neuron): the migrated training saves "
+                    "whole checkpoints.")
 CONSOLIDATE_KEPT_DETAIL = (
     "this unit does not train, so the checkpoints it consolidates are most likely the old run's NxD shards, which "
     f"{CONSOLIDATE_TARGET} cannot read: keep this call in an environment with optimum-neuron for those; checkpoints "
-    "saved by the migrated DistributedConfig training are consolidated with that function")
+    "saved by the migrated training are whole already")
 CONSOLIDATE_SAFETENSORS = "Expect safetensors files here: consolidate_distributed_checkpoint writes no other format."
 #: NM205's markers and their long forms
 ACCELERATOR_MARKERS = (
@@ -174,19 +178,25 @@ class TrainingHelpers(PythonRule):
     markers = (
         ("Replace `{name}` by hand: {what}.", """An optimum-neuron utility (optimum.neuron.utils) the rule does not
         rewrite at this use: is_main_worker is a RANK test, is_precompilation is always False now (TorchNeuron
-        has no precompilation run), the consolidation helpers are transformers.distributed's."""),
+        has no precompilation run), the consolidation helpers are not needed for the migrated training's whole
+        checkpoints."""),
         (CONSOLIDATE_BY_HAND, """The rule could not rewrite this call (arguments it cannot map, or a name clash):
-        checkpoints saved with a DistributedConfig are merged by
+        checkpoints saved with save_pretrained(..., distributed_checkpoint=True) are merged by
         transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)."""),
+        (CONSOLIDATE_UNNEEDED, """The migrated Trainer saves whole checkpoints: save_pretrained gathers a model
+        sharded at load time (DistributedConfig) before writing, so nothing is left to consolidate, and
+        transformers.distributed.consolidate_distributed_checkpoint, which reads only the rank-local files of
+        save_pretrained(distributed_checkpoint=True), raises on them. The call is kept (it needs optimum-neuron)
+        until the code that reads its output folder reads the checkpoint folder instead."""),
         (CONSOLIDATE_KEPT, """A unit that does not train consolidates checkpoints made elsewhere, most likely the
         old run's NxD shards, which transformers.distributed.consolidate_distributed_checkpoint cannot read: the
         call is kept, to run where optimum-neuron is installed (or `optimum-cli neuron consolidate`); checkpoints
-        saved by the migrated DistributedConfig training are merged with consolidate_distributed_checkpoint."""),
+        saved by the migrated training are whole already."""),
         (CONSOLIDATE_SAFETENSORS, """save_format other than safetensors was dropped: the native consolidation
         always writes safetensors."""),
     )
     title = ("optimum-neuron helpers: is_main_worker -> rank check, is_precompilation -> False, cache sync and SDK "
-             "patching removed, checkpoint consolidation -> transformers.distributed")
+             "patching removed, checkpoint consolidation flagged")
     fix = "mixed"
     triggers = ("is_main_worker", "is_precompilation", "patch_transformers_for_neuron_sdk", "hub_cache",
                 "hub_cached", "hub_neuronx_cache", "optimum.neuron.cache", "ModelCacheEntry",
@@ -201,11 +211,12 @@ class TrainingHelpers(PythonRule):
         keeps only its else branch. `patch_transformers_for_neuron_sdk()` patched transformers
         for neuronx-distributed and `synchronize_hub_cache()` pushed compiled NEFFs to the Hub
         cache (TorchNeuron keeps its own local compile cache): both statements are removed.
-        Checkpoint consolidation becomes
-        `transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)`
-        in a unit that trains (its checkpoints are then the migrated DistributedConfig run's); it
-        cannot read the NxD shards optimum-neuron wrote, so elsewhere (a script that consolidates
-        checkpoints made before) the call is kept with a marker.
+        Checkpoint consolidation is kept with a marker: the migrated Trainer saves whole
+        checkpoints (save_pretrained gathers a model sharded at load time), so a unit that trains
+        has nothing to consolidate, and one that does not consolidates the old run's NxD shards,
+        which need optimum-neuron. Only in a unit that saves rank-local files
+        (`save_pretrained(..., distributed_checkpoint=True)`) does it become
+        `transformers.distributed.consolidate_distributed_checkpoint(checkpoint_dir, output_dir)`.
     """
     before = """
         from optimum.neuron.cache import synchronize_hub_cache
@@ -369,9 +380,13 @@ class TrainingHelpers(PythonRule):
     def _consolidate(self, node: cst.Call, ctx: PythonContext) -> None:
         if not imports_a_trainer(ctx):
             # the checkpoints come from elsewhere: most likely the old run's NxD shards, which
-            # consolidate_distributed_checkpoint cannot read; only a unit that trains (with the migrated
-            # DistributedConfig) is known to consolidate what the native save wrote
+            # consolidate_distributed_checkpoint cannot read
             ctx.marker(node, CONSOLIDATE_KEPT, detail=CONSOLIDATE_KEPT_DETAIL)
+            return
+        if not _DISTRIBUTED_SAVE.search(ctx.source):
+            # the migrated Trainer writes whole checkpoints: nothing to consolidate, and the native function
+            # (which reads distributed_checkpoint=True saves only) would raise on them
+            ctx.marker(node, CONSOLIDATE_UNNEEDED)
             return
         kw = keywords(node)
         if any(a.star for a in node.args):
@@ -397,6 +412,10 @@ class TrainingHelpers(PythonRule):
             ctx.marker(node, CONSOLIDATE_SAFETENSORS)
 
 
+#: a unit that saves rank-local checkpoint files (what consolidate_distributed_checkpoint reads)
+_DISTRIBUTED_SAVE = re.compile(r"\bdistributed_checkpoint\s*=\s*True\b")
+
+
 def _alone(ctx: PythonContext, stmt: cst.CSTNode) -> bool:
     """True when ``stmt`` (an ancestor of the node being handled) is the only statement of its block."""
     for i in range(len(ctx.stack) - 1, 0, -1):
@@ -419,7 +438,7 @@ def _advice(qual: str) -> str:
     if name == "is_precompilation":
         return "it is always False now"
     if name.startswith("consolidate"):
-        return f"use {CONSOLIDATE_TARGET}"
+        return "the migrated training saves whole checkpoints, which need no consolidating"
     return "it is gone under TorchNeuron, remove it"
 
 
