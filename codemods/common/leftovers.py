@@ -101,6 +101,8 @@ NXDI_PROGRAM_MARKER = ("Port this NxD Inference test script to Transformers on \
 
 #: (package prefixes, marker) for what is left of the old stack; ``{name}`` is the use as written
 ADVICE = (
+    (("optimum.neuron.utils.ecr",),
+     "Replace `{name}` by the URI of a TorchNeuron serving image: optimum-neuron's ecr helper names its old containers."),
     (("optimum.neuron",), "Replace `{name}` with its Transformers/TRL/Diffusers equivalent, or remove it."),
     (("optimum.exporters.neuron",),
      "Remove `{name}`, optimum-neuron's exporter: compare the compiled model with torch.testing.assert_close."),
@@ -216,6 +218,10 @@ class OldStackLeftovers(PythonRule):
                (INF1_MAYBE_LOAD_MARKER, """This unit saves torch.neuron.trace results (TorchScript modules with Inf1 NEFFs
         inside) and torch.load can read such a file back, which TorchNeuron cannot run: where it does, rebuild the
         model, load its weights and torch.compile it with backend="neuron"."""),) + tuple(zip((text for _, text in ADVICE), (
+        """optimum.neuron.utils.ecr.image_uri looked up the Deep Learning Containers that optimum-neuron published
+        (its TGI and vLLM images), built on the XLA-era Neuron SDK; a deployment of the migrated model uses a
+        TorchNeuron serving image (Neuron SDK 2.33+), given as its URI (sagemaker.image_uris.retrieve, or the
+        repository of the image the project builds).""",
         """optimum-neuron is not part of TorchNeuron: Hugging Face's Neuron guidance is to use Transformers,
         TRL, Diffusers, PEFT and Accelerate directly, with device_map="neuron" and DistributedConfig
         under torchrun. A utility with no counterpart (instance type, cache helpers) usually goes.""",

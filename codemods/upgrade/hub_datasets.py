@@ -22,8 +22,10 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.arg_plan import NOT_LITERAL, ArgPlan, keywords, literal, rewrite_call
+from codemods.common.statements import assigned_values
 from codemods.upgrade.base import owned_elsewhere, rename_keyword
 from codemods.upgrade.data import data
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 LIBS = ("huggingface_hub", "datasets")
@@ -65,6 +67,14 @@ def _target(ctx: PythonContext, func: cst.BaseExpression) -> str | None:
     if qual is None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
         owner = ctx.qualname(func.value.func)
         if owner == HF_API:
+            qual = f"{HF_API}.{func.attr.value}"
+    elif qual is None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        # `api = HfApi()` then `api.upload_folder(...)`: a name that every assignment here gives an HfApi
+        scope = ctx.scope
+        params = ({p.name.value for p in (*scope.params.posonly_params, *scope.params.params,
+                                          *scope.params.kwonly_params)} if isinstance(scope, cst.FunctionDef) else set())
+        values = [] if func.value.value in params else assigned_values(ctx, func.value.value)
+        if values and all(isinstance(v, cst.Call) and ctx.qualname(v.func) == HF_API for v in values):
             qual = f"{HF_API}.{func.attr.value}"
     if qual is None or qual.split(".", 1)[0] not in LIBS:
         return None
@@ -115,8 +125,9 @@ class HubDatasetsCalls(PythonRule):
         ds = load_dataset("org/data", token=token, verification_mode="no_checks")
     """
     caveats = """
-        Calls are recognised through the module's imports (and `HfApi().method(...)`); a method
-        called on an `HfApi` or `Dataset` held in a variable is not followed. A
+        Calls are recognised through the module's imports (and `HfApi().method(...)`, or a method of
+        a name that every assignment of its function, or of the module, gives `HfApi()`); a method
+        called on a `Dataset` held in a variable, or on an `HfApi` passed in, is not followed. A
         `trust_remote_code=` that is not literally False leaves a marker: whether the dataset
         had a loading script is only known on the Hub. `ignore_verifications=` with a
         non-literal value and `task=` get markers. `HfFolder`, `Repository`,
@@ -150,15 +161,21 @@ class HubDatasetsCalls(PythonRule):
         if qual in LOADERS:
             self._loader(node, ctx, kw, removed, plan)
         elif qual.startswith("huggingface_hub."):
+            hinted: dict[tuple[str, str], list[str]] = {}  # (keywords of one hint: one marker, `multi_commits=, ...`)
             for name in sorted(set(kw) & removed - {"use_auth_token"}):
                 plan.drop.add(name)
-                last = entry["removed"][name] if entry else ""
                 if name in HUB_NOOPS:
                     ctx.finding(kw[name], f"{name}= dropped (gone in huggingface_hub 1.0: {HUB_NOOPS[name]})")
                 else:
-                    hint = HUB_HINTS.get(name, ("drop what relied on it", "nothing replaces it"))
-                    ctx.marker(node, f"{hint[0][:1].upper()}{hint[0][1:]}: {name}= is gone in huggingface_hub 1.0.",
-                               detail=f"{name}= was dropped: huggingface_hub 1.0 removed it (last in {last}): {hint[1]}")
+                    hinted.setdefault(HUB_HINTS.get(name, ("drop what relied on it", "nothing replaces it")), []).append(name)
+            for hint, names in hinted.items():
+                last = ", ".join(dict.fromkeys(entry["removed"][n] for n in names)) if entry else ""
+                shown = "=, ".join(names)
+                advice = f"{hint[0][:1].upper()}{hint[0][1:]}"
+                ctx.marker(node, fitted(f"{advice}: {shown}= {'is' if len(names) == 1 else 'are'} gone in huggingface_hub 1.0.",
+                                        f"{advice}: {names[0]}= and the like are gone in huggingface_hub 1.0."),
+                           detail=f"{shown}= {'was' if len(names) == 1 else 'were'} dropped: huggingface_hub 1.0 removed "
+                                  f"{'it' if len(names) == 1 else 'them'} (last in {last}): {hint[1]}")
         rewrite_call(ctx, node, plan)
 
     def _loader(self, node: cst.Call, ctx: PythonContext, kw: dict, removed: set, plan: ArgPlan) -> None:
