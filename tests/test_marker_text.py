@@ -130,4 +130,4 @@ def test_every_nm900_advice_has_its_own_long_form():
     long_forms = dict(OldStackLeftovers.markers)
     assert all(text in long_forms for _, text in ADVICE)
     firsts = {text: long_forms[text].split()[0] for _, text in ADVICE}
-    assert firsts[ADVICE[0][1]] == "optimum-neuron" and firsts[ADVICE[-1][1]] == "neuronx-distributed"
+    assert firsts[ADVICE[0][1]] == "optimum.neuron.utils.ecr.image_uri" and firsts[ADVICE[1][1]] == "optimum-neuron" and firsts[ADVICE[-1][1]] == "neuronx-distributed"
