@@ -221,7 +221,8 @@ def _emptied(original: cst.BaseSuite, updated: cst.BaseSuite) -> bool:
 def _without_emptied(original: cst.If, updated: cst.If) -> cst.If | None:
     """An ``if`` whose blocks the edits emptied (``if step % 10 == 0: xm.mark_step()`` once the call
     is removed): an emptied ``else`` goes; an ``if`` left with nothing to do goes whole (None) when its
-    test has no effect and no comment stands above it; else it is kept as it is."""
+    test has no effect (queries such as ``get_world_size()`` aside) and no comment stands above it; else it is
+    kept as it is."""
     orelse = updated.orelse
     if isinstance(orelse, cst.Else) and isinstance(original.orelse, cst.Else) \
             and _emptied(original.orelse.body, orelse.body) and not any(
@@ -230,7 +231,7 @@ def _without_emptied(original: cst.If, updated: cst.If) -> cst.If | None:
     if updated.orelse is not None or not _emptied(original.body, updated.body) \
             or any(el.comment is not None for el in updated.leading_lines):
         return updated
-    return None if without_effects(updated.test) else updated
+    return None if without_effects(updated.test, getters=True) else updated
 
 
 def _children(n: cst.CSTNode) -> list[cst.CSTNode]:

@@ -13,6 +13,7 @@ order uses ``node.children``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 
 import libcst as cst
@@ -75,12 +76,24 @@ def walk_with_ancestors(node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, list[c
 _IMPURE = (cst.Call, cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)
 
 
-def without_effects(expr: cst.CSTNode) -> bool:
-    """Whether evaluating ``expr`` does nothing but compute a value (no call, assignment, await or yield in it):
-    an ``if`` with that test and nothing left to do can go unevaluated."""
+#: a call that reads a value by its name: `get_world_size()`, `mpu.is_pipeline_last_stage()`, `has_cuda()`
+_GETTER = re.compile(r"(?:get|is|has)_\w+|(?:is|has)[A-Z]\w*")
+
+
+def without_effects(expr: cst.CSTNode, getters: bool = False) -> bool:
+    """Whether evaluating ``expr`` does nothing but compute a value (no call, assignment, await or yield in it;
+    with ``getters``, calls of functions named as queries, ``get_world_size()``, ``is_last_stage()``, are taken
+    for reads): an ``if`` with that test and nothing left to do can go unevaluated."""
     todo: list[cst.CSTNode] = [expr]
     while todo:
         n = todo.pop()
+        if getters and isinstance(n, cst.Call):
+            func = n.func.attr if isinstance(n.func, cst.Attribute) else n.func
+            if isinstance(func, cst.Name) and _GETTER.fullmatch(func.value):
+                todo.extend(a.value for a in n.args)
+                if isinstance(n.func, cst.Attribute):
+                    todo.append(n.func.value)
+                continue
         if isinstance(n, _IMPURE):
             return False
         todo.extend(n.children)

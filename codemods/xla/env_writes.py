@@ -26,8 +26,9 @@ from codemods.project.xla_env import BF16_VARS, xla_only_reason
 from migrator.rules import PythonContext
 from migrator.tree import walk_with_ancestors
 
-#: keywords whose value is a process environment (subprocess/asyncio ``env=``, Ray's ``env_vars``)
-ENV_KEYWORDS = ("env", "env_vars")
+#: keywords whose value is a process environment (subprocess/asyncio and SageMaker models' ``env=``, Ray's ``env_vars``,
+#: SageMaker estimators' ``environment=``)
+ENV_KEYWORDS = ("env", "env_vars", "environment")
 _ENVIRON = "os.environ"
 
 

@@ -613,6 +613,18 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                     return
                 continue
             kept, dropped = split
+            tokens = text.split()
+            if dropped and lit is not value and tokens and tokens[-1] in " ".join(dropped).split() and (
+                    not text[-1:].isspace() or tokens[-1].endswith("=") or "=" not in tokens[-1]):
+                # the literal's last flag is dropped and the value is built from more than it (`"--cache_dir=" + d`):
+                # its value may be the next operand, which cutting the flag would leave on its own
+                names = list(dict.fromkeys(d.split()[0].partition("=")[0] for d in dropped))
+                ctx.local_state().setdefault("cc_marked", set()).update(names)
+                ctx.marker(small, fitted(f"Remove the XLA-era flags of NEURON_CC_FLAGS ({', '.join(names)}) with the "
+                                         "values joined to them.",
+                                         "NEURON_CC_FLAGS holds XLA-era flags: remove them (neuron-migrate explain "
+                                         "NM416) and check the others"))
+                return
             if dropped and not kept and lit is value and cache_dir_message(dropped) is None and remove():
                 ctx.finding(small, "removed the setting of NEURON_CC_FLAGS: it only held XLA-era compiler flags")
                 return
