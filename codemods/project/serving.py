@@ -12,8 +12,12 @@ import re
 #: does not count: vLLM runs on TorchNeuron too
 _SERVING = re.compile(
     r"pytorch-inference-vllm-neuronx|vllm[-_]neuron\b|optimum[-_]neuron[-_]vllm|djl-inference:[^\s\"']*neuronx|djl[-_]serving|djl_python|"
-    r"huggingface-neuronx-tgi|neuronx-tgi|text-generation-inference[^\s\"']*neuronx|dockerd-entrypoint\.sh\s+serve"
+    r"huggingface-neuronx-tgi|neuronx-tgi|text-generation-inference[^\s\"']*neuronx|dockerd-entrypoint\.sh\s+serve|"
+    # vLLM's NxD Inference backend: its settings (bucketing, the compiled-artifacts folder) and its Python option
+    r"\bNEURON_COMPILED_ARTIFACTS\w*|\bNEURON_(?:CONTEXT_LENGTH|TOKEN_GEN)_BUCKETS\b|\boverride_neuron_config\b"
 )
+SERVER_SCRIPT_MARKER = ("This runs a Neuron SDK model server (vLLM on NxD Inference): keep its NEURON_* settings, or "
+                        "move it as a whole.")
 SERVING_MARKER = ("This image builds a Neuron SDK model server (vLLM, DJL, TGI): move it to a TorchNeuron "
                   "serving image as a whole.")
 

@@ -31,6 +31,7 @@ from codemods.project.neuron_cc_flags import (
     split_cc_flags,
 )
 from codemods.project.launch_env import ENV_FACT, launch_env
+from codemods.project.serving import SERVER_SCRIPT_MARKER, neuron_sdk_server
 from codemods.project.xla_env import BF16_VARS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
 from codemods.xla.env_writes import (
@@ -559,6 +560,12 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     def _write(self, small: cst.BaseSmallStatement, name: str, value: cst.BaseExpression, ctx: PythonContext) -> None:
         if name in BF16_VARS:
             return  # NM409: the precision it carried needs a marker of its own
+        if neuron_sdk_server(ctx.source):
+            # a Neuron SDK model server (vLLM on NxD Inference) needs its own compiler flags and cache: one marker
+            if not ctx.local_state().get("server marked") and (name.startswith("NEURON") or xla_only_reason(name)):
+                ctx.local_state()["server marked"] = True
+                ctx.marker(small, SERVER_SCRIPT_MARKER)
+            return
         if name == "NEURON_CC_FLAGS":
             self._cc_flags(small, value, ctx)
             return
