@@ -499,6 +499,9 @@ def test_sizes_of_an_optimum_neuron_script_move_to_the_environment(tmp_path):
     ("tok = AutoTokenizer.from_pretrained(args.model)\nmodel = GPTNeoX(GPTNeoXConfig())\n", False),
     ("model = LlamaForCausalLM.from_pretrained(args.model)\n", True),
     ("model = transformers.AutoModel.from_pretrained(args.model)\n", True),
+    # a Lightning Trainer is not the HF libraries': the script builds its model from a config
+    ("from lightning import Trainer\ntrainer = Trainer(max_epochs=1)\nconfig = LlamaConfig.from_pretrained(p)\n", False),
+    ("from transformers import (\n    Trainer,\n)\ntrainer = Trainer(model=build(args))\n", True),
 ])
 def test_async_load_only_for_a_launched_script_that_loads_weights(tmp_path, body, added):
     """NM516: a launched script that uses Transformers only for its configs or tokenizer loads no weights."""

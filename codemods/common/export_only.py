@@ -28,6 +28,7 @@ assertions) are kept with it (:func:`inside_export_only`).
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import libcst as cst
@@ -371,6 +372,13 @@ def marker_text(item: ExportOnly) -> str:
                       f"wherever {saved} was loaded.",
                       f"Delete this Neuron export; load {model_id} with its {_SWAPPED_PARTS[part]} from {source} instead.",
                       f"Delete this Neuron export; load the checkpoint with the {_SWAPPED_PARTS[part]} {part}= names.")
+    if item.saved_to and not re.match(r"[rbuf]*['\"]", item.saved_to, re.I):
+        # saved to a location the code computes (a SageMaker job's model_dir, an output argument): another process
+        # loads what lands there, so the plain weights go there instead
+        return fitted(f"Save {model_id} itself to {saved} instead of this Neuron export: whatever loads it gets plain "
+                      "weights.",
+                      "Save the original checkpoint itself where this Neuron export was saved: its loads get plain "
+                      "weights.")
     return fitted(f"Delete this Neuron export; load {model_id} wherever {saved} was loaded.",
                   "Delete this Neuron export; load the original checkpoint wherever the export was loaded.")
 

@@ -46,6 +46,7 @@ from codemods.inference.args import (
     prefix_len,
     quote_style,
 )
+from codemods.common.statements import assigned_values
 from codemods.common.export_only import inside_export_only, kept_names, mark_export_only, never_run
 from codemods.common.renames import _is_reference
 from codemods.common.type_names import rename_type_use
@@ -427,10 +428,13 @@ class CausalLMStaticCache(PythonRule):
                                           str(exc)))
                     placement = ("device_map", cst.SimpleString(f"{quote}neuron{quote}"))
                 else:
-                    # one NeuronCore when the size is 1 (a DistributedConfig of size 1 places nothing), sharded else
-                    placement = ("device_map", cst.parse_expression(f"None if {code} > 1 else {quote}neuron{quote}"))
+                    # one NeuronCore when the size is 1 (a DistributedConfig of size 1 places nothing), sharded else;
+                    # a size that may be None (`tp=None`: the old default, one core) counts as 1
+                    size = f"({code} or 1)" if _may_be_none(tp_expr, ctx) else code
+                    placement = ("device_map", cst.parse_expression(f"None if {size} > 1 else {quote}neuron{quote}"))
                     placed_too.append(("distributed_config", cst.Call(func=dc, args=[
-                        cst.Arg(keyword=cst.Name("tp_size"), value=tp_expr.deep_clone(), equal=EQ)])))
+                        cst.Arg(keyword=cst.Name("tp_size"), equal=EQ, value=cst.parse_expression(f"{code} or 1")
+                                if size != code else tp_expr.deep_clone())])))
                     extra_markers.append((
                         fitted(f"Launch with torchrun --nproc_per_node={code} when {code} > 1: one process per NeuronCore.",
                                "Launch with torchrun, one process per NeuronCore, when the tensor-parallel size is > 1."),
@@ -809,3 +813,18 @@ class EmbeddingModel(CausalLMStaticCache):
 
 
 RULES = (CausalLMStaticCache, ImageTextToTextStaticCache, EmbeddingModel)
+
+
+def _may_be_none(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
+    """Whether a size given as a plain name may hold None: a parameter of the function around the load whose default
+    is None (or not an int), or a name assigned None. Attributes (`args.tp_degree`) are taken as set."""
+    if not isinstance(expr, cst.Name):
+        return False
+    scope = ctx.scope
+    if isinstance(scope, cst.FunctionDef):
+        params = scope.params
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if p.name.value == expr.value:
+                default = literal(p.default) if p.default is not None else None
+                return p.default is not None and not (isinstance(default, int) and not isinstance(default, bool))
+    return any(isinstance(v, cst.Name) and v.value == "None" for v in assigned_values(ctx, expr.value))

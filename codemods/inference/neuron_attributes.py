@@ -63,10 +63,12 @@ LOADS = ("from_pretrained", "export")
 #: runtime attributes of optimum-neuron models that native models do not have: the load keywords
 #: that gave their value (None: a method), and what to use instead
 RUNTIME = {
-    "max_length": (("sequence_length",), "`{m}.generation_config.max_cache_len` (the static cache length)"),
+    # (generation_config.max_cache_len is None unless the code sets it: the length lives in the code)
+    "max_length": (("sequence_length",), "the sequence length you load it for, kept in your code"),
     "batch_size": (("batch_size",), "the batch size you pad the prompts to"),
-    "prepare_inputs_for_prefill": (None, "`{m}.generate(...)` (Transformers prepares the prefill itself)"),
-    "prepare_inputs_for_decode": (None, "`{m}.generate(...)` (Transformers prepares each decode step itself)"),
+    # (a forward gives every position's logits, what scoring code read; generate gives tokens)
+    "prepare_inputs_for_prefill": (None, "`{m}(input_ids, attention_mask=mask)` for logits or `{m}.generate(...)`"),
+    "prepare_inputs_for_decode": (None, "`{m}(input_ids, attention_mask=mask)` for logits or `{m}.generate(...)`"),
     "reset_generation": (None, None),  # a static cache is reset by each generate() call: the call goes
 }
 

@@ -13,9 +13,12 @@ The concrete class depends on the checkpoint, which a codemod cannot read: a mar
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from codemods.common.renames import load_table
+from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
 
@@ -25,9 +28,21 @@ def _factory_sources() -> dict[str, str]:
             if r.target.rpartition(".")[2].startswith("Auto") and s.startswith("optimum.neuron.")}
 
 
+#: what a subclass that re-implements optimum-neuron's machinery reads: its generation helpers and compile settings
+_INTERNALS = re.compile(r"\b(?:TokenSelector|generate_tokens|prepare_inputs_for_(?:prefill|decode)|neuron_config|"
+                        r"on_device_sampling|seq_ids|sampling_params)\b|\bself\.(?:batch_size|max_length)\b")
+DELETE_MARKER = "Delete {name} and load with {new}: its methods re-implement optimum-neuron internals."
+DELETE_PLAIN = "Delete this subclass and load with the Auto class: it re-implements optimum-neuron internals."
+
+
 class AutoFactorySubclass(PythonRule):
     id = "NM111"
     markers = (
+        (DELETE_MARKER, """The subclass overrides methods with optimum-neuron's own machinery (its generation loop
+        with TokenSelector, generate_tokens, the model's batch_size and neuron_config): the native model has none of
+        it, and the native generate() takes what such overrides usually added (stopping_criteria, sampling
+        options). Load with the Auto class and call generate() instead; keep a subclass only for behaviour of your
+        own, derived from the checkpoint's concrete class."""),
         ("Derive {name} from the checkpoint's own class (e.g. {example}).", """The
         class derives from an optimum-neuron NeuronModelFor... class whose native equivalent (AutoModelFor...) is
         a factory: from_pretrained returns the concrete class of the checkpoint (e.g. LlamaForCausalLM), never
@@ -61,7 +76,9 @@ class AutoFactorySubclass(PythonRule):
     """
     caveats = """
         The class's loads (`MyModel.from_pretrained(...)`) are migrated like the base class's by the
-        inference rules; only the base class is left to a person.
+        inference rules; only the base class is left to a person. A subclass whose methods use
+        optimum-neuron's internals (TokenSelector, generate_tokens, neuron_config, its batch_size)
+        is marked for deletion instead: it re-implemented what the native generate() does.
     """
 
     def handlers(self):
@@ -82,6 +99,11 @@ class AutoFactorySubclass(PythonRule):
         new = target.rpartition(".")[2]
         example = new.replace("AutoModel", "Llama") if new.startswith("AutoModelFor") else "LlamaModel"
         name = node.name.value
+        if _INTERNALS.search(ctx.module.code_for_node(node.body)):
+            # its overrides re-implement optimum-neuron's own machinery (its generation loop): on a concrete class
+            # they would run again, on attributes the native model lacks
+            ctx.marker(node, fitted(DELETE_MARKER.format(name=name, new=new), DELETE_PLAIN.format(name=name)))
+            return
         ctx.marker(node, f"Derive {name} from the checkpoint's own class (e.g. {example}).")
 
 

@@ -894,15 +894,19 @@ HF_ASYNC = "HF_DEACTIVATE_ASYNC_LOAD"
 #: what a script that uses Transformers (or one of the HF libraries on top of it) contains
 _USES_TRANSFORMERS = re.compile(r"\b(?:transformers|optimum|trl|peft|diffusers|sentence_transformers)\b")
 #: what a script that loads weights with them contains: a `from_pretrained` of a model (not of a config, a
-#: tokenizer or a processor), a pipeline, a trainer or its arguments, a SentenceTransformer
+#: tokenizer or a processor), a pipeline, a trainer of theirs or its arguments, a SentenceTransformer
 _LOADS_WEIGHTS = re.compile(
     r"\b(?!\w*(?i:config|tokenizer|tokenizerfast|processor|featureextractor)\.from_pretrained)\w+\.from_pretrained\s*\("
-    r"|\bpipeline\s*\(|TrainingArguments\b|Trainer\s*\(|\bSentenceTransformer\s*\(")
+    r"|\bpipeline\s*\(|TrainingArguments\b|\b\w*(?:SFT|DPO|GRPO|ORPO|KTO|Reward|Seq2Seq|Neuron)\w*Trainer\s*\("
+    r"|\bSentenceTransformer\s*\(|\btransformers\.Trainer\s*\(")
+#: a plain ``Trainer(`` is the HF libraries' only where they import it (Lightning has one too)
+_HF_TRAINER = re.compile(r"from\s+(?:transformers|trl|optimum\.neuron)\S*\s+import\s*(?:\([^)]*|[^\n]*)\bTrainer\b")
 
 
 def _loads_weights(text: str) -> bool:
     """Whether a script's source loads model weights with the HF libraries (where async loading applies)."""
-    return bool(_USES_TRANSFORMERS.search(text) and _LOADS_WEIGHTS.search(text))
+    return bool(_USES_TRANSFORMERS.search(text) and (
+        _LOADS_WEIGHTS.search(text) or (_HF_TRAINER.search(text) and re.search(r"\bTrainer\s*\(", text))))
 #: a header line: `set -e`, `set -o pipefail`, `shopt -s extglob` and nothing else on the line
 _HEADER_CMD_RE = re.compile(r"(set|shopt)(\s+[-+]?[A-Za-z0-9_]+)*\s*(#.*)?\Z")
 
