@@ -61,6 +61,10 @@ CACHE_UTILS = tuple(n for name in _CACHE_NAMES for n in _at(name, "utils", "util
 CONSOLIDATE = _at("consolidate_model_parallel_checkpoints_to_unified_checkpoint", "models.training",
                   "models.training.checkpointing", "distributed", "distributed.checkpointing")
 CONSOLIDATE_TARGET = "transformers.distributed.consolidate_distributed_checkpoint"
+#: optimum-neuron's other consolidation helpers (a state dict returned, tensor-parallel only): marked the same way
+CONSOLIDATE_OTHERS = tuple(n for name in ("consolidate_model_parallel_checkpoints", "consolidate_tensor_parallel_checkpoints",
+                                          "consolidate_tensor_parallel_checkpoints_to_unified_checkpoint")
+                           for n in _at(name, "distributed", "distributed.checkpointing", "models.training.checkpointing"))
 
 ACCELERATOR = _at("NeuronAccelerator", "", "accelerate", "accelerate.accelerator")
 MP_PLUGIN = _at("ModelParallelismPlugin", "accelerate", "accelerate.utils", "accelerate.utils.dataclasses")
@@ -201,7 +205,8 @@ class TrainingHelpers(PythonRule):
     triggers = ("is_main_worker", "is_precompilation", "patch_transformers_for_neuron_sdk", "hub_cache",
                 "hub_cached", "hub_neuronx_cache", "optimum.neuron.cache", "ModelCacheEntry",
                 "consolidate_model_parallel_checkpoints")
-    owns = (*IS_MAIN_WORKER, *IS_PRECOMPILATION, *PATCH_TRANSFORMERS, CACHE_TREE, *CACHE_UTILS, *CONSOLIDATE)
+    owns = (*IS_MAIN_WORKER, *IS_PRECOMPILATION, *PATCH_TRANSFORMERS, CACHE_TREE, *CACHE_UTILS, *CONSOLIDATE,
+            *CONSOLIDATE_OTHERS)
     why = """
         These optimum-neuron helpers only make sense on the XLA stack. `is_main_worker()` asked
         torch-xla for the global ordinal: the launch environment's RANK says the same
@@ -316,6 +321,10 @@ class TrainingHelpers(PythonRule):
             ctx.marker(node, f"Remove this use of `{qual.rsplit('.', 1)[-1]}`: TorchNeuron has no Hub compile cache.")
         elif qual in CONSOLIDATE:
             self._consolidate(node, ctx)
+        elif qual in CONSOLIDATE_OTHERS:
+            trains = imports_a_trainer(ctx)
+            ctx.marker(node, CONSOLIDATE_UNNEEDED if trains else CONSOLIDATE_KEPT,
+                       detail=None if trains else CONSOLIDATE_KEPT_DETAIL)
 
     def _main_worker(self, node: cst.Call, ctx: PythonContext) -> None:
         args = [a for a in node.args if a.star == ""]

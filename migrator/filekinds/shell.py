@@ -24,7 +24,8 @@ EXPANDED_MESSAGE = "Migrate this heredoc's Python by hand, or quote its delimite
 HEREDOC_MESSAGE = "Migrate what this heredoc writes by hand: it holds old-stack code or settings, and heredoc text is not rewritten."
 #: old-stack code or settings in a heredoc body that is no Python program the script runs (`cat > run.sh <<EOF`)
 _OLD_STACK_TEXT = re.compile(r"\bXLA_[A-Z0-9_]+=|\bneuron_parallel_compile\b|\bNEURON_PARALLEL_COMPILE\b|\btorch_xla\b|"
-                             r"\boptimum[-.]neuron\b|\boptimum-cli\b|\btorch-xla\b|\bNEURON_CC_FLAGS\b|\bneuronx_distributed\b")
+                             r"\boptimum[-.]neuron\b|\boptimum-cli\b|\btorch-xla\b|\bNEURON_CC_FLAGS\b|\bneuronx_distributed\w*|"
+                             r"\blibneuronxla\b|\btransformers_neuronx\b|\btorch_neuronx\.(?:trace|xla_impl|DataParallel)\b")
 _ANY_HEREDOC_RE = re.compile(r"(?<![<$(])<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")  # (not <<< or $((a<<b)))
 
 INLINE_MESSAGE = "Migrate the Python of this python -c command by hand: code inside shell strings is not rewritten."
