@@ -67,8 +67,8 @@ RUNTIME = {
     "max_length": (("sequence_length",), "the sequence length you load it for, kept in your code"),
     "batch_size": (("batch_size",), "the batch size you pad the prompts to"),
     # (a forward gives every position's logits, what scoring code read; generate gives tokens)
-    "prepare_inputs_for_prefill": (None, "`{m}(input_ids, attention_mask=mask)` for logits or `{m}.generate(...)`"),
-    "prepare_inputs_for_decode": (None, "`{m}(input_ids, attention_mask=mask)` for logits or `{m}.generate(...)`"),
+    "prepare_inputs_for_prefill": (None, "`{m}(input_ids, ...)` for logits or `{m}.generate(...)`"),
+    "prepare_inputs_for_decode": (None, "`{m}(input_ids, ...)` for logits or `{m}.generate(...)`"),
     "reset_generation": (None, None),  # a static cache is reset by each generate() call: the call goes
 }
 
@@ -291,7 +291,8 @@ class NeuronConfigReads(PythonRule):
         advice = instead.format(m=model)
         ctx.marker(node, fitted(f"Use {advice.split(' (')[0]} instead of `{what}`: a native model has no such attribute.",
                                 f"Replace `{what}` by {advice.split(' (')[0]}.",
-                                f"Replace this optimum-neuron attribute by {advice.split(' (')[0]}."),
+                                f"Replace this optimum-neuron attribute by {advice.split(' (')[0]}.",
+                                f"Replace this optimum-neuron attribute by {instead.format(m='model').split(' (')[0]}."),
                    detail=f"`{what}` (an optimum-neuron model attribute) does not exist on a native model: use {advice}")
 
     def _prompt_count(self, read: cst.BaseExpression, ctx: PythonContext) -> bool:
