@@ -95,7 +95,6 @@ class AutoFactorySubclass(PythonRule):
         target = factories.get(qual or "")
         if target is None:
             return
-        old = qual.rpartition(".")[2]  # type: ignore[union-attr]
         new = target.rpartition(".")[2]
         example = new.replace("AutoModel", "Llama") if new.startswith("AutoModelFor") else "LlamaModel"
         name = node.name.value
