@@ -233,8 +233,9 @@ class PipelineStaticShapes(PythonRule):
         if device_map is not None and literal(device_map.value) == "auto":
             replace_kw["device_map"] = ("device", neuron)
             applied.append("device_map=\"auto\" -> device=\"neuron\" (Accelerate's \"auto\" does not detect Neuron)")
-        elif device_map is None and "device" not in kw and (export is not None or model_is_id):
-            # export= (a literal or not) is given with a checkpoint path only: the pipeline loads the model itself
+        elif device_map is None and "device" not in kw and (export is not None or model_is_id or model_arg is None):
+            # export= (a literal or not) is given with a checkpoint path only, or no model at all (the task's default
+            # model, which optimum-neuron exported): the pipeline loads the model itself
             added.append(("device", neuron))
         placed = device_map is not None or "device" in kw or any(k == "device" for k, _ in added)
         if not placed and model_arg is not None and not _loaded_model(model_arg.value, ctx):
