@@ -27,7 +27,7 @@ from codemods.project.dockerfile import (
 from codemods.project.shell_plans import (
     ShellPlan, ShellRule, ShellUnit, _shell_plan, assignments, command_name, for_another_device, launched_source, plan_for,
     word_value)
-from codemods.project.serving import neuron_sdk_server
+from codemods.project.serving import OLD_STACK_INSTALL, SERVER_INSTALL_MARKER, neuron_sdk_server
 from codemods.project.shell_syntax import ASSIGN_RE, Simple
 from codemods.project.xla_env import XLA_ONLY_PREFIXES, XLA_ONLY_VARS
 
@@ -1011,6 +1011,10 @@ _TPU_INSTALL = re.compile(r"cloud-tpu|tpu-pytorch|torch[-_]xla\[tpu\]|libtpu")
 class ShellPipInstall(ShellRule):
     id = "NM523"
     markers = PIP_INSTALL_MARKERS + long_forms(TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER) + (
+        (SERVER_INSTALL_MARKER, """The script, notebook or page starts one of the Neuron SDK's model servers (vLLM on NxD
+         Inference, optimum-neuron's vLLM, DJL, TGI), which needs the SDK's own XLA-era packages: the install is
+         kept as it is. Moving the server to TorchNeuron means its TorchNeuron release and configuration as a
+         whole, not replacing this package."""),
         (TPU_INSTALL_MARKER, """A pip install of Google Cloud TPU's runtime (cloud-tpu-client, the tpu-pytorch torch_xla
          wheels, libtpu): it is not the Neuron stack, so nothing in it is replaced. On Trainium the native path
          installs torch-neuronx (TorchNeuron) instead."""),)
@@ -1047,7 +1051,13 @@ class ShellPipInstall(ShellRule):
     def contribute(self, plan: ShellPlan, ctx) -> None:
         u = plan.unit
         if neuron_sdk_server(u.src) or neuron_sdk_server(ctx.whole_text):
-            return  # a model server of the Neuron SDK keeps its installs (codemods.project.serving)
+            # a model server of the Neuron SDK keeps its installs (codemods.project.serving), said once per install
+            for s in u.simples:
+                texts = [u.text(i) for i in s.words]
+                if not plan.is_removed(s) and pip_segments(texts) and any(OLD_STACK_INSTALL.search(t) for t in texts) \
+                        and plan.editable(self.id, s):
+                    plan.marker(ctx, s.group, SERVER_INSTALL_MARKER)
+            return
         installs: list[PipInstall] = []
         for s in u.simples:
             if plan.is_removed(s) or not s.words or for_another_device(u, s):

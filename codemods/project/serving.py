@@ -18,6 +18,10 @@ _SERVING = re.compile(
 )
 SERVER_SCRIPT_MARKER = ("This runs a Neuron SDK model server (vLLM on NxD Inference): keep its NEURON_* settings, or "
                         "move it as a whole.")
+SERVER_INSTALL_MARKER = ("Keep this install for the Neuron SDK model server this runs, or move the server to "
+                         "TorchNeuron as a whole.")
+#: an install of the old stack's packages (what a model server of the Neuron SDK keeps)
+OLD_STACK_INSTALL = re.compile(r"optimum[-_]neuron|neuronx|torch[-_]xla|transformers[-_]neuronx|libneuronxla", re.I)
 SERVING_MARKER = ("This image builds a Neuron SDK model server (vLLM, DJL, TGI): move it to a TorchNeuron "
                   "serving image as a whole.")
 
