@@ -16,8 +16,12 @@ _SERVING = re.compile(
     # vLLM's NxD Inference backend: its settings (bucketing, the compiled-artifacts folder) and its Python option
     r"\bNEURON_COMPILED_ARTIFACTS\w*|\bNEURON_(?:CONTEXT_LENGTH|TOKEN_GEN)_BUCKETS\b|\boverride_neuron_config\b"
 )
-SERVER_SCRIPT_MARKER = ("This runs a Neuron SDK model server (vLLM on NxD Inference): keep its NEURON_* settings, or "
-                        "move it as a whole.")
+SERVER_SCRIPT_MARKER = ("This runs a Neuron SDK model server (vLLM, DJL, TGI): keep its NEURON_* settings, or move "
+                        "the server as a whole.")
+SERVER_SCRIPT_WHY = """vLLM on NxD Inference (and the Neuron SDK's other model servers) compiles with the SDK's
+    XLA-era stack: its NEURON_CC_FLAGS, its compile cache (NEURON_COMPILE_CACHE_URL, NEURON_COMPILED_ARTIFACTS) and its
+    bucketing settings are what the server reads, so they are kept. Moving the server to TorchNeuron means its
+    TorchNeuron release and configuration as a whole (vLLM's own cache and options), not editing these settings."""
 SERVER_INSTALL_MARKER = ("Keep this install for the Neuron SDK model server this runs, or move the server to "
                          "TorchNeuron as a whole.")
 #: an install of the old stack's packages (what a model server of the Neuron SDK keeps)

@@ -28,7 +28,7 @@ from codemods.project.shell_plans import (
     word_value,
 )
 from codemods.project.dockerfile import xla_era_image, xla_era_server_image
-from codemods.project.serving import neuron_sdk_server
+from codemods.project.serving import SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY, neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
     BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on, ignored_by_torchneuron,
@@ -401,7 +401,7 @@ def _npc_position(unit: ShellUnit, s: Simple) -> int | None:
 
 class XlaOnlyEnvironment(ShellRule):
     id = "NM512"
-    markers = ENV_MARKERS
+    markers = ENV_MARKERS + ((SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY),)
     title = "XLA-only and optimum-neuron environment variables removed"
     fix = "mixed"
     triggers = tuple(sorted(XLA_ONLY_VARS)) + XLA_ONLY_PREFIXES + tuple(MARKED_VARS)
@@ -443,7 +443,14 @@ class XlaOnlyEnvironment(ShellRule):
 
     def contribute(self, plan: ShellPlan, ctx) -> None:
         if neuron_sdk_server(plan.unit.src):
-            return  # a model server of the Neuron SDK keeps its environment (codemods.project.serving)
+            # a model server of the Neuron SDK keeps its environment (codemods.project.serving): said once, on the
+            # first setting of the old stack's variables
+            for s in plan.unit.simples:
+                if any(a.form != "unset" and (a.name.startswith("NEURON") or xla_only_reason(a.name))
+                       for a in plan.assignments(s)) and plan.editable(self.id, s):
+                    plan.marker(ctx, s.group, SERVER_SCRIPT_MARKER)
+                    break
+            return
         u = plan.unit
         removed: dict[str, list[Simple]] = {}
         for s in u.simples:

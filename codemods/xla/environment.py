@@ -31,7 +31,7 @@ from codemods.project.neuron_cc_flags import (
     split_cc_flags,
 )
 from codemods.project.launch_env import ENV_FACT, launch_env
-from codemods.project.serving import SERVER_SCRIPT_MARKER, neuron_sdk_server
+from codemods.project.serving import SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY, neuron_sdk_server
 from codemods.project.xla_env import BF16_VARS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, xla_only_reason
 from codemods.xla.base import _bind_args, _code, _expression_statement, _index_in_stack
 from codemods.xla.env_writes import (
@@ -425,6 +425,7 @@ class XlaPrecisionReads(NeuronXlaOnly, PythonRule):
 
 class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     id = "NM416"
+    markers = ((SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY),)
     title = "XLA-only environment variables set from Python removed; NEURON_CC_FLAGS stripped of XLA-era flags"
     fix = "mixed"
     # every variable it removes or marks (the shell rule NM512's set): a unit that sets only one of them is seen
