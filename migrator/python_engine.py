@@ -131,8 +131,8 @@ class _Applier(cst.CSTTransformer):
         self.open_edits = 0
         #: id(original statement) -> how many statements it became (0: removed, 2+: a FlattenSentinel)
         self.became: dict[int, int] = {}
-        #: ids of the ``if`` statements that edits of other statements made (guards_joined may join them)
-        self.made_ifs: set[int] = set()
+        #: the ``if`` statements that edits of other statements made, by id (guards_joined may join them)
+        self.made_ifs: dict[int, cst.If] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self.edits:
@@ -171,7 +171,7 @@ class _Applier(cst.CSTTransformer):
         parts = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
         self.became[key] = len(parts)
         if key in self.edits and not isinstance(original_node, cst.If):
-            self.made_ifs.update(id(p) for p in parts if isinstance(p, cst.If))
+            self.made_ifs.update((id(p), p) for p in parts if isinstance(p, cst.If))
         if key in self.edits and self.open_edits == 0:
             for part in parts:
                 _names_in(part, self.seen_names)

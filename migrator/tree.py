@@ -128,8 +128,9 @@ def _block_code(block: cst.BaseSuite) -> str:
                    if hasattr(st, "leading_lines") else code(st) for st in getattr(block, "body", ()))
 
 
-def guards_joined(body: list[cst.BaseStatement], made: set[int]) -> list[cst.BaseStatement]:
-    """Consecutive ``if`` statements of one block that edits made (ids in ``made``) with the same test and no
+def guards_joined(body: list[cst.BaseStatement], made: dict[int, cst.If]) -> list[cst.BaseStatement]:
+    """Consecutive ``if`` statements of one block that edits made (``made``: id -> the node, held so that its id
+    is not reused) with the same test and no
     ``else``, the second with no comment or blank line above it, as one ``if`` (``xm.master_print`` on two
     lines becomes one rank test over two prints, not two): only where the first one's statements are calls
     that name nothing its test reads (so they cannot change the test's value). The joined ``if`` is added to
@@ -137,14 +138,15 @@ def guards_joined(body: list[cst.BaseStatement], made: set[int]) -> list[cst.Bas
     out: list[cst.BaseStatement] = []
     for stmt in body:
         prev = out[-1] if out else None
-        if (isinstance(prev, cst.If) and isinstance(stmt, cst.If) and id(prev) in made and id(stmt) in made
+        if (isinstance(prev, cst.If) and isinstance(stmt, cst.If) and made.get(id(prev)) is prev
+                and made.get(id(stmt)) is stmt
                 and prev.orelse is None and stmt.orelse is None and not stmt.leading_lines
                 and isinstance(prev.body, cst.IndentedBlock) and isinstance(stmt.body, cst.IndentedBlock)
                 and not prev.body.footer and _code(prev.test) == _code(stmt.test)
                 and _calls_apart(prev.body, _names(prev.test))):
             joined = prev.with_changes(body=prev.body.with_changes(body=[*prev.body.body, *stmt.body.body],
                                                                    footer=stmt.body.footer))
-            made.add(id(joined))
+            made[id(joined)] = joined
             out[-1] = joined
             continue
         out.append(stmt)

@@ -69,7 +69,7 @@ def test_walk_is_pre_order():
 
 def _joined(code: str, made_all: bool = True) -> str:
     module = cst.parse_module(code)
-    made = {id(s) for s in module.body} if made_all else {id(module.body[0])}
+    made = {id(s): s for s in module.body} if made_all else {id(module.body[0]): module.body[0]}
     return module.with_changes(body=guards_joined(list(module.body), made)).code
 
 
