@@ -130,11 +130,10 @@ def _block_code(block: cst.BaseSuite) -> str:
 
 def guards_joined(body: list[cst.BaseStatement], made: dict[int, cst.If]) -> list[cst.BaseStatement]:
     """Consecutive ``if`` statements of one block that edits made (``made``: id -> the node, held so that its id
-    is not reused) with the same test and no
-    ``else``, the second with no comment or blank line above it, as one ``if`` (``xm.master_print`` on two
-    lines becomes one rank test over two prints, not two): only where the first one's statements are calls
-    that name nothing its test reads (so they cannot change the test's value). The joined ``if`` is added to
-    ``made``."""
+    is not reused) with the same test and no ``else``, the second with no comment or blank line above it, as one
+    ``if`` (``xm.master_print`` on two lines becomes one rank test over two prints, not two): only where the first
+    one's statements are calls that name nothing its test reads (so they cannot change the test's value). The
+    joined ``if`` is added to ``made``."""
     out: list[cst.BaseStatement] = []
     for stmt in body:
         prev = out[-1] if out else None
