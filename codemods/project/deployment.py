@@ -22,6 +22,20 @@ SAGEMAKER_CLASSES = ("HuggingFaceModel", "HuggingFace", "PyTorch", "PyTorchModel
 IMAGE_HELPERS = ("sagemaker.huggingface.get_huggingface_llm_image_uri", "sagemaker.image_uris.retrieve")
 NEURON_INSTANCES = ("ml.inf1", "ml.inf2", "ml.trn1", "ml.trn2")
 IMAGE_MESSAGE = "this is an XLA-era Neuron container: deploy with a TorchNeuron image (Neuron SDK 2.33+) instead"
+#: first-generation Trainium and second-generation Inferentia: TorchNeuron (Neuron SDK 2.33) supports Trn2/Trn3
+OLDER_INSTANCES = ("ml.inf2", "ml.trn1")
+OLDER_INSTANCE_MESSAGE = "{instance} is an Inf2/Trn1 instance: TorchNeuron runs on Trn2/Trn3, so run the migrated code on ml.trn2"
+
+
+def _instance_message(instance: str | None) -> str | None:
+    """The marker for an instance type that the migrated code cannot run on, or None."""
+    if instance is None:
+        return None
+    if instance.startswith(("ml.inf1", "ml_inf1")):
+        return f"{instance} runs only torch-neuron (Inf1): deploy on an instance TorchNeuron supports"
+    if instance.startswith(OLDER_INSTANCES):
+        return OLDER_INSTANCE_MESSAGE.format(instance=instance)
+    return None
 
 
 def _literal(node: cst.BaseExpression | None, ctx: PythonContext) -> str | None:
@@ -48,7 +62,8 @@ class SageMakerNeuronImages(PythonRule):
         `get_huggingface_llm_image_uri("huggingface-neuronx")` / `image_uris.retrieve(...neuronx...)`.
         Those images carry torch-xla and the XLA-based torch-neuronx, so the migrated code
         (Transformers 5, native TorchNeuron) does not run in them; `ml.inf1` instances run only
-        the first-generation torch-neuron. One marker per call says what to change.
+        the first-generation torch-neuron, and TorchNeuron (Neuron SDK 2.33) runs on Trn2/Trn3, not
+        on `ml.inf2`/`ml.trn1`. One marker per call says what to change.
     """
     before = """
         from sagemaker.huggingface import HuggingFaceModel
@@ -96,9 +111,10 @@ class SageMakerNeuronImages(PythonRule):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("deploy", "compile"):
             # `estimator.deploy(instance_type="ml.inf1.xlarge")`, `.compile(target_instance_family="ml_inf1")`: Inf1
             kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
-            target = _literal(kw.get("instance_type"), ctx) or _literal(kw.get("target_instance_family"), ctx) or ""
-            if target.startswith(("ml.inf1", "ml_inf1")):
-                ctx.marker(node, f"{target} runs only torch-neuron (Inf1): deploy on an instance TorchNeuron supports")
+            target = _literal(kw.get("instance_type"), ctx) or _literal(kw.get("target_instance_family"), ctx)
+            message = _instance_message(target)
+            if message is not None:
+                ctx.marker(node, message)
             return
         if not (qual.startswith("sagemaker.") and qual.rsplit(".", 1)[-1] in SAGEMAKER_CLASSES):
             return
@@ -108,17 +124,19 @@ class SageMakerNeuronImages(PythonRule):
             ctx.marker(node, IMAGE_MESSAGE)
             return
         instance = _literal(kw.get("instance_type"), ctx)
-        if instance is not None and instance.startswith("ml.inf1"):
-            ctx.marker(node, f"{instance} runs only torch-neuron (Inf1): deploy on an instance TorchNeuron supports")
+        older = _instance_message(instance)  # (one marker per call: the image's, else the instance's)
+        if older is not None and instance is not None and instance.startswith("ml.inf1"):
+            ctx.marker(node, older)
             return
-        if "image_uri" in kw:
-            return
-        for key in ("transformers_version", "pytorch_version", "framework_version"):
-            version = _literal(kw.get(key), ctx)
-            if version is not None:
-                message = f"{key}=\"{version}\" resolves to an XLA-era Neuron image: pass image_uri= a TorchNeuron image"
-                ctx.local_state().setdefault("versions", []).append((node, message))
-                return
+        if "image_uri" not in kw:
+            for key in ("transformers_version", "pytorch_version", "framework_version"):
+                version = _literal(kw.get(key), ctx)
+                if version is not None:
+                    message = f"{key}=\"{version}\" resolves to an XLA-era Neuron image: pass image_uri= a TorchNeuron image"
+                    ctx.local_state().setdefault("versions", []).append((node, message))
+                    return
+        if older is not None:
+            ctx.marker(node, older)
 
     def finish(self, ctx: PythonContext) -> None:
         """Versions pick a Neuron image only for a Neuron instance: the file must name one (the
