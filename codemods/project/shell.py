@@ -27,7 +27,7 @@ from codemods.project.shell_plans import (
     rewrite_script,
     word_value,
 )
-from codemods.project.dockerfile import xla_era_image, xla_era_server_image
+from codemods.project.dockerfile import TARGET_PYTHON, xla_era_image, xla_era_server_image
 from codemods.project.serving import SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY, neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
@@ -840,6 +840,83 @@ class XlaDlamiVenv(ShellRule):
 
 
 # ------------------------------------------------------------------------------------------------
+# NM530: environments made with a Python older than the migrated stack needs
+
+
+#: `python3.9 -m venv`, `virtualenv -p python3.8`, `conda create ... python=3.10`, `uv venv --python 3.9`: the Python
+#: version an environment is made with
+_VENV_PYTHON = re.compile(r"^(?:\S*/)?python(3)\.(\d+)$")
+_VERSION = re.compile(r"^(3)\.(\d+)(?:\.\d+)?$")
+#: a script that installs the migrated stack (what cannot install on an older Python)
+_INSTALLS_STACK = re.compile(r"\b(?:pip3?|uv pip)\s+install\b[^\n]*\b(?:transformers|diffusers|trl|optimum|peft|accelerate)\b")
+VENV_PYTHON_MARKER = "Make this environment with Python 3.11+ (transformers 5.23 needs it): it uses Python {version}."
+
+
+def _made_with(values: list[str | None]) -> tuple[int, int] | None:
+    """The Python version an environment-making command names (`python3.9 -m venv e`, `virtualenv -p python3.8 e`,
+    `conda create -n e python=3.10`, `uv venv --python 3.9`), or None."""
+    words = [v for v in values if v is not None]
+    if not words:
+        return None
+    name = words[0].rsplit("/", 1)[-1]
+    m = _VENV_PYTHON.match(words[0])
+    if m and words[1:3] in (["-m", "venv"], ["-m", "virtualenv"]):
+        return int(m.group(1)), int(m.group(2))
+    if not (name == "virtualenv" or (name == "uv" and words[1:2] == ["venv"])
+            or (name in ("conda", "mamba", "micromamba") and words[1:2] == ["create"])):
+        return None
+    for k, w in enumerate(words[1:], 1):
+        key, eq, value = w.partition("=")
+        if not eq and w in ("-p", "--python") and k + 1 < len(words):
+            value = words[k + 1]
+        if key in ("python", "-p", "--python") and (m := _VENV_PYTHON.match(value) or _VERSION.match(value)):
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+class OldPythonEnvironment(ShellRule):
+    id = "NM530"
+    markers = ((VENV_PYTHON_MARKER, """The migrated requirements (transformers 5.23, diffusers 0.42, TRL 1.x) declare
+        Requires-Python >= 3.11: in an environment made with Python 3.8-3.10, pip finds no matching distribution of
+        them. NM527 says the same of a Dockerfile's base image."""),)
+    title = "Virtual environment made with a Python older than the migrated stack needs (3.11 for transformers 5.23)"
+    fix = "manual"
+    triggers = ("venv", "virtualenv", "conda create", "mamba create")
+    why = """
+        Setup scripts make the environment the project installs into: `python3.9 -m venv env`,
+        `virtualenv -p python3.8 env`, `conda create -n env python=3.10`, `uv venv --python 3.9`.
+        transformers 5.23 and diffusers 0.42 need Python 3.11 or later, so the migrated pins
+        (NM523) cannot install there. In a script that installs the Hugging Face libraries, each
+        such command gets a marker.
+    """
+    before = """
+        python3.9 -m venv env
+        source env/bin/activate
+        pip install "transformers>=5.23"
+    """
+    after = """
+        # TODO(neuron-migrate NM530): Make this environment with Python 3.11+ (transformers 5.23 needs it): it uses Python 3.9.
+        python3.9 -m venv env
+        source env/bin/activate
+        pip install "transformers>=5.23"
+    """
+    caveats = """
+        Only versions written in the command count (a `python3 -m venv`, whose version is the host's, is
+        not flagged); a script that installs none of the Hugging Face libraries, or that starts a Neuron
+        SDK model server, is left alone.
+    """
+
+    def contribute(self, plan: ShellPlan, ctx) -> None:
+        u = plan.unit
+        if neuron_sdk_server(u.src) or not _INSTALLS_STACK.search(ctx.whole_text):
+            return
+        for s in u.simples:
+            version = _made_with([u.value(i) for i in s.words])
+            if version is not None and version < TARGET_PYTHON and plan.editable(self.id, s):
+                plan.marker(ctx, s.group, VENV_PYTHON_MARKER.format(version=f"{version[0]}.{version[1]}"))
+
+
+# ------------------------------------------------------------------------------------------------
 # NM529: checkouts of the old stack's repositories
 
 
@@ -896,4 +973,4 @@ class OldStackCheckout(ShellRule):
 
 
 RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand,
-         XlaDlamiVenv, OldStackCheckout)
+         XlaDlamiVenv, OldStackCheckout, OldPythonEnvironment)
