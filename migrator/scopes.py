@@ -78,13 +78,18 @@ def bound_names(module: cst.Module) -> frozenset[str]:
     return frozenset(binder.bound)
 
 
+def named_params(function: cst.FunctionDef | cst.Lambda) -> tuple[cst.Param, ...]:
+    """``function``'s parameters that have a name of their own (positional-only, ordinary, keyword-only; not
+    ``*args``/``**kwargs``), in order."""
+    params = function.params
+    return (*params.posonly_params, *params.params, *params.kwonly_params)
+
+
 def local_names(function: cst.FunctionDef | cst.Lambda, walrus: bool = True) -> frozenset[str]:
     """The names ``function`` binds in its own scope. ``walrus=False`` (the module has no ``:=``) walks
     the statements only, not the expressions: the same names, several times faster."""
-    bound: set[str] = set()
+    bound = {p.name.value for p in named_params(function)}
     params = function.params
-    for p in (*params.posonly_params, *params.params, *params.kwonly_params):
-        bound.add(p.name.value)
     for p in (params.star_arg, params.star_kwarg):
         if isinstance(p, cst.Param):
             bound.add(p.name.value)

@@ -53,6 +53,7 @@ from codemods.common.type_names import rename_type_use
 from migrator.imports import Binding
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
+from migrator.scopes import named_params
 
 #: every import path of the inference class (the NM100 entry of renames.toml)
 SOURCES = (
@@ -822,8 +823,7 @@ def _may_be_none(expr: cst.BaseExpression, ctx: PythonContext) -> bool:
         return False
     scope = ctx.scope
     if isinstance(scope, cst.FunctionDef):
-        params = scope.params
-        for p in (*params.posonly_params, *params.params, *params.kwonly_params):
+        for p in named_params(scope):
             if p.name.value == expr.value:
                 default = literal(p.default) if p.default is not None else None
                 return p.default is not None and not (isinstance(default, int) and not isinstance(default, bool))

@@ -27,6 +27,7 @@ from codemods.upgrade.base import owned_elsewhere, rename_keyword
 from codemods.upgrade.data import data
 from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
+from migrator.scopes import named_params
 
 LIBS = ("huggingface_hub", "datasets")
 HF_API = "huggingface_hub.HfApi"
@@ -71,8 +72,7 @@ def _target(ctx: PythonContext, func: cst.BaseExpression) -> str | None:
     elif qual is None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
         # `api = HfApi()` then `api.upload_folder(...)`: a name that every assignment here gives an HfApi
         scope = ctx.scope
-        params = ({p.name.value for p in (*scope.params.posonly_params, *scope.params.params,
-                                          *scope.params.kwonly_params)} if isinstance(scope, cst.FunctionDef) else set())
+        params = {p.name.value for p in named_params(scope)} if isinstance(scope, cst.FunctionDef) else set()
         values = [] if func.value.value in params else assigned_values(ctx, func.value.value)
         if values and all(isinstance(v, cst.Call) and ctx.qualname(v.func) == HF_API for v in values):
             qual = f"{HF_API}.{func.attr.value}"

@@ -13,6 +13,7 @@ import libcst as cst
 from codemods.upgrade.base import target_of
 from codemods.upgrade.data import data
 from migrator.rules import PythonContext, PythonRule
+from migrator.scopes import named_params
 
 TRAINER = "transformers.Trainer"
 #: parameter kinds an override can take as an added trailing parameter
@@ -164,7 +165,7 @@ class TrainerOverrides(PythonRule):
             return
         if trainer_base(ctx, cls) is None or ctx.is_ignored(node):
             return
-        have = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+        have = {p.name.value for p in named_params(node)}
         add = [(name, default) for name, kind, default in change.get("added", ())
                if name not in have and kind in ADDABLE and default != "<required>"]
         if not add:

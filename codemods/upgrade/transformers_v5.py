@@ -32,6 +32,7 @@ from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keywo
 from codemods.upgrade.overrides import trainer_base
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
+from migrator.scopes import named_params
 from migrator.selfcheck.targetapi import api
 
 ADAMW_SOURCES = ("transformers.AdamW", "transformers.optimization.AdamW")
@@ -398,7 +399,7 @@ def forwarding_subclass(ctx: PythonContext, name: str) -> str | None:
         for item in body:
             if isinstance(item, cst.FunctionDef) and item.name.value == "__init__":
                 p = item.params
-                named = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+                named = {x.name.value for x in named_params(item)}
                 if p.star_kwarg is None or "tokenizer" in named or "processing_class" in named:
                     return None
         return base
