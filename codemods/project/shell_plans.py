@@ -29,6 +29,7 @@ they compose with the deletions of the other rules.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 import shlex
 import weakref
@@ -106,6 +107,11 @@ class ShellUnit(Lines):
         self.simples = parser.simples
         self.bodies = parser.bodies
         self._groups()
+
+    @functools.cached_property
+    def branch_tests_by_first(self) -> dict[int, list[tuple[str, list[str]]]]:
+        """``branch_tests`` of every command, keyed by its first token (computed once per unit)."""
+        return _all_branch_tests(self)
 
     def _groups(self) -> None:
         """Statements: lines joined by continuations, multi-line words, or a newline after && || |."""
@@ -745,13 +751,21 @@ _SHELL_C = re.compile(r"-[A-Za-z]*c[A-Za-z]*\Z")
 def branch_tests(unit: ShellUnit, s: Simple) -> list[tuple[str, list[str]]]:
     """The branches of ``if`` statements that command ``s`` runs in, innermost first: (the branch's test, the
     text between ``if``/``elif`` and ``then``, or "" for an ``else`` branch; the tests of the branches before it)."""
-    covered: set[int] = set()
+    return unit.branch_tests_by_first.get(s.first, [])
+
+
+def _all_branch_tests(unit: ShellUnit) -> dict[int, list[tuple[str, list[str]]]]:
+    """``branch_tests`` of every command of ``unit`` (keyed by its first token), in one pass over the tokens."""
+    starts = {other.first for other in unit.simples}
+    covered: set[int] = set()  # (a command's own words are never the `if` syntax)
     for other in unit.simples:
         covered.update(range(other.first, other.last + 1))
+    out: dict[int, list[tuple[str, list[str]]]] = {}
     # per open `if`: [index of its if/elif token, this branch's test (None before its `then`), the earlier tests]
     open_ifs: list[list] = []
-    for i in range(s.first):
-        tok = unit.toks[i]
+    for i, tok in enumerate(unit.toks):
+        if i in starts:
+            out[i] = [(test, list(earlier)) for _i, test, earlier in reversed(open_ifs) if test is not None]
         if tok.kind != "word" or i in covered:
             continue
         if tok.text == "if":
@@ -768,7 +782,7 @@ def branch_tests(unit: ShellUnit, s: Simple) -> list[tuple[str, list[str]]]:
             frame[1] = ""
         elif open_ifs and tok.text == "fi":
             open_ifs.pop()
-    return [(test, earlier) for _i, test, earlier in reversed(open_ifs) if test is not None]
+    return out
 
 
 #: a branch test that selects another device than Neuron (`[ "$DEVICE" == "cpu" ]`, `[[ $ACCEL = cuda ]]`)

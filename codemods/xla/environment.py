@@ -561,10 +561,13 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     def _write(self, small: cst.BaseSmallStatement, name: str, value: cst.BaseExpression, ctx: PythonContext) -> None:
         if name in BF16_VARS:
             return  # NM409: the precision it carried needs a marker of its own
-        if neuron_sdk_server(ctx.source):
+        state = ctx.local_state()
+        if "server" not in state:
+            state["server"] = neuron_sdk_server(ctx.source)
+        if state["server"]:
             # a Neuron SDK model server (vLLM on NxD Inference) needs its own compiler flags and cache: one marker
-            if not ctx.local_state().get("server marked") and (name.startswith("NEURON") or xla_only_reason(name)):
-                ctx.local_state()["server marked"] = True
+            if not state.get("server marked") and (name.startswith("NEURON") or xla_only_reason(name)):
+                state["server marked"] = True
                 ctx.marker(small, SERVER_SCRIPT_MARKER)
             return
         if name == "NEURON_CC_FLAGS":

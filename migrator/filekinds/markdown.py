@@ -288,7 +288,7 @@ def _bound_names(text: str) -> frozenset[str]:
     return frozenset(bound)
 
 
-def unimported_old_classes(text: str, page_bound: frozenset[str]) -> list[str]:
+def _unimported_old_classes(text: str, page_bound: frozenset[str]) -> list[str]:
     """The old stack's classes (by name) that a Python block reads and no block of its page binds."""
     return sorted(n for n in _read_names(text) - page_bound if _OLD_CLASS_NAME.fullmatch(n))
 
@@ -436,7 +436,7 @@ def _transform_markdown(
                         block_findings.append((Finding(line=1, column=1, rule=emptied, message=message, fix="manual"),
                                                0, removed[0]))
                         new_bodies = [marker_text(emptied, message)] + [b for b in new_bodies if b.strip()]
-                unimported = [] if failed else unimported_old_classes(res.text, page_bound)
+                unimported = [] if failed else _unimported_old_classes(res.text, page_bound)
                 if unimported and not any(MARKER_RE.search(x) for x in stripped[:1]):
                     # the rules know an old class by its import: one the example never imports is not migrated
                     message = fitted(UNIMPORTED_MESSAGE.format(names=", ".join(unimported)),
