@@ -92,8 +92,11 @@ def test_every_added_requirement_parses_and_admits_the_installed_release(name):
 
 def test_every_requirement_written_by_the_fixtures_parses(rules):
     for after in sorted(FIXTURES.glob("NM50*/*.after.txt")):
+        # (a line kept as the project wrote it, `transformers==${VERSION}`, is the project's)
+        kept = set(requirement_lines(after.with_name(after.name.replace(".after.", ".before.")).read_bytes().decode()))
         for req in requirement_lines(after.read_bytes().decode()):
-            Requirement(req)
+            if req not in kept:
+                Requirement(req)
     for after in sorted(FIXTURES.glob("NM50*/*.after.toml")):
         doc = tomllib.loads(after.read_text())
         project = doc.get("project", {})

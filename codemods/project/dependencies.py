@@ -63,6 +63,8 @@ from codemods.project.dependency_policy import (
     TORCH_MARKER,
     TORCHNEURON_MARKER,
     TARGET_PINS,
+    unparsed_entry,
+    UNPARSED_MARKER,
     VLLM_MARKER,
     VLLM_TORCHNEURON_MARKER,
     USES_PROBES,
@@ -183,6 +185,10 @@ def _logical_lines(lines: list[str]) -> list[tuple[int, int, str]]:
     return out
 
 
+#: an editable install line of a requirements file (`-e git+https://...`, `--editable=...`)
+_EDITABLE_RE = re.compile(r"\s*(?:-e|--editable)(?:\s*=\s*|\s+)(\S+)")
+
+
 def _split_comment(line: str) -> tuple[str, str]:
     m = _COMMENT_RE.search(line)
     return (line[: m.start()], line[m.start():]) if m else (line, "")
@@ -202,6 +208,12 @@ class _PipFile:
         entries: list[_Entry] = []
         for start, end, joined in _logical_lines(self.lines):
             body, _comment = _split_comment(joined)
+            editable = _EDITABLE_RE.match(body)
+            if editable:  # `-e git+https://...optimum-neuron.git`: an install of a URL, marked where it is old stack
+                e = unparsed_entry(editable.group(1), "", start, "pip", data={"end": end, "options": ""})
+                if e is not None:
+                    entries.append(e)
+                continue
             if not body.strip() or body.lstrip().startswith("-"):
                 continue
             m = _OPTION_RE.search(body)
@@ -209,6 +221,9 @@ class _PipFile:
             options = body[m.start():] if m else ""
             parsed = _parse_req(req_text)
             if parsed is None:
+                e = unparsed_entry(req_text.strip(), "", start, "pip", data={"end": end, "options": options})
+                if e is not None:
+                    entries.append(e)
                 continue
             entries.append(_Entry(
                 parsed.name, frozenset(canonicalize_name(x) for x in parsed.req.extras), "", start, "pip",
@@ -388,6 +403,9 @@ class _SetupCfg:
         body, comment = _split_comment(text)
         parsed = _parse_req(body)
         if parsed is None:
+            e = unparsed_entry(body.strip(), group, i, "cfg", data={"comment": comment, "keyline": keyline})
+            if e is not None:
+                entries.append(e)
             return
         entries.append(_Entry(
             parsed.name, frozenset(canonicalize_name(x) for x in parsed.req.extras), group, i, "cfg",
@@ -863,7 +881,7 @@ class _DependencyRule(TextRule):
 
 class OldStackDependencies(_DependencyRule):
     id = "NM501"
-    markers = long_forms(TORCHNEURON_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER, CONSTRAINTS_MARKER)
+    markers = long_forms(TORCHNEURON_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER, CONSTRAINTS_MARKER, UNPARSED_MARKER)
     title = "Old Neuron stack packages in dependency declarations"
     fix = "auto"
     why = f"""
@@ -909,7 +927,8 @@ class OldStackDependencies(_DependencyRule):
         datasets
     """
     caveats = """
-        `-e`/URL-only lines are not migrated. An addition is skipped when the library is named in
+        `-e`/URL-only lines and versions from variables (`optimum-neuron==${V}`) are not edited: one
+        that installs an old-stack package gets a marker saying what to do with it. An addition is skipped when the library is named in
         the same file (in pyproject, the same list or the base dependencies) or in a file it
         includes with `-r`/`--requirement` (read relative to the including file, following their
         own `-r` lines, as they will read once migrated; a library pinned below the needed version

@@ -22,6 +22,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from migrator.model import fitted
+
 # --------------------------------------------------------------------------- facts
 
 #: Lowest versions with the APIs the migrated code uses (shared/reference/target-apis.md: the
@@ -161,9 +163,17 @@ def hashed_message(what: str) -> str:
     return HASHED_MARKER.format(what=what)
 
 
+UNPARSED_MARKER = "Edit this {name} requirement by hand, its version or URL cannot be rewritten: {what}."
+UNPARSED_SHORT = "Edit this {name} requirement by hand: {what}."
 CONSTRAINTS_MARKER = "Edit each constraint of this dependency by hand: {what}."
 #: the long forms of the dependency rules' markers (see ``long_forms``)
 _LONG = dict((
+    (UNPARSED_MARKER,
+     """A requirement whose version comes from a shell or template variable (`optimum-neuron==${VERSION}`),
+     or that installs from a VCS or wheel URL (`git+https://github.com/huggingface/optimum-neuron.git`),
+     is not PEP 508 text the rules can rewrite; the old-stack package it installs is named with what the
+     migration does to it elsewhere (replace optimum-neuron by the Hugging Face libraries, drop torch-xla,
+     pin the TorchNeuron release of torch-neuronx)."""),
     (TORCHNEURON_MARKER,
      f"""TorchNeuron is torch-neuronx 2.13 or later (Neuron SDK 2.33+), served by the Neuron repository
      {NEURON_REPO} (pip --extra-index-url); pin the release that matches the Neuron SDK (driver, runtime,
@@ -354,6 +364,50 @@ def _parse_req(text: str) -> _Text | None:
     return _Text(req, m)
 
 
+#: a version given by a shell or template variable (`optimum-neuron==${VERSION}`, `torch-neuron==$V`)
+_VARIABLE_SPEC = re.compile(r"\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?\s*"
+                            r"(?:===?|~=|!=|<=?|>=?)[^;]*?(?:\$|%[A-Za-z_]|\{\{)")
+#: a GitHub repository URL (`git+https://github.com/huggingface/optimum-neuron.git@<sha>`)
+_REPO_URL = re.compile(r"(?:git\+)?(?:https?|ssh|git)://(?:[^/\s]*@)?github\.com[/:](?P<owner>[^/\s]+)/"
+                       r"(?P<repo>[A-Za-z0-9._-]+?)(?:\.git)?(?=[@#/?]|\s*$)")
+#: the distribution a wheel file or `#egg=` fragment names (`torch_neuronx-1.13.1.1.13.0-py3-none-any.whl`)
+_WHEEL = re.compile(r"(?:^|/)(?P<dist>[A-Za-z0-9_.]+?)-\d[^/\s]*\.whl\b")
+_EGG = re.compile(r"#egg=(?P<dist>[A-Za-z0-9_.-]+)")
+#: repositories whose name is not their distribution's
+_REPO_DISTRIBUTIONS = {"pytorch/xla": "torch-xla"}
+
+
+def unparsed_old_stack(text: str) -> tuple[str, frozenset[str], bool] | None:
+    """The old-stack package that a requirement which is not PEP 508 installs (its canonical name, its
+    extras, whether it is a URL): a version from a variable, a VCS or wheel URL; None for anything else.
+    What it names is marked, never edited: its text cannot be rewritten safely."""
+    m = _VARIABLE_SPEC.match(text)
+    if m:
+        name = canonicalize_name(m.group("name"))
+        extras = frozenset(canonicalize_name(x) for x in (m.group("extras") or "").split(",") if x.strip())
+        url = False
+    else:
+        name, extras, url = "", frozenset(), True
+        egg, wheel, repo = _EGG.search(text), _WHEEL.search(text), _REPO_URL.search(text)
+        if egg or wheel:
+            name = canonicalize_name((egg or wheel).group("dist"))
+        elif repo:
+            key = f"{repo.group('owner')}/{repo.group('repo')}".lower()
+            name = _REPO_DISTRIBUTIONS.get(key) or canonicalize_name(repo.group("repo"))
+    old = name in OLD_STACK_DISTRIBUTIONS or name in INF1_PACKAGES or (name == "optimum" and extras & {"neuron", "neuronx"})
+    return (name, extras, url) if old else None
+
+
+def unparsed_entry(text: str, group: str, line: int, fmt: str, data: dict, hashed: bool = False) -> _Entry | None:
+    """An entry for a requirement ``text`` that ``_parse_req`` cannot read but that installs an old-stack
+    package (``unparsed_old_stack``): decided like the others, then marked instead of edited."""
+    found = unparsed_old_stack(text)
+    if found is None:
+        return None
+    name, extras, url = found
+    return _Entry(name, extras, group, line, fmt, None, "", None, data=data, hashed=hashed, url=url, unparsed=True)
+
+
 # --------------------------------------------------------------------------- entries and decisions
 
 
@@ -372,6 +426,7 @@ class _Entry:
     data: dict = field(default_factory=dict)  # format-specific
     hashed: bool = False
     url: bool = False
+    unparsed: bool = False  # not PEP 508 (a version from a variable, a VCS or wheel URL): marked, never edited
 
 
 @dataclass
@@ -388,6 +443,31 @@ class _Decision:
 
 
 def _decide(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
+    if e.unparsed:
+        return _unparsed_decision(e, _decide_parsed(e, neuron_group, migrating))
+    return _decide_parsed(e, neuron_group, migrating)
+
+
+def _unparsed_decision(e: _Entry, d: _Decision | None) -> _Decision | None:
+    """The marker that stands for ``d`` on a requirement that is not PEP 508 (``unparsed_entry``)."""
+    if d is None:
+        if e.name != "torch-neuronx":
+            return None
+        # its version is unknown: it may be an XLA-era release
+        return _Decision("NM501", "marker", "torch-neuronx given by a variable or URL", marker=TORCHNEURON_MARKER)
+    if d.action == "marker":
+        return d
+    if d.action == "replace":
+        what = f"remove {e.name}" + (" and install " + ", ".join(d.implied) if d.implied else "")
+    else:
+        what = _describe(e, d)
+    return _Decision(d.rule, "marker", d.message, implied=d.implied,
+                     marker=fitted(UNPARSED_MARKER.format(name=e.name, what=what),
+                                   UNPARSED_SHORT.format(name=e.name, what=what),
+                                   UNPARSED_SHORT.format(name=e.name, what=f"remove {e.name}")))
+
+
+def _decide_parsed(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision | None:
     spec = e.spec
     name = e.name
     if name == "optimum-neuron":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -578,6 +579,7 @@ class PipInstall:
     lines: list[int]  # their lines
     hashed: bool
     other_operands: bool  # -r / -e / paths / URLs / variables: the command keeps something to install
+    sealed: bool = False  # cannot be edited in place (comment lines inside its continuation): marked instead
 
 
 def _unquote(text: str) -> tuple[str, str] | None:
@@ -634,6 +636,8 @@ def pip_segments(words: list[str]) -> list[tuple[int, list[int], bool, bool]]:
                 continue
             if uq is None or "$" in t or "/" in uq[0] or uq[0].startswith(".") or not _NAME_START.match(uq[0]):
                 other = True
+                if uq is not None and deps.unparsed_old_stack(uq[0]):
+                    reqs.append(j)  # an old-stack package by a variable version or a URL: marked, never edited
             else:
                 reqs.append(j)
             j += 1
@@ -651,6 +655,8 @@ def _quoted(req: str, quote: str) -> str:
 
 
 HASHED_INSTALL_MARKER = "This pip install checks hashes: {what}, then update them."
+SEALED_INSTALL_MARKER = "Edit this pip install by hand, comment lines inside it stop the rewrite: {what}."
+SEALED_INSTALL_SHORT = "Edit this pip install by hand: {what}."
 OLD_ONLY_INSTALL_MARKER = "Replace this pip install of old Neuron stack packages ({names}) with {needs}."
 #: the long forms of the pip-install markers (``Rule.markers`` of the rules that apply them)
 PIP_INSTALL_MARKERS = (
@@ -658,12 +664,30 @@ PIP_INSTALL_MARKERS = (
      """The command installs with --require-hashes (or hashes in its requirement file): editing the
      requirement here breaks the hash check, so it is left as it was for a person to change together
      with its hashes. The old Neuron stack is not installed with TorchNeuron."""),
+    (SEALED_INSTALL_MARKER,
+     """A Dockerfile instruction with comment lines inside its line continuation (a `RUN pip install`
+     continued over lines, with `# ...` lines among its requirements) is not rewritten: Docker drops those lines before it
+     joins the rest, and an edit that keeps them is not checked. What its pip install needs is said
+     instead."""),
     (OLD_ONLY_INSTALL_MARKER,
      """Every package this pip install names belongs to the old Neuron stack (optimum-neuron, torch-xla,
      neuronx-distributed, transformers-neuronx, libneuronxla): removing them all would leave an empty
      command, so the command is marked instead; install what the migrated code needs (torch-neuronx from
      the Neuron repository, the Hugging Face libraries) or delete it."""),
 )
+
+
+def _uncommented_words(u: DockerUnit, ins: Instruction) -> list[str]:
+    """The words of a shell-form instruction that has comment lines inside its continuation, read as Docker
+    reads it (the comment lines dropped, the rest joined); [] where that is not plain shell words."""
+    kept = [line for line in u.src[ins.args_start: ins.end].split("\n") if not line.lstrip().startswith("#")]
+    text = re.sub(r"\\[ \t]*(?:\n|$)", " ", "\n".join(kept))
+    if text.lstrip().startswith("[") or "<<" in text:
+        return []
+    try:
+        return shlex.split(text, posix=False)
+    except ValueError:
+        return []
 
 
 def _stable_describe(e, d) -> str:
@@ -689,7 +713,11 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
         for n, text in enumerate(inst.texts):
             plain, quote = _unquote(text)  # type: ignore[misc]
             parsed = deps._parse_req(plain)
-            if parsed is None:
+            if parsed is None:  # (a version from a variable, a URL: marked where it is the old stack)
+                e = deps.unparsed_entry(plain, group, inst.lines[n], "pip", {"inst": inst, "n": n, "quote": quote},
+                                        hashed=inst.hashed)
+                if e is not None:
+                    entries.append(e)
                 continue
             entries.append(deps._Entry(
                 parsed.name, frozenset(deps.canonicalize_name(x) for x in parsed.req.extras), group,
@@ -705,6 +733,7 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
         deps.floor_unpinned(entries, decisions, lambda e: id(e.data["inst"]))
     markers: dict[int, list[str]] = {}
     edits: dict[int, list[tuple]] = {}
+    sealed: dict[int, list[str]] = {}  # what the commands that cannot be edited need, per command
     for i, e in enumerate(entries):
         d = decisions.get(i)
         if d is None:
@@ -717,6 +746,10 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
             continue
         if e.hashed:
             markers.setdefault(inst.line, []).append(HASHED_INSTALL_MARKER.format(what=_stable_describe(e, d)))
+            continue
+        if inst.sealed:  # said in one marker per command (below)
+            what = _stable_describe(e, d) if d.action == "replace" else deps._describe(e, d)
+            sealed.setdefault(inst.line, []).append(what)
             continue
         new = deps.replacement_requirements(e, d)
         message = d.message if d.action == "respec" else deps._replace_message(d)
@@ -743,6 +776,11 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
             ctx.finding(inst.lines[n], message)
             if d.marker:
                 markers.setdefault(inst.line, []).append(d.marker)
+    for line, whats in sealed.items():
+        what = "; ".join(dict.fromkeys(whats))
+        markers.setdefault(line, []).append(fitted(SEALED_INSTALL_MARKER.format(what=what),
+                                                   SEALED_INSTALL_SHORT.format(what=what),
+                                                   SEALED_INSTALL_SHORT.format(what=whats[0])))
     for line, texts in markers.items():
         for text in dict.fromkeys(texts):
             ctx.marker(line, text)  # one marker per message: each reads the same on every run
@@ -750,7 +788,7 @@ def apply_pip_installs(rule: str, ctx, installs: list[PipInstall], neuron_hint: 
 
 class DockerPipInstall(DockerRule):
     id = "NM522"
-    markers = PIP_INSTALL_MARKERS + deps.long_forms(deps.TORCHNEURON_MARKER, deps.TORCH_MARKER, deps.VLLM_MARKER,
+    markers = PIP_INSTALL_MARKERS + deps.long_forms(deps.UNPARSED_MARKER, deps.TORCHNEURON_MARKER, deps.TORCH_MARKER, deps.VLLM_MARKER,
                                                    deps.VLLM_TORCHNEURON_MARKER)
     title = "Dockerfile RUN pip install: old Neuron stack packages replaced"
     fix = "mixed"
@@ -780,10 +818,11 @@ class DockerPipInstall(DockerRule):
     """
     caveats = """
         Requirements given through variables, files (`-r`), paths or URLs are not edited (the
-        requirement files themselves are migrated by NM501). A `pip install` that checks hashes
+        requirement files themselves are migrated by NM501; an old-stack package given by a variable
+        version or a VCS/wheel URL gets a marker saying what to do with it). A `pip install` that checks hashes
         (`--require-hashes`, `--hash`) gets a marker instead of an edit, and so does one that
         would be left with nothing to install. Instructions with comment lines inside their
-        continuation are not edited. Exec-form instructions (`RUN ["pip", "install", ...]`, a
+        continuation are not edited: one marker says what their pip install needs. Exec-form instructions (`RUN ["pip", "install", ...]`, a
         JSON array of strings) are edited element by element, and the scripts of BuildKit
         heredocs run by the shell (`RUN <<EOF`) like shell scripts; a shell string inside an
         exec form (`RUN ["sh", "-c", "pip install ..."]`) and heredocs that are files or
@@ -798,7 +837,13 @@ class DockerPipInstall(DockerRule):
         installs: list[PipInstall] = []
         exec_items: dict[tuple, list[tuple[int, int]]] = {}  # ("exec", g): element spans
         for g, ins in enumerate(u.instructions):
-            if ins.keyword != "RUN" or ins.inner_comments:
+            if ins.keyword != "RUN":
+                continue
+            if ins.inner_comments:  # read without its comment lines, as Docker does; marked, not edited
+                words = _uncommented_words(u, ins)
+                for _k, reqs, hashed, other in pip_segments(words):
+                    installs.append(PipInstall(("sealed", g), ins.first, [None] * len(reqs), [words[k] for k in reqs],
+                                               [ins.first] * len(reqs), hashed, other, sealed=True))
                 continue
             text = u.src[ins.args_start: ins.end]
             array = exec_form(u.src, ins)

@@ -19,7 +19,7 @@ import shlex
 
 from codemods.project.dependency_policy import (
     TARGET_PINS, TORCH_MARKER, TORCHNEURON_MARKER, USES_OLD_STACK, USES_PROBES, VLLM_MARKER, VLLM_TORCHNEURON_MARKER,
-    long_forms,
+    UNPARSED_MARKER, long_forms,
 )
 from codemods.project.dockerfile import (
     PIP_INSTALL_MARKERS, PIP_TRIGGERS, PipInstall, apply_pip_installs, deps_host, pip_segments,
@@ -1010,7 +1010,7 @@ _TPU_INSTALL = re.compile(r"cloud-tpu|tpu-pytorch|torch[-_]xla\[tpu\]|libtpu")
 
 class ShellPipInstall(ShellRule):
     id = "NM523"
-    markers = PIP_INSTALL_MARKERS + long_forms(TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER) + (
+    markers = PIP_INSTALL_MARKERS + long_forms(UNPARSED_MARKER, TORCHNEURON_MARKER, TORCH_MARKER, VLLM_MARKER, VLLM_TORCHNEURON_MARKER) + (
         (SERVER_INSTALL_MARKER, """The script, notebook or page starts one of the Neuron SDK's model servers (vLLM on NxD
          Inference, optimum-neuron's vLLM, DJL, TGI), which needs the SDK's own XLA-era packages: the install is
          kept as it is. Moving the server to TorchNeuron means its TorchNeuron release and configuration as a
@@ -1040,7 +1040,8 @@ class ShellPipInstall(ShellRule):
     """
     caveats = """
         Requirements in variables, files (`-r`), paths or URLs, commands inside `$(...)` or
-        heredocs, and `%pip` magics are not edited; a `pip install` left with nothing to install,
+        heredocs, and `%pip` magics are not edited (an old-stack package given by a variable version
+        or a VCS/wheel URL gets a marker saying what to do with it); a `pip install` left with nothing to install,
         or one that checks hashes, gets a marker instead. torch-xla alone counts as old Neuron
         stack only when the unit names Neuron (the Neuron repository, a `-neuronx` package). A
         script, or a notebook, that starts one of the Neuron SDK's model servers (vLLM on NxD
