@@ -298,6 +298,49 @@ def test_mesh_reduce_inside_expressions_reduces_the_values_of_every_rank(tmp_pat
     assert [r["printed"] for r in reports] == [1.5, 1.5]
 
 
+# --------------------------------------------------------------------------- collectives where only a Trainer makes the group (NM412)
+
+TRAINER_GROUP = """
+import json
+import os
+
+import torch
+import torch_xla.core.xla_model as xm
+from transformers import TrainingArguments
+
+args = TrainingArguments(output_dir=os.environ["OUT"], report_to=[], use_cpu=True)
+rank = int(os.environ.get("RANK", 0))
+value = torch.tensor([float(rank + 1)])
+xm.all_reduce(xm.REDUCE_SUM, [value])
+mine = torch.tensor([float(rank)])
+everyone = xm.all_gather(mine, dim=0)
+best = xm.mesh_reduce("best", rank + 1, max)
+print(json.dumps({"rank": rank, "total": value.item(), "everyone": everyone.tolist(), "best": best,
+                  "printed": xm.mesh_reduce("mine", mine.item(), sorted)}))
+"""
+
+
+def test_collectives_run_with_and_without_the_group_a_trainer_makes(tmp_path: Path, rules: RuleSet):
+    # TrainingArguments makes the process group only under torchrun: a plain `python` run has none, where
+    # torch-xla's collectives over its one replica returned the replica's own values
+    text = _migrated(TRAINER_GROUP, rules)
+    assert text.count("is_initialized()") == 4, text
+    script = tmp_path / "trainer_group.py"
+    script.write_text(_on_cpu(text))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(tmp_path / "out")}
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path, env=env)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert json_reports(plain.stdout, "rank") == [
+        {"rank": 0, "total": 1.0, "everyone": [0.0], "best": 1, "printed": [0.0]}]
+    proc = subprocess.run(torchrun(tmp_path, script), capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = sorted(json_reports(proc.stdout, "rank"), key=lambda r: r["rank"])
+    assert reports == [{"rank": r, "total": 3.0, "everyone": [0.0, 1.0], "best": 2, "printed": [0.0, 1.0]}
+                       for r in (0, 1)]
+
+
 # --------------------------------------------------------------------------- xm.rendezvous without a group (NM405)
 
 INDEX = """

@@ -29,12 +29,36 @@ COLUMN_WISE = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"})
 _LORA_CONFIGS = ("peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.tuners.lora.config.LoraConfig")
 
 
+class _Used(cst.CSTVisitor):
+    """The names a module reads outside its imports, and whether a call passes ``peft_config=`` a value."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.peft_config = False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None and node.keyword.value == "peft_config" and literal(node.value) is not None:
+            self.peft_config = True  # (`peft_config=None` trains the whole model)
+
+
 def _uses_peft(ctx) -> bool:
-    for b in ctx.imports.all_bindings():
-        q = b.qualified
-        if q == "peft" or q.startswith("peft.") or (q.startswith("optimum.neuron") and "peft" in q.lower()):
-            return True
-    return False
+    """Whether the unit applies PEFT: it uses a name imported from peft (an import alone, its uses commented
+    out, does not count), or passes a trainer ``peft_config=`` (TRL's ``get_peft_config(model_args)``)."""
+    peft = [b for b in ctx.imports.all_bindings()
+            if b.qualified == "peft" or b.qualified.startswith("peft.")
+            or (b.qualified.startswith("optimum.neuron") and "peft" in b.qualified.lower())]
+    used = _Used()
+    ctx.module.visit(used)
+    return used.peft_config or any(b.local.split(".")[0] in used.names for b in peft)
 
 
 def lora_blocks_tp(ctx) -> str | None:

@@ -75,6 +75,16 @@ def group_by_launch_only(ctx: PythonContext) -> bool:
     return "init_process_group" not in ctx.code and any(h in ctx.code for h in _LAUNCH_MAKERS)
 
 
+#: a module that asks whether a process group exists (`dist.is_initialized()`) runs without one too
+_IS_INITIALIZED = re.compile(r"\bis_initialized\s*\(")
+
+
+def without_group(ctx: PythonContext) -> bool:
+    """Whether the module also runs without a process group: it tests for one (wherever it makes one), or
+    only a Trainer makes it (a plain `python` run has none)."""
+    return _IS_INITIALIZED.search(ctx.code) is not None or group_by_launch_only(ctx)
+
+
 def _has_process_group(ctx: PythonContext) -> bool:
     """Whether the module makes a process group, and the node being handled does not run before its function
     (or the module) calls ``init_process_group``: a rank query in a statement above that call (`rank =

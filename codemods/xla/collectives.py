@@ -39,6 +39,7 @@ from codemods.xla.base import (
     _remove_small_statement,
     _torch,
     _world_size,
+    without_group,
 )
 from migrator.rules import PythonContext, PythonRule
 
@@ -80,15 +81,23 @@ def _statements(line: cst.SimpleStatementLine, codes: list[str]) -> cst.FlattenS
     """``codes`` as statements taking the place of ``line`` (its comments go above the first,
     its end-of-line comment stays on the last)."""
     out = []
+    comment = line.trailing_whitespace.comment
     for k, code in enumerate(codes):
         stmt = cst.parse_statement(code + "\n")
-        assert isinstance(stmt, cst.SimpleStatementLine)
         if k == 0:
-            stmt = stmt.with_changes(leading_lines=line.leading_lines)
-        if k == len(codes) - 1:
+            leading = list(line.leading_lines)
+            if comment is not None and not isinstance(cst.parse_statement(codes[-1] + "\n"), cst.SimpleStatementLine):
+                leading.append(cst.EmptyLine(comment=comment))  # (a compound statement last: the comment goes above)
+            stmt = stmt.with_changes(leading_lines=leading)
+        if k == len(codes) - 1 and isinstance(stmt, cst.SimpleStatementLine):
             stmt = stmt.with_changes(trailing_whitespace=line.trailing_whitespace)
         out.append(stmt)
     return cst.FlattenSentinel(out)
+
+
+def _if_group(d: str, codes: list[str]) -> str:
+    """``codes`` under ``if dist.is_initialized():`` (a run without a process group skips them)."""
+    return f"if {d}.is_initialized():\n" + "".join(f"    {c}\n" for c in codes)
 
 
 def _updated_call(line: cst.SimpleStatementLine) -> cst.Call:
@@ -134,6 +143,11 @@ class XlaCollectives(_XlaRule):
         (`REDUCE_MUL` -> `PRODUCT`, `REDUCE_AND`/`REDUCE_OR` -> `BAND`/`BOR`); not inside a mock assertion
         (`m.assert_called_with(xm.REDUCE_SUM, ...)`, `call(...)`), where it is what the old code under test passes.
         `xm.reduce_gradients(optimizer)` gets a marker: wrap the model in DDP or FSDP2.
+        In a module that also runs without a process group (only a Trainer or TrainingArguments
+        makes it, under torchrun; or it tests `dist.is_initialized()`), the collectives go under
+        `if dist.is_initialized():` and a plain `python` run keeps its own values, as torch-xla's one
+        replica did (the gathered data is then evaluated once more inside the test: only data
+        without calls; otherwise a marker says a process group is needed).
     """
     before = """
         import torch.distributed as dist
@@ -234,6 +248,7 @@ class XlaCollectives(_XlaRule):
         d = _dist(ctx, anchor)
         op = f"{d}.ReduceOp.{REDUCE_OPS[rqual.rsplit('.', 1)[1]]}"
         params = ("reduce_type", "inputs", "scale", "groups", "pin_layout")
+        guarded = without_group(ctx)
 
         def build(updated_line):
             b = _bind_args(_updated_call(updated_line), params)
@@ -245,15 +260,17 @@ class XlaCollectives(_XlaRule):
                 codes.append(f"{target} = {_code(_paren(value))}.clone()")
             else:
                 tensors = [_code(_paren(e.value)) for e in value.elements]
-            for t in tensors:
-                codes.append(f"{d}.all_reduce({t}, op={op})")
+            reduces = [f"{d}.all_reduce({t}, op={op})" for t in tensors]
+            # one process, no group (a plain run of a Trainer script): the sum over one rank is the tensor itself
+            codes.extend([_if_group(d, reduces)] if guarded else reduces)
             if scale is not None and scale not in ("1", "1.0"):
                 codes.extend(f"{t}.mul_({scale})" for t in tensors)
             return _statements(updated_line, codes)
 
         ctx.replace(line, build)
         ctx.finding(call, f"{qual} -> dist.all_reduce (in place)")
-        self._group_note(call, ctx, "dist.all_reduce")
+        if not guarded:
+            self._group_note(call, ctx, "dist.all_reduce")
         return None
 
     def _all_gather(self, qual, call, func, ctx):
@@ -284,16 +301,19 @@ class XlaCollectives(_XlaRule):
         dim_code = _code(dim.value) if dim is not None else "0"
         x = value.value
 
+        guarded = without_group(ctx)
+
         def build(updated_line):
-            return _statements(updated_line, [
-                f"{parts} = [{torch}.empty_like({x}) for _ in range({world})]",
-                f"{d}.all_gather({parts}, {x})",
-                f"{target} = {torch}.cat({parts}, dim={dim_code})",
-            ])
+            gather = [f"{parts} = [{torch}.empty_like({x}) for _ in range({world})]", f"{d}.all_gather({parts}, {x})"]
+            if guarded:  # one process, no group: what it gathers is its own tensor
+                world_now = f"{d}.get_world_size()"
+                gather = [f"{parts} = [{x}]", _if_group(d, [gather[0].replace(world, world_now), gather[1]])]
+            return _statements(updated_line, [*gather, f"{target} = {torch}.cat({parts}, dim={dim_code})"])
 
         ctx.replace(line, build)
         ctx.finding(call, f"{qual} -> dist.all_gather + torch.cat")
-        self._group_note(call, ctx, "dist.all_gather")
+        if not guarded:
+            self._group_note(call, ctx, "dist.all_gather")
         return None
 
     def _mesh_reduce(self, qual, call, func, ctx):
@@ -312,17 +332,21 @@ class XlaCollectives(_XlaRule):
         world = _world_size(ctx, anchor)
         params = ("tag", "data", "reduce_fn")
 
+        # one process, no group (a plain run of a Trainer script): what it gathers is its own value (the data is
+        # evaluated once more in the gather: only for data without calls)
+        guarded = without_group(ctx) and _pure(bound["data"].value)
+
         def build(updated_line):
             b = _bind_args(_updated_call(updated_line), params)
             return _statements(updated_line, [
-                f"{values} = [None] * {world}",
-                f"{d}.all_gather_object({values}, {_code(b['data'].value)})",
+                *_gather_objects(d, values, _code(b["data"].value), world, guarded),
                 f"{target} = {_code(_paren(b['reduce_fn'].value))}({values})",
             ])
 
         ctx.replace(line, build)
         ctx.finding(call, f"{qual} -> dist.all_gather_object + reduce_fn")
-        self._group_note(call, ctx, "dist.all_gather_object")
+        if not guarded:
+            self._group_note(call, ctx, "dist.all_gather_object")
         return None
 
     def _mesh_reduce_inline(self, qual, call, func, bound, ctx):
@@ -349,16 +373,18 @@ class XlaCollectives(_XlaRule):
             b = _bind_args(updated, params)
             return cst.parse_expression(f"{_code(_paren(b['reduce_fn'].value))}({values})")
 
+        guarded = without_group(ctx)  # (the data has no calls here)
+
         def hoist(updated):
-            first = [cst.parse_statement(f"{values} = [None] * {world}\n"),
-                     cst.parse_statement(f"{d}.all_gather_object({values}, {data_code})\n")]
+            first = [cst.parse_statement(c + "\n") for c in _gather_objects(d, values, data_code, world, guarded)]
             first[0] = first[0].with_changes(leading_lines=updated.leading_lines)
             return cst.FlattenSentinel([*first, updated.with_changes(leading_lines=())])
 
         ctx.replace(call, reduced)
         ctx.replace(statement, hoist)
         ctx.finding(call, f"{qual} -> dist.all_gather_object + reduce_fn")
-        self._group_note(call, ctx, "dist.all_gather_object")
+        if not guarded:
+            self._group_note(call, ctx, "dist.all_gather_object")
         return None
 
     def _reduce_gradients(self, qual, call, func, ctx):
@@ -370,6 +396,15 @@ class XlaCollectives(_XlaRule):
             return None
         ctx.marker(call, REDUCE_GRADIENTS_MARKER)
         return None
+
+
+def _gather_objects(d: str, values: str, data: str, world: str, guarded: bool) -> list[str]:
+    """The statements that gather ``data`` of every rank into the list ``values``; ``guarded``: under
+    ``if dist.is_initialized():``, a run without a process group keeping its own value."""
+    if not guarded:
+        return [f"{values} = [None] * {world}", f"{d}.all_gather_object({values}, {data})"]
+    return [f"{values} = [{data}]",
+            _if_group(d, [f"{values} = [None] * {d}.get_world_size()", f"{d}.all_gather_object({values}, {data})"])]
 
 
 def _mentions(expr: cst.CSTNode, name: str) -> bool:

@@ -49,7 +49,7 @@ from codemods.xla.base import (
     _expression_statement,
     _has_process_group,
     drop_old_comment,
-    group_by_launch_only,
+    without_group,
     _if_statement,
     _index_in_stack,
     _is_master,
@@ -922,7 +922,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
         wait = None
         if barrier and not alone and _has_process_group(ctx):
             dist = _dist(ctx, anchor)
-            wait = f"if {dist}.is_initialized():\n    {dist}.barrier()" if _without_group(ctx) else f"{dist}.barrier()"
+            wait = f"if {dist}.is_initialized():\n    {dist}.barrier()" if without_group(ctx) else f"{dist}.barrier()"
 
         def new_call(updated: cst.Call) -> cst.Call:
             args = _end_like(make_args(updated), updated.args)
@@ -959,7 +959,7 @@ class XlaMasterOnlyAndSync(_XlaRule):
         anchor = ctx.imports.binding_of(func)
         dist = _dist(ctx, anchor)
         _, container = statement
-        if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1 and _without_group(ctx):
+        if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1 and without_group(ctx):
             # the module runs without a process group too: the rendezvous was a no-op in a single process,
             # dist.barrier() would raise there
             def guarded(updated: cst.SimpleStatementLine) -> cst.If:
@@ -992,14 +992,6 @@ class XlaMasterOnlyAndSync(_XlaRule):
         return None
 
 
-#: a module that asks whether a process group exists (`dist.is_initialized()`) runs without one too
-_IS_INITIALIZED = re.compile(r"\bis_initialized\s*\(")
-
-
-def _without_group(ctx: PythonContext) -> bool:
-    """Whether the module also runs without a process group: it tests for one (wherever it makes one), or
-    only a Trainer makes it (a plain `python` run has none)."""
-    return _IS_INITIALIZED.search(ctx.code) is not None or group_by_launch_only(ctx)
 
 
 def _end_like(args: list[cst.Arg], original: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
