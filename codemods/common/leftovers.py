@@ -58,7 +58,7 @@ XLA_INTEGRATIONS = {
     "ray.train.torch.xla": "Replace `{name}`, Ray's torch-xla setup: use ray.train.torch.TorchConfig with the neuron backend.",
 }
 #: a unit of the Inf1 stack (its TorchScript loads read torch-neuron artifacts)
-_INF1_UNIT = re.compile(r"\bimport torch_neuron\b(?!x)|torch\.neuron\.trace\b")
+_INF1_UNIT = re.compile(r"\bimport torch_neuron\b(?!x)|^\s*import torch\.neuron[ \t]*(?:#.*)?$|torch\.neuron\.trace\b", re.M)
 #: what torch-neuron (Inf1) put on torch.neuron; the native torch.neuron (is_available, device_count...) stays
 INF1_API = frozenset({"torch.neuron.trace", "torch.neuron.DataParallel", "torch.neuron.analyze_model",
                       "torch_neuron.trace", "torch_neuron.DataParallel", "torch_neuron.analyze_model"})
@@ -158,7 +158,7 @@ class OldStackLeftovers(PythonRule):
     fix = "manual"
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "neuronperf", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
-                "torch.neuron.analyze_model", "optimum.exporters.neuron", "train.torch.xla")
+                "torch.neuron.analyze_model", "optimum.exporters.neuron", "train.torch.xla", "import torch.neuron")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -322,6 +322,7 @@ class OldStackLeftovers(PythonRule):
             ctx.local_state()["inf1_saved"] = True
         elif qual == "torch.jit.load" and _INF1_UNIT.search(ctx.source) and "torch_neuronx" not in ctx.source:
             ctx.marker(node, INF1_LOAD_MARKER)  # (torch_neuronx's artifacts are NM410's)
+            ctx.local_state()["inf1_used"] = True  # (the import registers the ops the artifact needs: kept)
         elif qual == "torch.load" and ctx.local_state().get("inf1_saved") and "torch_neuronx" not in ctx.source:
             ctx.marker(node, INF1_MAYBE_LOAD_MARKER)
 
@@ -379,6 +380,10 @@ class OldStackLeftovers(PythonRule):
         if integration is not None:
             ctx.marker(node, integration.format(name=_dotted(node.name)))
             return
+        if qual == "torch.neuron" and isinstance(stmt, cst.Import) and node.asname is None:
+            # `import torch.neuron`: on the Inf1 stack it registered the ops its TorchScript artifacts run
+            ctx.local_state().setdefault("inf1_imports", []).append(node)
+            return
         if not old_stack(qual) and not any(p.startswith(qual + ".") for p in OLD_STACK):
             return
         local = (
@@ -421,8 +426,12 @@ class OldStackLeftovers(PythonRule):
                     ctx.marker(node, XLA_STRING_MARKER)
         # one marker per import statement and advice: the names of `from m import A, B, C` are listed in it
         grouped: dict[tuple[int, str], list[tuple[cst.ImportAlias, str, str]]] = {}
+        if ctx.local_state().get("inf1_used"):
+            for node in ctx.local_state().get("inf1_imports", ()):
+                ctx.marker(node, INF1_IMPORT_MARKER)  # (the marked Inf1 code below still needs it)
         for node, qual, local, in_try, stmt in ctx.local_state().get("aliases", ()):
-            if qual == "torch_neuron" and ctx.local_state().get("inf1_used") and not ctx.references(local):
+            if qual in ("torch_neuron", "torch.neuron") and ctx.local_state().get("inf1_used") \
+                    and not ctx.references(local):
                 # the import registered the Inf1 API the marked calls below still use: removing it now would
                 # turn each of them into an AttributeError before it is ported
                 ctx.marker(node, INF1_IMPORT_MARKER)

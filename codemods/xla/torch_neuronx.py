@@ -1744,10 +1744,14 @@ def _no_grad(expr: cst.BaseExpression) -> bool:
 
 def _trained_here(call: cst.Call, ctx: PythonContext) -> bool:
     """Whether the scope trains the model the trace ``call`` is assigned to: its parameters go to an optimizer
-    (``name.parameters()``) or it is put in train mode (``name.train()``)."""
+    (``name.parameters()``) or it is put in train mode (``name.train()``); for ``self.name``, the module."""
     name = _assigned_name(call, ctx)
     if name is None:
-        return False
+        # `self.model = trace(...)` in one method, trained in another: the attribute, anywhere in the module
+        target = _assigned_target(call, ctx)
+        if target is None or not re.fullmatch(r"self\.\w+", target):
+            return False
+        return re.search(rf"(?<![\w.]){re.escape(target)}\s*\.\s*(?:parameters|train)\s*\(", ctx.code) is not None
     return re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*(?:parameters|train)\s*\(",
                      _scope_code(ctx.scope, ctx)) is not None
 
