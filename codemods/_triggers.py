@@ -76,7 +76,7 @@ TABLE = (
     ('NM528', 'text', ('shell',), ('_venv',), (), (), (), ()),
     ('NM529', 'text', ('shell',), ('optimum-neuron', 'transformers-neuronx', 'neuronx-distributed', 'neuronx-nemo-megatron', 'aws-neuron-reference-for-megatron-lm'), (), (), (), ()),
     ('NM530', 'text', ('shell',), ('venv', 'virtualenv', 'conda create', 'mamba create'), (), (), (), ()),
-    ('NM601', 'python', ('python', 'notebook', 'markdown'), ('import AdamW', 'AdamW,', ', AdamW', '(AdamW', 'transformers.AdamW', 'optimization.AdamW'), (), (), (), ()),
+    ('NM601', 'python', ('python', 'notebook', 'markdown'), ('import AdamW', 'AdamW,', ', AdamW', '(AdamW', 'transformers.AdamW', 'optimization.AdamW', 'adamw_hf'), (), (), (), ()),
     ('NM602', 'python', ('python', 'notebook', 'markdown'), ('evaluation_strategy', 'overwrite_output_dir'), (), (), (), ()),
     ('NM603', 'python', ('python', 'notebook', 'markdown'), ('Trainer(',), (), (), (), ()),
     ('NM604', 'python', ('python', 'notebook', 'markdown'), ('Accelerator(',), (), (), (), ()),

@@ -88,6 +88,20 @@ def test_send_example_telemetry_is_gone():
     assert not hasattr(transformers.utils, "send_example_telemetry")
 
 
+def test_trainer_optimizer_name_adamw_hf_is_gone_and_adamw_torch_builds_the_same_kwargs(tmp_path):
+    """NM601 renames optim="adamw_hf" to "adamw_torch": 5.23 rejects the old name, and the Trainer gives the
+    torch class the eps and weight decay of the arguments."""
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    with pytest.raises(ValueError):
+        TrainingArguments(output_dir=str(tmp_path), optim="adamw_hf", report_to=[])
+    args = TrainingArguments(output_dir=str(tmp_path), optim="adamw_torch", adam_epsilon=1e-7, weight_decay=0.1,
+                             report_to=[], use_cpu=True)
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    assert cls is torch.optim.AdamW and kwargs["eps"] == 1e-7
+
+
 def test_torch_adamw_defaults_differ_from_the_pinned_ones():
     """NM601 pins transformers.AdamW's eps=1e-6 and weight_decay=0.0: torch's defaults differ."""
     import inspect

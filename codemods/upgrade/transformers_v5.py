@@ -62,7 +62,7 @@ class AdamWToTorch(PythonRule):
     title = "transformers.AdamW (removed in v5) -> torch.optim.AdamW, with transformers' defaults pinned"
     fix = "mixed"
     # the ways `AdamW` is imported from transformers (not a bare "AdamW": every torch.optim user has it)
-    triggers = ("import AdamW", "AdamW,", ", AdamW", "(AdamW", "transformers.AdamW", "optimization.AdamW")
+    triggers = ("import AdamW", "AdamW,", ", AdamW", "(AdamW", "transformers.AdamW", "optimization.AdamW", "adamw_hf")
     why = """
         transformers' own AdamW was deprecated in 4.x and is gone in v5: `from transformers import
         AdamW` fails at import. torch.optim.AdamW is the same algorithm, but its defaults differ
@@ -88,7 +88,9 @@ class AdamWToTorch(PythonRule):
         `optimizer_cls_and_kwargs=(AdamW, {...})`; a call with `**kwargs`, or AdamW passed around as a value
         (`optimizer_cls=AdamW`, `opt = AdamW`, a base class) gets a marker naming the defaults that
         changed (the call that builds the optimizer is not in sight). Type checks
-        (`isinstance(opt, AdamW)`) are left alone.
+        (`isinstance(opt, AdamW)`) are left alone. The Trainer's name for the class,
+        `optim="adamw_hf"` in a TrainingArguments-like call, becomes `"adamw_torch"` (the Trainer
+        gives both the same eps and weight_decay); `--optim adamw_hf` on a command line is not rewritten.
     """
 
     def handlers(self):
@@ -198,6 +200,7 @@ class AdamWToTorch(PythonRule):
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         if ctx.qualname(node.func) not in ADAMW_SOURCES:
+            self._optim_name(node, ctx)
             return
         kw = keywords(node)
         positional = sum(1 for a in node.args if a.keyword is None and not a.star)
@@ -221,6 +224,22 @@ class AdamWToTorch(PythonRule):
             else:
                 ctx.marker(node, "Check the training without correct_bias=False: torch.optim.AdamW always corrects the bias.")
         rewrite_call(ctx, node, plan)
+
+
+    def _optim_name(self, node: cst.Call, ctx: PythonContext) -> None:
+        """``TrainingArguments(optim="adamw_hf")``: the Trainer's name for the removed class (v5 rejects it with
+        a ValueError) -> "adamw_torch"; the Trainer passes both the same eps/weight_decay (adam_epsilon,
+        weight_decay), so only the class changes."""
+        arg = keywords(node).get("optim")
+        if arg is None or literal(arg.value) != "adamw_hf":
+            return
+        target = target_of(ctx, node.func)
+        if target is None or api().accepts(target, "optim") is not True:
+            return
+        old = arg.value
+        assert isinstance(old, cst.SimpleString)
+        ctx.replace(old, cst.SimpleString(old.prefix + old.quote + "adamw_torch" + old.quote))
+        ctx.finding(arg, 'optim="adamw_hf" -> "adamw_torch" (transformers\' own AdamW is gone in v5)')
 
 
 #: the names that build a Transformers/TRL arguments object in a script
