@@ -467,8 +467,9 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
     """
     caveats = """
         `XLA_USE_BF16`/`XLA_DOWNCAST_BF16` writes are NM409's (they carry a precision). A write
-        alone in its block, and flags built at run time (`" ".join(flags)` in a unit that adds an
-        XLA-era flag somewhere), get a marker instead.
+        alone in its block, flags built at run time (`" ".join(flags)` in a unit that adds an
+        XLA-era flag somewhere), and flags in an f-string (`f"--optlevel {level} ..."`), get a marker
+        instead.
     """
 
     def handlers(self):
@@ -609,6 +610,22 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
                 literals.append(held[n])
         drop_seen = check_seen = False
         kept_all: list[str] = []
+        for fstring in _fstrings_in(value):
+            # an f-string (`f"--optlevel {level} --enable-saturate-infinity"`): its flags are read, never edited
+            text = "".join(p.value if isinstance(p, cst.FormattedStringText) else "{}" for p in fstring.parts)
+            split = split_cc_flags(text)
+            if split is None:
+                continue
+            kept, dropped = split
+            if dropped:
+                names = list(dict.fromkeys(d.split()[0].partition("=")[0] for d in dropped))
+                ctx.local_state().setdefault("cc_marked", set()).update(names)
+                ctx.marker(small, fitted(f"Remove the XLA-era flags of NEURON_CC_FLAGS ({', '.join(names)}).",
+                                         "NEURON_CC_FLAGS holds XLA-era flags: remove them (neuron-migrate explain "
+                                         "NM416) and check the others."))
+                return
+            kept_all.extend(kept)
+            check_seen = check_seen or bool(kept)
         for lit in literals:
             text = lit.evaluated_value
             if not isinstance(text, str) or not any(f in text for f in (*CC_DROP_FLAGS, *CC_CHECK_FLAGS)):
@@ -717,6 +734,22 @@ def _strings_in(expr: cst.CSTNode) -> list[cst.SimpleString]:
 
         def visit_Call(self, node: cst.Call) -> bool:
             return False  # os.environ.get("NEURON_CC_FLAGS", ""): the inherited value, not new flags
+
+    expr.visit(Finder())
+    return found
+
+
+def _fstrings_in(expr: cst.CSTNode) -> list[cst.FormattedString]:
+    """The f-strings of ``expr`` (not inside calls: an inherited value), like ``_strings_in``."""
+    found: list[cst.FormattedString] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+            found.append(node)
+            return False
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            return False
 
     expr.visit(Finder())
     return found
