@@ -419,6 +419,36 @@ def image_python(image: str) -> tuple[int, int] | None:
     return None
 
 
+#: `python3.9 -m venv`, `virtualenv -p python3.8`, `conda create ... python=3.10`, `uv venv --python 3.9`: the Python
+#: version an environment is made with
+_VENV_PYTHON = re.compile(r"^(?:\S*/)?python(3)\.(\d+)$")
+_VERSION = re.compile(r"^(3)\.(\d+)(?:\.[\d*]+)*$")
+VENV_PYTHON_MARKER = "Make this environment with Python 3.11+ (transformers 5.23 needs it): it uses Python {version}."
+
+
+def environment_python(values: list[str | None]) -> tuple[int, int] | None:
+    """The Python version an environment-making command names (`python3.9 -m venv e`, `virtualenv -p python3.8 e`,
+    `conda create -n e python=3.10`, `conda install python=3.8.10`, `uv venv --python 3.9`), or None."""
+    words = [v for v in values if v is not None]
+    if not words:
+        return None
+    name = words[0].rsplit("/", 1)[-1]
+    m = _VENV_PYTHON.match(words[0])
+    if m and words[1:3] in (["-m", "venv"], ["-m", "virtualenv"]):
+        return int(m.group(1)), int(m.group(2))
+    if not (name == "virtualenv" or (name == "uv" and words[1:2] == ["venv"])
+            or (name in ("conda", "mamba", "micromamba") and words[1:2] in (["create"], ["install"]))):
+        return None
+    for k, w in enumerate(words[1:], 1):
+        key, eq, value = w.partition("=")
+        if not eq and w in ("-p", "--python") and k + 1 < len(words):
+            value = words[k + 1]
+        value = value.lstrip("=")  # (`python==3.8`)
+        if key in ("python", "-p", "--python") and (m := _VENV_PYTHON.match(value) or _VERSION.match(value)):
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
 OLD_PYTHON_MARKER = "Use a base image with Python 3.11+ (transformers 5.23 needs it): {image} has Python {version}."
 
 
@@ -448,19 +478,27 @@ class OldPythonBaseImage(DockerRule):
     caveats = """
         Known images: ubuntu 18.04/20.04/22.04, debian buster/bullseye, amazonlinux 2/2023 and
         `python:3.X` images. A Dockerfile that installs its own Python (python3.11+, conda, pyenv,
-        uv, deadsnakes) is left alone, and so is one that installs none of the migrated libraries.
+        uv, deadsnakes) has no `FROM` marker; a `RUN` that makes the environment with an older
+        Python (`python3.10 -m venv`, `conda install python=$PYTHON_VERSION` with the ARG's default
+        3.8.10) gets one. A Dockerfile that installs none of the migrated libraries is left alone.
     """
     markers = ((OLD_PYTHON_MARKER,
                 """The migrated requirements (transformers 5.23, diffusers 0.42, TRL 1.x) declare Requires-Python
                 >= 3.11, so pip cannot install them on this image's Python; use an image with Python 3.11+
-                (Ubuntu 24.04, Debian bookworm, python:3.11+, a TorchNeuron DLC) or install a newer Python in it."""),)
+                (Ubuntu 24.04, Debian bookworm, python:3.11+, a TorchNeuron DLC) or install a newer Python in it."""),
+               (VENV_PYTHON_MARKER,
+                """The image makes the environment the project installs into with an older Python (`python3.10 -m
+                venv`, `conda install python=3.8`): the migrated requirements need Python 3.11+ there too."""))
 
     def contribute(self, plan: DockerPlan, ctx) -> None:
         if neuron_sdk_server(plan.unit.src):
             return  # a model server of the Neuron SDK keeps its environment and installs (codemods.project.serving)
-        if _OWN_PYTHON.search(ctx.text) or not _INSTALLS_TARGET.search(ctx.text):
+        if not _INSTALLS_TARGET.search(ctx.text):
             return
         u = plan.unit
+        made = self._environments(plan, ctx)
+        if made or _OWN_PYTHON.search(ctx.text):
+            return  # (the image's own Python is not the one that runs)
         for g, ins in enumerate(u.instructions):
             if ins.keyword != "FROM":
                 continue
@@ -474,6 +512,38 @@ class OldPythonBaseImage(DockerRule):
             if version is not None and version < TARGET_PYTHON:
                 shown = words[0].rsplit("/", 1)[-1]
                 plan.marker(ctx, g, OLD_PYTHON_MARKER.format(image=shown, version=f"{version[0]}.{version[1]}"))
+
+    @staticmethod
+    def _environments(plan: DockerPlan, ctx) -> bool:
+        """Marks each RUN that makes the environment with a Python older than 3.11 (`python3.10 -m venv`, `conda
+        install python=$PYTHON_VERSION` with the ARG's default); whether any RUN makes one (of whatever version)."""
+        u = plan.unit
+        defaults: dict[str, str] = {}
+        made = False
+        for g, ins in enumerate(u.instructions):
+            if ins.keyword in ("ARG", "ENV"):
+                for m in re.finditer(r"\b([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*'|\S+)", u.src[ins.args_start:ins.end]):
+                    defaults.setdefault(m.group(1), m.group(2).strip("\"'"))
+                continue
+            if ins.keyword != "RUN" or ins.inner_comments:
+                continue
+            try:
+                words = [w.text.strip("\"'") for w in u.words(ins)]
+            except ShellSyntaxError:
+                continue
+            words = [re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: defaults.get(m.group(1), m.group(0)), w) for w in words]
+            commands: list[list[str]] = [[]]
+            for w in words:
+                if w in ("&&", "||", ";", "|"):
+                    commands.append([])
+                else:
+                    commands[-1].append(w)
+            versions = [v for c in commands if (v := environment_python(c)) is not None]
+            made = made or bool(versions)
+            old = [v for v in versions if v < TARGET_PYTHON]
+            if old:
+                plan.marker(ctx, g, VENV_PYTHON_MARKER.format(version=f"{old[0][0]}.{old[0][1]}"))
+        return made
 
 
 class DockerfileEnv(DockerRule):

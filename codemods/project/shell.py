@@ -27,7 +27,9 @@ from codemods.project.shell_plans import (
     rewrite_script,
     word_value,
 )
-from codemods.project.dockerfile import TARGET_PYTHON, xla_era_image, xla_era_server_image
+from codemods.project.dockerfile import (
+    TARGET_PYTHON, VENV_PYTHON_MARKER, environment_python, xla_era_image, xla_era_server_image,
+)
 from codemods.project.serving import SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY, neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
@@ -843,35 +845,8 @@ class XlaDlamiVenv(ShellRule):
 # NM530: environments made with a Python older than the migrated stack needs
 
 
-#: `python3.9 -m venv`, `virtualenv -p python3.8`, `conda create ... python=3.10`, `uv venv --python 3.9`: the Python
-#: version an environment is made with
-_VENV_PYTHON = re.compile(r"^(?:\S*/)?python(3)\.(\d+)$")
-_VERSION = re.compile(r"^(3)\.(\d+)(?:\.\d+)?$")
 #: a script that installs the migrated stack (what cannot install on an older Python)
 _INSTALLS_STACK = re.compile(r"\b(?:pip3?|uv pip)\s+install\b[^\n]*\b(?:transformers|diffusers|trl|optimum|peft|accelerate)\b")
-VENV_PYTHON_MARKER = "Make this environment with Python 3.11+ (transformers 5.23 needs it): it uses Python {version}."
-
-
-def _made_with(values: list[str | None]) -> tuple[int, int] | None:
-    """The Python version an environment-making command names (`python3.9 -m venv e`, `virtualenv -p python3.8 e`,
-    `conda create -n e python=3.10`, `uv venv --python 3.9`), or None."""
-    words = [v for v in values if v is not None]
-    if not words:
-        return None
-    name = words[0].rsplit("/", 1)[-1]
-    m = _VENV_PYTHON.match(words[0])
-    if m and words[1:3] in (["-m", "venv"], ["-m", "virtualenv"]):
-        return int(m.group(1)), int(m.group(2))
-    if not (name == "virtualenv" or (name == "uv" and words[1:2] == ["venv"])
-            or (name in ("conda", "mamba", "micromamba") and words[1:2] == ["create"])):
-        return None
-    for k, w in enumerate(words[1:], 1):
-        key, eq, value = w.partition("=")
-        if not eq and w in ("-p", "--python") and k + 1 < len(words):
-            value = words[k + 1]
-        if key in ("python", "-p", "--python") and (m := _VENV_PYTHON.match(value) or _VERSION.match(value)):
-            return int(m.group(1)), int(m.group(2))
-    return None
 
 
 class OldPythonEnvironment(ShellRule):
@@ -911,7 +886,7 @@ class OldPythonEnvironment(ShellRule):
         if neuron_sdk_server(u.src) or not _INSTALLS_STACK.search(ctx.whole_text):
             return
         for s in u.simples:
-            version = _made_with([u.value(i) for i in s.words])
+            version = environment_python([u.value(i) for i in s.words])
             if version is not None and version < TARGET_PYTHON and plan.editable(self.id, s):
                 plan.marker(ctx, s.group, VENV_PYTHON_MARKER.format(version=f"{version[0]}.{version[1]}"))
 
