@@ -57,6 +57,13 @@ def old_stack(qualified: str) -> bool:
 XLA_INTEGRATIONS = {
     "ray.train.torch.xla": "Replace `{name}`, Ray's torch-xla setup: use ray.train.torch.TorchConfig with the neuron backend.",
 }
+#: an import line of the old stack, in the text of a string that holds a program
+_OLD_IMPORT_LINE = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:torch_neuron(?!x)|torch_xla|optimum\.neuron|"
+                              r"transformers_neuronx|neuronx_distributed|libneuronxla)\b", re.M)
+#: torch_neuronx (the TorchNeuron plugin too) imported for the XLA era's traced artifacts
+_TRACE_PROGRAM = re.compile(r"^[ \t]*(?:import|from)[ \t]+torch_neuronx\b(?s:.*)(?:torch_neuronx\.trace|torch\.jit\.load)",
+                            re.M)
+STRING_CODE_MARKER = "Migrate the Python code in this string by hand: code inside strings is not rewritten."
 #: a unit of the Inf1 stack (its TorchScript loads read torch-neuron artifacts)
 _INF1_UNIT = re.compile(r"\bimport torch_neuron\b(?!x)|^\s*import torch\.neuron[ \t]*(?:#.*)?$|torch\.neuron\.trace\b", re.M)
 #: what torch-neuron (Inf1) put on torch.neuron; the native torch.neuron (is_available, device_count...) stays
@@ -205,6 +212,10 @@ class OldStackLeftovers(PythonRule):
         torch.distributed on each worker: give it the backend TorchNeuron documents for init_process_group
         ("neuron") and move the model to the "neuron" device in the training function.""")
                  for m in XLA_INTEGRATIONS.values()),
+               (STRING_CODE_MARKER, """A triple-quoted string holds a Python program that imports the old stack (an
+        endpoint's inference.py or a worker script that a notebook or a launcher writes out): the rules rewrite the
+        code of the files they read, not code inside strings. Migrate it by hand, or write it out as a file of
+        the project and run the migration on that file."""),
                (INF1_IMPORT_MARKER, """`import torch_neuron` is what registered trace, DataParallel and analyze_model on
         torch.neuron: while the calls marked below are not ported, removing it turns each into an AttributeError
         before a person reaches it. Once they compile with torch.compile on the neuron device, the import goes."""),
@@ -326,11 +337,29 @@ class OldStackLeftovers(PythonRule):
         elif qual == "torch.load" and ctx.local_state().get("inf1_saved") and "torch_neuronx" not in ctx.source:
             ctx.marker(node, INF1_MAYBE_LOAD_MARKER)
 
+    @staticmethod
+    def _holds_code(node: cst.SimpleString, ctx: PythonContext) -> bool:
+        """A triple-quoted string, not a docstring, holding a Python program that imports the old stack (an
+        endpoint's inference.py written out by a notebook): the rules do not rewrite code inside strings."""
+        if node.quote not in ('"""', "'''") or isinstance(ctx.parent, cst.Expr):
+            return False
+        text = node.evaluated_value
+        if not isinstance(text, str) or not (_OLD_IMPORT_LINE.search(text) or _TRACE_PROGRAM.search(text)):
+            return False
+        try:
+            cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            return False
+        return True
+
     def _on_string(self, node: cst.SimpleString, ctx: PythonContext) -> None:
         """An ``"xla"`` device string (``"xla:1"``) held under a device's name (``device = "xla" if ... else
         None``, a parameter default ``device="xla"``, a field ``device: str = "xla"``, ``{"device": "xla"}``,
         ``f(device="xla")``): where no rule rewrote it, finish() marks it. Compared, printed or under another
         name (a tag, a mode), it is not known to be a device."""
+        if self._holds_code(node, ctx):
+            ctx.marker(node, STRING_CODE_MARKER)
+            return
         if not _XLA_DEVICE.fullmatch(node.value[1:-1] if len(node.value) > 1 and node.value[0] in "\"'" else ""):
             return
         child: cst.CSTNode = node
