@@ -255,6 +255,11 @@ OLD_STACK_ROOTS = (
 )
 
 
+#: old-stack roots that are also native modules on TorchNeuron (``torch.neuron`` is its device module, like
+#: ``torch.cuda``): only these members are the old stack's (torch-neuron's Inf1 API); the rest are native uses
+OLD_MEMBERS_OF_NATIVE = {"torch.neuron": frozenset({"trace", "DataParallel", "analyze_model"})}
+
+
 #: the TorchNeuron plugin: PyTorch autoloads it, and an ``import torch_neuronx`` the migration left unused stays
 #: (the seeds keep it: it documents the device the script runs on)
 NATIVE_PLUGIN = "torch_neuronx"

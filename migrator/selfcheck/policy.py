@@ -23,7 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from migrator.model import DROPPED_RULE, IN_DOCUMENT, KEEPS_OLD_STACK, OUTSIDE_NAMES, UNPARSABLE, fitted
+from migrator.model import (
+    DROPPED_RULE, IN_DOCUMENT, KEEPS_OLD_STACK, OLD_MEMBERS_OF_NATIVE, OUTSIDE_NAMES, UNPARSABLE, fitted,
+)
 from migrator.selfcheck.check import (
     KEYWORD, OLD_STACK, SYNTAX, UNDEFINED, UNRESOLVED, Violation, check_source, introduced, marked, markers_on,
     parses,
@@ -175,6 +177,9 @@ def _old_imports(after: list[Violation], imports: Sequence[ImportInfo], new: str
         submodule = info.module != info.local and any(
             o.local == info.local and o.module == info.local and o.scope == info.scope for o in imports)
         own = _uses_of(info, uses, imported, submodule)
+        if not own and submodule and info.module in OLD_MEMBERS_OF_NATIVE \
+                and _uses_of(info, uses, imported, submodule, native=True):
+            continue  # (`import torch.neuron` for `torch.neuron.is_available()`: the native device module's)
         if own or info.local in outside:
             still.setdefault((info.statement, info.module), []).append(info.module if submodule else info.local)
             seen.setdefault((info.statement, info.module if submodule else info.local), []).extend(own)
@@ -370,15 +375,19 @@ def _evaluated_names(text: str) -> frozenset[str]:
 
 
 def _uses_of(info: ImportInfo, uses: dict[str, list[Use]], imported: frozenset[tuple[Scope, str]],
-             submodule: bool = False) -> list[tuple[ast.stmt, int]]:
+             submodule: bool = False, native: bool = False) -> list[tuple[ast.stmt, int]]:
     """The uses (statement, line) of what ``info`` binds: those in its scope and the scopes nested in it, less
     those in a nested scope that imports the name again itself. With ``submodule`` (``import torch.neuron``
-    beside ``import torch``: both bind ``torch``), only the reads through the submodule (``torch.neuron.x``)."""
+    beside ``import torch``: both bind ``torch``), only the reads through the submodule (``torch.neuron.x``), and
+    of a module that is native too (``OLD_MEMBERS_OF_NATIVE``) only its old members' unless ``native``."""
     s = info.scope
+    old = OLD_MEMBERS_OF_NATIVE.get(info.module) if submodule and not native else None
     return [(stmt, line) for stmt, line, scope, chain in uses.get(info.local, ())
             if scope[:len(s)] == s
             and not any((scope[:k], info.local) in imported for k in range(len(s) + 1, len(scope) + 1))
-            and (not submodule or chain == info.module or chain.startswith(info.module + "."))]
+            and (not submodule or chain == info.module or chain.startswith(info.module + "."))
+            # (`torch.neuron.is_available()`: the native device module's, not an old-stack use)
+            and (old is None or chain == info.module or chain[len(info.module) + 1:].split(".")[0] in old)]
 
 
 def _function_locals(function: ast.AST) -> frozenset[str]:
