@@ -42,6 +42,12 @@ NEURON_CONFIG_FIELDS = {
     "checkpoint_id": "the original checkpoint id you now load",
     "on_device_sampling": "`{m}.generate(do_sample=True, ...)` (sampling runs in generate)",
 }
+#: the sequence-length fields, and what stands for them on a model that does not generate (an encoder)
+_LENGTHS = ("sequence_length", "max_context_length")
+PAD_HINT = "the max_length you pad the inputs to (padding=\"max_length\")"
+EITHER_HINT = "the max_length you pad inputs to (or generation_config.max_cache_len)"
+#: the optimum.neuron classes whose models generate (a generation config, a cache)
+_GENERATIVE = re.compile(r"CausalLM|Seq2SeqLM|ConditionalGeneration|ImageTextToText|SpeechSeq2Seq|Whisper|Decoder")
 #: keywords of the optimum-neuron (NxD) decoders' forward that a native model's forward does not accept
 FORWARD_ONLY = ("seq_ids", "sampling_params")
 FORWARD_MARKER = "Drop `{kw}=` (optimum-neuron forward arguments): a native model samples in `{m}.generate(...)`."
@@ -206,6 +212,7 @@ class NeuronConfigReads(PythonRule):
                 cfg = value.args[1].value
             known = dict(state["configs"].get(cfg.value, {})) if isinstance(cfg, cst.Name) else {}
         state["models"][code(target)] = known
+        state.setdefault("generative", {})[code(target)] = _GENERATIVE.search(qual) is not None
 
     # ------------------------------------------------------------------ the reads
     def _on_attribute(self, node: cst.Attribute, ctx: PythonContext) -> None:
@@ -249,6 +256,10 @@ class NeuronConfigReads(PythonRule):
             instead = NEURON_CONFIG_FIELDS.get(key)
             if instead is None and model not in models:
                 return  # an unknown field on an unknown object: maybe not optimum-neuron's
+            if key in _LENGTHS and not ctx.local_state().get("generative", {}).get(model, False):
+                # an encoder's (a traced model's static_sequence_length, a feature extractor's): no generation
+                # config, no cache; the length is the one the inputs are padded to
+                instead = PAD_HINT if field.startswith("static_") or model in models else EITHER_HINT
             hint = instead.format(m=model) if instead else ""
             short = instead.format(m="model") if instead else ""
         else:
