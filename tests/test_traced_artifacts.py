@@ -273,6 +273,39 @@ def test_a_compiled_model_shares_its_module_unless_built_from_a_copy():
     assert own._orig_mod.weight.dtype == torch.float32
 
 
+def test_a_wrapper_traced_around_a_module_used_elsewhere_leaves_that_module_where_it_was(monkeypatch):
+    """NM410/wrapper_of_shared_module: `trace(Wrapper(self.base_model), ...)` where another method runs
+    `self.base_model` on the CPU. `.to(device)` of the wrapper would move the shared module in place (the trace left
+    it on the CPU): the migration compiles a copy. Run with "meta" standing for the neuron device."""
+    import types
+
+    from migrator.engine import RuleSelection, RuleSet, migrate_text
+
+    source = (FIXTURES / "wrapper_of_shared_module.before.py").read_text()
+    migrated, _ = migrate_text(source, "python", RuleSet.from_selection(RuleSelection()))
+    assert "copy.deepcopy(_Prefill(self.base_model))" in migrated
+    runnable = migrated.replace('backend="neuron"', 'backend="eager"').replace('"neuron"', '"meta"')
+    plugin_in_process(monkeypatch)
+    scope: dict = {}
+    exec(compile(runnable, "migrated.py", "exec"), scope)
+
+    class Base(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, input_ids, use_cache=False):
+            return types.SimpleNamespace(logits=self.lin(input_ids))
+
+    base = Base()
+    backend = scope["Backend"](base, torch.ones(1, 4))
+    assert base.lin.weight.device.type == "cpu"
+    assert backend.decode(torch.ones(1, 4)).logits.shape == (1, 4)  # the CPU path still runs
+    shared = Base()
+    scope["_Prefill"](shared).to("meta")
+    assert shared.lin.weight.device.type == "meta"  # what compiling the wrapper itself would have done
+
+
 def test_migrated_trace_compiles_a_model_with_a_graph_break(tmp_path, monkeypatch):
     """NM410 writes torch.compile without fullgraph=True: a traced model with a data-dependent step (a
     graph break for dynamo; the trace had recorded it as a constant) runs, where fullgraph=True fails."""

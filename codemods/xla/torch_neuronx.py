@@ -167,6 +167,23 @@ def _built_from(ctx: PythonContext, name: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _wraps_module_used_elsewhere(call: cst.Call, ctx: PythonContext) -> bool:
+    """``trace(Wrapper(model), ...)`` / ``trace(Wrapper(self.model), ...)`` where the code also runs or moves that
+    module itself (``model.generate(...)``, ``self.model(ids)`` in another method): the compiled wrapper, moved
+    to the device in place, would take the shared module with it."""
+    for arg in call.args:
+        value = arg.value
+        if isinstance(value, cst.Name) and ctx.qualname(value) is None:
+            if _changed_later(ctx, value.value):
+                return True
+        elif isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self":
+            code = re.escape(ctx.module.code_for_node(value))
+            methods = "|".join(sorted(MUTATORS | RUNS))
+            if re.search(rf"(?<![\w.]){code}\s*(?:\(|\.\s*(?:{methods})\s*\()", ctx.code):
+                return True
+    return False
+
+
 FUNCTION_DEFS = (cst.FunctionDef,)
 
 
@@ -241,7 +258,9 @@ class NeuronTrace(_XlaRule):
         a marker (a trace was inference-only). A trace of a model the scope traced already is that
         compiled model (`torch.compile` of a compiled module is a plain function). The trace took a
         copy: where the code goes on to change the module, call it or run its `forward`/`generate`
-        (the CPU reference of a benchmark), the compiled model is built from `copy.deepcopy(module)`.
+        (the CPU reference of a benchmark), the compiled model is built from `copy.deepcopy(module)`;
+        so is a wrapper built inline around a module the code runs or moves elsewhere
+        (`trace(Prefill(self.base_model), ...)` beside a CPU decode with `self.base_model`).
         A trace or traced-artifact load put into a part of a Diffusers pipeline the unit loads and
         never moves (`pipe.unet.m = torch.jit.load(p)`, no `pipe.to(...)`) gets a marker to move the
         pipeline: the traced part took CPU tensors, the compiled one takes neuron tensors.
@@ -409,8 +428,9 @@ class NeuronTrace(_XlaRule):
         # model (which shares the module) is built from a copy of it
         root = _uneval(bound["func"].value)
         copy = None
-        if isinstance(root, cst.Name) and (_changed_later(ctx, root.value)
-                                           or any(_changed_later(ctx, n) for n in _built_from(ctx, root.value))):
+        if (isinstance(root, cst.Name) and (_changed_later(ctx, root.value)
+                                            or any(_changed_later(ctx, n) for n in _built_from(ctx, root.value)))) \
+                or (isinstance(root, cst.Call) and _wraps_module_used_elsewhere(root, ctx)):
             try:
                 copy = _code(ctx.name_for("copy.deepcopy", style="module"))
             except NameClash:
