@@ -35,7 +35,7 @@ from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
     BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on, ignored_by_torchneuron,
     mark_bf16_launch, xla_only_reason)
-from migrator.model import ignored_rules, is_silenced
+from migrator.model import fitted, ignored_rules, is_silenced
 
 
 # ------------------------------------------------------------------------------------------------
@@ -86,8 +86,8 @@ def _diffusion(model: str | None, task: str | None, flags: set[str]) -> bool:
     return bool(flags & _DIFFUSION_FLAGS) or bool(model and _DIFFUSION_MODEL_RE.search(model))
 
 
-def export_comments(args: list[str], command: str = "optimum-cli export neuron") -> list[str]:
-    """Where each flag of a removed `optimum-cli export neuron ARGS` command now lives."""
+def _export_args(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """The flags (name, value) and the positional arguments (the output folder last) of an export's ARGS."""
     flags: list[tuple[str, str | None]] = []
     positional: list[str] = []
     k = 0
@@ -113,6 +113,12 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
         else:
             positional.append(a)
         k += 1
+    return flags, positional
+
+
+def export_comments(args: list[str], command: str = "optimum-cli export neuron") -> list[str]:
+    """Where each flag of a removed `optimum-cli export neuron ARGS` command now lives."""
+    flags, positional = _export_args(args)
     get = {("--model" if n == "-m" else n): v for n, v in flags}
     out = [f"removed `{command}`: TorchNeuron compiles the model on first use, there is no export step."]
     model, task = get.get("--model"), get.get("--task")
@@ -159,6 +165,33 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
     return [_one_line(x) for x in out[:1]] + ["  " + _one_line(x) for x in out[1:]]
 
 
+OUTPUT_MARKER = "Put the checkpoint in {out} ({how}): later steps read it."
+OUTPUT_SHORT = "Put the model's checkpoint in {out}: later steps read what the export wrote there."
+
+
+def _output_read_later(u: ShellUnit, s: Simple, args: list[str], ctx) -> str | None:
+    """The output folder of a removed export (its last positional argument, a `$VAR` read from its assignment
+    in the unit) when the rest of the text names it again (a notebook's later cell packs it, a script copies it
+    or loads from it): the folder no longer exists unless something puts the checkpoint there."""
+    flags, positional = _export_args(args)
+    if not positional or not positional[-1]:
+        return None
+    out = positional[-1]
+    if out.startswith("$"):
+        name = out.strip("${}")
+        found = re.search(rf"^[ \t]*(?:export[ \t]+)?{re.escape(name)}=([\"']?)([^\s\"'#;]+)\1", u.src, re.M)
+        if found is None:
+            return None
+        out = found.group(2)
+    folder = out.rstrip("/")
+    if not folder or folder in (".", "..") or "$" in folder:
+        return None
+    end = u.toks[s.last].end if s.last < len(u.toks) else len(u.src)
+    named = re.compile(rf"(?<![\w.\-]){re.escape(folder)}(?![\w.\-])")
+    # (named more often in the whole text, a notebook's other cells too, than in this unit up to the command)
+    return out if len(named.findall(ctx.whole_text)) > len(named.findall(u.src[:end])) else None
+
+
 CONSOLIDATE_MARKER = ("Delete this step if the migrated training wrote this checkpoint: it saves whole weights, "
                       "with nothing to consolidate.")
 PRERUN_MARKER = "Delete this command unless it should run twice: it was the neuron_parallel_compile pre-run."
@@ -174,7 +207,12 @@ EXTRACT_GRAPHS_SET_MARKER = ("Delete this NEURON_EXTRACT_GRAPHS_ONLY setting: it
 
 class OptimumCliCommands(ShellRule):
     id = "NM510"
-    markers = ((CONSOLIDATE_MARKER, """`optimum-cli neuron consolidate` needs optimum-neuron. The migrated
+    markers = ((OUTPUT_MARKER, """The removed export wrote the compiled model into this folder, and the rest of
+        the script, page or notebook names the folder again (it packs it into a SageMaker archive, copies files into
+        it, loads from it): without the export the folder does not exist. Put the original checkpoint there (hf
+        download of the model id, or save_pretrained of the loaded model and tokenizer); the migrated loading code
+        reads a plain Transformers checkpoint."""),
+               (CONSOLIDATE_MARKER, """`optimum-cli neuron consolidate` needs optimum-neuron. The migrated
         training (the Trainer, a model loaded with a DistributedConfig) saves whole checkpoints: save_pretrained
         gathers the shards, so there is nothing to consolidate (transformers.distributed's
         consolidate_distributed_checkpoint reads only save_pretrained(distributed_checkpoint=True) saves, and
@@ -206,7 +244,9 @@ class OptimumCliCommands(ShellRule):
     """
     caveats = """
         Scripts that later load the export directory must load the original model instead; the
-        Python rules migrate the loading code, this rule only says where the flags went. A command
+        Python rules migrate the loading code, this rule only says where the flags went. Where the
+        rest of the text names the export's folder again (a later cell packs or copies it), a marker
+        says to put the checkpoint there (`hf download <model> --local-dir <folder>`). A command
         inside `$(...)`, backticks or a heredoc is not touched. In a pipeline, next to `||`, or as
         the only command of an `if`/loop body, the command becomes `:` instead of disappearing.
     """
@@ -247,7 +287,16 @@ class OptimumCliCommands(ShellRule):
                 continue
             raw = [u.text(i) for i in args]
             plan.remove(self.id, s)
-            comments = export_comments([" ".join(r.split()) for r in raw], label)
+            values = [" ".join(r.split()) for r in raw]
+            comments = export_comments(values, label)
+            folder = _output_read_later(u, s, [v.strip("\"'") for v in values], ctx)
+            if folder is not None:
+                # the export made the folder that later steps package, copy or load: it must hold the checkpoint now
+                model = dict(_export_args(values)[0]).get("--model") or dict(_export_args(values)[0]).get("-m")
+                plan.marker(ctx, s.group, fitted(
+                    OUTPUT_MARKER.format(out=folder, how=f"hf download {model} --local-dir {folder}" if model
+                                         else "save_pretrained"),
+                    OUTPUT_SHORT.format(out=folder), OUTPUT_SHORT.format(out="the export's folder")))
             plan.add_comment(s.group, comment_line(self.id, comments[0]))
             for extra in comments[1:]:
                 plan.add_comment(s.group, "# " + extra)
