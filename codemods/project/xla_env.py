@@ -58,6 +58,9 @@ MARKED_VARS: dict[str, str] = {
                                 "NEURON_COMPILE_CACHE_URL was the XLA stack's.",
     "NEURON_PLATFORM_TARGET_OVERRIDE": "Check that TorchNeuron's compiler reads NEURON_PLATFORM_TARGET_OVERRIDE "
                                        "before relying on it to pick the target.",
+    # transformers-neuronx's compile cache (NEURONX_CACHE=on: reuse the NEFFs in the NEURONX_DUMP_TO folder)
+    **{name: f"Set TORCH_NEURONX_NEFF_CACHE_DIR to keep a compile cache: {name} was transformers-neuronx's."
+       for name in ("NEURONX_CACHE", "NEURONX_DUMP_TO")},
     # Transformers 4's cache settings: Transformers 5 reads none of them (the hub's own settings decide)
     **{name: f"Rename {name} to HF_HUB_CACHE: Transformers 5 ignores it and downloads to the default hub cache."
        for name in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE")},
@@ -70,6 +73,10 @@ _MARKED_WHY = {
     "NEURON_PLATFORM_TARGET_OVERRIDE": """Made the XLA stack (and optimum-neuron's export) compile for another
      instance type (trn1, trn2, inf2) than the host's; whether TorchNeuron's compile path reads it is not
      established, so it is kept.""",
+    **dict.fromkeys(("NEURONX_CACHE", "NEURONX_DUMP_TO"), """transformers-neuronx compiled into the
+     NEURONX_DUMP_TO folder and, with NEURONX_CACHE=on, reused the NEFFs it found there; TorchNeuron reads
+     neither: its compile cache directory is TORCH_NEURONX_NEFF_CACHE_DIR. The setting is kept for a person to
+     move or delete."""),
     **dict.fromkeys(("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE"),
                     """Transformers 4 took its download directory from TRANSFORMERS_CACHE (and the older
      PYTORCH_TRANSFORMERS_CACHE / PYTORCH_PRETRAINED_BERT_CACHE); Transformers 5 reads none of them, so the
