@@ -945,7 +945,8 @@ class OldStackDependencies(_DependencyRule):
         old SDK release goes. An XLA-era `torch-neuronx` is any pin that cannot reach 2.13
         (Neuron 2.33 made torch-neuronx for PyTorch 2.13/2.14 TorchNeuron; the XLA-based one for
         PyTorch 2.9 last shipped in Neuron 2.31) or a 6-part `<torch>.<neuron>` release such as
-        `2.1.2.2.3.0` (TorchNeuron releases are `2.13.3.0`, `2.14.3.0`).
+        `2.1.2.2.3.0` (TorchNeuron releases are `2.13.3.0`, `2.14.3.0`); a floor below 2.13
+        (`torch-neuronx>=2.1`, which admits both) is raised to `>=2.13`.
     """
 
 

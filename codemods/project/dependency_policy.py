@@ -272,6 +272,11 @@ def _xla_torch_neuronx(spec: SpecifierSet) -> bool:
     return False
 
 
+def _low_floor(spec: SpecifierSet) -> bool:
+    """Only lower bounds (``>=2.1``, ``>2.0``), below TorchNeuron's first release."""
+    return len(spec) > 0 and all(s.operator in (">=", ">") and Version(s.version) < TORCHNEURON_FIRST for s in spec)
+
+
 def _old_neuronx_cc_pin(spec: SpecifierSet) -> bool:
     """A neuronx-cc pin tied to one SDK release (``==2.*`` and lower bounds are kept)."""
     return len(spec) > 0 and not spec.contains(Version("2.9999"), prereleases=True)
@@ -504,6 +509,10 @@ def _decide_parsed(e: _Entry, neuron_group: bool, migrating: bool) -> _Decision 
     if name == "torch-neuronx" and any(_xla_torch_neuronx(s) for s in spec):
         return _Decision("NM501", "respec", "XLA-era torch-neuronx pin removed: the package is now TorchNeuron",
                          new_spec="", marker=TORCHNEURON_MARKER)
+    if name == "torch-neuronx" and spec and all(_low_floor(s) for s in spec):
+        # `torch-neuronx>=2.1`: a floor that admits the XLA-era releases (2.1-2.9) as well as TorchNeuron
+        return _Decision("NM501", "respec", f"torch-neuronx floor raised to >={TORCHNEURON_FIRST} (TorchNeuron): a "
+                         "lower one admits the XLA-era releases", new_spec=f">={TORCHNEURON_FIRST}")
     if name == "neuronx-cc" and all(_old_neuronx_cc_pin(s) for s in spec):
         return _Decision("NM501", "respec",
                          "neuronx-cc pin of the old Neuron SDK removed: install the compiler release of your TorchNeuron",
