@@ -16,6 +16,7 @@ TABLE = (
     ('NM110', 'python', ('python', 'notebook', 'markdown'), ('neuron_config', 'config.neuron', 'optimum.neuron', 'optimum import'), (), (), (), ()),
     ('NM111', 'python', ('python', 'notebook', 'markdown'), ('NeuronModel',), (), (), (), ()),
     ('NM112', 'python', ('python', 'notebook', 'markdown'), ('optimum-cli',), (), (), (), ()),
+    ('NM113', 'python', ('python', 'notebook', 'markdown'), ('aws-neuron/',), (), (), (), ()),
     ('NM200', 'python', ('python', 'notebook', 'markdown'), ('optimum.neuron', 'optimum import'), (), (), (), ()),
     ('NM201', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainingArguments', 'TrainiumTrainingArguments'), (), (), (), ()),
     ('NM202', 'python', ('python', 'notebook', 'markdown'), ('NeuronTrainer', 'TrainiumTrainer', 'NeuronSFTTrainer'), (), (), (), ()),

@@ -5,7 +5,8 @@ cache, NM108 image-text-to-text, NM109 embedding models (``causal_lm.py``); NM10
 diffusion pipelines (``diffusion.py``); NM105 ``device_map="auto"``, NM106 generation inputs left on
 CPU, NM107 Hub calls of the Neuron models (``device_map.py``); NM110 reads of ``neuron_config``
 (``neuron_attributes.py``); NM111 user subclasses of classes whose equivalent is an ``Auto*``
-factory (``subclasses.py``); NM112 ``optimum-cli export neuron`` run from Python (``export_cli.py``). ``args.py`` holds the load/shape argument helpers these rules share;
+factory (``subclasses.py``); NM112 ``optimum-cli export neuron`` run from Python (``export_cli.py``); NM113 Hub downloads of
+pre-exported Neuron models (``exported_downloads.py``). ``args.py`` holds the load/shape argument helpers these rules share;
 the renames of the inference names themselves are NM100 in :mod:`codemods.common`."""
 
 from codemods.inference import (
@@ -13,6 +14,7 @@ from codemods.inference import (
     device_map,
     diffusion,
     export_cli,
+    exported_downloads,
     neuron_attributes,
     pipelines,
     subclasses,
@@ -24,6 +26,7 @@ RULES = (
     *device_map.RULES,
     *diffusion.RULES,
     *export_cli.RULES,
+    *exported_downloads.RULES,
     *neuron_attributes.RULES,
     *pipelines.RULES,
     *subclasses.RULES,
