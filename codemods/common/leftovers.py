@@ -8,6 +8,7 @@ import libcst as cst
 
 from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.renames import load_table
+from codemods.project.xla_env import VENV_MARKER, xla_era_venv
 from migrator.model import KEEPS_OLD_STACK, fitted
 from migrator.imports import falls_back, import_gate, old_stack_alternative
 from migrator.rules import PythonContext, PythonRule
@@ -165,7 +166,8 @@ class OldStackLeftovers(PythonRule):
     fix = "manual"
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "neuronperf", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
-                "torch.neuron.analyze_model", "optimum.exporters.neuron", "train.torch.xla", "import torch.neuron")
+                "torch.neuron.analyze_model", "optimum.exporters.neuron", "train.torch.xla", "import torch.neuron",
+                "/opt/aws_neuron")
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -212,6 +214,10 @@ class OldStackLeftovers(PythonRule):
         torch.distributed on each worker: give it the backend TorchNeuron documents for init_process_group
         ("neuron") and move the model to the "neuron" device in the training function.""")
                  for m in XLA_INTEGRATIONS.values()),
+               (VENV_MARKER, """A string names a virtual environment of the Neuron Deep Learning AMI that has the
+        XLA-era stack (`/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference`): a PATH set to its bin folder, a
+        subprocess run with its python. The migrated code needs a TorchNeuron (torch-neuronx 2.13+)
+        environment; NM528 says the same of shell scripts."""),
                (STRING_CODE_MARKER, """A triple-quoted string holds a Python program that imports the old stack (an
         endpoint's inference.py or a worker script that a notebook or a launcher writes out): the rules rewrite the
         code of the files they read, not code inside strings. Migrate it by hand, or write it out as a file of
@@ -359,6 +365,12 @@ class OldStackLeftovers(PythonRule):
         name (a tag, a mode), it is not known to be a device."""
         if self._holds_code(node, ctx):
             ctx.marker(node, STRING_CODE_MARKER)
+            return
+        if not isinstance(ctx.parent, cst.Expr) and isinstance(node.evaluated_value, str) \
+                and xla_era_venv(node.evaluated_value):
+            # `os.environ["PATH"] = "/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference/bin:..."`, a subprocess that
+            # runs its python: the shell rules' NM528 marks it in scripts, this in Python
+            ctx.marker(node, VENV_MARKER)
             return
         if not _XLA_DEVICE.fullmatch(node.value[1:-1] if len(node.value) > 1 and node.value[0] in "\"'" else ""):
             return

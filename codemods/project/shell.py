@@ -33,8 +33,8 @@ from codemods.project.dockerfile import (
 from codemods.project.serving import SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY, neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
 from codemods.project.xla_env import (
-    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on, ignored_by_torchneuron,
-    mark_bf16_launch, xla_only_reason)
+    BF16_VARS, ENV_MARKERS, MARKED_VARS, VENV_MARKER, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on,
+    ignored_by_torchneuron, mark_bf16_launch, xla_era_venv, xla_only_reason)
 from migrator.model import fitted, ignored_rules, is_silenced
 
 
@@ -817,24 +817,6 @@ class XlaDlcImageCommand(ShellRule):
 
 # ------------------------------------------------------------------------------------------------
 # NM528: XLA-era DLAMI virtual environments
-
-
-#: a virtual environment of the Neuron Deep Learning AMI (`/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference`,
-#: `/opt/aws_neuron_venv_pytorch_1_13_inf1`); the TensorFlow ones are no concern of this tool
-_DLAMI_VENV_RE = re.compile(r"/opt/aws_neuronx?_venv(?!_tensorflow)\w*")
-_VENV_TORCH_RE = re.compile(r"pytorch_(\d+)_(\d+)")
-VENV_MARKER = ("Use a TorchNeuron (torch-neuronx 2.13+) environment here: this Deep Learning AMI venv has the "
-               "XLA-era Neuron stack.")
-
-
-def xla_era_venv(text: str) -> bool:
-    """Whether ``text`` names a Deep Learning AMI virtual environment of the XLA-era stack (any but one whose
-    name says PyTorch 2.13 or later, the TorchNeuron ones)."""
-    for m in _DLAMI_VENV_RE.finditer(text):
-        version = _VENV_TORCH_RE.search(m.group(0))
-        if version is None or (int(version.group(1)), int(version.group(2))) < (2, 13):
-            return True
-    return False
 
 
 class XlaDlamiVenv(ShellRule):
