@@ -42,6 +42,8 @@ NEURON_CONFIG_FIELDS = {
     "checkpoint_id": "the original checkpoint id you now load",
     "on_device_sampling": "`{m}.generate(do_sample=True, ...)` (sampling runs in generate)",
 }
+#: methods of a config object (`model.neuron_config.to_dict()`): the whole compile settings are read
+_CONFIG_METHODS = ("to_dict", "to_json_string", "to_json_file", "save_pretrained", "__dict__")
 #: the sequence-length fields, and what stands for them on a model that does not generate (an encoder)
 _LENGTHS = ("sequence_length", "max_context_length")
 PAD_HINT = "the max_length you pad the inputs to (padding=\"max_length\")"
@@ -254,7 +256,7 @@ class NeuronConfigReads(PythonRule):
         if field is not None:
             key = field[len("static_"):] if field.startswith("static_") and field[7:] in LOAD_KEYWORDS else field
             instead = NEURON_CONFIG_FIELDS.get(key)
-            if instead is None and model not in models:
+            if instead is None and model not in models and not (attr == "neuron_config" and key in _CONFIG_METHODS):
                 return  # an unknown field on an unknown object: maybe not optimum-neuron's
             if key in _LENGTHS and not ctx.local_state().get("generative", {}).get(model, False):
                 # an encoder's (a traced model's static_sequence_length, a feature extractor's): no generation
