@@ -28,6 +28,7 @@ from codemods.common.arg_plan import (
     tokenizer_to_processing_class,
 )
 from codemods.common.statements import expression_statement, remove_small_statement
+from codemods.project.dependency_policy import USES_OLD_STACK, USES_PROBES
 from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, target_of
 from codemods.upgrade.overrides import trainer_base
 from migrator.model import fitted
@@ -568,4 +569,69 @@ class ExampleTelemetry(PythonRule):
             ctx.marker(node, "send_example_telemetry is gone in transformers v5 (it only pinged the Hub): remove this use")
 
 
-RULES = (AdamWToTorch, TrainingArgumentsFields, TrainerProcessingClass, UseAuthToken, ExampleTelemetry, TorchDtype)
+REMOTE_CODE_MARKER = ("Check that this model's Hub code runs on Transformers 5.23 (it was written for 4.x), or load "
+                      "its native class.")
+
+
+class RemoteCodeOnV5(PythonRule):
+    id = "NM625"
+    markers = ((REMOTE_CODE_MARKER, """trust_remote_code=True runs the modelling code the model's Hub repository
+        ships, written against the Transformers 4.x the old project pinned; the migration moves the project to
+        Transformers 5.23, where many such files fail (names removed from 4.x: `_tie_or_clone_weights`, config
+        attributes such as `forced_bos_token_id`) or behave differently. Run the load once on 5.23; where
+        Transformers now has the architecture itself (Florence-2, Phi-3, Qwen2-VL and many others), drop
+        trust_remote_code and load the native class."""),)
+    title = "from_pretrained(..., trust_remote_code=True) in a project moved from Transformers 4: marker"
+    fix = "manual"
+    triggers = ("trust_remote_code",)
+    #: the run migrates old-stack code (its Transformers pin is raised to 5.23)
+    project_probes = {USES_OLD_STACK: USES_PROBES[USES_OLD_STACK]}
+    why = """
+        A model loaded with `trust_remote_code=True` runs the code of its Hub repository, which was
+        written for the Transformers 4.x that the old project pinned. The migration raises the
+        project to Transformers 5.23 (NM503), where much of that code no longer loads. In a run
+        that migrates old-stack code, each Transformers load with `trust_remote_code=True` gets a
+        marker: check it on 5.23, or load the native class where Transformers has the
+        architecture now.
+    """
+    before = """
+        import torch_neuronx
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained("microsoft/Florence-2-base", trust_remote_code=True)
+    """
+    after = """
+        import torch_neuronx
+        from transformers import AutoModelForCausalLM
+
+        # TODO(neuron-migrate NM625): Check that this model's Hub code runs on Transformers 5.23 (it was written for 4.x), or load its native class.
+        model = AutoModelForCausalLM.from_pretrained("microsoft/Florence-2-base", trust_remote_code=True)
+    """
+    caveats = """
+        Only `trust_remote_code=True` written as a literal, on a Transformers class's `from_pretrained`
+        or `transformers.pipeline`; a run without old-stack code keeps its Transformers pin and is left
+        alone. Dataset loading scripts are NM617's.
+    """
+
+    def handlers(self):
+        return {cst.Call: self._on_call}
+
+    def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
+        arg = keywords(node).get("trust_remote_code")
+        if arg is None or literal(arg.value) is not True:
+            return
+        func = node.func
+        qual = ctx.qualname(func) or ""
+        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+            qual = ctx.qualname(func.value) or ""
+        elif qual != "transformers.pipeline" and not qual.startswith("transformers.pipelines"):
+            return
+        if not qual.startswith("transformers."):
+            return
+        if USES_OLD_STACK not in ctx.facts and not any(p in ctx.whole_text for p in USES_PROBES[USES_OLD_STACK]):
+            return
+        ctx.marker(node, REMOTE_CODE_MARKER)
+
+
+RULES = (AdamWToTorch, TrainingArgumentsFields, TrainerProcessingClass, UseAuthToken, ExampleTelemetry, TorchDtype,
+         RemoteCodeOnV5)
