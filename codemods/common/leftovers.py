@@ -58,6 +58,28 @@ def old_stack(qualified: str) -> bool:
 XLA_INTEGRATIONS = {
     "ray.train.torch.xla": "Replace `{name}`, Ray's torch-xla setup: use ray.train.torch.TorchConfig with the neuron backend.",
 }
+#: what runs a program or sets the environment it runs in (a venv's path in its arguments is used, not named)
+_RUNNERS = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn", "os.putenv", "os.environ.")
+
+
+def _runs_or_sets(ctx: PythonContext) -> bool:
+    """Whether the string being visited is an argument of a call that runs a program (`subprocess.run([...])`,
+    `os.system(...)`) or sets the environment (`os.environ.update`), or the value of `os.environ[...] = ...`:
+    a help text or a prompt that names a path does not use it."""
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, cst.Call):
+            qual = ctx.qualname(node.func) or ""
+            if qual.startswith(_RUNNERS):
+                return True
+        elif isinstance(node, (cst.Assign, cst.AugAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            return any((ctx.qualname(t.value) if isinstance(t, cst.Subscript) else None) == "os.environ"
+                       for t in targets)
+        elif isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)):
+            return False
+    return False
+
+
 #: an import line of the old stack, in the text of a string that holds a program
 _OLD_IMPORT_LINE = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:torch_neuron(?!x)|torch_xla|optimum\.neuron|"
                               r"transformers_neuronx|neuronx_distributed|libneuronxla)\b", re.M)
@@ -366,8 +388,7 @@ class OldStackLeftovers(PythonRule):
         if self._holds_code(node, ctx):
             ctx.marker(node, STRING_CODE_MARKER)
             return
-        if not isinstance(ctx.parent, cst.Expr) and isinstance(node.evaluated_value, str) \
-                and xla_era_venv(node.evaluated_value):
+        if isinstance(node.evaluated_value, str) and xla_era_venv(node.evaluated_value) and _runs_or_sets(ctx):
             # `os.environ["PATH"] = "/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference/bin:..."`, a subprocess that
             # runs its python: the shell rules' NM528 marks it in scripts, this in Python
             ctx.marker(node, VENV_MARKER)
