@@ -45,6 +45,23 @@ def test_a_run_without_old_stack_code_keeps_its_pins(tmp_path: Path):
     assert all(r.status == "unchanged" for r in results.values()), {p: r.status for p, r in results.items()}
 
 
+#: a project already on TorchNeuron: `import torch_neuronx` is the native plugin there, not old-stack code
+NATIVE = ('import torch\nimport torch_neuronx\n\n'
+          'model = torch.compile(torch.nn.Linear(2, 2).to("neuron"), backend="neuron")\n'
+          'other = AutoModel.from_pretrained("x", torch_dtype=torch.bfloat16)\n')
+
+
+def test_a_project_on_torchneuron_keeps_its_pins_and_its_torch_dtype(tmp_path: Path):
+    """A bare `import torch_neuronx` (the TorchNeuron plugin) is no old-stack code: the project keeps its
+    Transformers pin (its vendored code may need exactly it) and `torch_dtype=`, which `dtype=` would break on
+    releases before 4.56; a torch_neuronx.trace is old-stack code."""
+    results = _run(tmp_path, NATIVE, notebook=False)
+    assert all(r.status == "unchanged" for r in results.values()), {p: r.status for p, r in results.items()}
+    results = _run(tmp_path, NATIVE + "traced = torch_neuronx.trace(model, torch.zeros(1, 2))\n", notebook=False)
+    assert results["requirements.txt"].new_bytes.decode().splitlines()[0] == "transformers>=5.23"
+    assert "dtype=torch.bfloat16" in results["infer.py"].new_bytes.decode()
+
+
 def test_old_stack_code_of_another_project_raises_no_pin(tmp_path: Path):
     """A run over a folder of projects: what one project's code needs says nothing of another's pins."""
     (tmp_path / "demo").mkdir()

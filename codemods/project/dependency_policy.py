@@ -93,10 +93,18 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
                                  "import neuronx_distributed\r"),
     "left:neuronx-distributed-inference": ("neuronx_distributed_inference.", "neuronx_distributed_inference import",
                                            "import neuronx_distributed_inference"),
-    USES_OLD_STACK: ("optimum.neuron", "torch_xla", "torch_neuronx", "transformers_neuronx",
+    USES_OLD_STACK: ("optimum.neuron", "torch_xla", "transformers_neuronx",
+                               # torch_neuronx's XLA-era APIs (a bare `import torch_neuronx` is TorchNeuron's
+                               # plugin too: a project already on the native stack keeps its pins)
+                               "torch_neuronx.trace", "torch_neuronx.xla_impl", "torch_neuronx.DataParallel",
+                               "torch_neuronx.dynamic_batch", "torch_neuronx.async_load", "torch_neuronx.lazy_load",
+                               "torch_neuronx.move_trace_to_device", "torch_neuronx.analyze",
+                               "torch_neuronx.experimental", "torch_neuronx.testing", "torch_neuronx.nki_jit",
+                               "torch_neuronx.bucket_model", "from torch_neuronx import trace",
                                "neuronx_distributed", "libneuronxla",
                                # torch-neuron (Inf1): its code is ported to TorchNeuron too (NM900's markers)
-                               "torch_neuron", "torch.neuron.trace",
+                               "import torch_neuron\n", "import torch_neuron\r", "import torch_neuron as",
+                               "import torch_neuron,", "torch_neuron.", "from torch_neuron ", "torch.neuron.trace",
                                # launches of the XLA stack (a notebook that only runs the libraries' example
                                # scripts): they are migrated too, to launches of the target versions
                                "neuron_parallel_compile", "XLA_USE_BF16", "XLA_DOWNCAST_BF16"),

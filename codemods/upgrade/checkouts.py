@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from codemods.project.dependency_policy import USES_OLD_STACK, USES_PROBES
+from codemods.upgrade.base import MIGRATES_TO_TARGET, migrates_to_target
 from codemods.project.shell_plans import ShellPlan, _shell_plan, plan_for
 from codemods.upgrade.data import data
 from migrator.rules import TextRule
@@ -61,7 +61,7 @@ class OldReleaseCheckout(TextRule):
     kinds = ("shell",)
     triggers = ("github.com/huggingface/",)
     #: the run migrates old-stack code (so the project's pins are raised to the targets)
-    project_probes = {USES_OLD_STACK: USES_PROBES[USES_OLD_STACK]}
+    project_probes = MIGRATES_TO_TARGET
     markers = ((MARKER, """The project now installs the release the migrated code needs (its pin was raised:
                 NM503/NM523), but this clone checks out an older release's tag, whose example scripts pass
                 arguments the installed release rejects (Transformers 5 has no --overwrite_output_dir, for
@@ -91,7 +91,7 @@ class OldReleaseCheckout(TextRule):
     """
 
     def apply(self, ctx) -> None:
-        if USES_OLD_STACK not in ctx.facts and not any(p in ctx.whole_text for p in USES_PROBES[USES_OLD_STACK]):
+        if not migrates_to_target(ctx):
             return  # a project without old-stack code keeps its pins, and its clones match them
         plan = plan_for(ctx, _shell_plan)
         if not isinstance(plan, ShellPlan):

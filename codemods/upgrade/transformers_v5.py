@@ -28,8 +28,9 @@ from codemods.common.arg_plan import (
     tokenizer_to_processing_class,
 )
 from codemods.common.statements import expression_statement, remove_small_statement
-from codemods.project.dependency_policy import USES_OLD_STACK, USES_PROBES
-from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, target_of
+from codemods.upgrade.base import (
+    MIGRATES_TO_TARGET, migrates_to_target, owned_elsewhere, rename_keyword, renamed_keyword, target_of,
+)
 from codemods.upgrade.overrides import trainer_base
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule
@@ -479,6 +480,9 @@ class TorchDtype(PythonRule):
     title = "Transformers from_pretrained / pipeline: torch_dtype= -> dtype="
     fix = "mixed"
     triggers = ("torch_dtype",)
+    #: only in a run moved to Transformers 5.23: `dtype=` fails before 4.56, which a project that keeps its
+    #: pins (no old-stack code) may still install
+    project_probes = MIGRATES_TO_TARGET
     why = """
         Transformers v5 named the loading dtype `dtype=`; `torch_dtype=` still works in 5.23 but
         logs a deprecation warning on every load and is due to go. Diffusers keeps `torch_dtype`
@@ -486,19 +490,22 @@ class TorchDtype(PythonRule):
     """
     before = """
         import torch
+        import torch_xla.core.xla_model as xm
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=torch.bfloat16).to(xm.xla_device())
     """
     after = """
         import torch
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.bfloat16).to(torch.device("neuron"))
     """
     caveats = """
         Only transformers callables whose installed signature names `dtype` (model
-        `from_pretrained`, `pipeline`); a class held in a variable is not followed. When both are
+        `from_pretrained`, `pipeline`), in a run that migrates old-stack code (its Transformers pin
+        goes to 5.23; `dtype=` fails before 4.56, which a project keeping its pins may install); a
+        class held in a variable is not followed. When both are
         passed, `torch_dtype=` is dropped with a marker (5.23 let `torch_dtype` win over the
         default `dtype="auto"` only).
     """
@@ -508,7 +515,7 @@ class TorchDtype(PythonRule):
 
     def _on_call(self, node: cst.Call, ctx: PythonContext) -> None:
         kw = keywords(node)
-        if "torch_dtype" not in kw:
+        if "torch_dtype" not in kw or not migrates_to_target(ctx):
             return
         target = target_of(ctx, node.func)
         if target is None or not target.startswith("transformers."):
@@ -585,7 +592,7 @@ class RemoteCodeOnV5(PythonRule):
     fix = "manual"
     triggers = ("trust_remote_code",)
     #: the run migrates old-stack code (its Transformers pin is raised to 5.23)
-    project_probes = {USES_OLD_STACK: USES_PROBES[USES_OLD_STACK]}
+    project_probes = MIGRATES_TO_TARGET
     why = """
         A model loaded with `trust_remote_code=True` runs the code of its Hub repository, which was
         written for the Transformers 4.x that the old project pinned. The migration raises the
@@ -595,17 +602,20 @@ class RemoteCodeOnV5(PythonRule):
         architecture now.
     """
     before = """
-        import torch_neuronx
+        import torch
+        import torch_xla.core.xla_model as xm
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained("microsoft/Florence-2-base", trust_remote_code=True)
+        model.to(xm.xla_device())
     """
     after = """
-        import torch_neuronx
+        import torch
         from transformers import AutoModelForCausalLM
 
         # TODO(neuron-migrate NM625): Check that this model's Hub code runs on Transformers 5.23 (it was written for 4.x), or load its native class.
         model = AutoModelForCausalLM.from_pretrained("microsoft/Florence-2-base", trust_remote_code=True)
+        model.to(torch.device("neuron"))
     """
     caveats = """
         Only `trust_remote_code=True` written as a literal, on a Transformers class's `from_pretrained`
@@ -628,7 +638,7 @@ class RemoteCodeOnV5(PythonRule):
             return
         if not qual.startswith("transformers."):
             return
-        if USES_OLD_STACK not in ctx.facts and not any(p in ctx.whole_text for p in USES_PROBES[USES_OLD_STACK]):
+        if not migrates_to_target(ctx):
             return
         ctx.marker(node, REMOTE_CODE_MARKER)
 
