@@ -143,8 +143,11 @@ def export_comments(args: list[str], command: str = "optimum-cli export neuron")
         elif v == "1":
             out.append(f'  {n} 1: one NeuronCore -> from_pretrained(..., device_map="neuron")')
         else:
+            # (the old stack padded attention heads to the core count; a tensor-parallel size must divide them)
+            uneven = "" if not v.isdigit() or int(v) & (int(v) - 1) == 0 else \
+                f" (if {v} divides the model's attention and KV heads; else the nearest size that does)"
             out.append(f"  {n} {v}: TP_SIZE={v} -> from_pretrained(..., distributed_config=DistributedConfig("
-                       f"tp_size={v})), launched with torchrun --nproc_per_node={v}")
+                       f"tp_size={v})), launched with torchrun --nproc_per_node={v}{uneven}")
     dtypes = [(n, v) for n, v in flags if n in _DTYPE_FLAGS]
     if dtypes:
         text = " ".join(f"{n} {v}" for n, v in dtypes)
