@@ -44,6 +44,14 @@ NATIVE = ("torch_neuronx",)
 #: submodules of TorchNeuron's own torch_neuronx, which the XLA-era package never had: ``nki_hop`` wraps NKI
 #: kernels as torch operators (``wrap_nki``) for eager mode and torch.compile
 NATIVE_SUBMODULES = ("torch_neuronx.nki_hop",)
+#: the device-module functions TorchNeuron provides (those of ``torch.neuron``, the ``torch.cuda`` of the neuron
+#: device): none of them was XLA-era torch-neuronx API (that stack used torch_xla's ``xm`` for devices and memory)
+NATIVE_DEVICE_API = frozenset({
+    "device_count", "current_device", "set_device", "is_available", "synchronize", "get_device_name",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
+    "reset_peak_memory_stats", "empty_cache", "manual_seed", "manual_seed_all", "seed", "initial_seed",
+    "get_rng_state", "set_rng_state", "Stream", "Event", "stream", "current_stream", "default_stream",
+})
 
 
 def old_stack(qualified: str) -> bool:
@@ -51,6 +59,9 @@ def old_stack(qualified: str) -> bool:
         return False  # the plugin module itself and its module attributes (`torch_neuronx.__version__`)
     if any(qualified == n or qualified.startswith(n + ".") for n in NATIVE_SUBMODULES):
         return False
+    if any(qualified.startswith(n + ".") and qualified[len(n) + 1:].split(".")[0] in NATIVE_DEVICE_API
+           for n in NATIVE):
+        return False  # `torch_neuronx.device_count()`: TorchNeuron's own
     return any(qualified == p or qualified.startswith(p + ".") for p in OLD_STACK)
 
 
