@@ -75,7 +75,7 @@ TABLE = (
     ('NM526', 'text', ('shell',), ('-neuronx', 'djl-serving', '-inf2'), (), (), (), ()),
     ('NM527', 'text', ('dockerfile',), ('ubuntu:', 'debian:', 'python:', 'amazonlinux:'), (), (), (), ()),
     ('NM528', 'text', ('shell',), ('_venv',), (), (), (), ()),
-    ('NM529', 'text', ('shell',), ('optimum-neuron', 'transformers-neuronx', 'neuronx-distributed', 'neuronx-nemo-megatron', 'aws-neuron-reference-for-megatron-lm'), (), (), (), ()),
+    ('NM529', 'text', ('shell',), ('optimum-neuron', 'transformers-neuronx', 'neuronx-distributed', 'neuronx-nemo-megatron', 'aws-neuron-reference-for-megatron-lm', 'huggingface.co/aws-neuron/'), (), (), (), ()),
     ('NM530', 'text', ('shell',), ('venv', 'virtualenv', 'conda create', 'mamba create'), (), (), (), ()),
     ('NM601', 'python', ('python', 'notebook', 'markdown'), ('import AdamW', 'AdamW,', ', AdamW', '(AdamW', 'transformers.AdamW', 'optimization.AdamW', 'adamw_hf'), (), (), (), ()),
     ('NM602', 'python', ('python', 'notebook', 'markdown'), ('evaluation_strategy', 'overwrite_output_dir'), (), (), (), ()),

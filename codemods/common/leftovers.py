@@ -97,6 +97,8 @@ _OLD_IMPORT_LINE = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:torch_neuron(?!x)
 #: torch_neuronx (the TorchNeuron plugin too) imported for the XLA era's traced artifacts
 _TRACE_PROGRAM = re.compile(r"^[ \t]*(?:import|from)[ \t]+torch_neuronx\b(?s:.*)(?:torch_neuronx\.trace|torch\.jit\.load)",
                             re.M)
+SHEBANG_MARKER = ("Run this script with a TorchNeuron (torch-neuronx 2.13+) Python: its #! line names an XLA-era "
+                  "Deep Learning AMI venv.")
 STRING_CODE_MARKER = "Migrate the Python code in this string by hand: code inside strings is not rewritten."
 #: a unit of the Inf1 stack (its TorchScript loads read torch-neuron artifacts)
 _INF1_UNIT = re.compile(r"\bimport torch_neuron\b(?!x)|^\s*import torch\.neuron[ \t]*(?:#.*)?$|torch\.neuron\.trace\b", re.M)
@@ -200,7 +202,7 @@ class OldStackLeftovers(PythonRule):
     triggers = ("optimum.neuron", "optimum import", "torch_xla", "neuronperf", "torch_neuron", "transformers_neuronx", "neuronx_distributed",
                 "libneuronxla", "neuronxcc", "optimum.commands", "torch.neuron.trace", "torch.neuron.DataParallel",
                 "torch.neuron.analyze_model", "optimum.exporters.neuron", "train.torch.xla", "import torch.neuron",
-                "/opt/aws_neuron")
+                "/opt/aws_neuron")  # (a venv in a string or the #! line)
     why = """
         optimum-neuron, torch-xla, torch-neuronx (XLA), transformers-neuronx and
         neuronx-distributed are not part of the TorchNeuron stack. Every import of them that no
@@ -247,6 +249,9 @@ class OldStackLeftovers(PythonRule):
         torch.distributed on each worker: give it the backend TorchNeuron documents for init_process_group
         ("neuron") and move the model to the "neuron" device in the training function.""")
                  for m in XLA_INTEGRATIONS.values()),
+               (SHEBANG_MARKER, """The script's first line runs it with the python of a Neuron Deep Learning
+        AMI virtual environment that has the XLA-era stack (`#!/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference/bin/
+        python3`); the migrated code needs a TorchNeuron (torch-neuronx 2.13+) environment."""),
                (VENV_MARKER, """A string names a virtual environment of the Neuron Deep Learning AMI that has the
         XLA-era stack (`/opt/aws_neuronx_venv_pytorch_2_9_nxd_inference`): a PATH set to its bin folder, a
         subprocess run with its python. The migrated code needs a TorchNeuron (torch-neuronx 2.13+)
@@ -489,6 +494,9 @@ class OldStackLeftovers(PythonRule):
         reference (``if xm is not None:``, ``xm = None``, ``f(xm)``) is marked on this run: the
         rules rewrite ``xm.name`` uses away but leave bare ones, so a second run, seeing only
         those, would otherwise add the marker the first one did not."""
+        first = ctx.source.split("\n", 1)[0]
+        if first.startswith("#!") and xla_era_venv(first) and ctx.module.body:
+            ctx.marker(ctx.module.body[0], SHEBANG_MARKER)  # (the script runs with that venv's python)
         if any(old_stack(b.qualified) for b in ctx.imports.all_bindings()) and not serves_other_accelerators(ctx.source):
             # the unit is migrated: an "xla" device string no rule could follow fails on TorchNeuron; where the
             # code compares a name that is not a device with "xla" (`if backend == "xla":`), "xla" is its own

@@ -933,13 +933,20 @@ class OldPythonEnvironment(ShellRule):
 _OLD_STACK_REPOSITORY = re.compile(
     r"github\.com[/:](?:huggingface/optimum-neuron|aws-neuron/(?:transformers-neuronx|neuronx-distributed(?:-inference)?"
     r"|neuronx-nemo-megatron|aws-neuron-reference-for-megatron-lm))(?:\.git)?/?$")
+#: a Hub repository of the aws-neuron organisation: a model optimum-neuron exported ahead of time (NM113)
+_EXPORTED_MODEL_REPOSITORY = re.compile(r"huggingface\.co/aws-neuron/[\w.-]+(?:\.git)?/?$")
+EXPORTED_CLONE_MARKER = "Clone the original checkpoint instead: this aws-neuron repository is a pre-exported Neuron model."
 CHECKOUT_MARKER = ("This checkout is old Neuron stack code: install the libraries the migrated code imports, or "
                    "migrate its scripts.")
 
 
 class OldStackCheckout(ShellRule):
     id = "NM529"
-    markers = ((CHECKOUT_MARKER, """A `git clone` of optimum-neuron, transformers-neuronx, neuronx-distributed(-inference),
+    markers = ((EXPORTED_CLONE_MARKER, """A `git clone https://huggingface.co/aws-neuron/<model>`: the aws-neuron
+        organisation publishes models optimum-neuron (or transformers-neuronx) exported ahead of time, NEFFs for one
+        SDK release and fixed shapes, which Transformers cannot load. Clone or download the model they were exported
+        from (NM113 says the same of Hub downloads in Python)."""),
+               (CHECKOUT_MARKER, """A `git clone` of optimum-neuron, transformers-neuronx, neuronx-distributed(-inference),
         neuronx-nemo-megatron or the Neuron reference Megatron-LM: the checkout is then installed from source (`cd
         optimum-neuron && pip install .`), which NM523 cannot replace as it does a `pip install optimum-neuron`, or
         its example scripts are run (`cd neuronx-distributed/examples/training/llama && ./run.sh`), and those
@@ -948,7 +955,7 @@ class OldStackCheckout(ShellRule):
     title = "git clone of an old Neuron stack repository (installed from source, or its scripts run)"
     fix = "manual"
     triggers = ("optimum-neuron", "transformers-neuronx", "neuronx-distributed", "neuronx-nemo-megatron",
-                "aws-neuron-reference-for-megatron-lm")
+                "aws-neuron-reference-for-megatron-lm", "huggingface.co/aws-neuron/")
     why = """
         Setup scripts, notebooks and READMEs install the old stack from a checkout (`git clone
         https://github.com/huggingface/optimum-neuron.git && cd optimum-neuron && pip install .`) or
@@ -979,6 +986,9 @@ class OldStackCheckout(ShellRule):
             if len(values) >= 3 and values[0] == "git" and "clone" in values[1:3] and any(
                     v and _OLD_STACK_REPOSITORY.search(v) for v in values):
                 plan.marker(ctx, s.group, CHECKOUT_MARKER)
+            elif len(values) >= 3 and values[0] == "git" and "clone" in values[1:3] and any(
+                    v and _EXPORTED_MODEL_REPOSITORY.search(v) for v in values):
+                plan.marker(ctx, s.group, EXPORTED_CLONE_MARKER)
 
 
 RULES = (OptimumCliCommands, NeuronParallelCompile, XlaOnlyEnvironment, ExtractGraphsOnly, XlaDlcImageCommand,
