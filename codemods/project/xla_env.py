@@ -63,6 +63,10 @@ MARKED_VARS: dict[str, str] = {
     # transformers-neuronx's compile cache (NEURONX_CACHE=on: reuse the NEFFs in the NEURONX_DUMP_TO folder)
     **{name: f"Set TORCH_NEURONX_NEFF_CACHE_DIR to keep a compile cache: {name} was transformers-neuronx's."
        for name in ("NEURONX_CACHE", "NEURONX_DUMP_TO")},
+    # the optimum-neuron serving container's compile settings (TGI / the SageMaker LLM image on Neuron)
+    **dict.fromkeys(("HF_NUM_CORES", "HF_BATCH_SIZE", "HF_SEQUENCE_LENGTH", "HF_AUTO_CAST_TYPE"),
+                    "Give these HF_* compile settings to the new server as its options: only optimum-neuron's "
+                    "container read them."),
     # Transformers 4's cache settings: Transformers 5 reads none of them (the hub's own settings decide)
     **{name: f"Rename {name} to HF_HUB_CACHE: Transformers 5 ignores it and downloads to the default hub cache."
        for name in ("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE")},
@@ -79,6 +83,11 @@ _MARKED_WHY = {
      NEURONX_DUMP_TO folder and, with NEURONX_CACHE=on, reused the NEFFs it found there; TorchNeuron reads
      neither: its compile cache directory is TORCH_NEURONX_NEFF_CACHE_DIR. The setting is kept for a person to
      move or delete."""),
+    **dict.fromkeys(("HF_NUM_CORES", "HF_BATCH_SIZE", "HF_SEQUENCE_LENGTH", "HF_AUTO_CAST_TYPE"), """The
+     optimum-neuron serving container (Text Generation Inference on Neuron, the SageMaker Hugging Face LLM image
+     for Inferentia/Trainium) compiled or loaded the model with these (cores, static batch, sequence length,
+     dtype); another server (vLLM on Neuron, a TorchNeuron image) takes them as its own options (tensor
+     parallel size, max batch, max model length, dtype) or ignores them."""),
     **dict.fromkeys(("TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE", "PYTORCH_PRETRAINED_BERT_CACHE"),
                     """Transformers 4 took its download directory from TRANSFORMERS_CACHE (and the older
      PYTORCH_TRANSFORMERS_CACHE / PYTORCH_PRETRAINED_BERT_CACHE); Transformers 5 reads none of them, so the
