@@ -45,7 +45,7 @@ TABLE = (
     ('NM408', 'python', ('python', 'notebook', 'markdown'), ('xla_multiprocessing',), (), (), (), ()),
     ('NM409', 'python', ('python', 'notebook', 'markdown'), ('torch_xla', 'XLA_USE_BF16', 'XLA_DOWNCAST_BF16', '"xla"', "'xla'"), (), (), (), ()),
     ('NM410', 'python', ('python', 'notebook', 'markdown'), ('torch_neuronx', '._orig_mod.save_pretrained(', '._orig_mod.state_dict(),'), ('jit.load',), (('neuronx:jit-load', ('jit.load',)), ('neuronx:saved-pretrained', ('._orig_mod.save_pretrained(',)), ('neuronx:saved-state-dict', ('._orig_mod.state_dict(),',)), ('neuronx:trace', ('torch_neuronx.trace', 'from torch_neuronx import trace', 'xla_impl.trace import trace'))), (), ()),
-    ('NM411', 'python', ('python', 'notebook', 'markdown'), ('transformers_neuronx',), ('sequence_length=',), (), (), ()),
+    ('NM411', 'python', ('python', 'notebook', 'markdown'), ('transformers_neuronx',), ('sequence_length=',), (('writes:split-checkpoints', ('save_pretrained_split',)),), (), ()),
     ('NM412', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), (), (), ()),
     ('NM413', 'python', ('python', 'notebook', 'markdown'), ('torch_xla',), (), (), (), ()),
     ('NM414', 'python', ('python', 'notebook', 'markdown'), ('neuronx_distributed',), (), (), (), ()),

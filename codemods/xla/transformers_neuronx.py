@@ -61,6 +61,27 @@ MODELS = {
 #: the Transformers model type of each transformers-neuronx model (its config's ``model_type``)
 MODEL_TYPES = {f"{NX}.{cls}": module.replace("gptneox", "gpt_neox") for module, cls in MODELS.items()}
 MODEL_TYPES.update({f"{NX}.{module}.model.{cls}": t for (module, cls), t in zip(MODELS.items(), MODEL_TYPES.values())})
+#: the project fact of a run that calls save_pretrained_split (the migration makes it save_pretrained)
+SPLIT_WRITER = "writes:split-checkpoints"
+#: a folder named like a save_pretrained_split output (`./Llama-2-13b-split`, `llama_split/`)
+_SPLIT_FOLDER = re.compile(r"(?i)[-_]split/?$")
+SPLIT_LOAD_MARKER = ("Load the original checkpoint: {path} looks like a save_pretrained_split folder, which "
+                     "Transformers cannot read.")
+
+
+def _path_text(expr: cst.BaseExpression, ctx: PythonContext) -> str | None:
+    """The path a load reads: a string literal, or a name the module assigns one literal string (only once)."""
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(expr, cst.Name):
+        found = re.findall(rf"^[ \t]*{re.escape(expr.value)}[ \t]*=[ \t]*([\"'])([^\"'\n]+)\1[ \t]*(?:#.*)?$",
+                           ctx.code, re.M)
+        if len(found) == 1:
+            return found[0][1]
+    return None
+
+
 #: transformers-neuronx's writer of the split checkpoint its from_pretrained read
 SPLIT_SAVES = (f"{NX}.module.save_pretrained_split", f"{NX}.save_pretrained_split")
 CLASSES = tuple(
@@ -137,6 +158,10 @@ def _is_sequence(value: cst.BaseExpression, ctx: PythonContext) -> bool:
 class TransformersNeuronxSampling(PythonRule):
     id = "NM411"
     markers = (
+        (SPLIT_LOAD_MARKER, """transformers-neuronx read a checkpoint that save_pretrained_split wrote (one file per
+        tensor, in a folder usually named *-split); Transformers' from_pretrained reads a regular checkpoint only
+        (OSError on the split folder). Load the original checkpoint the split was made from (the code often loads
+        its tokenizer from there already)."""),
         ("Launch with `torchrun --nproc_per_node={n}`: {origin}={n} became DistributedConfig(tp_size={n}).",
          """transformers-neuronx sharded the model over tp_degree NeuronCores inside one process; natively
          DistributedConfig(tp_size=N) runs one process per NeuronCore, started by torchrun."""),
@@ -156,6 +181,8 @@ class TransformersNeuronxSampling(PythonRule):
     triggers = ("transformers_neuronx",)
     # a helper module of such a project, given the model: its sample(..., sequence_length=N) calls
     project_triggers = ("sequence_length=",)
+    #: a run that writes split checkpoints itself: migrated to save_pretrained, its folders become regular ones
+    project_probes = {SPLIT_WRITER: ("save_pretrained_split",)}
     owns = CLASSES + SPLIT_SAVES
     why = """
         transformers-neuronx's `LlamaForSampling` / `MistralForSampling` / `GPT2ForSampling` / ...
@@ -201,7 +228,8 @@ class TransformersNeuronxSampling(PythonRule):
     """
     caveats = """
         `path` must be a regular Hugging Face checkpoint (a `save_pretrained_split` directory is
-        not one: `save_pretrained_split(model, path)` becomes `model.save_pretrained(path)`). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
+        not one: `save_pretrained_split(model, path)` becomes `model.save_pretrained(path)`; a load
+        of a folder named `*-split` gets a marker unless the run writes its split checkpoints itself). `batch_size`, `context_length_estimate`, `unroll` and the other compile options
         are dropped (pad prompts to the batch size you used); `neuron_config=`, an `amp` that is
         not "bf16"/"f16"/"f32", a `tp_degree` held in a variable and `start_ids=` of `.sample`
         get a marker, as does a `.sample(..., sequence_length=N)` on a model the unit does not load
@@ -321,6 +349,11 @@ class TransformersNeuronxSampling(PythonRule):
         binding = ctx.imports.binding_of(call.func.value)  # type: ignore[attr-defined]
         markers: list[str] = []
         applied: list[str] = []
+        path = _path_text(positional[0].value, ctx)
+        if path is not None and _SPLIT_FOLDER.search(path) and SPLIT_WRITER not in ctx.facts \
+                and "save_pretrained_split" not in ctx.code:
+            # save_pretrained_split wrote one file per tensor: Transformers' from_pretrained cannot read that folder
+            markers.append(fitted(SPLIT_LOAD_MARKER.format(path=path), SPLIT_LOAD_MARKER.format(path="this path")))
 
         target_expr = _target(ctx, binding)  # first: its import goes first
         # dtype from amp (transformers-neuronx default "f32")
