@@ -512,7 +512,8 @@ def test_cc_flags_combined_with_other_rules_on_one_line():
     src = src.replace("-O1", "--auto-cast none -O1")
     out = check(src)
     assert out.splitlines()[-1] == 'NEURON_CC_FLAGS="--auto-cast none -O1" torchrun t.py'
-    assert out.startswith("# TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS --auto-cast none only")
+    assert out.startswith("# TODO(neuron-migrate NM513): Check that TorchNeuron's compiler still needs NEURON_CC_FLAGS "
+                          "--auto-cast none")
 
 
 def test_cc_flags_and_xla_var_in_one_export():
@@ -657,8 +658,8 @@ def test_dockerfile_xla_dlc_marked():
 def test_dockerfile_cc_flags_rewrite_marked():
     out = check('ENV NEURON_CC_FLAGS="--distribution-strategy llm-training --auto-cast=none" A=1\n', "dockerfile")
     assert out.splitlines() == [
-        "# TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS --auto-cast=none only if TorchNeuron's "
-        "compiler still needs them.",
+        "# TODO(neuron-migrate NM513): Check that TorchNeuron's compiler still needs NEURON_CC_FLAGS --auto-cast=none "
+        "(set for the XLA stack).",
         'ENV NEURON_CC_FLAGS="--auto-cast=none" A=1',
     ]
 

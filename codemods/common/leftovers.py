@@ -8,7 +8,7 @@ import libcst as cst
 
 from codemods.common.accelerators import serves_other_accelerators
 from codemods.common.renames import load_table
-from codemods.project.xla_env import VENV_MARKER, xla_era_venv
+from codemods.common.venvs import VENV_MARKER, xla_era_venv
 from migrator.model import KEEPS_OLD_STACK, fitted
 from migrator.imports import falls_back, import_gate, old_stack_alternative
 from migrator.rules import PythonContext, PythonRule

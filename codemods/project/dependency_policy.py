@@ -109,6 +109,16 @@ USES_PROBES: dict[str, tuple[str, ...]] = {
                                # scripts): they are migrated too, to launches of the target versions
                                "neuron_parallel_compile", "XLA_USE_BF16", "XLA_DOWNCAST_BF16"),
 }
+#: ``Rule.project_probes`` of the rules that act only in a run moved to the target versions
+MIGRATES_TO_TARGET = {USES_OLD_STACK: USES_PROBES[USES_OLD_STACK]}
+
+
+def migrates_to_target(ctx) -> bool:
+    """Whether the run migrates old-stack code, so that its pins go to the target versions (transformers 5.23,
+    ...): a project without old-stack code keeps its pins, which an upgrade edit may not meet."""
+    return USES_OLD_STACK in ctx.facts or any(p in ctx.whole_text for p in USES_PROBES[USES_OLD_STACK])
+
+
 _USES: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_uses", default=frozenset())
 _LEFT: ContextVar[frozenset[str]] = ContextVar("neuron_migrate_left", default=frozenset())
 

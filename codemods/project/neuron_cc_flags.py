@@ -129,9 +129,9 @@ def cc_check_message(flags: list[str]) -> str | None:
     return fitted(CC_CHECK_MARKER.format(flags=" ".join(checks)), CC_CHECK_MARKER.format(flags=names), CC_CHECK_PLAIN)
 
 
-CC_CHECK_MARKER = "Keep the XLA-era NEURON_CC_FLAGS {flags} only if TorchNeuron's compiler still needs them."
+CC_CHECK_MARKER = "Check that TorchNeuron's compiler still needs NEURON_CC_FLAGS {flags} (set for the XLA stack)."
 CC_MARK_MARKER = "Remove the XLA-era flags {flags} from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
-CC_CHECK_PLAIN = "Keep the XLA-era flags of NEURON_CC_FLAGS only where TorchNeuron's compiler still needs them."
+CC_CHECK_PLAIN = "Check that TorchNeuron's compiler still needs the flags of NEURON_CC_FLAGS (set for the XLA stack)."
 CC_MARK_PLAIN = "Remove the XLA-era flags from NEURON_CC_FLAGS, keeping only what TorchNeuron still needs."
 CACHE_DIR_MARKER = "--cache_dir={dir} was dropped: set TORCH_NEURONX_NEFF_CACHE_DIR={dir} to keep the compile cache there."
 CACHE_DIR_SHORT = "Set TORCH_NEURONX_NEFF_CACHE_DIR={dir} to keep the compile cache there (--cache_dir was dropped)."
@@ -200,7 +200,7 @@ class NeuronCcFlags(ShellRule):
         export NEURON_CC_FLAGS="--distribution-strategy llm-training --model-type transformer -O1"
     """
     after = """
-        # TODO(neuron-migrate NM513): Keep the XLA-era NEURON_CC_FLAGS --model-type transformer only if TorchNeuron's compiler still needs them.
+        # TODO(neuron-migrate NM513): Check that TorchNeuron's compiler still needs NEURON_CC_FLAGS --model-type transformer (set for the XLA stack).
         export NEURON_CC_FLAGS="--model-type transformer -O1"
     """
     kinds = ("shell", "dockerfile")

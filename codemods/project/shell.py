@@ -32,9 +32,10 @@ from codemods.project.dockerfile import (
 )
 from codemods.project.serving import SERVER_SCRIPT_MARKER, SERVER_SCRIPT_WHY, neuron_sdk_server
 from codemods.project.shell_syntax import NAME_RE, Simple
+from codemods.common.venvs import VENV_MARKER, xla_era_venv
 from codemods.project.xla_env import (
-    BF16_VARS, ENV_MARKERS, MARKED_VARS, VENV_MARKER, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on,
-    ignored_by_torchneuron, mark_bf16_launch, xla_era_venv, xla_only_reason)
+    BF16_VARS, ENV_MARKERS, MARKED_VARS, XLA_ONLY_PREFIXES, XLA_ONLY_VARS, switched_on, ignored_by_torchneuron,
+    mark_bf16_launch, xla_only_reason)
 from migrator.model import fitted, ignored_rules, is_silenced
 
 

@@ -7,19 +7,8 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.common.renames import load_table
-from codemods.project.dependency_policy import USES_OLD_STACK, USES_PROBES
 from migrator.rules import PythonContext
 from migrator.selfcheck.targetapi import api
-
-
-#: ``Rule.project_probes`` of the rules that act only in a run moved to the target versions
-MIGRATES_TO_TARGET = {USES_OLD_STACK: USES_PROBES[USES_OLD_STACK]}
-
-
-def migrates_to_target(ctx) -> bool:
-    """Whether the run migrates old-stack code, so that its pins go to the target versions (transformers 5.23,
-    ...): a project without old-stack code keeps its pins, which an upgrade edit may not meet."""
-    return USES_OLD_STACK in ctx.facts or any(p in ctx.whole_text for p in USES_PROBES[USES_OLD_STACK])
 
 
 def target_of(ctx: PythonContext, func: cst.BaseExpression) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from codemods.upgrade.base import MIGRATES_TO_TARGET, migrates_to_target
+from codemods.project.dependency_policy import MIGRATES_TO_TARGET, migrates_to_target
 from codemods.project.shell_plans import ShellPlan, _shell_plan, plan_for
 from codemods.upgrade.data import data
 from migrator.rules import TextRule

@@ -28,9 +28,8 @@ from codemods.common.arg_plan import (
     tokenizer_to_processing_class,
 )
 from codemods.common.statements import expression_statement, remove_small_statement
-from codemods.upgrade.base import (
-    MIGRATES_TO_TARGET, migrates_to_target, owned_elsewhere, rename_keyword, renamed_keyword, target_of,
-)
+from codemods.project.dependency_policy import MIGRATES_TO_TARGET, migrates_to_target
+from codemods.upgrade.base import owned_elsewhere, rename_keyword, renamed_keyword, target_of
 from codemods.upgrade.overrides import trainer_base
 from migrator.model import fitted
 from migrator.rules import NameClash, PythonContext, PythonRule

@@ -462,7 +462,7 @@ class XlaEnvironmentWrites(NeuronXlaOnly, PythonRule):
         import os
 
         flags = " --auto-cast=none -O1 "
-        # TODO(neuron-migrate NM416): Keep the XLA-era NEURON_CC_FLAGS --auto-cast=none only if TorchNeuron's compiler still needs them.
+        # TODO(neuron-migrate NM416): Check that TorchNeuron's compiler still needs NEURON_CC_FLAGS --auto-cast=none (set for the XLA stack).
         os.environ["NEURON_CC_FLAGS"] = os.environ.get("NEURON_CC_FLAGS", "") + flags
     """
     caveats = """
