@@ -3,6 +3,7 @@ editing the keyword arguments of a call while keeping its layout, and reading si
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,6 +31,20 @@ def literal(expr: cst.BaseExpression | None):
         if isinstance(inner, (int, float)) and not isinstance(inner, bool):
             return -inner
     return NOT_LITERAL
+
+
+def string_value(expr: cst.BaseExpression | None, ctx: PythonContext) -> str | None:
+    """The string ``expr`` holds: a string literal, or a name the module assigns one literal string (a single
+    such assignment, its comments aside); None otherwise."""
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(expr, cst.Name):
+        found = re.findall(rf"^[ \t]*{re.escape(expr.value)}[ \t]*=[ \t]*([\"'])([^\"'\n]+)\1[ \t]*(?:#.*)?$",
+                           ctx.code, re.M)
+        if len(found) == 1:
+            return found[0][1]
+    return None
 
 
 def keywords(call: cst.Call) -> dict[str, cst.Arg]:

@@ -17,6 +17,7 @@ import re
 
 import libcst as cst
 
+from codemods.common.arg_plan import string_value
 from migrator.model import fitted
 from migrator.rules import PythonContext, PythonRule
 
@@ -80,23 +81,10 @@ class PreExportedDownload(PythonRule):
         positional = [a for a in node.args if a.keyword is None and not a.star]
         if repo is None and len(positional) > DOWNLOADS[qual]:
             repo = positional[DOWNLOADS[qual]].value
-        text = self._literal(repo, ctx)
+        text = string_value(repo, ctx)
         if text is None or not _EXPORTED.fullmatch(text):
             return
         ctx.marker(node, fitted(MARKER.format(repo=text), NAMED.format(repo=text), SHORT))
-
-    @staticmethod
-    def _literal(expr: cst.BaseExpression | None, ctx: PythonContext) -> str | None:
-        """The string ``expr`` is: a literal, or a name the module assigns one literal string (only once)."""
-        if isinstance(expr, cst.SimpleString):
-            value = expr.evaluated_value
-            return value if isinstance(value, str) else None
-        if isinstance(expr, cst.Name):
-            found = re.findall(rf"^[ \t]*{re.escape(expr.value)}[ \t]*=[ \t]*([\"'])([^\"'\n]+)\1[ \t]*(?:#.*)?$",
-                               ctx.code, re.M)
-            if len(found) == 1:
-                return found[0][1]
-        return None
 
 
 RULES = (PreExportedDownload,)

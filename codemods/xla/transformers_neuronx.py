@@ -41,6 +41,7 @@ from codemods.inference.causal_lm import (
     _quote_style,
     single_process,
 )
+from codemods.common.arg_plan import string_value
 from codemods.common.statements import assigned_values
 from codemods.xla.base import _atomic, _expression_statement, _is_reference
 from migrator.model import fitted
@@ -67,19 +68,6 @@ SPLIT_WRITER = "writes:split-checkpoints"
 _SPLIT_FOLDER = re.compile(r"(?i)[-_]split/?$")
 SPLIT_LOAD_MARKER = ("Load the original checkpoint: {path} looks like a save_pretrained_split folder, which "
                      "Transformers cannot read.")
-
-
-def _path_text(expr: cst.BaseExpression, ctx: PythonContext) -> str | None:
-    """The path a load reads: a string literal, or a name the module assigns one literal string (only once)."""
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    if isinstance(expr, cst.Name):
-        found = re.findall(rf"^[ \t]*{re.escape(expr.value)}[ \t]*=[ \t]*([\"'])([^\"'\n]+)\1[ \t]*(?:#.*)?$",
-                           ctx.code, re.M)
-        if len(found) == 1:
-            return found[0][1]
-    return None
 
 
 #: transformers-neuronx's writer of the split checkpoint its from_pretrained read
@@ -349,7 +337,7 @@ class TransformersNeuronxSampling(PythonRule):
         binding = ctx.imports.binding_of(call.func.value)  # type: ignore[attr-defined]
         markers: list[str] = []
         applied: list[str] = []
-        path = _path_text(positional[0].value, ctx)
+        path = string_value(positional[0].value, ctx)
         if path is not None and _SPLIT_FOLDER.search(path) and SPLIT_WRITER not in ctx.facts \
                 and "save_pretrained_split" not in ctx.code:
             # save_pretrained_split wrote one file per tensor: Transformers' from_pretrained cannot read that folder
